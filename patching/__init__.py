@@ -1,0 +1,1 @@
+"""Activation patching: KL Repair per layer and set-level deletion harm."""

@@ -1,0 +1,88 @@
+"""Settings of one probe run: CV layout, search grids, resampling counts, seeds."""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+ProbeParams = tuple[bool, int | None, float]
+"""(standardize, pca, C): the hyperparameters of one `LinearProbe`."""
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """Everything that decides a probe run; stored verbatim in probe_results.json.
+
+    Search strategies (inner loop, per outer fold):
+
+    - ``"two_stage"`` (default): rank every (layer, pooling) candidate with the
+      fixed probe (``fixed_standardize``, no PCA, ``fixed_C``), then search
+      standardize x pca x C on the winning candidate only. Cost per outer fold:
+      ``n_inner * (n_candidates + len(grid))`` fits.
+    - ``"full"``: search the whole product candidates x grid. Cost per outer
+      fold: ``n_inner * n_candidates * len(grid)`` fits (24 times more with the
+      default grid).
+
+    The fixed probe is also the probe of the layer curve and of the
+    permutation statistic. ``n_boot = 0`` or ``n_perm = 0`` skips the
+    bootstrap or the permutation test; ``n_jobs`` follows joblib (-1: all cores).
+    """
+
+    outer: Literal["kfold", "loto"] = "kfold"
+    n_outer: int = 5
+    n_inner: int = 3
+    seed: int = 0
+    search: Literal["two_stage", "full"] = "two_stage"
+    standardize_grid: tuple[bool, ...] = (True, False)
+    pca_grid: tuple[int | None, ...] = (None, 16, 64)
+    C_grid: tuple[float, ...] = (0.01, 0.1, 1.0, 10.0)
+    fixed_standardize: bool = True
+    fixed_C: float = 1.0
+    n_boot: int = 1000
+    n_perm: int = 100
+    n_jobs: int = -1
+
+    def __post_init__(self) -> None:
+        if self.outer not in ("kfold", "loto"):
+            raise ValueError(f"ProbeConfig.outer must be 'kfold' or 'loto', got {self.outer!r}")
+        if self.search not in ("two_stage", "full"):
+            raise ValueError(f"ProbeConfig.search must be 'two_stage' or 'full', got {self.search!r}")
+        if self.n_outer < 2 or self.n_inner < 2:
+            raise ValueError(f"ProbeConfig needs n_outer >= 2 and n_inner >= 2, got {self.n_outer}, {self.n_inner}")
+        if not (self.standardize_grid and self.pca_grid and self.C_grid):
+            raise ValueError("ProbeConfig grids must be non-empty")
+        if any(k is not None and k < 1 for k in self.pca_grid):
+            raise ValueError(f"ProbeConfig.pca_grid entries must be None or >= 1, got {self.pca_grid}")
+        if self.n_boot < 0 or self.n_perm < 0:
+            raise ValueError("ProbeConfig.n_boot and n_perm must be >= 0")
+
+    @property
+    def outer_splits(self) -> int | Literal["loto"]:
+        """The outer fold spec for `grouped_splits`."""
+        return "loto" if self.outer == "loto" else self.n_outer
+
+    @property
+    def min_tasks(self) -> int:
+        """Fewest distinct tasks the outer CV can split."""
+        return 2 if self.outer == "loto" else self.n_outer
+
+    @property
+    def fixed_params(self) -> ProbeParams:
+        """Hyperparameters of the fixed probe (screening, layer curve, permutation statistic)."""
+        return (self.fixed_standardize, None, self.fixed_C)
+
+    def grid(self) -> list[ProbeParams]:
+        """The inner search grid standardize x pca x C, in a fixed order (ties go to the earlier entry)."""
+        return list(itertools.product(self.standardize_grid, self.pca_grid, self.C_grid))
+
+    def rng(self, purpose: str) -> np.random.Generator:
+        """An independent generator per purpose ('outer', 'inner', 'bootstrap', ...), all derived from `seed`."""
+        return np.random.default_rng([self.seed, zlib.crc32(purpose.encode())])
+
+    def split_seed(self, purpose: str) -> int:
+        """An integer seed for sklearn splitters, derived like `rng`."""
+        return int(self.rng(purpose).integers(2**31 - 1))

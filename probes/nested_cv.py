@@ -1,0 +1,205 @@
+"""Task-level nested cross-validation of the linear probe, and the descriptive layer curve.
+
+Outer loop: task-grouped folds (`ProbeConfig.outer`), run in parallel with
+joblib. Inside each outer fold, on the training tasks only:
+
+1. task-grouped inner folds (StratifiedGroupKFold, `n_inner`);
+2. selection by mean inner AUROC over inner folds whose training and test
+   tasks both hold two classes (others are skipped and counted). With
+   ``search="two_stage"`` the (layer, pooling) candidate is picked with the
+   fixed probe, then standardize x pca x C is searched on that candidate;
+   ``search="full"`` searches candidates x grid jointly;
+3. the decision threshold maximising balanced accuracy on the chosen
+   configuration's inner out-of-fold scores;
+4. a refit on all training samples, scored on the held-out tasks.
+
+Scaling and PCA live inside `LinearProbe`, so they are refit on every
+training fold. Nothing of the held-out tasks is seen before step 4.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+import pandas as pd
+from joblib import Parallel, delayed
+from sklearn.metrics import average_precision_score, balanced_accuracy_score, roc_auc_score
+from threadpoolctl import threadpool_limits
+
+from probes.config import ProbeConfig, ProbeParams
+from probes.data import CandidateKey, FeatureSet
+from probes.estimator import LinearProbe
+from probes.metrics import auroc, balanced_accuracy_threshold
+from probes.scan import candidate_aurocs
+from probes.splits import grouped_splits
+
+T = TypeVar("T")
+
+OOF_COLUMNS = ["sample_id", "task_id", "y", "score", "fold", "threshold", "pred"]
+
+
+@dataclass
+class NestedCVResult:
+    """Outcome of `nested_cv`.
+
+    folds: one dict per outer fold (fold, test_tasks, n_train, n_test, layer,
+      pooling, standardize, pca, C, threshold, inner_auroc, auroc,
+      n_inner_skipped); auroc is None when the fold's test tasks hold one class.
+    oof: one row per sample, columns OOF_COLUMNS; score is the held-out
+      log-odds, pred = score >= the fold's threshold.
+    auroc, ap, balanced_accuracy: on the pooled out-of-fold rows.
+    """
+
+    folds: list[dict]
+    oof: pd.DataFrame
+    auroc: float
+    ap: float
+    balanced_accuracy: float
+
+
+@dataclass
+class _InnerScores:
+    mean_auroc: float  # over the usable inner folds (two classes in train and test)
+    oof: np.ndarray  # inner out-of-fold scores, NaN where no inner model could be fitted
+
+
+def nested_cv(fs: FeatureSet, config: ProbeConfig) -> NestedCVResult:
+    """Task-level nested-CV estimate of the probe (the headline numbers), with every selection inside training folds."""
+    fs.check_cv(config.min_tasks)
+    outer = grouped_splits(fs.y, fs.groups, config.outer_splits, config.split_seed("outer"))
+    fold_outputs = Parallel(n_jobs=config.n_jobs)(
+        delayed(_outer_fold)(i, fs, train, test, config) for i, (train, test) in enumerate(outer)
+    )
+    parts = []
+    folds = []
+    for (train, test), (fold, score) in zip(outer, fold_outputs):
+        if fold["n_inner_skipped"]:
+            warnings.warn(
+                f"outer fold {fold['fold']}: {fold['n_inner_skipped']} of {config.n_inner} inner folds skipped "
+                f"for AUROC (one class in their training or test tasks)",
+                stacklevel=2,
+            )
+        folds.append(fold)
+        parts.append(pd.DataFrame({
+            "sample_id": [fs.sample_ids[i] for i in test],
+            "task_id": fs.groups[test],
+            "y": fs.y[test],
+            "score": score,
+            "fold": fold["fold"],
+            "threshold": fold["threshold"],
+            "pred": (score >= fold["threshold"]).astype(int),
+        }))
+    oof = pd.concat(parts, ignore_index=True)[OOF_COLUMNS]
+    return NestedCVResult(
+        folds=folds,
+        oof=oof,
+        auroc=float(roc_auc_score(oof["y"], oof["score"])),
+        ap=float(average_precision_score(oof["y"], oof["score"])),
+        balanced_accuracy=float(balanced_accuracy_score(oof["y"], oof["pred"])),
+    )
+
+
+def _outer_fold(
+    index: int, fs: FeatureSet, train: np.ndarray, test: np.ndarray, config: ProbeConfig
+) -> tuple[dict, np.ndarray]:
+    # One BLAS thread per worker: the matrices are small and pools oversubscribe the cores.
+    with threadpool_limits(limits=1):
+        y, groups = fs.y[train], fs.groups[train]
+        if np.unique(y).size < 2:
+            raise ValueError(
+                f"outer fold {index}: its training tasks hold only y={y[0]}; "
+                f"use fewer outer folds or check that more than one task has each class"
+            )
+        n_tasks = np.unique(groups).size
+        if n_tasks < config.n_inner:
+            raise ValueError(
+                f"outer fold {index}: {n_tasks} training tasks cannot make {config.n_inner} inner folds; "
+                f"lower ProbeConfig.n_inner"
+            )
+        inner = grouped_splits(y, groups, config.n_inner, config.split_seed("inner"))
+        usable = [np.unique(y[tr]).size == 2 and np.unique(y[te]).size == 2 for tr, te in inner]
+        if not any(usable):
+            raise ValueError(
+                f"outer fold {index}: none of its {config.n_inner} inner folds has both classes in training "
+                f"and test tasks, so no configuration can be selected; lower n_inner or add tasks"
+            )
+        cache: dict[tuple[CandidateKey, ProbeParams], _InnerScores] = {}
+
+        def evaluate(key: CandidateKey, params: ProbeParams) -> float:
+            if (key, params) not in cache:
+                cache[key, params] = _inner_scores(fs.features[key][train], y, inner, usable, params)
+            return cache[key, params].mean_auroc
+
+        if config.search == "two_stage":
+            key = _argmax(fs.keys, lambda k: evaluate(k, config.fixed_params))
+            key, params = _argmax([(key, p) for p in config.grid()], lambda kp: evaluate(*kp))
+        else:
+            key, params = _argmax([(k, p) for k in fs.keys for p in config.grid()], lambda kp: evaluate(*kp))
+        chosen = cache[key, params]
+        scored = ~np.isnan(chosen.oof)
+        threshold = balanced_accuracy_threshold(y[scored], chosen.oof[scored])
+        standardize, pca, C = params
+        model = LinearProbe(C=C, standardize=standardize, pca=pca).fit(fs.features[key][train], y)
+        score = model.decision_function(fs.features[key][test])
+    fold = {
+        "fold": index,
+        "test_tasks": sorted(np.unique(fs.groups[test]).tolist()),
+        "n_train": int(train.size),
+        "n_test": int(test.size),
+        "layer": int(key[0]),
+        "pooling": key[1],
+        "standardize": bool(standardize),
+        "pca": pca,
+        "C": float(C),
+        "threshold": threshold,
+        "inner_auroc": chosen.mean_auroc,
+        "auroc": auroc(fs.y[test], score),
+        "n_inner_skipped": len(usable) - sum(usable),
+    }
+    return fold, score
+
+
+def _inner_scores(
+    X: np.ndarray, y: np.ndarray, inner: list[tuple[np.ndarray, np.ndarray]], usable: list[bool], params: ProbeParams
+) -> _InnerScores:
+    standardize, pca, C = params
+    oof = np.full(y.size, np.nan)
+    aurocs = []
+    for (train, test), ok in zip(inner, usable):
+        if np.unique(y[train]).size < 2:
+            continue
+        oof[test] = LinearProbe(C=C, standardize=standardize, pca=pca).fit(X[train], y[train]).decision_function(X[test])
+        if ok:
+            aurocs.append(auroc(y[test], oof[test]))
+    return _InnerScores(float(np.mean(aurocs)), oof)
+
+
+def _argmax(options: list[T], value: Callable[[T], float]) -> T:
+    """First option with the highest value (strict > keeps the earliest on ties)."""
+    best, best_value = options[0], -np.inf
+    for option in options:
+        v = value(option)
+        if v > best_value:
+            best, best_value = option, v
+    return best
+
+
+def layer_curve(fs: FeatureSet, config: ProbeConfig) -> dict[str, dict[str, list]]:
+    """Descriptive AUROC per (pooling, layer) of the fixed probe under outer-style grouped CV; NOT the headline.
+
+    No selection happens here, so each point is an honest single-candidate
+    estimate, but reading off the best layer of the curve is optimistic
+    (that is what the nested CV and the permutation test account for).
+    Returns {pooling: {"layers": [...], "auroc": [...]}}, layers ascending.
+    """
+    values = candidate_aurocs(fs, fs.y[None, :], config)[0]
+    curve: dict[str, dict[str, list]] = {}
+    for (layer, pooling), value in zip(fs.keys, values):
+        entry = curve.setdefault(pooling, {"layers": [], "auroc": []})
+        entry["layers"].append(int(layer))
+        entry["auroc"].append(float(value))
+    return curve
