@@ -105,6 +105,93 @@ def fetch(spec: Annotated[str, typer.Argument(help="smollm2-135m or tiny-qwen3.5
     console.print(f"{spec}: available at {path}")
 
 
+DeviceOpt = Annotated[str, typer.Option(help="torch device: cpu, cuda, cuda:1 ...")]
+DtypeOpt = Annotated[str, typer.Option(help="Model dtype: fp32, bf16 or fp16 (stored features are float32).")]
+
+
+def _split(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+@app.command()
+def extract(
+    trajectories: Annotated[Path, typer.Option("--trajectories", help="Trajectory file (JSON Lines).")],
+    store: Annotated[Path, typer.Option("--store", help="Activation store directory (created or resumed).")],
+    model: ModelOpt = "smollm2-135m",
+    model_path: ModelPathOpt = None,
+    layers: Annotated[str, typer.Option(help="all | full_attention | 0,4,8 | 0-7")] = "all",
+    sites: Annotated[str, typer.Option(help="Comma list of resid_pre, resid_post, attn_out, mlp_out.")] = "resid_pre",
+    pooling: Annotated[str, typer.Option(help="Comma list: last, mean_last:N, mean_latest_step, mean_reasoning, "
+                                                "mean_generation_prompt.")] = "last",
+    conditions: Annotated[str, typer.Option(help="Comma list of history conditions.")] = "full",
+    attention: Annotated[str, typer.Option(help="Boundary attention at: full_attention | none | layer list.")] = "full_attention",
+    boundaries: Annotated[Optional[str], typer.Option(help="Comma list of boundaries b (default: 1..last step).")] = None,
+    max_tokens: Annotated[int, typer.Option(help="Longer contexts are skipped and recorded, never truncated.")] = 42_000,
+    shard: Annotated[Optional[str], typer.Option(help="I/N: this process takes units I, I+N, ...")] = None,
+    no_share_prefix: Annotated[bool, typer.Option("--no-share-prefix", help="One forward per boundary (reference path).")] = False,
+    device: DeviceOpt = "cpu",
+    dtype: DtypeOpt = "fp32",
+) -> None:
+    """Extract pooled boundary residuals and boundary attention into an activation store (resumable)."""
+    from interp.batch import extract_to_store, parse_layers, parse_shard
+    from interp.entropy import EntropyScorer
+    from interp.extract import ExtractConfig
+    from interp.models import load_model
+    from interp.trajectory import load_trajectories
+
+    trajs = load_trajectories(trajectories)
+    sensor = load_model(model, device=device, dtype=dtype, model_path=model_path)
+    attn_layers = [] if attention == "none" else parse_layers(attention, sensor.n_layers, sensor.full_attention_layers)
+    not_full = sorted(set(attn_layers) - set(sensor.full_attention_layers))
+    if not_full:
+        raise ValueError(f"--attention: layers {not_full} are linear-attention layers and have no attention pattern")
+    config = ExtractConfig(
+        layers=parse_layers(layers, sensor.n_layers, sensor.full_attention_layers), sites=_split(sites),
+        poolings=_split(pooling), attention_layers=attn_layers, max_tokens=max_tokens,
+        share_prefix=not no_share_prefix,
+    )
+    conds = _split(conditions)
+    params = {"iclr": {"scorer": EntropyScorer(sensor, max_tokens)}} if "iclr" in conds else None
+    counts = extract_to_store(sensor, trajs, conds, config, store, parse_shard(shard),
+                              [int(b) for b in _split(boundaries)] if boundaries else None, params)
+    console.print(f"{store}: {counts}", markup=False)
+
+
+@app.command()
+def merge(
+    target: Annotated[Path, typer.Argument(help="Store to create or extend.")],
+    shards: Annotated[list[Path], typer.Argument(help="Shard stores to join (same settings).")],
+) -> None:
+    """Join shard stores (from --shard I/N runs) into one store."""
+    from interp.store import merge_stores
+
+    frame = merge_stores(target, shards)
+    console.print(f"{target}: {len(frame)} rows from {len(shards)} shard(s)")
+
+
+@app.command()
+def entropy(
+    trajectories: Annotated[Path, typer.Option("--trajectories", help="Trajectory file (JSON Lines).")],
+    out: Annotated[Path, typer.Option("--out", help="CSV of per-block scores to write.")],
+    model: ModelOpt = "smollm2-135m",
+    model_path: ModelPathOpt = None,
+    rho: Annotated[float, typer.Option(help="ICLR drop fraction per step.")] = 0.8,
+    max_tokens: Annotated[int, typer.Option(help="Scorer context limit (over it: step not scored).")] = 42_000,
+    device: DeviceOpt = "cpu",
+    dtype: DtypeOpt = "fp32",
+) -> None:
+    """Write per-block ICLR entropy scores (bits) and which blocks ICLR drops at rho."""
+    from interp.iclr_stats import entropy_table
+    from interp.models import load_model
+    from interp.store import atomic_write_bytes
+    from interp.trajectory import load_trajectories
+
+    sensor = load_model(model, device=device, dtype=dtype, model_path=model_path)
+    table = entropy_table(sensor, load_trajectories(trajectories), rho=rho, max_tokens=max_tokens)
+    atomic_write_bytes(out, table.to_csv(index=False).encode())
+    console.print(f"{out}: {len(table)} blocks, {int(table['dropped'].sum())} dropped at rho={rho}")
+
+
 def main() -> None:
     """Console entry point: known input errors print one clear message and exit 2, no traceback."""
     from interp.models import ModelUnavailable

@@ -19,6 +19,7 @@ The cache lives in ``$INTERP_CACHE`` (default ``~/.cache/interp``).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import shutil
@@ -272,6 +273,33 @@ def _load_hf(source: Path | str, dtype: torch.dtype, trust_remote_code: bool, al
     return model.eval(), tokenizer
 
 
+def _weight_sharing_twin(model: Any) -> Any:
+    """A second, untouched HF module tree over the *same* parameter and buffer tensors (no copy).
+
+    ``TransformerBridge.boot_transformers`` replaces the HF model's submodules
+    with bridge components (eager attention, pattern hooks). Analyses need the
+    plain modules at sdpa speed, so the twin is built on the meta device and
+    given the original tensors by reference before the bridge is booted.
+    """
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(model.config)
+    config._attn_implementation = "sdpa"
+    with torch.device("meta"):
+        twin = AutoModelForCausalLM.from_config(config, dtype=model.dtype)
+    tensors = {**dict(model.named_parameters(remove_duplicate=False)),
+               **dict(model.named_buffers(remove_duplicate=False))}
+    for name, _ in [*twin.named_parameters(remove_duplicate=False), *twin.named_buffers(remove_duplicate=False)]:
+        owner_name, _, leaf = name.rpartition(".")
+        owner = twin.get_submodule(owner_name)
+        if leaf in owner._parameters:
+            owner._parameters[leaf] = tensors[name]
+        else:
+            owner._buffers[leaf] = tensors[name]
+    twin.eval()
+    return twin
+
+
 def load_tokenizer(spec: str, model_path: str | Path | None = None, allow_download: bool = False) -> Any:
     """Load only the tokenizer (and chat template) of a spec, e.g. for rendering."""
     from transformers import AutoTokenizer
@@ -297,6 +325,7 @@ def load_model(
     model.to(device)
     for p in model.parameters():
         p.requires_grad_(False)
+    plain = _weight_sharing_twin(model)  # the bridge swaps its own components into `model`
     bridge = TransformerBridge.boot_transformers(
         str(source), hf_model=model, tokenizer=tokenizer, device=str(device), dtype=torch_dtype,
         trust_remote_code=trust_remote_code,
@@ -308,7 +337,7 @@ def load_model(
     return Sensor(
         spec=name,
         bridge=bridge,
-        hf_model=model,
+        hf_model=plain,
         tokenizer=tokenizer,
         chat_template=tokenizer.chat_template or "",
         n_layers=n_layers,

