@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -15,8 +16,11 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err = Console(stderr=True)
+# soft_wrap: long lines (problem lines, prompts) are printed whole, never re-wrapped;
+# no emoji or highlighting, so text such as "a[1:100:2]" prints as it is.
+_WIDTH = None if sys.stdout.isatty() else 240
+console = Console(soft_wrap=True, emoji=False, highlight=False, width=_WIDTH)
+err = Console(stderr=True, soft_wrap=True, emoji=False, highlight=False, width=_WIDTH)
 
 ModelOpt = Annotated[str, typer.Option("--model", help="Model spec (see `interp models`) or a local HF directory.")]
 ModelPathOpt = Annotated[Optional[Path], typer.Option("--model-path", help="Local checkpoint directory for the spec.")]

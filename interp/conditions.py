@@ -31,7 +31,8 @@ from interp.trajectory import Step, Trajectory, join_blocks
 
 SKIP = "[SKIP]"
 HIDDEN = "[output hidden]"
-WRITE_TOOL_RE = re.compile(r"(write|create|save|edit|patch|apply|append|put|upload)", re.I)
+# Whole words of the tool name (split on _ - . and camelCase): "write_file", "saveFile", not "input_text".
+WRITE_TOOL_RE = re.compile(r"(?:^|[_\-.])(write|create|save|edit|patch|apply|append|put|upload)(?=$|[_\-.])", re.I)
 CODE_ARG_KEYS = ("content", "code", "patch", "diff", "body", "text", "new_content")
 
 # A block scorer returns, for step t (1-based) of a trajectory, one score per
@@ -205,7 +206,8 @@ def writes_code(step: Step) -> bool:
     """True when the step's action writes code or a file (write-like tool with a content argument)."""
     for call in step.action.calls:
         has_content = any(key in call.arguments for key in CODE_ARG_KEYS)
-        if WRITE_TOOL_RE.search(call.tool) and has_content:
+        words = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", call.tool)
+        if WRITE_TOOL_RE.search(words) and has_content:
             return True
     return False
 

@@ -73,6 +73,20 @@ class Outputs:
         return self.sums[key] / self.counts[key]
 
 
+def snapshot_cache(cache: Any) -> Any:
+    """A frozen copy of a cache: KV tensors by reference (an update rebinds them), linear states copied.
+
+    Attention KV layers grow by ``torch.cat`` into new tensors, so references
+    taken now keep their length; Gated-DeltaNet conv/recurrent states are
+    updated in place and are deep-copied.
+    """
+    from transformers.cache_utils import DynamicLayer
+
+    snap = copy.copy(cache)
+    snap.layers = [copy.copy(layer) if type(layer) is DynamicLayer else copy.deepcopy(layer) for layer in cache.layers]
+    return snap
+
+
 def new_cache(sensor: Any) -> Any:
     """An empty cache of the model's own kind (hybrid models include linear-attention states)."""
     from transformers import DynamicCache
@@ -93,7 +107,7 @@ def run_plan(sensor: Any, ids: list[int] | torch.Tensor, plan: Plan, start: Snap
     ids_t = torch.as_tensor(ids, dtype=torch.long, device=device).reshape(1, -1)
     offset = start.length if start is not None else 0
     n_total = offset + ids_t.shape[1]
-    cache = copy.deepcopy(start.cache) if start is not None else new_cache(sensor)
+    cache = snapshot_cache(start.cache) if start is not None else new_cache(sensor)
     out = Outputs()
     state = {"lo": offset, "hi": offset}
 
@@ -136,7 +150,7 @@ def run_plan(sensor: Any, ids: list[int] | torch.Tensor, plan: Plan, start: Snap
             hidden = model.model(input_ids=chunk, cache=cache, use_cache=True).last_hidden_state[0]
             _unembed(model, hidden, lo, hi, want_lp, want_h, out)
             if hi in plan.snapshots:
-                out.snapshots[hi] = Snapshot(hi, copy.deepcopy(cache))
+                out.snapshots[hi] = Snapshot(hi, snapshot_cache(cache))
             lo = hi
     return out
 

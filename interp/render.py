@@ -171,8 +171,10 @@ def _messages(traj: Trajectory, steps: tuple[Step, ...], mode: str, inline: bool
             )
         else:
             content = ""
-            msg["tool_calls"] = [{"type": "function", "function": {"name": c.tool, "arguments": dict(c.arguments)}}
-                                 for c in step.action.calls]
+            # Tool names are sentinels too: they locate each call inside the template's own format.
+            msg["tool_calls"] = [{"type": "function", "function": {"name": put(c.tool, "tool_name", t, k),
+                                                                   "arguments": dict(c.arguments)}}
+                                 for k, c in enumerate(step.action.calls)]
         if reasoning and (inline or mode == "fallback"):
             content = f"<think>\n{reasoning}\n</think>\n\n{content}"
         elif reasoning:
@@ -214,6 +216,7 @@ def render_text(traj: Trajectory, after_step: int, tokenizer: Any) -> tuple[str,
 
     out: list[str] = []
     spans: list[tuple[str, int, int, int | None, int | None]] = []
+    names: list[tuple[str, int, int, int | None, int | None]] = []  # where each tool name was rendered
     pos, cursor = 0, 0
     seen: set[int] = set()
     for m in _SENTINEL_RE.finditer(sentinel_text):
@@ -224,7 +227,7 @@ def render_text(traj: Trajectory, after_step: int, tokenizer: Any) -> tuple[str,
         seen.add(idx)
         out.append(sentinel_text[cursor:m.start()])
         pos += m.start() - cursor
-        spans.append((kind, pos, pos + len(text), step, block))
+        (names if kind == "tool_name" else spans).append((kind, pos, pos + len(text), step, block))
         out.append(text)
         pos += len(text)
         cursor = m.end()
@@ -238,13 +241,18 @@ def render_text(traj: Trajectory, after_step: int, tokenizer: Any) -> tuple[str,
         raise RenderError("the chat template transforms message text (e.g. strips or escapes it); exact spans "
                           "are impossible with this template")
     if mode == "native":
-        spans.extend(_native_spans(text, traj, steps, spans))
+        spans.extend(_native_spans(text, traj, steps, spans, names))
         spans.sort(key=lambda s: s[1])
     return text, spans, mode, "inline" if inline else "field"
 
 
-def _native_spans(text: str, traj: Trajectory, steps: tuple[Step, ...], spans) -> list:
-    """Spans of template-rendered tool definitions and tool calls (``<tools>``/``<tool_call>`` regions)."""
+def _native_spans(text: str, traj: Trajectory, steps: tuple[Step, ...], spans, names) -> list:
+    """Spans of template-rendered tool definitions and tool calls (``<tools>``/``<tool_call>`` regions).
+
+    Call k of step t starts at the last ``<tool_call>`` before its rendered name
+    and ends at the last ``</tool_call>`` before the next call's start (or the
+    step's first observation), so arguments that quote the tags cannot cut it.
+    """
     extra = []
     first_task = next(s for s in spans if s[0] == "task")
     if traj.tools:
@@ -254,23 +262,20 @@ def _native_spans(text: str, traj: Trajectory, steps: tuple[Step, ...], spans) -
         if start < 0:
             raise RenderError("native template: no <tools>...</tools> region before the task")
         extra.append(("tools", start, end + len("</tools>"), None, None))
-    # Each step's calls lie between its last piece (reasoning or task) and its first observation.
-    bounds = sorted(spans, key=lambda s: s[1])
+    name_at = {(n[3], n[4]): n[1] for n in names}
     for t, step in enumerate(steps, start=1):
         if step.action.is_text:
             continue
-        before = [s for s in bounds if (s[3] is not None and s[3] <= t and s[0] != "observation") or s[0] == "task"]
-        lo = max(s[2] for s in before)
-        after = [s for s in bounds if s[3] is not None and s[3] > t or (s[3] == t and s[0] == "observation")]
-        hi = min((s[1] for s in after), default=len(text))
-        region_start = lo
-        for k in range(len(step.action.calls)):
-            start = text.find("<tool_call>", region_start, hi)
-            end = text.find("</tool_call>", start, hi) if start >= 0 else -1
+        lo = max(s[2] for s in spans if s[3] is None or s[3] < t or (s[3] == t and s[0] != "observation"))
+        hi = min((s[1] for s in spans if s[3] is not None and (s[3] > t or (s[3] == t and s[0] == "observation"))),
+                 default=len(text))
+        starts = [text.rfind("<tool_call>", lo, name_at[(t, k)]) for k in range(len(step.action.calls))]
+        for k, start in enumerate(starts):
+            stop = starts[k + 1] if k + 1 < len(starts) else hi
+            end = text.rfind("</tool_call>", start, stop) if start >= 0 else -1
             if start < 0 or end < 0:
                 raise RenderError(f"native template: tool call {k} of step {t} not found as <tool_call>...</tool_call>")
             extra.append(("action", start, end + len("</tool_call>"), t, k))
-            region_start = end
     return extra
 
 

@@ -11,6 +11,7 @@ Objects are frozen: history conditions return edited copies
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ KNOWN_FIELDS = frozenset(
     {"task_id", "domain", "system_prompt", "tools", "task", "steps", "final_answer",
      "outcome", "annotations", "source"}
 )
+STEP_FIELDS = frozenset({"reasoning", "action", "observation"})
+BOUNDARY_FIELDS = frozenset({"after_step", "future_necessity", "externalization_gap", "note"})
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,7 @@ class Step:
     reasoning: str
     action: Action
     observation: str | tuple[str, ...] | None
+    extra: Mapping[str, Any] = field(default_factory=dict)  # unknown step fields, passed through
 
     @property
     def blocks(self) -> list[str]:
@@ -115,7 +119,8 @@ class Step:
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form."""
         obs = list(self.observation) if isinstance(self.observation, tuple) else self.observation
-        return {"reasoning": self.reasoning, "action": self.action.to_json(), "observation": obs}
+        return {"reasoning": self.reasoning, "action": self.action.to_json(), "observation": obs,
+                **copy.deepcopy(dict(self.extra))}
 
 
 @dataclass(frozen=True)
@@ -126,6 +131,14 @@ class BoundaryAnnotation:
     future_necessity: int | None = None
     externalization_gap: int | None = None
     note: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)  # unknown fields, passed through
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain-JSON form (unset labels omitted)."""
+        out = {k: v for k, v in (("after_step", self.after_step), ("future_necessity", self.future_necessity),
+                                 ("externalization_gap", self.externalization_gap), ("note", self.note))
+               if v is not None}
+        return {**out, **copy.deepcopy(dict(self.extra))}
 
 
 @dataclass(frozen=True)
@@ -161,6 +174,7 @@ class Trajectory:
                 reasoning=s["reasoning"],
                 action=Action.from_json(s["action"]),
                 observation=tuple(s["observation"]) if isinstance(s["observation"], list) else s["observation"],
+                extra=copy.deepcopy({k: v for k, v in s.items() if k not in STEP_FIELDS}),
             )
             for s in raw["steps"]
         )
@@ -170,6 +184,7 @@ class Trajectory:
                 future_necessity=a.get("future_necessity"),
                 externalization_gap=a.get("externalization_gap"),
                 note=a.get("note", ""),
+                extra=copy.deepcopy({k: v for k, v in a.items() if k not in BOUNDARY_FIELDS}),
             )
             for a in raw.get("annotations", {}).get("boundaries", [])
         )
@@ -184,7 +199,7 @@ class Trajectory:
             outcome=dict(raw.get("outcome", {})),
             annotations=ann,
             source=raw.get("source"),
-            extra={k: v for k, v in raw.items() if k not in KNOWN_FIELDS},
+            extra=copy.deepcopy({k: v for k, v in raw.items() if k not in KNOWN_FIELDS}),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -201,13 +216,11 @@ class Trajectory:
         }
         if self.annotations:
             out["annotations"] = {
-                "boundaries": [
-                    {k: v for k, v in vars(a).items() if v is not None} for a in self.annotations
-                ]
+                "boundaries": [a.to_json() for a in self.annotations]
             }
         if self.source is not None:
             out["source"] = self.source
-        out.update(self.extra)
+        out.update(copy.deepcopy(dict(self.extra)))
         return out
 
 
@@ -300,6 +313,17 @@ class ValidationReport:
                 f"{self.n_boundaries} boundaries; domains: {doms}")
 
 
+def _unknown_fields(raw: Mapping[str, Any]) -> list[str]:
+    found = [k for k in raw if k not in KNOWN_FIELDS]
+    for i, step in enumerate(raw.get("steps", [])):
+        if isinstance(step, dict):
+            found += [f"steps[{i}].{k}" for k in step if k not in STEP_FIELDS]
+    for i, ann in enumerate(raw.get("annotations", {}).get("boundaries", []) if isinstance(raw.get("annotations"), dict) else []):
+        if isinstance(ann, dict):
+            found += [f"annotations.boundaries[{i}].{k}" for k in ann if k not in BOUNDARY_FIELDS]
+    return found
+
+
 def iter_records(path: str | Path, report: ValidationReport | None = None) -> Iterator[tuple[int, Trajectory]]:
     """Stream ``(line_number, Trajectory)`` from a JSONL file, validating each line.
 
@@ -310,16 +334,23 @@ def iter_records(path: str | Path, report: ValidationReport | None = None) -> It
     if not path.exists():
         raise TrajectoryError([f"{path}: file not found"])
     seen_ids: dict[str, int] = {}
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
+    with path.open("rb") as fh:
+        for lineno, raw_line in enumerate(fh, start=1):
             found: list[str] = []
+            raw = None
             try:
-                raw = json.loads(line)
-            except json.JSONDecodeError as exc:
-                found.append(f"{path}:{lineno}: (line): invalid JSON: {exc.msg} at column {exc.colno}")
-                raw = None
+                line = raw_line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                found.append(f"{path}:{lineno}: (line): not UTF-8 (byte {exc.start + 1} of the line); "
+                             "re-encode the file as UTF-8")
+                line = ""
+            if not line.strip() and not found:
+                continue
+            if line.strip():
+                try:
+                    raw = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    found.append(f"{path}:{lineno}: (line): invalid JSON: {exc.msg} at column {exc.colno}")
             if raw is not None:
                 if not isinstance(raw, dict):
                     found.append(f"{path}:{lineno}: (record): expected a JSON object, got {type(raw).__name__}")
@@ -336,8 +367,8 @@ def iter_records(path: str | Path, report: ValidationReport | None = None) -> It
                     found.extend(f"{path}:{lineno}: {where}: {msg}" for where, msg in probs)
                     if report is not None:
                         report.unknown_fields.extend(
-                            f"{path}:{lineno}: {k}: unknown field (kept and passed through)"
-                            for k in raw if k not in KNOWN_FIELDS
+                            f"{path}:{lineno}: {where}: unknown field (kept and passed through)"
+                            for where in _unknown_fields(raw)
                         )
             if found:
                 if report is None:
