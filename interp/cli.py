@@ -196,6 +196,88 @@ def entropy(
     console.print(f"{out}: {len(table)} blocks, {int(table['dropped'].sum())} dropped at rho={rho}")
 
 
+@app.command()
+def patch(
+    trajectories: Annotated[Path, typer.Option("--trajectories", help="Trajectory file (JSON Lines).")],
+    out: Annotated[Path, typer.Option("--out", help="Directory for kl_repair.json (and per-trajectory parts).")],
+    condition: Annotated[str, typer.Option(help="Deletion condition giving P_del.")] = "delete_all_reasoning",
+    model: ModelOpt = "smollm2-135m",
+    model_path: ModelPathOpt = None,
+    layers: Annotated[str, typer.Option(help="all | full_attention | 0,4,8 | 0-7 (resid_pre; 'all' adds the final resid_post).")] = "all",
+    site: Annotated[str, typer.Option(help="resid_pre, attn_out or mlp_out.")] = "resid_pre",
+    positions: Annotated[int, typer.Option("--positions", help="Patch the last n positions (1 = boundary token).")] = 1,
+    method: Annotated[str, typer.Option(help="fast (shared prefix, batched sites) or reference (one forward per site).")] = "fast",
+    task_ids: Annotated[Optional[str], typer.Option("--task-ids", help="Comma list of trajectories (default: all).")] = None,
+    device: DeviceOpt = "cpu",
+    dtype: DtypeOpt = "fp32",
+) -> None:
+    """KL Repair per layer: patch the full run's boundary activation into the deleted run."""
+    from dataclasses import asdict
+
+    from interp.batch import parse_layers
+    from interp.jobs import run_units
+    from interp.models import load_model
+    from interp.store import atomic_write_json
+    from interp.trajectory import load_trajectories
+    from patching.kl_repair import BoundaryRepair, kl_repair_trajectory, summarize
+
+    trajs = {t.task_id: t for t in load_trajectories(trajectories)}
+    keys = _split(task_ids) if task_ids else list(trajs)
+    sensor = load_model(model, device=device, dtype=dtype, model_path=model_path)
+    chosen = parse_layers(layers, sensor.n_layers, sensor.full_attention_layers)
+    sites = [(site, layer) for layer in chosen]
+    if site == "resid_pre" and layers == "all":
+        sites.append(("resid_post", sensor.n_layers - 1))
+    parts = run_units(keys, lambda k: [asdict(r) for r in kl_repair_trajectory(
+        sensor, trajs[k], condition, sites, method=method, n_positions=positions)],
+        out / "parts" / f"{condition}.{method}.{site}.{layers}.{positions}", "patch")
+    rows = [BoundaryRepair(**r) for k in keys for r in parts[k]]
+    result = summarize(rows, sites, condition, sensor, method, positions)
+    atomic_write_json(out / "kl_repair.json", result)
+    console.print(f"{out / 'kl_repair.json'}: {result['n_samples']} samples, {result['n_excluded']} excluded")
+
+
+@app.command()
+def harm(
+    trajectories: Annotated[Path, typer.Option("--trajectories", help="Trajectory file (JSON Lines).")],
+    out: Annotated[Path, typer.Option("--out", help="Directory for harm.json.")],
+    model: ModelOpt = "smollm2-135m",
+    model_path: ModelPathOpt = None,
+    boundaries: Annotated[Optional[str], typer.Option(help="Comma list of task_id@b (default: middle boundary of each).")] = None,
+    max_k: Annotated[int, typer.Option("--max-k", help="Largest set cardinality.")] = 3,
+    budget: Annotated[int, typer.Option(help="Sampled sets per cardinality >= 2.")] = 10,
+    seed: int = 0,
+    device: DeviceOpt = "cpu",
+    dtype: DtypeOpt = "fp32",
+) -> None:
+    """Set-level deletion harm (DRSR): joint vs additive harm of deleting history blocks."""
+    from interp.jobs import run_units
+    from interp.models import load_model
+    from interp.store import atomic_write_json
+    from interp.trajectory import load_trajectories
+    from patching.harm import candidate_sets, set_harms, summarize_harm
+
+    trajs = {t.task_id: t for t in load_trajectories(trajectories)}
+    if boundaries:
+        keys = _split(boundaries)
+    else:
+        keys = [f"{t.task_id}@{max(1, t.n_steps // 2)}" for t in trajs.values() if t.n_steps >= 2]
+    sensor = load_model(model, device=device, dtype=dtype, model_path=model_path)
+
+    def compute(key: str) -> dict:
+        task_id, _, b = key.rpartition("@")
+        traj = trajs[task_id]
+        nll, sets = set_harms(sensor, traj, int(b), candidate_sets(traj, int(b), max_k, budget, seed))
+        return {"task_id": task_id, "after_step": int(b), "nll_full": nll,
+                "sets": [{"members": [list(m) for m in h.members], "tokens_removed": h.tokens_removed,
+                          "nll": h.nll, "harm": h.harm, "interaction": h.interaction} for h in sets]}
+
+    parts = run_units(keys, compute, out / "parts" / f"harm.k{max_k}.n{budget}.s{seed}", "harm")
+    result = {**summarize_harm([parts[k] for k in keys]), "model": sensor.describe()}
+    atomic_write_json(out / "harm.json", result)
+    console.print(f"{out / 'harm.json'}: {len(keys)} boundaries")
+
+
 def main() -> None:
     """Console entry point: known input errors print one clear message and exit 2, no traceback."""
     from interp.models import ModelUnavailable

@@ -87,9 +87,9 @@ def _count(counter: TokenCounter | None, text: str) -> int | None:
     return counter(text) if counter is not None else None
 
 
-def _edit_blocks(traj: Trajectory, log: EditLog, drop: dict[int, set[int]], placeholder: str | None,
+def drop_blocks(traj: Trajectory, log: EditLog, drop: dict[int, set[int]], placeholder: str | None,
                  counter: TokenCounter | None) -> Trajectory:
-    """Remove (or replace with ``placeholder``) blocks ``drop[step] = {block, ...}`` (1-based steps)."""
+    """Remove (or replace with ``placeholder``) blocks ``drop[step] = {block, ...}`` (1-based steps), logging each."""
     steps = list(traj.steps)
     for t in sorted(drop):
         blocks = steps[t - 1].blocks
@@ -118,19 +118,19 @@ def full(traj: Trajectory, after_step: int, log: EditLog, counter: TokenCounter 
 def delete_all_reasoning(traj: Trajectory, after_step: int, log: EditLog,
                          counter: TokenCounter | None = None) -> Trajectory:
     """Remove every reasoning block of steps 1..b."""
-    return _edit_blocks(traj, log, _all_blocks(traj, range(1, after_step + 1)), None, counter)
+    return drop_blocks(traj, log, _all_blocks(traj, range(1, after_step + 1)), None, counter)
 
 
 def delete_latest_reasoning(traj: Trajectory, after_step: int, log: EditLog,
                             counter: TokenCounter | None = None) -> Trajectory:
     """Remove the reasoning of step b only."""
-    return _edit_blocks(traj, log, _all_blocks(traj, range(after_step, after_step + 1)), None, counter)
+    return drop_blocks(traj, log, _all_blocks(traj, range(after_step, after_step + 1)), None, counter)
 
 
 def keep_latest_reasoning(traj: Trajectory, after_step: int, log: EditLog,
                           counter: TokenCounter | None = None) -> Trajectory:
     """Remove the reasoning of steps 1..b-1, keep step b's."""
-    return _edit_blocks(traj, log, _all_blocks(traj, range(1, after_step)), None, counter)
+    return drop_blocks(traj, log, _all_blocks(traj, range(1, after_step)), None, counter)
 
 
 def iclr(traj: Trajectory, after_step: int, log: EditLog, counter: TokenCounter | None = None,
@@ -156,7 +156,7 @@ def iclr(traj: Trajectory, after_step: int, log: EditLog, counter: TokenCounter 
         k = math.floor(rho * n)
         order = sorted(range(n), key=lambda i: (scores[i], i))  # ties: earlier block dropped first
         drop[t] = set(order[:k])
-    return _edit_blocks(traj, log, drop, SKIP, counter)
+    return drop_blocks(traj, log, drop, SKIP, counter)
 
 
 def random_blocks(traj: Trajectory, after_step: int, log: EditLog, counter: TokenCounter | None = None,
@@ -179,7 +179,7 @@ def random_blocks(traj: Trajectory, after_step: int, log: EditLog, counter: Toke
             break
         drop.setdefault(t, set()).add(k)
         removed += n
-    return _edit_blocks(traj, log, drop, None, counter)
+    return drop_blocks(traj, log, drop, None, counter)
 
 
 def hide_observation(traj: Trajectory, after_step: int, log: EditLog, counter: TokenCounter | None = None,
@@ -220,7 +220,7 @@ def clear_after_code(traj: Trajectory, after_step: int, log: EditLog,
         log.notes.append("no step up to the boundary wrote code or a file; nothing cleared")
         return traj
     log.params["code_step"] = k
-    return _edit_blocks(traj, log, _all_blocks(traj, range(1, k + 1)), None, counter)
+    return drop_blocks(traj, log, _all_blocks(traj, range(1, k + 1)), None, counter)
 
 
 CONDITIONS: dict[str, Callable[..., Trajectory]] = {

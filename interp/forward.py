@@ -34,7 +34,12 @@ import torch
 from interp.attention import capture_rows
 from interp.hooks import hook_name, hooks, plain_attention
 
-ENTROPY_SLICE = 512  # rows unembedded at a time for entropies
+ENTROPY_SLICE = 512  # rows unembedded at a time for entropies and target log-probs
+
+
+def logit_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Dtype of log-softmax/KL arithmetic: float32 at least, float64 for a float64 model."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 @dataclass
@@ -53,6 +58,7 @@ class Plan:
     rows: dict[tuple[int, int], Any] = field(default_factory=dict)  # (layer, query pos) -> key
     logprobs: list[int] = field(default_factory=list)
     entropy: list[int] = field(default_factory=list)
+    targets: dict[int, int] = field(default_factory=dict)  # pos -> token id whose log-prob is kept
     snapshots: list[int] = field(default_factory=list)
     cuts: list[int] = field(default_factory=list)
 
@@ -66,6 +72,7 @@ class Outputs:
     rows: dict[Any, dict[int, torch.Tensor]] = field(default_factory=dict)  # key -> {layer: [heads, p+1]}
     logprobs: dict[int, torch.Tensor] = field(default_factory=dict)  # pos -> float32 [vocab]
     entropy: dict[int, float] = field(default_factory=dict)  # pos -> bits
+    target_logprob: dict[int, float] = field(default_factory=dict)  # pos -> log p(target) in nats
     snapshots: dict[int, Snapshot] = field(default_factory=dict)
 
     def mean(self, key: Any) -> torch.Tensor:
@@ -141,6 +148,7 @@ def run_plan(sensor: Any, ids: list[int] | torch.Tensor, plan: Plan, start: Snap
 
     want_lp = set(plan.logprobs)
     want_h = set(plan.entropy)
+    want_t = plan.targets
     with torch.inference_mode(), plain_attention(model), hooks(model, fwd), \
             capture_rows(model, row_layers, queries, cache, sink):
         lo = offset
@@ -148,7 +156,7 @@ def run_plan(sensor: Any, ids: list[int] | torch.Tensor, plan: Plan, start: Snap
             state["lo"], state["hi"] = lo, hi
             chunk = ids_t[:, lo - offset: hi - offset]
             hidden = model.model(input_ids=chunk, cache=cache, use_cache=True).last_hidden_state[0]
-            _unembed(model, hidden, lo, hi, want_lp, want_h, out)
+            _unembed(model, hidden, lo, hi, want_lp, want_h, want_t, out)
             if hi in plan.snapshots:
                 out.snapshots[hi] = Snapshot(hi, snapshot_cache(cache))
             lo = hi
@@ -156,15 +164,22 @@ def run_plan(sensor: Any, ids: list[int] | torch.Tensor, plan: Plan, start: Snap
 
 
 def _unembed(model: Any, hidden: torch.Tensor, lo: int, hi: int, want_lp: set[int], want_h: set[int],
-             out: Outputs) -> None:
+             want_t: dict[int, int], out: Outputs) -> None:
+    acc = logit_dtype(hidden.dtype)
     lp_pos = sorted(p for p in want_lp if lo <= p < hi)
     if lp_pos:
-        logits = model.lm_head(hidden[[p - lo for p in lp_pos]]).float()
+        logits = model.lm_head(hidden[[p - lo for p in lp_pos]]).to(acc)
         for p, row in zip(lp_pos, torch.log_softmax(logits, dim=-1)):
             out.logprobs[p] = row.cpu()
     h_pos = sorted(p for p in want_h if lo <= p < hi)
     for i in range(0, len(h_pos), ENTROPY_SLICE):
         part = h_pos[i: i + ENTROPY_SLICE]
-        logp = torch.log_softmax(model.lm_head(hidden[[p - lo for p in part]]).float(), dim=-1)
-        bits = -(logp.exp() * logp).sum(-1) / torch.log(torch.tensor(2.0))
+        logp = torch.log_softmax(model.lm_head(hidden[[p - lo for p in part]]).to(acc), dim=-1)
+        bits = -(logp.exp() * logp).sum(-1) / torch.log(torch.tensor(2.0, dtype=acc))
         out.entropy.update(zip(part, bits.cpu().tolist()))
+    t_pos = sorted(p for p in want_t if lo <= p < hi)
+    for i in range(0, len(t_pos), ENTROPY_SLICE):
+        part = t_pos[i: i + ENTROPY_SLICE]
+        logp = torch.log_softmax(model.lm_head(hidden[[p - lo for p in part]]).to(acc), dim=-1)
+        picked = logp[torch.arange(len(part)), torch.tensor([want_t[p] for p in part])]
+        out.target_logprob.update(zip(part, picked.cpu().tolist()))

@@ -40,7 +40,7 @@ import torch
 
 from interp.conditions import apply_condition
 from interp.extract import lcp
-from interp.forward import Plan, run_plan
+from interp.forward import Plan, logit_dtype, run_plan
 from interp.hooks import hook_name, hooks, plain_attention
 from interp.render import Rendered, render
 from interp.trajectory import Trajectory
@@ -56,8 +56,9 @@ def default_sites(n_layers: int, site: str = "resid_pre") -> list[tuple[str, int
 
 
 def kl(p_log: torch.Tensor, q_log: torch.Tensor) -> torch.Tensor:
-    """KL(P || Q) in nats from float32 log-probs (last dim = vocabulary)."""
-    p_log, q_log = p_log.float(), q_log.float()
+    """KL(P || Q) in nats from log-probs (float32 at least; last dim = vocabulary)."""
+    acc = torch.promote_types(torch.promote_types(p_log.dtype, q_log.dtype), torch.float32)
+    p_log, q_log = p_log.to(acc), q_log.to(acc)
     return (p_log.exp() * (p_log - q_log)).sum(-1)
 
 
@@ -188,7 +189,7 @@ def _patched_reference(sensor: Any, ids: list[int], patch: dict[str, torch.Tenso
     ids_t = torch.tensor([ids], device=sensor.device)
     with torch.inference_mode(), plain_attention(model), hooks(model, [(n, replace) for n in patch]):
         hidden = model.model(input_ids=ids_t).last_hidden_state[0, -1]
-        return torch.log_softmax(model.lm_head(hidden).float(), dim=-1)
+        return torch.log_softmax(model.lm_head(hidden).to(logit_dtype(hidden.dtype)), dim=-1)
 
 
 def _score(task_id: str, b: int, p_full: torch.Tensor, p_del: torch.Tensor, p_patch: torch.Tensor,

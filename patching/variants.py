@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from transformers import AttentionInterface, DynamicCache
 
+from interp.forward import logit_dtype
 from interp.hooks import hooks, plain_attention
 
 IMPLEMENTATION = "interp_shared_prefix"
@@ -43,15 +44,16 @@ def _shared_prefix_attention(module: Any, query: torch.Tensor, key: torch.Tensor
     kvh = key.shape[1]
     g = h // kvh
     scale = scaling if scaling is not None else hd ** -0.5
-    q = query.float().view(s, kvh, g, k, hd)
-    scores_p = torch.einsum("svgqd,vmd->svgqm", q, pk[0].float()) * scale
-    scores_o = torch.einsum("svgqd,svkd->svgqk", q, key.float()) * scale
+    acc = logit_dtype(query.dtype)
+    q = query.to(acc).view(s, kvh, g, k, hd)
+    scores_p = torch.einsum("svgqd,vmd->svgqm", q, pk[0].to(acc)) * scale
+    scores_o = torch.einsum("svgqd,svkd->svgqk", q, key.to(acc)) * scale
     causal = torch.ones(k, k, dtype=torch.bool, device=query.device).tril()
     scores_o = scores_o.masked_fill(~causal, float("-inf"))
     weights = torch.softmax(torch.cat([scores_p, scores_o], dim=-1), dim=-1)
     m = pk.shape[2]
-    out = torch.einsum("svgqm,vmd->svgqd", weights[..., :m], pv[0].float())
-    out = out + torch.einsum("svgqk,svkd->svgqd", weights[..., m:], value.float())
+    out = torch.einsum("svgqm,vmd->svgqd", weights[..., :m], pv[0].to(acc))
+    out = out + torch.einsum("svgqk,svkd->svgqd", weights[..., m:], value.to(acc))
     # HF attention functions return [batch, q_len, heads, head_dim].
     return out.reshape(s, h, k, hd).transpose(1, 2).to(query.dtype).contiguous(), None
 
@@ -123,5 +125,5 @@ def run_variants(sensor: Any, prefix: Any, prefix_len: int, tail_ids: list[int],
     cache = _variant_cache(sensor, prefix, s)
     with torch.inference_mode(), plain_attention(model, IMPLEMENTATION), _prefix_kv(prefix), hooks(model, fwd):
         hidden = model.model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True).last_hidden_state
-        logits = model.lm_head(hidden[:, -1]).float()
+        logits = model.lm_head(hidden[:, -1]).to(logit_dtype(hidden.dtype))
     return torch.log_softmax(logits, dim=-1)
