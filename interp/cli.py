@@ -278,6 +278,60 @@ def harm(
     console.print(f"{out / 'harm.json'}: {len(keys)} boundaries")
 
 
+@app.command()
+def probe(
+    store: Annotated[Path, typer.Option("--store", help="Activation store directory.")],
+    out: Annotated[Path, typer.Option("--out", help="Directory for probe_results.json and oof_predictions.csv.")],
+    labels: Annotated[Optional[Path], typer.Option(help="CSV task_id,after_step,future_necessity (default: annotations).")] = None,
+    condition: Annotated[str, typer.Option(help="Condition of the samples to probe.")] = "full",
+    site: Annotated[str, typer.Option(help="Hooked site of the features.")] = "resid_pre",
+    outer: Annotated[str, typer.Option(help="kfold or loto (leave one task out).")] = "kfold",
+    n_perm: Annotated[int, typer.Option("--n-perm", help="Permutations for the p-value.")] = 100,
+    n_boot: Annotated[int, typer.Option("--n-boot", help="Task-bootstrap resamples for CIs.")] = 1000,
+    search: Annotated[str, typer.Option(help="two_stage or full inner search.")] = "two_stage",
+    n_jobs: Annotated[int, typer.Option("--n-jobs", help="Parallel outer folds (joblib).")] = -1,
+) -> None:
+    """Task-level nested-CV future-necessity probes on a store: AUROC, AP, balanced accuracy, CIs, p."""
+    import pandas as pd
+
+    from interp.store import Store
+    from probes.config import ProbeConfig
+    from probes.data import FeatureSet
+    from probes.report import oof_frame, run_probe, write_probe_results
+
+    frame, features = Store(store).load_features(site, condition=condition)
+    y = frame["future_necessity"].to_numpy()
+    if labels is not None:
+        table = pd.read_csv(labels)
+        missing = {"task_id", "after_step", "future_necessity"} - set(table.columns)
+        if missing:
+            raise ValueError(f"{labels}:1: header: missing column(s) {sorted(missing)}")
+        lookup = {(r.task_id, int(r.after_step)): int(r.future_necessity) for r in table.itertuples()}
+        y = frame.apply(lambda r: lookup.get((r["task_id"], int(r["after_step"])), -1), axis=1).to_numpy()
+    fs = FeatureSet(features=features, y=y, groups=frame["task_id"].to_numpy(), sample_ids=frame["sample_id"].tolist())
+    result = run_probe(fs, ProbeConfig(outer=outer, n_perm=n_perm, n_boot=n_boot, search=search, n_jobs=n_jobs))
+    paths = write_probe_results(result, oof_frame(result), out)
+    console.print(f"AUROC {result['auroc']:.3f} {result['auroc_ci']}, AP {result['ap']:.3f}, "
+                  f"balanced acc {result['balanced_accuracy']:.3f}, p={result['permutation_p']} -> {paths[0]}")
+
+
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option(help="Results directory.")] = Path("results/demo"),
+    model: ModelOpt = "smollm2-135m",
+    model_path: ModelPathOpt = None,
+    full: Annotated[bool, typer.Option(help="Run every analysis on everything (no CPU subsets).")] = False,
+    png: Annotated[bool, typer.Option(help="Export PNG figures (needs Debian's chromium).")] = True,
+    device: DeviceOpt = "cpu",
+    dtype: DtypeOpt = "fp32",
+) -> None:
+    """The main job: every analysis on the bundled demo set, figures and report.md (re-runs reuse results)."""
+    from interp.demo import DemoConfig, run_demo
+
+    run_demo(DemoConfig(out=out, model=model, model_path=model_path, full=full, png=png, device=device,
+                        dtype=dtype), console)
+
+
 def main() -> None:
     """Console entry point: known input errors print one clear message and exit 2, no traceback."""
     from interp.models import ModelUnavailable

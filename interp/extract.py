@@ -47,11 +47,13 @@ class ExtractConfig:
     attention_layers: list[int] = field(default_factory=list)
     max_tokens: int = DEFAULT_MAX_TOKENS
     share_prefix: bool = True
+    block_entropy: bool = False  # ICLR block entropies from the same forward (shared `full` renders)
 
     def to_json(self) -> dict[str, Any]:
         """JSON-able settings (stored in the activation store's schema)."""
         return {"layers": self.layers, "sites": self.sites, "poolings": self.poolings,
-                "attention_layers": self.attention_layers, "max_tokens": self.max_tokens}
+                "attention_layers": self.attention_layers, "max_tokens": self.max_tokens,
+                "block_entropy": self.block_entropy}
 
 
 @dataclass
@@ -78,6 +80,7 @@ class BoundaryFeatures:
     boundary_entropy_bits: float | None = None
     top1: int | None = None
     edit: dict[str, Any] = field(default_factory=dict)
+    block_entropy: list[dict[str, Any]] = field(default_factory=list)  # set on the last boundary's row
 
 
 def model_max_positions(sensor: Any) -> int:
@@ -160,6 +163,9 @@ def _run(sensor: Any, renders: dict[int, Rendered], results: dict[int, BoundaryF
     snaps = sorted({n for n in suffix.values() if n > 0})
     end = max([renders[b].n_tokens for b in served] + snaps)
     plan = Plan(logprobs=[renders[b].n_tokens - 1 for b in served], snapshots=snaps)
+    blocks = [sp for sp in renders[base_b].spans("reasoning_block") if 1 <= sp.start and sp.end <= end]
+    if config.block_entropy:
+        plan.entropy = sorted({i - 1 for sp in blocks for i in range(sp.start, sp.end)})
     for b in served:
         _requests(b, renders[b], config, 0, renders[b].n_tokens, plan)
         for layer in config.attention_layers:
@@ -168,6 +174,12 @@ def _run(sensor: Any, renders: dict[int, Rendered], results: dict[int, BoundaryF
         _requests(b, renders[b], config, 0, n, plan)
     base_out = run_plan(sensor, base[:end], plan)
     _collect(base_out, {b: renders[b] for b in served}, results, config, "shared", sensor.d_model)
+    if config.block_entropy:
+        # Mean over the block's tokens i of the entropy at position i-1 (bits), as in interp.entropy.
+        results[base_b].block_entropy = [
+            {"step": sp.step, "block": sp.block, "n_tokens": sp.n_tokens,
+             "mean_entropy_bits": sum(base_out.entropy[i - 1] for i in range(sp.start, sp.end)) / sp.n_tokens}
+            for sp in blocks]
     for b, n in suffix.items():
         r = renders[b]
         start = base_out.snapshots.get(n)

@@ -138,6 +138,7 @@ class Store:
             Path(tmp).unlink(missing_ok=True)
             raise
         manifest_rows, segments = [], {}
+        block_entropy = [e for r in rows for e in r.block_entropy]
         ok_index = {r.after_step: i for i, r in enumerate(ok)}
         for r in rows:
             ann = traj.annotation(r.after_step)
@@ -154,7 +155,8 @@ class Store:
                 **{f"pool_count.{k}": v for k, v in r.pool_counts.items()},
             })
             segments[str(r.after_step)] = r.segments
-        atomic_write_json(self.units_dir / f"{name}.json", {"rows": manifest_rows, "segments": segments})
+        atomic_write_json(self.units_dir / f"{name}.json",
+                          {"rows": manifest_rows, "segments": segments, "block_entropy": block_entropy})
 
     def _ensure_units(self) -> Path:
         self.units_dir.mkdir(parents=True, exist_ok=True)
@@ -169,6 +171,16 @@ class Store:
         if frame.empty:
             return frame
         return frame.sort_values(["task_id", "condition", "after_step"]).reset_index(drop=True)
+
+    def block_entropy(self, condition: str = "full") -> pd.DataFrame:
+        """ICLR block entropies recorded during extraction (``block_entropy`` setting), one row per block."""
+        rows = []
+        for path in sorted(self.units_dir.glob(f"*__{condition}.json")):
+            unit = json.loads(path.read_text())
+            task = unit["rows"][0]["task_id"] if unit["rows"] else None
+            domain = unit["rows"][0]["domain"] if unit["rows"] else None
+            rows.extend({"task_id": task, "domain": domain, **e} for e in unit.get("block_entropy", []))
+        return pd.DataFrame(rows)
 
     def finalize(self) -> pd.DataFrame:
         """Rebuild ``manifest.parquet`` and ``manifest.csv`` from the unit files (atomically)."""
