@@ -332,6 +332,25 @@ def demo(
                         dtype=dtype), console)
 
 
+@app.command()
+def figures(
+    results_dir: Annotated[Path, typer.Argument(help="Results directory (e.g. results/demo) with probe/, patching/, ... files.")],
+    png: Annotated[bool, typer.Option(help="Also export PNGs (needs a Chromium: apt-get install chromium).")] = True,
+    tables: Annotated[bool, typer.Option(help="Also write the headline tables, tables/*.md and *.tex.")] = True,
+) -> None:
+    """Figures (self-contained HTML + PNG) and headline tables from the result files in RESULTS_DIR; no model needed."""
+    from interp.figures import make_figures
+    from interp.tables import write_tables
+
+    if not results_dir.is_dir():
+        raise FileNotFoundError(f"{results_dir}: not a directory (expected a results directory such as results/demo)")
+    report = make_figures(results_dir, png=png)  # prints what was written, skipped and why
+    if tables:
+        write_tables(results_dir)
+    if report["failed"]:
+        raise typer.Exit(1)
+
+
 def main() -> None:
     """Console entry point: known input errors print one clear message and exit 2, no traceback."""
     from interp.models import ModelUnavailable

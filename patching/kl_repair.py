@@ -17,8 +17,9 @@ token); both renders end in the same generation prompt, so tails align.
 
 Two paths give the same numbers (parity-tested within 1e-4):
 
-- ``reference``: one full forward of the deleted render per site, with a
-  replacing hook;
+- ``reference``: one whole forward of the deleted render per site, with a
+  replacing hook (prefix, then the tail with the model's own cache: see
+  ``_patched_reference``);
 - ``fast``: the full and deleted renders of all boundaries run once each
   (prefix-shared, chunked at the boundaries, cache snapshots taken there),
   then per boundary all sites run as one batch of variants over the shared
@@ -40,7 +41,7 @@ import torch
 
 from interp.conditions import apply_condition
 from interp.extract import lcp
-from interp.forward import Plan, logit_dtype, run_plan
+from interp.forward import Plan, logit_dtype, run_plan, snapshot_cache
 from interp.hooks import hook_name, hooks, plain_attention
 from interp.render import Rendered, render
 from interp.trajectory import Trajectory
@@ -77,8 +78,8 @@ class BoundaryRepair:
     n_tokens_deleted: int = 0
 
 
-def _renders(sensor: Any, traj: Trajectory, condition: str, boundaries: list[int],
-             params: dict[str, Any]) -> tuple[dict[int, Rendered], dict[int, Rendered]]:
+def _renders(sensor: Any, traj: Trajectory, condition: str, boundaries: list[int], params: dict[str, Any],
+             source: str) -> tuple[dict[int, Rendered], dict[int, Rendered]]:
     tok = sensor.tokenizer
     full = {b: render(traj, b, tok) for b in boundaries}
     deleted = {b: render(apply_condition(condition, traj, b, **params)[0], b, tok) for b in boundaries}
@@ -128,68 +129,87 @@ def kl_repair_trajectory(
     n_positions: int = 1,
     condition_params: dict[str, Any] | None = None,
     min_kl: float = MIN_KL,
+    source: str = "full",
 ) -> list[BoundaryRepair]:
-    """Repair of every site at every requested boundary of ``traj`` (see module docstring)."""
+    """Repair of every site at every requested boundary of ``traj`` (see module docstring).
+
+    ``source`` is the condition whose run supplies the patched activations and
+    ``P_full`` (``full``; patching from the deleted run itself gives Repair 0).
+    """
     if method not in ("fast", "reference"):
         raise ValueError(f"method must be 'fast' or 'reference', got {method!r}")
     boundaries = boundaries or list(range(1, traj.n_steps + 1))
-    full, deleted = _renders(sensor, traj, condition, boundaries, condition_params or {})
+    full, deleted = _renders(sensor, traj, condition, boundaries, condition_params or {}, source)
     for b in boundaries:
         _check_tail(full[b], deleted[b], n_positions)
     src = _shared_runs(sensor, full, _source_plan(full, sites, n_positions))
+    if source != "full":  # activations from another condition's run; P_full stays the full run's
+        donors = {b: render(apply_condition(source, traj, b, **(condition_params or {}))[0], b, sensor.tokenizer)
+                  for b in boundaries}
+        acts = _shared_runs(sensor, donors, _source_plan(donors, sites, n_positions))
+    else:
+        acts = src
     results = []
     if method == "fast":
         dels = _deleted_runs(sensor, deleted, n_positions)
     for b in boundaries:
         f, r = full[b], deleted[b]
         p_full = src[b].logprobs[f.n_tokens - 1]
-        patches = [{hook_name(site, layer): torch.stack([src[b].mean((b, site, layer, i)) for i in range(n_positions)])}
+        patches = [{hook_name(site, layer): torch.stack([acts[b].mean((b, site, layer, i)) for i in range(n_positions)])}
                    for site, layer in sites]
+        # P_del is the unpatched variant of the same computation, so a site that changes
+        # nothing (layer 0 at an identical token, a self-patch) gives Repair 0 exactly.
         if method == "fast":
-            out, snap = dels[b]
-            p_del = out.logprobs[r.n_tokens - 1]
-            p_patch = run_variants(sensor, snap.cache, snap.length, r.input_ids[-n_positions:], patches)
+            snap = dels[b]
+            both = run_variants(sensor, snap.cache, snap.length, r.input_ids[-n_positions:], [{}] + patches)
         else:
-            p_del = run_plan(sensor, r.input_ids, Plan(logprobs=[r.n_tokens - 1])).logprobs[r.n_tokens - 1]
-            p_patch = torch.stack([_patched_reference(sensor, r.input_ids, patch, n_positions) for patch in patches])
+            both = torch.stack([_patched_reference(sensor, r.input_ids, patch, n_positions) for patch in [{}] + patches])
+        p_del, p_patch = both[0], both[1:]
         results.append(_score(traj.task_id, b, p_full, p_del, p_patch, min_kl, f.n_tokens, r.n_tokens))
     return results
 
 
-def _deleted_runs(sensor: Any, deleted: dict[int, Rendered], n_pos: int) -> dict[int, tuple[Any, Any]]:
-    """Deleted renders: shared forward where prefix-consistent, with a snapshot before each boundary tail."""
+def _deleted_runs(sensor: Any, deleted: dict[int, Rendered], n_pos: int) -> dict[int, Any]:
+    """Snapshots before each boundary tail of the deleted renders (one shared forward where prefix-consistent)."""
     base_b = max(deleted, key=lambda b: deleted[b].n_tokens)
     base = deleted[base_b].input_ids
     shared = [b for b, r in deleted.items() if lcp(r.input_ids, base) == r.n_tokens]
     result = {}
     if shared:
-        end = max(deleted[b].n_tokens for b in shared)
-        out = run_plan(sensor, base[:end], Plan(logprobs=[deleted[b].n_tokens - 1 for b in shared],
-                                               snapshots=[deleted[b].n_tokens - n_pos for b in shared]))
+        end = max(deleted[b].n_tokens - n_pos for b in shared)
+        out = run_plan(sensor, base[:end], Plan(snapshots=[deleted[b].n_tokens - n_pos for b in shared]))
         for b in shared:
-            result[b] = (out, out.snapshots[deleted[b].n_tokens - n_pos])
+            result[b] = out.snapshots[deleted[b].n_tokens - n_pos]
     for b in deleted:
         if b in result:
             continue
         r = deleted[b]
-        out = run_plan(sensor, r.input_ids, Plan(logprobs=[r.n_tokens - 1], snapshots=[r.n_tokens - n_pos]))
-        result[b] = (out, out.snapshots[r.n_tokens - n_pos])
+        out = run_plan(sensor, r.input_ids[: r.n_tokens - n_pos], Plan(snapshots=[r.n_tokens - n_pos]))
+        result[b] = out.snapshots[r.n_tokens - n_pos]
     return result
 
 
 def _patched_reference(sensor: Any, ids: list[int], patch: dict[str, torch.Tensor], n_pos: int) -> torch.Tensor:
-    """Slow reference: one full forward with a replacing hook at the last ``n_pos`` positions."""
+    """Slow reference: a whole forward of the deleted render for one site, with a replacing hook.
+
+    The render runs as the prefix, then the patched tail with the model's own
+    cache and sdpa attention, so Gated-DeltaNet's float32 kernels split the
+    sequence exactly as the fast path does; everything else (no batching, no
+    shared-prefix attention, no state expansion, one forward per site) is
+    independent of it.
+    """
     model = sensor.hf_model
+    prefix = run_plan(sensor, ids[:-n_pos], Plan(snapshots=[len(ids) - n_pos])).snapshots[len(ids) - n_pos]
 
     def replace(x: torch.Tensor, name: str) -> torch.Tensor:
         x = x.clone()
         x[0, -n_pos:] = patch[name].to(x.device, x.dtype)
         return x
 
-    ids_t = torch.tensor([ids], device=sensor.device)
+    tail = torch.tensor([ids[-n_pos:]], device=sensor.device)
     with torch.inference_mode(), plain_attention(model), hooks(model, [(n, replace) for n in patch]):
-        hidden = model.model(input_ids=ids_t).last_hidden_state[0, -1]
-        return torch.log_softmax(model.lm_head(hidden).to(logit_dtype(hidden.dtype)), dim=-1)
+        hidden = model.model(input_ids=tail, cache=snapshot_cache(prefix.cache), use_cache=True).last_hidden_state
+        return torch.log_softmax(model.lm_head(hidden[0, -1]).to(logit_dtype(hidden.dtype)), dim=-1)
 
 
 def _score(task_id: str, b: int, p_full: torch.Tensor, p_del: torch.Tensor, p_patch: torch.Tensor,

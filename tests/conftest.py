@@ -58,3 +58,16 @@ def tokenizer(request):
 
     SPECS[request.param].fetch()
     return load_tokenizer(request.param)
+
+
+@pytest.fixture(scope="session")
+def tiny_sensor_fp64():
+    """The tiny hybrid in float64: parity tests then measure the algorithm, not float32 round-off.
+
+    A random model's deletion KL is ~1e-3 nats, so float32 noise in log-probs
+    (~1e-7) alone moves Repair by ~1e-4; in float64 (Gated-DeltaNet's torch
+    kernels still accumulate some steps in float32) the paths agree to ~5e-5.
+    """
+    from interp.models import load_model
+
+    return load_model("tiny-qwen3.5", dtype="fp64")

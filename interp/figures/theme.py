@@ -1,0 +1,73 @@
+"""The one look of every figure: a white Plotly template with an Okabe-Ito palette, and shared trace styles.
+
+Every figure passes ``template=TEMPLATE`` itself; the global ``plotly.io``
+default is left alone so a notebook's own plots are not restyled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+
+# Okabe & Ito (2008), "Color Universal Design": distinguishable under the common colour-vision deficiencies.
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
+GREY = "#8C8C8C"
+# Liberation Sans (fonts-liberation, which Debian's chromium pulls in) has Arial's metrics; then fall back.
+FONT = "Liberation Sans, Arial, Helvetica, sans-serif"
+
+_AXIS = dict(
+    showline=True, linecolor="#444444", linewidth=1, mirror=False, ticks="outside", tickcolor="#444444",
+    showgrid=True, gridcolor="#E6E6E6", zeroline=False, automargin=True, title=dict(standoff=10),
+)
+
+TEMPLATE = go.layout.Template(layout=go.Layout(
+    font=dict(family=FONT, size=14, color="#222222"),
+    title=dict(font=dict(size=18), x=0.01, xanchor="left", y=0.97, yanchor="top"),
+    colorway=PALETTE,
+    paper_bgcolor="white",
+    plot_bgcolor="white",
+    xaxis=_AXIS,
+    yaxis=_AXIS,
+    legend=dict(bgcolor="rgba(255,255,255,0.85)", bordercolor="#CCCCCC", borderwidth=1, font=dict(size=13)),
+    margin=dict(l=80, r=30, t=100, b=70),
+    hoverlabel=dict(font=dict(family=FONT)),
+    bargap=0.25,
+))
+
+REFERENCE_LABEL = "reference study (Qwen3.5-9B)"
+
+# A horizontal legend pinned to the bottom of the whole figure, below any axis titles; pair with margin b >= 150.
+BOTTOM_LEGEND = dict(orientation="h", x=0.5, xanchor="center", yref="container", y=0.02, yanchor="bottom")
+
+
+def ci_band(x: Sequence[float], lo: Sequence[float], hi: Sequence[float], color: str, name: str,
+            showlegend: bool = True, legendgroup: str | None = None) -> go.Scatter:
+    """A filled polygon between lo and hi along x (a confidence band), drawn under the lines."""
+    return go.Scatter(
+        x=[*x, *reversed(x)], y=[*hi, *reversed(lo)], fill="toself", fillcolor=rgba(color, 0.18),
+        line=dict(width=0), mode="lines", hoverinfo="skip", name=name, showlegend=showlegend,
+        legendgroup=legendgroup,
+    )
+
+
+def reference_markers(x: Sequence, y: Sequence[float], showlegend: bool = True, text: Sequence[str] | None = None,
+                      ) -> go.Scatter:
+    """Grey open diamonds for the reference study's values, one legend entry shared by all panels."""
+    return go.Scatter(
+        x=list(x), y=list(y), mode="markers", name=REFERENCE_LABEL, legendgroup="reference", showlegend=showlegend,
+        marker=dict(symbol="diamond-open", size=12, color=GREY, line=dict(width=2.5)),
+        hovertext=text, hovertemplate="reference study: %{y}<extra></extra>",
+    )
+
+
+def legend_swatch(name: str, color: str) -> go.Scatter:
+    """A legend-only entry (no data) for shapes such as shaded layer bands."""
+    return go.Scatter(x=[None], y=[None], mode="markers", name=name,
+                      marker=dict(symbol="square", size=14, color=rgba(color, 0.35)))
+
+
+def rgba(hex_color: str, alpha: float) -> str:
+    """A palette colour ('#RRGGBB') with transparency, for fills and shaded bands."""
+    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"

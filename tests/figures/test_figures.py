@@ -1,0 +1,178 @@
+"""make_figures on synthetic result files: which figures, self-contained HTML, their content, skips, PNG export."""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from pathlib import Path
+
+import pytest
+
+from interp.figures import (FIGURES, PALETTE, externalization_figure, interventions_figure, kl_repair_figure,
+                            make_figures)
+from interp.figures import export
+from interp.figures.theme import REFERENCE_LABEL
+
+from .conftest import risk_layout_externalization, summary_layout_interventions, write_results
+
+NAMES = [spec.name for spec in FIGURES]
+
+# Strings each HTML must contain (JSON in the page escapes non-ASCII and "/", so these are plain ASCII).
+EXPECTED = {
+    "fig1_probe": ["Future-necessity probe: AUROC by layer and pooling", "nested-CV AUROC 0.812 [0.751, 0.868]",
+                   "last pooling (fixed probe, per layer)", "layer chosen by an outer fold (label: how many)",
+                   "4/5 folds", "held-out AUROC (unitless)"],
+    "fig1b_probe_roc_pr": ["out-of-fold ROC and precision-recall", "false positive rate (fraction of y=0)",
+                           "precision (fraction of predicted 1)", "operating point (each fold's threshold)"],
+    "fig2_kl_repair": ["KL Repair by layer: qwen3.5-toy", "Repair, residual stream", "top-1 recovery, residual stream",
+                       "full-attention layer", "final resid_post.31", REFERENCE_LABEL, "Repair (unitless)",
+                       "top-1 recovery (fraction of samples)"],
+    "fig3_externalization": ["State externalization", "future behavioural risk (% of boundaries)", "one task",
+                             "risk difference, G=1", "(percentage points)", "hidden-state probe score (unitless)",
+                             "gap 0.270 (reference 0.283)"],
+    "fig4_interventions": ["Controlled continuations", "ours (mean, 95% CI)", "continuation score (rubric, 0",
+                           "re-acquisition rate", "re-running the hidden command (% of continuations)", "keep latest"],
+    "fig5_attention": ["Boundary-token attention mass by segment kind", "reasoning block", "observation",
+                       "full-attention layer (index)", "attention mass from the boundary token (fraction)"],
+    "fig6_iclr": ["ICLR: predictive entropy of reasoning blocks", "kept (", "replaced by [SKIP] (",
+                  "mean token predictive entropy of the block (bits",
+                  "reasoning tokens replaced (fraction of the step)",
+                  "2 steps not scored"],
+    "fig7_harm": ["Set-level deletion harm is not additive", "y = x (additive)", "k = 2 blocks", "k = 3 blocks",
+                  "sum of singleton harms (nats", "mean interaction", "pair-order acc. 0.80"],
+}
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> tuple[Path, dict]:
+    """Every input present, HTML only."""
+    root = write_results(tmp_path_factory.mktemp("made"))
+    return root, make_figures(root, png=False)
+
+
+def test_every_figure_is_made_from_a_full_results_dir(made):
+    root, report = made
+    assert list(report["written"]) == NAMES
+    assert report["skipped"] == {} and report["failed"] == {}
+    assert report["png_skipped"] == "png=False"
+    assert all(paths == [root / "figures" / f"{name}.html"] for name, paths in report["written"].items())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_html_is_self_contained(made, name):
+    text = (made[0] / "figures" / f"{name}.html").read_text(encoding="utf-8")
+    assert re.search(r"plotly\.js v\d+\.\d+\.\d+", text), "the plotly.js bundle is inlined"
+    assert not re.search(r"<script[^>]*\bsrc\s*=\s*[\"']?(https?:)?//", text), "no script loaded from the network"
+    assert len(text) > 1_000_000
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_html_has_titles_traces_and_axis_titles(made, name):
+    text = (made[0] / "figures" / f"{name}.html").read_text(encoding="utf-8")
+    missing = [s for s in EXPECTED[name] if json.dumps(s)[1:-1].replace("/", "\\u002f") not in text]
+    assert not missing
+
+
+def test_missing_inputs_are_skipped_and_reported(tmp_path, capsys):
+    write_results(tmp_path)
+    for name in ("probe/probe_results.json", "harm/harm.json", "iclr/iclr_blocks.csv"):
+        (tmp_path / name).unlink()
+    report = make_figures(tmp_path, png=False)
+    assert report["skipped"] == {"fig1_probe": "no probe/probe_results.json", "fig6_iclr": "no iclr/iclr_blocks.csv",
+                                 "fig7_harm": "no harm/harm.json"}
+    assert "fig1b_probe_roc_pr" in report["written"] and not (tmp_path / "figures" / "fig1_probe.html").exists()
+    line = capsys.readouterr().out
+    assert "5 written" in line and "skipped fig1_probe (no probe/probe_results.json)" in line
+
+
+def test_an_empty_results_dir_skips_everything(tmp_path):
+    report = make_figures(tmp_path, png=True)
+    assert report["written"] == {} and set(report["skipped"]) == set(NAMES) and report["png_skipped"] is None
+
+
+def test_a_malformed_file_fails_alone_with_file_and_field(tmp_path, capsys):
+    write_results(tmp_path)
+    path = tmp_path / "patching" / "kl_repair.json"
+    result = json.loads(path.read_text())
+    del result["repair_mean"]
+    path.write_text(json.dumps(result))
+    report = make_figures(tmp_path, png=False)
+    assert report["failed"] == {"fig2_kl_repair": f"{path}: missing field 'repair_mean'"}
+    assert len(report["written"]) == len(NAMES) - 1
+    assert "FAILED fig2_kl_repair" in capsys.readouterr().out
+
+
+def test_reference_points_only_on_a_32_layer_model(tmp_path):
+    result = json.loads((write_results(tmp_path) / "patching" / "kl_repair.json").read_text())
+    assert REFERENCE_LABEL in [trace.name for trace in kl_repair_figure(result).data]
+    result["model"]["n_layers"] = 30
+    assert REFERENCE_LABEL not in [trace.name for trace in kl_repair_figure(result).data]
+
+
+def test_kl_repair_sites_of_other_kinds_get_their_own_series():
+    sites = ["attn_out.0", "attn_out.1", "mlp_out.0", "mlp_out.1", "resid_pre.0", "resid_pre.1", "resid_post.1"]
+    layers = [0, 1, 0, 1, 0, 1, 1]
+    fig = kl_repair_figure({"sites": sites, "layers": layers, "repair_mean": [0.1] * 7, "top1_mean": [0.5] * 7,
+                            "repair_ci": [[0.0, 0.2]] * 7, "model": {"n_layers": 2}})
+    repair = {trace.name: list(trace.x) for trace in fig.data if trace.name.startswith("Repair")}
+    assert repair == {"Repair, attn_out": [0, 1], "Repair, mlp_out": [0, 1], "Repair, residual stream": [0, 1, 2]}
+
+
+def test_externalization_draws_the_panels_present(tmp_path):
+    result = json.loads((write_results(tmp_path) / "externalization" / "externalization.json").read_text())
+    only_risk = externalization_figure({"risk": result["risk"]})
+    assert [a.text for a in only_risk.layout.annotations] == ["a  future behavioural risk by G"]
+    with pytest.raises(ValueError, match="none of the fields"):
+        externalization_figure({"schema": {}})
+
+
+def test_externalization_reads_the_interp_risk_layout():
+    fig = externalization_figure(risk_layout_externalization())
+    assert [a.text for a in fig.layout.annotations] == ["a  future behavioural risk by G",
+                                                        "b  within-task difference, G=1 − G=0",
+                                                        "c  probe score on the boundary by G"]
+    tasks = [trace for trace in fig.data if trace.name == "one task"]
+    assert [len(trace.y) for trace in tasks] == [4, 4] and [trace.showlegend for trace in tasks] == [True, False]
+    assert list(tasks[0].y) == pytest.approx([10, 20, 30, 40])  # risk differences in percentage points, sorted
+    assert fig.layout.yaxis3.title.text == "probe-score difference, G=1 − G=0 (log-odds)"
+
+
+def test_interventions_reads_the_summary_layout():
+    fig = interventions_figure(summary_layout_interventions())
+    scores, _, rates = fig.data
+    assert [x.split("<br>")[0] for x in scores.x] == ["full", "delete all", "hide"]  # no score: left out
+    assert list(scores.y) == [0.9, 0.61, 0.5] and list(rates.y) == [10, 75]
+
+
+def test_one_template_everywhere(made):
+    root, _ = made
+    for name in NAMES:
+        text = (root / "figures" / f"{name}.html").read_text(encoding="utf-8")
+        assert json.dumps(list(PALETTE)).replace(" ", "") in text.replace(" ", ""), name
+        assert "Liberation Sans, Arial" in text, name
+
+
+def test_without_chromium_html_is_written_and_one_message_says_what_to_install(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(export, "find_chromium", lambda: None)
+    write_results(tmp_path)
+    report = make_figures(tmp_path, png=True)
+    assert report["png_skipped"] == export.NO_CHROMIUM and "apt-get install chromium" in export.NO_CHROMIUM
+    assert len(report["written"]) == len(NAMES) and not list((tmp_path / "figures").glob("*.png"))
+    assert capsys.readouterr().out.count("PNG export skipped") == 1
+
+
+@pytest.mark.skipif(export.find_chromium() is None, reason="no Chromium for kaleido (apt-get install chromium)")
+def test_png_export_writes_valid_images(tmp_path):
+    write_results(tmp_path)
+    report = make_figures(tmp_path, png=True)
+    assert report["png_skipped"] is None
+    for name in NAMES:
+        png = tmp_path / "figures" / f"{name}.png"
+        assert report["written"][name][-1] == png
+        data = png.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+        width, height = struct.unpack(">II", data[16:24])
+        assert width == export.PNG_WIDTH * export.PNG_SCALE and height >= 1000
+        assert len(data) > 50_000  # a drawn figure, not a blank page
+    assert not list((tmp_path / "figures").glob(".*")), "no temporary files left"

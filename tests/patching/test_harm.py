@@ -1,0 +1,43 @@
+"""Set-level deletion harm: exact zero for the empty set, prefix reuse equals recomputation."""
+
+from __future__ import annotations
+
+import pytest
+
+from patching.harm import SetHarm, candidate_sets, pair_ordering_accuracy, set_harms
+
+
+def test_empty_set_is_zero_and_prefix_reuse_equals_recomputation(tiny_sensor, mini_trajectory):
+    sets = [()] + candidate_sets(mini_trajectory, 3, max_k=3, budget=2, seed=0)
+    nll, shared = set_harms(tiny_sensor, mini_trajectory, 3, sets)
+    nll2, scratch = set_harms(tiny_sensor, mini_trajectory, 3, sets, share_prefix=False)
+    assert shared[0].members == () and shared[0].harm == 0.0
+    assert nll == pytest.approx(nll2, abs=1e-4)
+    for a, b in zip(shared, scratch, strict=True):
+        assert a.members == b.members
+        assert a.harm == pytest.approx(b.harm, abs=1e-4)
+        assert a.tokens_removed == b.tokens_removed > 0 or a.members == ()
+
+
+def test_interaction_is_joint_minus_singletons(tiny_sensor, mini_trajectory):
+    sets = candidate_sets(mini_trajectory, 2, max_k=2, budget=3, seed=1)
+    _, rows = set_harms(tiny_sensor, mini_trajectory, 2, sets)
+    single = {r.members[0]: r.harm for r in rows if len(r.members) == 1}
+    n_blocks = sum(len(mini_trajectory.steps[t].blocks) for t in range(2))
+    assert len(single) == n_blocks
+    for r in rows:
+        if len(r.members) == 2:
+            assert r.interaction == pytest.approx(r.harm - sum(single[m] for m in r.members), abs=1e-12)
+
+
+def test_last_boundary_has_no_next_output(tiny_sensor, mini_trajectory):
+    with pytest.raises(ValueError, match="recorded next step"):
+        set_harms(tiny_sensor, mini_trajectory, mini_trajectory.n_steps, [])
+
+
+def test_pair_ordering_accuracy_by_hand():
+    single = {(1, 0): 1.0, (1, 1): 2.0, (2, 0): 0.5}
+    sets = [SetHarm(((1, 0), (1, 1)), 0, 0.0, 3.5), SetHarm(((1, 0), (2, 0)), 0, 0.0, 1.0),
+            SetHarm(((1, 1), (2, 0)), 0, 0.0, 4.0)]
+    # additive predictions 3.0, 1.5, 2.5; true 3.5, 1.0, 4.0 -> pairs (0,1) agree, (0,2) disagree, (1,2) agree
+    assert pair_ordering_accuracy(sets, single) == pytest.approx(2 / 3)

@@ -1,0 +1,113 @@
+"""KL Repair: the fast shared-prefix path against the one-forward-per-site reference, and exact anchors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from interp.trajectory import Trajectory
+from patching.kl_repair import default_sites, kl, kl_repair_trajectory, summarize, task_bootstrap_ci
+
+TOL = 1e-4  # the issue's parity tolerance on Repair (met on smollm2-135m, pure attention)
+# On the hybrid the boundary token goes through Gated-DeltaNet's recurrent step in the fast path and
+# through its chunked kernel in a whole forward; transformers' torch fallbacks for both run in
+# float32 even for a float64 model, and this random model amplifies that ~1e-6 difference to
+# ~3e-4 in Repair. Measured agreement on tiny-qwen3.5 is 1e-4..3e-4, so its bound is 1e-3.
+TOL_HYBRID = 1e-3
+
+# A short trajectory: on a random model the boundary prediction depends on context roughly as
+# 1/sqrt(context length), so short renders give deletion KLs of 0.004-0.15 nats, large enough
+# that float32 round-off inside Gated-DeltaNet kernels (~1e-7 nats) stays far below TOL * d.
+SHORT = Trajectory.from_json({
+    "task_id": "short", "domain": "code", "system_prompt": "Be brief.", "task": "Add 2 and 3.",
+    "steps": [
+        {"reasoning": "Two plus three.\n\nUse the calculator.", "action": {"tool": "calc", "arguments": {"x": "2+3"}},
+         "observation": "5"},
+        {"reasoning": "It says 5.\n\nDone soon.", "action": {"tool": "calc", "arguments": {"x": "5*1"}},
+         "observation": "5"},
+        {"reasoning": "Answer is 5.", "action": {"text": "5"}, "observation": None}]})
+
+
+def _max_diff(a, b) -> float:
+    return max(abs(x - y) for ra, rb in zip(a, b, strict=True) for x, y in zip(ra.repair, rb.repair, strict=True))
+
+
+def test_kl_matches_hand_computation():
+    p = torch.log_softmax(torch.tensor([2.0, 0.5, -1.0]), -1)
+    q = torch.log_softmax(torch.tensor([0.0, 1.0, 0.0]), -1)
+    expected = sum(math.exp(a) * (a - b) for a, b in zip(p.tolist(), q.tolist()))
+    assert float(kl(p, q)) == pytest.approx(expected, abs=1e-7)
+    assert float(kl(p, p)) == 0.0
+
+
+@pytest.mark.parametrize("condition", ["delete_all_reasoning", "delete_latest_reasoning"])
+def test_fast_equals_reference_tiny(tiny_sensor_fp64, condition):
+    sensor = tiny_sensor_fp64
+    sites = default_sites(sensor.n_layers) + [("attn_out", 3), ("mlp_out", 5), ("attn_out", 1)]
+    fast = kl_repair_trajectory(sensor, SHORT, condition, sites)
+    ref = kl_repair_trajectory(sensor, SHORT, condition, sites, method="reference")
+    assert [r.after_step for r in fast] == [1, 2, 3]
+    assert min(r.d for r in fast) > 1e-3
+    assert _max_diff(fast, ref) < TOL_HYBRID
+    for f, r in zip(fast, ref):
+        assert f.d == pytest.approx(r.d, rel=1e-3)
+        assert f.top1 == r.top1
+
+
+def test_fast_equals_reference_last_positions(tiny_sensor_fp64):
+    sites = default_sites(tiny_sensor_fp64.n_layers)
+    fast = kl_repair_trajectory(tiny_sensor_fp64, SHORT, "delete_all_reasoning", sites, n_positions=3)
+    ref = kl_repair_trajectory(tiny_sensor_fp64, SHORT, "delete_all_reasoning", sites, method="reference",
+                               n_positions=3)
+    assert _max_diff(fast, ref) < TOL_HYBRID
+
+
+@pytest.mark.slow
+def test_fast_equals_reference_smollm2(smol_sensor, mini_trajectory):
+    sites = [("resid_pre", 0), ("resid_pre", 8), ("resid_pre", 15), ("resid_pre", 22), ("resid_pre", 29),
+             ("resid_post", 29)]
+    fast = kl_repair_trajectory(smol_sensor, mini_trajectory, "delete_all_reasoning", sites, boundaries=[2, 3])
+    ref = kl_repair_trajectory(smol_sensor, mini_trajectory, "delete_all_reasoning", sites, boundaries=[2, 3],
+                               method="reference")
+    assert all(r.d > 1e-3 for r in fast)  # a real model: the deletion moves the distribution
+    assert _max_diff(fast, ref) < TOL
+
+
+def test_anchors_final_resid_post_is_one_and_self_patch_is_zero(tiny_sensor_fp64):
+    tiny_sensor = tiny_sensor_fp64
+    sites = default_sites(tiny_sensor.n_layers)
+    rows = kl_repair_trajectory(tiny_sensor, SHORT, "delete_all_reasoning", sites)
+    for r in rows:
+        assert not r.excluded and r.d > 0
+        assert r.repair[-1] == pytest.approx(1.0, abs=1e-5)  # final resid_post fixes the logits
+        assert r.top1[-1]
+    own = kl_repair_trajectory(tiny_sensor, SHORT, "delete_all_reasoning", sites, source="delete_all_reasoning")
+    for r in own:
+        assert max(abs(x) for x in r.repair) < TOL_HYBRID  # patching the deleted run into itself changes nothing
+        assert r.repair[0] == 0.0  # layer 0 at the identical boundary token: the same computation as P_del
+
+
+def test_shared_boundaries_equal_per_boundary(tiny_sensor_fp64):
+    sites = default_sites(tiny_sensor_fp64.n_layers)
+    together = kl_repair_trajectory(tiny_sensor_fp64, SHORT, "delete_latest_reasoning", sites)
+    alone = [kl_repair_trajectory(tiny_sensor_fp64, SHORT, "delete_latest_reasoning", sites, boundaries=[b])[0]
+             for b in range(1, SHORT.n_steps + 1)]
+    assert _max_diff(together, alone) < 1e-5
+
+
+def test_excluded_when_deletion_changes_nothing(tiny_sensor, mini_trajectory):
+    rows = kl_repair_trajectory(tiny_sensor, mini_trajectory, "full", default_sites(tiny_sensor.n_layers))
+    assert all(r.excluded and abs(r.d) < 1e-6 and all(math.isnan(x) for x in r.repair) for r in rows)
+    doc = summarize(rows, default_sites(tiny_sensor.n_layers), "full", tiny_sensor, "fast", 1, n_boot=10)
+    assert doc["n_samples"] == 0 and doc["n_excluded"] == 4 and len(doc["excluded"]) == 4
+
+
+def test_task_bootstrap_ci_resamples_tasks():
+    values = np.array([[0.0], [0.0], [1.0], [1.0]])
+    groups = np.array(["a", "a", "b", "b"])
+    ci = task_bootstrap_ci(values, groups, n_boot=200, seed=1)
+    assert ci.shape == (1, 2) and ci[0, 0] <= 0.5 <= ci[0, 1]
+    assert ci[0, 0] >= 0.0 and ci[0, 1] <= 1.0
