@@ -8,14 +8,9 @@ from typing import Any
 
 from interp.store import atomic_write_bytes
 
-REFERENCE = {
-    "probe": {"auroc": 0.844, "ap": 0.811, "balanced_accuracy": 0.760,
-              "setting": "Qwen3.5-9B, 31 tasks, 265 boundaries (112 positive), task-level nested CV"},
-    "kl_repair": {4: 0.047, 20: 0.459, 28: 0.724, 31: 0.978},
-    "risk": {"G1": 0.673, "G0": 0.362, "within_task_gap": 0.198, "hidden_score_gap": 0.283},
-    "continuations": {"full": 0.872, "keep_latest_reasoning": 0.872, "delete_latest_reasoning": 0.760,
-                      "delete_all_reasoning": 0.675, "clear_after_code": 0.759},
-}
+from interp.figures import reference as ref
+from interp.figures.externalization import externalization_sections
+from interp.figures.interventions import intervention_conditions
 
 
 def _load(path: Path) -> Any:
@@ -34,16 +29,17 @@ def _probe_section(out: Path) -> list[str]:
     res = _load(out / "probe" / "probe_results.json")
     if res is None:
         return ["_not run_"]
-    ref = REFERENCE["probe"]
     chosen = ", ".join(f"L{f.get('layer')}/{f.get('pooling')}" for f in res.get("folds", []))
     return [
         f"n = {res['n_samples']} boundaries from {res['n_tasks']} tasks ({res['n_positive']} positive); "
         f"permutation p = {_fmt(res.get('permutation_p'))}; control-task AUROC = {_fmt(res.get('control_auroc'))}.",
         "", "| metric | this run | 95% CI (task bootstrap) | reference study |", "|---|---|---|---|",
-        f"| AUROC | {_fmt(res['auroc'])} | {_ci(res.get('auroc_ci'))} | {ref['auroc']} |",
-        f"| AP | {_fmt(res['ap'])} | {_ci(res.get('ap_ci'))} | {ref['ap']} |",
-        f"| balanced accuracy | {_fmt(res['balanced_accuracy'])} | | {ref['balanced_accuracy']} |",
-        "", f"Layer/pooling chosen per outer fold: {chosen}. Reference setting: {ref['setting']}.",
+        f"| AUROC | {_fmt(res['auroc'])} | {_ci(res.get('auroc_ci'))} | {ref.PROBE['auroc']} |",
+        f"| AP | {_fmt(res['ap'])} | {_ci(res.get('ap_ci'))} | {ref.PROBE['ap']} |",
+        f"| balanced accuracy | {_fmt(res['balanced_accuracy'])} | | {ref.PROBE['balanced_accuracy']} |",
+        "", f"Layer/pooling chosen per outer fold: {chosen}. Reference setting: {ref.MODEL}, "
+        f"{ref.PROBE['n_tasks']} tasks, {ref.PROBE['n_samples']} boundaries ({ref.PROBE['n_positive']} positive), "
+        "task-level nested CV.",
         "", "Figures: [probe](figures/fig1_probe.html), [ROC/PR](figures/fig1b_probe_roc_pr.html).",
     ]
 
@@ -60,8 +56,8 @@ def _repair_section(out: Path) -> list[str]:
     for i in picks:
         lines.append(f"| {res['sites'][i]} | {_fmt(res['repair_mean'][i])} | {_ci(res['repair_ci'][i])} | "
                      f"{_fmt(res['top1_mean'][i])} |")
-    ref = ", ".join(f"layer {k}: {v}" for k, v in REFERENCE["kl_repair"].items())
-    return lines + ["", f"Reference study (Qwen3.5-9B): {ref}.", "", "Figure: [KL Repair](figures/fig2_kl_repair.html)."]
+    points = ", ".join(f"layer {k}: {v}" for k, v in ref.KL_REPAIR.items())
+    return lines + ["", f"Reference study ({ref.MODEL}): {points}.", "", "Figure: [KL Repair](figures/fig2_kl_repair.html)."]
 
 
 def _iclr_section(out: Path) -> list[str]:
@@ -96,18 +92,15 @@ def _risk_section(out: Path) -> list[str]:
     res = _load(out / "externalization" / "externalization.json")
     if res is None:
         return ["_not run_"]
-    ref = REFERENCE["risk"]
-    risk = res.get("risk", {})
-    within = res.get("within_task", {})
-    hidden = res.get("hidden_score", {})
+    sec = externalization_sections(res)
+    risk, within, hidden = sec.get("risk", {}), sec.get("within_task", {}), sec.get("hidden_score", {})
+    g1, g0 = risk.get("G1", {}), risk.get("G0", {})
     return ["| quantity | this run | 95% CI | n | reference study |", "|---|---|---|---|---|",
-            f"| P(y=1 given G=1) | {_fmt(risk.get('G1', {}).get('p'))} | {_ci(risk.get('G1', {}).get('ci'))} | "
-            f"{risk.get('G1', {}).get('n')} | {ref['G1']} |",
-            f"| P(y=1 given G=0) | {_fmt(risk.get('G0', {}).get('p'))} | {_ci(risk.get('G0', {}).get('ci'))} | "
-            f"{risk.get('G0', {}).get('n')} | {ref['G0']} |",
+            f"| P(y=1 given G=1) | {_fmt(g1.get('p'))} | {_ci(g1.get('ci'))} | {g1.get('n')} | {ref.RISK['G1']} |",
+            f"| P(y=1 given G=0) | {_fmt(g0.get('p'))} | {_ci(g0.get('ci'))} | {g0.get('n')} | {ref.RISK['G0']} |",
             f"| within-task gap | {_fmt(within.get('gap'))} | {_ci(within.get('ci'))} | {within.get('n_tasks')} tasks | "
-            f"{ref['within_task_gap']} |",
-            f"| hidden-score gap | {_fmt(hidden.get('gap'))} | {_ci(hidden.get('ci'))} | | {ref['hidden_score_gap']} |",
+            f"{ref.WITHIN_TASK_GAP} |",
+            f"| hidden-score gap | {_fmt(hidden.get('gap'))} | {_ci(hidden.get('ci'))} | | {ref.HIDDEN_SCORE_GAP} |",
             "", "Figure: [externalization](figures/fig3_externalization.html)."]
 
 
@@ -117,10 +110,10 @@ def _continuation_section(out: Path) -> list[str]:
         return ["_not run_"]
     lines = ["| condition | mean score | 95% CI | n | parse failures | re-acquisition | reference study |",
              "|---|---|---|---|---|---|---|"]
-    for name, row in res.get("conditions", {}).items():
+    for name, row in intervention_conditions(res).items():
         lines.append(f"| {name} | {_fmt(row.get('mean'))} | {_ci(row.get('ci'))} | {row.get('n')} | "
                      f"{row.get('parse_failures')} | {_fmt(row.get('reacquisition_rate'))} | "
-                     f"{REFERENCE['continuations'].get(name, '')} |")
+                     f"{ref.CONTINUATIONS.get(name, '')} |")
     return lines + ["", "Figure: [continuations](figures/fig4_interventions.html)."]
 
 
