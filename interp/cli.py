@@ -315,6 +315,117 @@ def probe(
                   f"balanced acc {result['balanced_accuracy']:.3f}, p={result['permutation_p']} -> {paths[0]}")
 
 
+externalize_app = typer.Typer(help="State externalization: rule-based G labels with evidence, and future risk by G.",
+                              no_args_is_help=True)
+app.add_typer(externalize_app, name="externalize")
+
+
+@externalize_app.command("label")
+def externalize_label(
+    trajectories: Annotated[Path, typer.Option("--trajectories", help="Trajectory file (JSON Lines).")],
+    out: Annotated[Path, typer.Option("--out", help="Directory for externalization_labels.json/.csv and "
+                                                    "externalization_evidence.csv.")],
+    labels: Annotated[Optional[Path], typer.Option("--labels", help="Reference CSV task_id,after_step,"
+                                                   "externalization_gap (default: the annotations).")] = None,
+    scope: Annotated[str, typer.Option(help="Reasoning that holds derived state: latest (step b), all "
+                                            "(steps 1..b) or since_code.")] = "latest",
+    min_overlap: Annotated[float, typer.Option("--min-overlap", help="Cue sentences: fraction of their novel "
+                                               "words a carrier must hold.")] = 0.34,
+    min_novel_words: Annotated[int, typer.Option("--min-novel-words", help="Cue sentences with fewer novel "
+                                                 "words count as minor.")] = 5,
+) -> None:
+    """Rule-based G labels with per-item evidence, and Cohen's kappa / confusion matrix against reference labels."""
+    from interp.externalization import LabelerConfig, label_command
+
+    config = LabelerConfig(scope=scope, min_overlap=min_overlap, min_novel_words=min_novel_words)
+    summary = label_command(trajectories, out, labels, config)
+    line = f"{out}: {summary['n_boundaries']} boundaries, rule G=1 for {summary['rule_positive_rate']:.1%}"
+    agreement = summary["agreement"]
+    if agreement["n"]:
+        line += (f"; vs {summary['reference']} (n={agreement['n']}): kappa {agreement['kappa']}, accuracy "
+                 f"{agreement['accuracy']}, confusion [[ref0 rule0, ref0 rule1], [ref1 rule0, ref1 rule1]] "
+                 f"{agreement['confusion']}")
+    console.print(line, markup=False, highlight=False)
+
+
+@externalize_app.command("risk")
+def externalize_risk(
+    out: Annotated[Path, typer.Option("--out", help="Directory for externalization.json.")],
+    labels: Annotated[Optional[Path], typer.Option("--labels", help="CSV task_id,after_step,externalization_gap "
+                                                   "(e.g. externalization_labels.csv; may hold future_necessity "
+                                                   "too). Default: annotations of --trajectories.")] = None,
+    probe_results: Annotated[Optional[Path], typer.Option("--probe-results", help="oof_predictions.csv, or the "
+                                                          "`interp probe` directory holding it.")] = None,
+    trajectories: Annotated[Optional[Path], typer.Option("--trajectories", help="Trajectory file: annotations "
+                                                         "for G or y where no CSV gives them.")] = None,
+    targets: Annotated[Optional[Path], typer.Option("--targets", help="CSV task_id,after_step,future_necessity "
+                                                    "(default: --labels' column, else annotations).")] = None,
+    condition: Annotated[str, typer.Option(help="Condition of the probe samples.")] = "full",
+    g_column: Annotated[str, typer.Option("--g-column", help="Column of --labels holding G.")] = "externalization_gap",
+    n_boot: Annotated[int, typer.Option("--n-boot", help="Task-bootstrap resamples for CIs.")] = 1000,
+    seed: int = 0,
+) -> None:
+    """Future behavioural risk by G: P(y|G=1), P(y|G=0), within-task gap, hidden-score gap, with task-bootstrap CIs."""
+    from interp.risk import REFERENCE, risk_command
+
+    doc = risk_command(out, labels, probe_results, trajectories, targets, condition, g_column, n_boot, seed)
+
+    def pct(stat: dict) -> str:
+        ci = stat["ci"]
+        if stat["estimate"] is None:
+            return "-"
+        return f"{100 * stat['estimate']:.1f}%" + (f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci else "")
+
+    g1, g0, within = doc["p_y_given_g1"], doc["p_y_given_g0"], doc["within_task_gap"]
+    console.print(f"P(y=1|G=1) {pct(g1)} (n={g1['n']}) vs P(y=1|G=0) {pct(g0)} (n={g0['n']}); reference "
+                  f"{100 * REFERENCE['p_y_given_g1']:.1f}% vs {100 * REFERENCE['p_y_given_g0']:.1f}%", markup=False)
+    console.print(f"within-task gap {pct(within).replace('%', ' pp', 1)} over {within['n_tasks']} tasks; "
+                  f"reference {100 * REFERENCE['within_task_gap']:.1f} pp", markup=False)
+    if doc["hidden_score_gap"] is not None:
+        hidden = doc["hidden_score_gap"]
+        logodds, prob = hidden["logodds"], hidden["probability"]
+        if logodds["estimate"] is not None:
+            console.print(f"hidden-score gap {logodds['estimate']:.3f} log-odds [{logodds['ci'][0]:.3f}, "
+                          f"{logodds['ci'][1]:.3f}], {prob['estimate']:.3f} probability [{prob['ci'][0]:.3f}, "
+                          f"{prob['ci'][1]:.3f}] over {logodds['n_tasks']} tasks; reference "
+                          f"{REFERENCE['hidden_score_gap']}", markup=False)
+    console.print(f"-> {out / 'externalization.json'}", markup=False)
+
+
+@app.command()
+def intervene(
+    states: Annotated[Path, typer.Option("--states", help="States file (JSON Lines; format in data/README.md).")],
+    trajectories: Annotated[Path, typer.Option("--trajectories", help="Trajectory file the states refer to.")],
+    out: Annotated[Path, typer.Option("--out", help="Directory for interventions.json, interventions.md and "
+                                                    "the resumable generation cache units/.")],
+    model: ModelOpt = "smollm2-135m",
+    model_path: ModelPathOpt = None,
+    conditions: Annotated[str, typer.Option(help="Comma list of history conditions.")] = (
+        "full,keep_latest_reasoning,delete_latest_reasoning,delete_all_reasoning,clear_after_code,hide_observation"),
+    samples: Annotated[int, typer.Option(help="Sampled continuations per state x condition, besides the greedy one.")] = 2,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Tokens generated per continuation.")] = 128,
+    seed: Annotated[int, typer.Option(help="Seed of the sampled continuations (greedy ones do not depend on it).")] = 0,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature of the sampled continuations.")] = 0.7,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Longer prompts are skipped and recorded, "
+                                            "never truncated.")] = 42_000,
+    device: DeviceOpt = "cpu",
+    dtype: DtypeOpt = "fp32",
+) -> None:
+    """Controlled continuations: each state continued under each condition, scored with its rubric."""
+    from interp.interventions import RunSettings, intervene_command
+
+    settings = RunSettings(conditions=tuple(_split(conditions)), samples=samples, max_new_tokens=max_new_tokens,
+                           seed=seed, temperature=temperature, max_tokens=max_tokens)
+    summary = intervene_command(model, states, trajectories, out, settings, model_path, device, dtype)
+    for name, row in summary.items():
+        ci, reacq = row["ci"], row["reacquisition_rate"]
+        score = "-" if row["mean_score"] is None else f"{row['mean_score']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
+        console.print(f"{name}: score {score} over {row['n_states']} states ({row['n_generations']} generations, "
+                      f"{row['parse_failures']} parse failures), re-acquisition "
+                      f"{'-' if reacq is None else f'{reacq:.0%}'}", markup=False)
+    console.print(f"-> {out / 'interventions.json'}, {out / 'interventions.md'}", markup=False)
+
+
 @app.command()
 def demo(
     out: Annotated[Path, typer.Option(help="Results directory.")] = Path("results/demo"),

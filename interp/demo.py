@@ -44,7 +44,7 @@ class DemoConfig:
     patch_trajectories: int = 6
     harm_boundaries: int = 2
     harm_budget: int = 3
-    intervention_states: int = 4
+    intervention_states: int = 2
     intervention_samples: int = 0
     max_new_tokens: int = 48
     png: bool = True
@@ -134,7 +134,7 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> Path:
                                             f"{config.harm_budget} sampled sets per cardinality 2..3")
     _stage(console, "set-level deletion harm", out / "harm" / "harm.json",
            lambda: _harm(sensor, trajs, harm_keys, out / "harm", config.harm_budget), timings)
-    _optional_stages(console, config, sensor, trajs, out, timings)
+    _externalization_stages(console, config, sensor, trajs, out, timings)
     _figures_and_report(console, config, out, timings)
     return out / "report.md"
 
@@ -194,39 +194,43 @@ def _harm(sensor: Any, trajs: list, keys: list[str], out: Path, budget: int) -> 
     atomic_write_json(out / "harm.json", {**summarize_harm([parts[k] for k in keys]), "model": sensor.describe()})
 
 
-def _optional_stages(console: Console, config: DemoConfig, sensor: Any, trajs: list, out: Path,
-                     timings: dict[str, float]) -> None:
-    """Externalization risk and controlled continuations (when their modules are present)."""
-    try:
-        from interp import interventions, risk
-    except ImportError:
-        console.print("[yellow]externalization modules not installed: skipping risk and continuations[/]")
-        return
-    _stage(console, "externalization risk", out / "externalization" / "externalization.json",
-           lambda: risk.demo_risk(config.trajectories, out / "probe" / "oof_predictions.csv",
-                                  out / "externalization"), timings)
-    n_states = None if config.full else config.intervention_states
-    if n_states is not None:
-        config.subsets["controlled continuations"] = (f"first {n_states} states of {config.states.name}, greedy only, "
-                                                      f"{config.max_new_tokens} new tokens")
-    _stage(console, "controlled continuations", out / "interventions" / "interventions.json",
-           lambda: interventions.demo_interventions(sensor, config.trajectories, config.states,
-                                                    out / "interventions", n_states, config.intervention_samples,
-                                                    config.max_new_tokens), timings)
+def _externalization_stages(console: Console, config: DemoConfig, sensor: Any, trajs: list, out: Path,
+                            timings: dict[str, float]) -> None:
+    """Rule-based G labels, externalization risk, and controlled continuations."""
+    from interp.externalization import label_command
+    from interp.interventions import RunSettings, continue_states, load_states, write_results
+    from interp.risk import risk_command
+
+    ext = out / "externalization"
+    _stage(console, "externalization labels (rule-based vs annotations)", ext / "externalization_labels.json",
+           lambda: label_command(config.trajectories, ext), timings)
+    _stage(console, "externalization risk", ext / "externalization.json",
+           lambda: risk_command(ext, probe_results=out / "probe", trajectories=config.trajectories), timings)
+    states = load_states(config.states, trajs)
+    if not config.full:
+        config.subsets["controlled continuations"] = (
+            f"first {config.intervention_states} of {len(states)} states in {config.states.name}, greedy only, "
+            f"{config.max_new_tokens} new tokens")
+        states = states[: config.intervention_states]
+    settings = RunSettings(samples=config.intervention_samples if not config.full else 2,
+                           max_new_tokens=config.max_new_tokens if not config.full else 128)
+
+    def intervene() -> None:
+        doc = continue_states(sensor, states, trajs, out / "interventions", settings)
+        write_results(doc, out / "interventions")
+
+    _stage(console, "controlled continuations", out / "interventions" / "interventions.json", intervene, timings)
 
 
 def _figures_and_report(console: Console, config: DemoConfig, out: Path, timings: dict[str, float]) -> None:
     from interp.report import write_report
 
-    try:
-        from interp.figures import make_figures
-        from interp.tables import write_tables
-    except ImportError:
-        console.print("[yellow]figure modules not installed: skipping figures and tables[/]")
-    else:
-        made = make_figures(out, png=config.png)
-        console.print(f"figures: {made}", markup=False)
-        write_tables(out)
+    from interp.figures import make_figures
+    from interp.tables import write_tables
+
+    made = make_figures(out, png=config.png)
+    console.print(f"figures: {sorted(made['written'])}; skipped: {made['skipped'] or 'none'}", markup=False)
+    write_tables(out)
     path = write_report(out, config.subsets, timings, {"model": config.model, "full": config.full})
     console.print(f"[bold green]report:[/] {path}")
 
