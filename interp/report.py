@@ -95,7 +95,12 @@ def _risk_section(out: Path) -> list[str]:
     sec = externalization_sections(res)
     risk, within, hidden = sec.get("risk", {}), sec.get("within_task", {}), sec.get("hidden_score", {})
     g1, g0 = risk.get("G1", {}), risk.get("G0", {})
-    return ["| quantity | this run | 95% CI | n | reference study |", "|---|---|---|---|---|",
+    labels = _load(out / "externalization" / "externalization_labels.json") or {}
+    agree = labels.get("agreement") or {}
+    kappa = (f"Rule-based G labeler vs hand annotations: Cohen's kappa {agree.get('kappa')}, accuracy "
+             f"{agree.get('accuracy')}, n = {agree.get('n')}, confusion {agree.get('confusion')}. "
+             "The risk below uses the annotations' G and y." if agree.get("n") else "")
+    return [kappa, "", "| quantity | this run | 95% CI | n | reference study |", "|---|---|---|---|---|",
             f"| P(y=1 given G=1) | {_fmt(g1.get('p'))} | {_ci(g1.get('ci'))} | {g1.get('n')} | {ref.RISK['G1']} |",
             f"| P(y=1 given G=0) | {_fmt(g0.get('p'))} | {_ci(g0.get('ci'))} | {g0.get('n')} | {ref.RISK['G0']} |",
             f"| within-task gap | {_fmt(within.get('gap'))} | {_ci(within.get('ci'))} | {within.get('n_tasks')} tasks | "
