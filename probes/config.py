@@ -21,11 +21,10 @@ class ProbeConfig:
 
     - ``"two_stage"`` (default): rank every (layer, pooling) candidate with the
       fixed probe (``fixed_standardize``, no PCA, ``fixed_C``), then search
-      standardize x pca x C on the winning candidate only. Cost per outer fold:
-      ``n_inner * (n_candidates + len(grid))`` fits.
-    - ``"full"``: search the whole product candidates x grid. Cost per outer
-      fold: ``n_inner * n_candidates * len(grid)`` fits (24 times more with the
-      default grid).
+      standardize x pca x C on the winning candidate only.
+    - ``"full"``: search the whole product candidates x grid. About twice the
+      decompositions of two_stage and len(grid) times the (cheap) small fits;
+      see `probes.nested_cv` for the cost model.
 
     The fixed probe is also the probe of the layer curve and of the
     permutation statistic. ``n_boot = 0`` or ``n_perm = 0`` skips the

@@ -11,10 +11,16 @@ joblib. Inside each outer fold, on the training tasks only:
    ``search="full"`` searches candidates x grid jointly;
 3. the decision threshold maximising balanced accuracy on the chosen
    configuration's inner out-of-fold scores;
-4. a refit on all training samples, scored on the held-out tasks.
+4. a refit of `LinearProbe` on all training samples, scored on the held-out tasks.
 
-Scaling and PCA live inside `LinearProbe`, so they are refit on every
-training fold. Nothing of the held-out tasks is seen before step 4.
+Inner fits use the exact span fast path (`probes.span`): per candidate, inner
+fold and standardize, one eigendecomposition of the n x n Gram matrix of the
+inner training rows (scaling fitted on those rows only) serves every PCA size
+and C, each then one small L-BFGS fit. Cost per outer fold, two_stage:
+n_inner x (n_candidates + 2) decompositions and n_inner x (n_candidates +
+len(grid)) small fits; full: n_inner x n_candidates x 2 decompositions and
+n_inner x n_candidates x len(grid) small fits. Nothing of the held-out tasks
+is seen before step 4.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from probes.data import CandidateKey, FeatureSet
 from probes.estimator import LinearProbe
 from probes.metrics import auroc, balanced_accuracy_threshold
 from probes.scan import candidate_aurocs
+from probes.span import span_scores
 from probes.splits import grouped_splits
 
 T = TypeVar("T")
@@ -44,7 +51,7 @@ OOF_COLUMNS = ["sample_id", "task_id", "y", "score", "fold", "threshold", "pred"
 
 @dataclass
 class NestedCVResult:
-    """Outcome of `nested_cv`.
+    """Outcome of `run_nested_cv`.
 
     folds: one dict per outer fold (fold, test_tasks, n_train, n_test, layer,
       pooling, standardize, pca, C, threshold, inner_auroc, auroc,
@@ -67,7 +74,7 @@ class _InnerScores:
     oof: np.ndarray  # inner out-of-fold scores, NaN where no inner model could be fitted
 
 
-def nested_cv(fs: FeatureSet, config: ProbeConfig) -> NestedCVResult:
+def run_nested_cv(fs: FeatureSet, config: ProbeConfig) -> NestedCVResult:
     """Task-level nested-CV estimate of the probe (the headline numbers), with every selection inside training folds."""
     fs.check_cv(config.min_tasks)
     outer = grouped_splits(fs.y, fs.groups, config.outer_splits, config.split_seed("outer"))
@@ -129,16 +136,22 @@ def _outer_fold(
             )
         cache: dict[tuple[CandidateKey, ProbeParams], _InnerScores] = {}
 
-        def evaluate(key: CandidateKey, params: ProbeParams) -> float:
-            if (key, params) not in cache:
-                cache[key, params] = _inner_scores(fs.features[key][train], y, inner, usable, params)
-            return cache[key, params].mean_auroc
+        def evaluate(key: CandidateKey, configs: list[ProbeParams]) -> list[tuple[CandidateKey, ProbeParams]]:
+            missing = [p for p in configs if (key, p) not in cache]
+            if missing:
+                for params, scores in _inner_scores(fs.features[key][train], y, inner, usable, missing).items():
+                    cache[key, params] = scores
+            return [(key, p) for p in configs]
+
+        def inner_auroc(option: tuple[CandidateKey, ProbeParams]) -> float:
+            return cache[option].mean_auroc
 
         if config.search == "two_stage":
-            key = _argmax(fs.keys, lambda k: evaluate(k, config.fixed_params))
-            key, params = _argmax([(key, p) for p in config.grid()], lambda kp: evaluate(*kp))
+            screened = [option for k in fs.keys for option in evaluate(k, [config.fixed_params])]
+            key, _ = _argmax(screened, inner_auroc)
+            key, params = _argmax(evaluate(key, config.grid()), inner_auroc)
         else:
-            key, params = _argmax([(k, p) for k in fs.keys for p in config.grid()], lambda kp: evaluate(*kp))
+            key, params = _argmax([option for k in fs.keys for option in evaluate(k, config.grid())], inner_auroc)
         chosen = cache[key, params]
         scored = ~np.isnan(chosen.oof)
         threshold = balanced_accuracy_threshold(y[scored], chosen.oof[scored])
@@ -164,18 +177,22 @@ def _outer_fold(
 
 
 def _inner_scores(
-    X: np.ndarray, y: np.ndarray, inner: list[tuple[np.ndarray, np.ndarray]], usable: list[bool], params: ProbeParams
-) -> _InnerScores:
-    standardize, pca, C = params
-    oof = np.full(y.size, np.nan)
-    aurocs = []
+    X: np.ndarray,
+    y: np.ndarray,
+    inner: list[tuple[np.ndarray, np.ndarray]],
+    usable: list[bool],
+    configs: list[ProbeParams],
+) -> dict[ProbeParams, _InnerScores]:
+    oof = {params: np.full(y.size, np.nan) for params in configs}
+    aurocs: dict[ProbeParams, list[float]] = {params: [] for params in configs}
     for (train, test), ok in zip(inner, usable):
         if np.unique(y[train]).size < 2:
             continue
-        oof[test] = LinearProbe(C=C, standardize=standardize, pca=pca).fit(X[train], y[train]).decision_function(X[test])
-        if ok:
-            aurocs.append(auroc(y[test], oof[test]))
-    return _InnerScores(float(np.mean(aurocs)), oof)
+        for params, score in span_scores(X[train], y[train], X[test], configs).items():
+            oof[params][test] = score
+            if ok:
+                aurocs[params].append(auroc(y[test], score))
+    return {params: _InnerScores(float(np.mean(aurocs[params])), oof[params]) for params in configs}
 
 
 def _argmax(options: list[T], value: Callable[[T], float]) -> T:
@@ -188,17 +205,20 @@ def _argmax(options: list[T], value: Callable[[T], float]) -> T:
     return best
 
 
-def layer_curve(fs: FeatureSet, config: ProbeConfig) -> dict[str, dict[str, list]]:
+def layer_curve(fs: FeatureSet, config: ProbeConfig, aurocs: np.ndarray | None = None) -> dict[str, dict[str, list]]:
     """Descriptive AUROC per (pooling, layer) of the fixed probe under outer-style grouped CV; NOT the headline.
 
     No selection happens here, so each point is an honest single-candidate
     estimate, but reading off the best layer of the curve is optimistic
     (that is what the nested CV and the permutation test account for).
-    Returns {pooling: {"layers": [...], "auroc": [...]}}, layers ascending.
+    `aurocs` (per candidate in fs.keys order, e.g. PermutationResult.candidate_auroc,
+    which is the same scan) skips recomputing. Returns
+    {pooling: {"layers": [...], "auroc": [...]}}, layers ascending.
     """
-    values = candidate_aurocs(fs, fs.y[None, :], config)[0]
+    if aurocs is None:
+        aurocs = candidate_aurocs(fs, fs.y[None, :], config)[0]
     curve: dict[str, dict[str, list]] = {}
-    for (layer, pooling), value in zip(fs.keys, values):
+    for (layer, pooling), value in zip(fs.keys, aurocs):
         entry = curve.setdefault(pooling, {"layers": [], "auroc": []})
         entry["layers"].append(int(layer))
         entry["auroc"].append(float(value))

@@ -8,9 +8,8 @@ from threadpoolctl import threadpool_limits
 
 from probes.config import ProbeConfig
 from probes.data import FeatureSet
-from probes.estimator import balanced_logreg
 from probes.metrics import auroc
-from probes.span import span_coordinates
+from probes.span import logreg_scores, span_coordinates
 from probes.splits import grouped_splits
 
 
@@ -20,7 +19,8 @@ def candidate_aurocs(fs: FeatureSet, labels: np.ndarray, config: ProbeConfig) ->
     Folds are the outer-style task-grouped splits made from the real labels
     `fs.y` (seed from `config`), shared by every row of `labels`, so the real
     labels and their permutations are scored on identical folds. The fixed
-    probe (`config.fixed_params`) is fitted through `span_coordinates`. A
+    probe (`config.fixed_params`) is fitted through the exact span fast path
+    (`probes.span`). A
     training fold with one class under some label vector gets score 0 on its
     test samples (no information). NaN where a label vector has one class.
     """
@@ -42,8 +42,8 @@ def _scan_candidate(
         scores = np.zeros(labels.shape)
         for train, test in splits:
             Z_train, Z_test = span_coordinates(X[train], X[test], standardize)
-            for row, y in enumerate(labels):
-                if np.unique(y[train]).size == 2:
-                    scores[row, test] = balanced_logreg(C).fit(Z_train, y[train]).decision_function(Z_test)
+            fittable = np.flatnonzero(labels[:, train].min(axis=1) < labels[:, train].max(axis=1))
+            if fittable.size:
+                scores[np.ix_(fittable, test)] = logreg_scores(Z_train, labels[np.ix_(fittable, train)], Z_test, C)
         values = [auroc(y, s) for y, s in zip(labels, scores)]
     return np.array([np.nan if v is None else v for v in values])

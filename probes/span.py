@@ -1,19 +1,26 @@
-"""Exact n-dimensional coordinates for an L2 linear model on d >> n features (fast path of the fixed probe).
+"""Exact n-dimensional fast path for `LinearProbe` on d >> n features (inner selection, layer curve, permutations).
 
 For L2-penalised logistic regression with an unpenalised intercept, the
 optimal weight vector lies in the row span of the centred (and scaled)
 training matrix Xc: any component orthogonal to it leaves every training
-logit unchanged and only adds penalty. Writing Xc = U S V^T (rank r <= n-1),
-the model fitted on Z_train = Xc V = U S, scored on Z_test = Xt V, gives the
-same decision scores as the model fitted on the d-dimensional features, up to
-solver tolerance. Z is label-free, so one decomposition per (candidate, fold)
-serves every label vector of a permutation test. The slow reference is
-`LinearProbe(standardize, pca=None, C)`; tests/probes/test_span.py checks parity.
+logit unchanged and only adds penalty. Writing Xc = U S V^T (rank r <= n-1,
+singular values decreasing), the model fitted on Z_train = Xc V = U S, scored
+on Z_test = Xt V, gives the same decision scores as the model fitted on the
+d-dimensional features; and Z[:, :k] are exactly the k-component PCA scores
+(up to signs, which an L2 penalty ignores). So one label-free decomposition
+per (candidate, fold, standardize) serves every PCA size, every C and every
+label vector of a permutation test, and `logreg_scores` fits the same
+objective as `balanced_logreg` without scikit-learn's per-fit overhead.
+The slow reference is `LinearProbe`; tests/probes/test_probe_span.py checks parity.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from scipy.optimize import minimize
+from scipy.special import expit
+
+from probes.config import ProbeParams
 
 RANK_TOL = 1e-12
 """Eigenvalues of Xc Xc^T below RANK_TOL * the largest count as zero (the centring null direction and round-off)."""
@@ -24,18 +31,64 @@ def span_coordinates(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Coordinates (Z_train [n_train, r], Z_test [n_test, r]) of both sets in the training row span, float64.
 
+    Columns are ordered by decreasing training variance (principal components).
     Centring (and, if `standardize`, unit-variance scaling as in
     StandardScaler) uses training statistics only.
     """
     mean = X_train.mean(axis=0, dtype=np.float64)
-    train = X_train.astype(np.float64) - mean
-    test = X_test.astype(np.float64) - mean
+    train = np.subtract(X_train, mean, dtype=np.float64)
+    test = np.subtract(X_test, mean, dtype=np.float64)
     if standardize:
-        scale = train.std(axis=0)
+        scale = np.sqrt(np.einsum("ij,ij->j", train, train) / len(train))  # population SD, as StandardScaler
         scale[scale < 10 * np.finfo(np.float64).eps] = 1.0  # constant features stay unscaled, as in StandardScaler
         train /= scale
         test /= scale
     eigenvalues, U = np.linalg.eigh(train @ train.T)  # Gram matrix: n x n, cheaper than an SVD of n x d
-    keep = eigenvalues > RANK_TOL * eigenvalues.max()
+    keep = np.flatnonzero(eigenvalues > RANK_TOL * eigenvalues.max())[::-1]  # eigh sorts ascending
     U, singular = U[:, keep], np.sqrt(eigenvalues[keep])
     return U * singular, (test @ train.T) @ (U / singular)
+
+
+def logreg_scores(Z_train: np.ndarray, labels: np.ndarray, Z_test: np.ndarray, C: float | np.ndarray) -> np.ndarray:
+    """Test log-odds [n_rows, n_test] of class-balanced L2 logistic regression, one independent L-BFGS fit per row.
+
+    `labels` is [n_rows, n_train] of 0/1, each row with both classes; `C` is
+    one value or one per row. Objective of a row (scikit-learn's with
+    class_weight="balanced"): sum_i s_i log(1 + exp(-t_i (z_i.w + b))) + |w|^2 / (2C),
+    t = 2y - 1, s_i = n / (2 n_{class of i}).
+    """
+    Cs = np.broadcast_to(np.asarray(C, dtype=float), (len(labels),))
+    theta = np.stack([_fit_logreg(Z_train, y, C_row) for y, C_row in zip(labels, Cs)])
+    return theta[:, :-1] @ Z_test.T + theta[:, -1:]
+
+
+def _fit_logreg(Z: np.ndarray, y: np.ndarray, C: float) -> np.ndarray:
+    """(w, b) concatenated, minimising the objective of `logreg_scores` for one label vector."""
+    sign = 2.0 * y - 1.0
+    weight = (y.size / (2.0 * np.bincount(y, minlength=2)))[y]
+
+    def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        w, b = theta[:-1], theta[-1]
+        margin = sign * (Z @ w + b)
+        slope = -weight * sign * expit(-margin)  # d loss / d logit
+        value = weight @ np.logaddexp(0.0, -margin) + w @ w / (2 * C)
+        return value, np.append(Z.T @ slope + w / C, slope.sum())
+
+    return minimize(
+        objective, np.zeros(Z.shape[1] + 1), jac=True, method="L-BFGS-B",
+        options={"maxiter": 100_000, "gtol": 1e-6},
+    ).x
+
+
+def span_scores(
+    X_train: np.ndarray, y: np.ndarray, X_test: np.ndarray, configs: list[ProbeParams]
+) -> dict[ProbeParams, np.ndarray]:
+    """Test log-odds of `LinearProbe(standardize, pca, C)` for every config, one decomposition per standardize."""
+    scores = {}
+    for standardize in {config[0] for config in configs}:
+        Z_train, Z_test = span_coordinates(X_train, X_test, standardize)
+        for config in (c for c in configs if c[0] == standardize):
+            _, pca, C = config
+            keep = Z_train.shape[1] if pca is None else pca  # PCA = leading columns; pca > r keeps all r
+            scores[config] = logreg_scores(Z_train[:, :keep], y[None, :], Z_test[:, :keep], C)[0]
+    return scores

@@ -1,0 +1,36 @@
+"""Future-necessity probes: task-level nested-CV linear probes on boundary hidden states, with CIs and controls.
+
+Typical use::
+
+    from probes import FeatureSet, ProbeConfig, run_probe, write_probe_results, oof_frame
+    fs = FeatureSet(features={(20, "last"): X20, ...}, y=y, groups=task_ids, sample_ids=ids)
+    result = run_probe(fs, ProbeConfig(n_jobs=2))
+    write_probe_results(result, oof_frame(result), "results/probe")
+"""
+
+__version__ = "0.1.0"
+
+from probes.config import ProbeConfig
+from probes.data import FeatureSet
+from probes.estimator import LinearProbe
+from probes.nested_cv import NestedCVResult, layer_curve, run_nested_cv
+from probes.report import oof_frame, run_probe, write_probe_results
+from probes.splits import grouped_splits
+from probes.stats import control_task, permutation_test, permute_labels_across_tasks, task_bootstrap
+
+__all__ = [
+    "FeatureSet",
+    "LinearProbe",
+    "NestedCVResult",
+    "ProbeConfig",
+    "control_task",
+    "grouped_splits",
+    "layer_curve",
+    "oof_frame",
+    "permutation_test",
+    "permute_labels_across_tasks",
+    "run_nested_cv",
+    "run_probe",
+    "task_bootstrap",
+    "write_probe_results",
+]

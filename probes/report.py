@@ -1,0 +1,169 @@
+"""The probe report: one call that runs nested CV, CIs, permutation test, control task and layer curve, and its files.
+
+Files written by `write_probe_results` into `out_dir`:
+
+- probe_results.json: the `run_probe` dict without "oof"; its "schema" field
+  gives the meaning and unit of every field.
+- oof_predictions.csv: one row per labelled sample, columns
+  sample_id, task_id, y (0/1), score (held-out log-odds), fold (outer fold
+  index), threshold (that fold's cut, log-odds), pred (score >= threshold).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import sklearn
+from sklearn.metrics import average_precision_score
+
+from probes import __version__
+from probes.config import ProbeConfig
+from probes.data import FeatureSet
+from probes.metrics import auroc
+from probes.nested_cv import OOF_COLUMNS, layer_curve, run_nested_cv
+from probes.stats import control_task, permutation_test, task_bootstrap
+
+SCHEMA_VERSION = 1
+
+SCHEMA = {
+    "auroc": "pooled out-of-fold ROC AUC of the task-level nested CV (headline); unitless, [0, 1]",
+    "auroc_ci": "[low, high] 95% task-level percentile bootstrap CI of auroc; null if n_boot = 0",
+    "ap": "pooled out-of-fold average precision; unitless, [0, 1]; chance = n_positive / n_samples",
+    "ap_ci": "[low, high] 95% task-level percentile bootstrap CI of ap",
+    "balanced_accuracy": "pooled out-of-fold balanced accuracy, each fold at its own inner-selected threshold; [0, 1]",
+    "bootstrap_n_used": "bootstrap resamples with both classes (others skipped)",
+    "permutation_p": "(1 + #null >= observed) / (1 + n_perm); statistic = max over candidates of the fixed "
+                     "probe's grouped-CV AUROC; labels permuted across tasks; null if n_perm = 0",
+    "permutation_observed": "the permutation statistic on the real labels; unitless AUROC",
+    "permutation_null": "the statistic for each permuted label vector [n_perm]; unitless AUROC",
+    "control_auroc": "nested-CV AUROC on control labels (real labels shuffled across samples); expected ~0.5",
+    "selectivity": "auroc - control_auroc; AUROC points",
+    "n_samples": "labelled samples (boundaries) used",
+    "n_tasks": "distinct task_ids among them",
+    "n_positive": "samples with y = 1",
+    "n_excluded": "samples dropped for a missing label (y = -1)",
+    "excluded": "their sample_ids",
+    "candidates": "[layer, pooling] feature candidates searched, in selection order (ties go to the earlier)",
+    "folds": "per outer fold: fold, test_tasks, n_train, n_test, chosen layer, pooling, standardize, "
+             "pca (requested components or null), C (inverse L2 strength), threshold (log-odds), "
+             "inner_auroc (mean inner AUROC of the chosen configuration), auroc (null if one class), "
+             "n_inner_skipped (inner folds without both classes)",
+    "layer_curve": "DESCRIPTIVE, not the headline: {pooling: {layers: [int], auroc: [float]}}, fixed probe, "
+                   "outer-style grouped CV, no selection",
+    "config": "the ProbeConfig of the run",
+    "elapsed_s": "wall-clock seconds per phase (nested_cv, bootstrap, permutation_and_layer_curve, control_task)",
+    "oof": "in memory only: per-sample out-of-fold predictions, columns as oof_predictions.csv",
+    "schema_version": "version of this layout",
+    "code_version": "version of the probes package",
+    "sklearn_version": "scikit-learn version used",
+}
+
+
+def run_probe(fs: FeatureSet, config: ProbeConfig | None = None) -> dict:
+    """Run the whole probe analysis on `fs` and return a JSON-serialisable report (see SCHEMA)."""
+    config = config or ProbeConfig()
+    labelled, excluded = fs.drop_missing()
+    labelled.check_cv(config.min_tasks)
+    elapsed = {}
+    clock = time.perf_counter()
+
+    def lap(phase: str) -> None:
+        nonlocal clock
+        elapsed[phase] = round(time.perf_counter() - clock, 3)
+        clock = time.perf_counter()
+
+    cv = run_nested_cv(labelled, config)
+    oof = cv.oof
+    lap("nested_cv")
+    boot = task_bootstrap(
+        oof["y"].to_numpy(), oof["score"].to_numpy(), oof["task_id"].to_numpy(),
+        {"auroc": auroc, "ap": average_precision_score}, config.n_boot, config.rng("bootstrap"),
+    ) if config.n_boot else None
+    lap("bootstrap")
+    perm = permutation_test(labelled, config) if config.n_perm else None
+    curve = layer_curve(labelled, config, perm.candidate_auroc if perm else None)
+    lap("permutation_and_layer_curve")
+    control_auroc = control_task(labelled, config).auroc
+    lap("control_task")
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "code_version": __version__,
+        "sklearn_version": sklearn.__version__,
+        "auroc": cv.auroc,
+        "auroc_ci": boot.cis["auroc"] if boot else None,
+        "ap": cv.ap,
+        "ap_ci": boot.cis["ap"] if boot else None,
+        "balanced_accuracy": cv.balanced_accuracy,
+        "bootstrap_n_used": boot.n_used if boot else 0,
+        "permutation_p": perm.p_value if perm else None,
+        "permutation_observed": perm.observed if perm else None,
+        "permutation_null": perm.null.tolist() if perm else [],
+        "control_auroc": control_auroc,
+        "selectivity": cv.auroc - control_auroc,
+        "n_samples": len(labelled.sample_ids),
+        "n_tasks": labelled.n_tasks,
+        "n_positive": int(labelled.y.sum()),
+        "n_excluded": len(excluded),
+        "excluded": excluded,
+        "candidates": [[int(layer), pooling] for layer, pooling in labelled.keys],
+        "folds": cv.folds,
+        "layer_curve": curve,
+        "config": asdict(config),
+        "elapsed_s": elapsed,
+        "schema": SCHEMA,
+        "oof": {column: oof[column].tolist() for column in OOF_COLUMNS},
+    }
+
+
+def oof_frame(result: dict) -> pd.DataFrame:
+    """The out-of-fold predictions of a `run_probe` result as a DataFrame (columns OOF_COLUMNS)."""
+    return pd.DataFrame(result["oof"], columns=OOF_COLUMNS)
+
+
+def write_probe_results(result: dict, oof: pd.DataFrame, out_dir: str | Path) -> tuple[Path, Path]:
+    """Write probe_results.json and oof_predictions.csv into out_dir, each atomically; return both paths."""
+    missing = set(OOF_COLUMNS) - set(oof.columns)
+    if missing:
+        raise ValueError(f"oof is missing columns {sorted(missing)}; expected {OOF_COLUMNS}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = {key: value for key, value in result.items() if key != "oof"}
+    json_text = json.dumps(_plain(summary), indent=2, allow_nan=False)  # fails before writing on NaN
+    csv_path = _write_atomic(out_dir / "oof_predictions.csv", oof[OOF_COLUMNS].to_csv(index=False))
+    json_path = _write_atomic(out_dir / "probe_results.json", json_text + "\n")
+    return json_path, csv_path
+
+
+def _plain(value: object) -> object:
+    """Numpy scalars and arrays inside value turned into Python numbers and lists."""
+    if isinstance(value, dict):
+        return {key: _plain(v) for key, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _plain(value.tolist())
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _write_atomic(path: Path, text: str) -> Path:
+    """Write text to a temporary file next to path, then os.replace it: readers never see half a file."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path

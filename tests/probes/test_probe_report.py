@@ -1,0 +1,48 @@
+"""run_probe end to end, the written files, and agreement of reported metrics with scikit-learn on the CSV."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.metrics import average_precision_score, balanced_accuracy_score, roc_auc_score
+
+from probes import FeatureSet, oof_frame, run_probe, write_probe_results
+
+
+def test_run_probe_writes_consistent_files(make_features, fast_config, tmp_path):
+    fs = make_features(n_tasks=12, signal_key=(2, "mean"), signal=1.5)
+    y = fs.y.copy()
+    y[[1, 30]] = -1
+    result = run_probe(FeatureSet(fs.features, y, fs.groups, fs.sample_ids), fast_config)
+    json_path, csv_path = write_probe_results(result, oof_frame(result), tmp_path / "out")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["oof_predictions.csv", "probe_results.json"]
+
+    saved = json.loads(json_path.read_text())
+    oof = pd.read_csv(csv_path)
+    assert list(oof.columns) == ["sample_id", "task_id", "y", "score", "fold", "threshold", "pred"]
+    assert saved["n_excluded"] == 2 and saved["excluded"] == [fs.sample_ids[1], fs.sample_ids[30]]
+    assert saved["n_samples"] == len(oof) == 70 and saved["n_tasks"] == 12
+    assert saved["n_positive"] == int(oof["y"].sum())
+    assert saved["auroc"] == pytest.approx(roc_auc_score(oof["y"], oof["score"]), abs=1e-9)
+    assert saved["ap"] == pytest.approx(average_precision_score(oof["y"], oof["score"]), abs=1e-9)
+    assert saved["balanced_accuracy"] == pytest.approx(balanced_accuracy_score(oof["y"], oof["pred"]), abs=1e-9)
+    for fold in saved["folds"]:
+        rows = oof[oof["fold"] == fold["fold"]]
+        assert set(rows["task_id"]) == set(fold["test_tasks"])
+        np.testing.assert_allclose(rows["threshold"], fold["threshold"])
+    low, high = saved["auroc_ci"]
+    assert low <= saved["auroc"] <= high
+    assert saved["selectivity"] == pytest.approx(saved["auroc"] - saved["control_auroc"])
+    assert 0 < saved["permutation_p"] <= 1 and len(saved["permutation_null"]) == 19
+    assert set(saved["layer_curve"]) == {"last", "mean"}
+    assert saved["config"]["n_perm"] == 19 and saved["schema_version"] == 1
+    assert set(saved) - {"schema"} <= set(saved["schema"]) and "oof" not in saved
+
+
+def test_failed_write_leaves_nothing_behind(make_features, fast_config, tmp_path):
+    result = {"auroc": float("nan")}
+    oof = pd.DataFrame(columns=["sample_id", "task_id", "y", "score", "fold", "threshold", "pred"])
+    with pytest.raises(ValueError):
+        write_probe_results(result, oof, tmp_path)
+    assert list(tmp_path.iterdir()) == []
