@@ -40,7 +40,7 @@ SCHEMA = {
     "balanced_accuracy": "pooled out-of-fold balanced accuracy, each fold at its own inner-selected threshold; [0, 1]",
     "bootstrap_n_used": "bootstrap resamples with both classes (others skipped)",
     "permutation_p": "(1 + #null >= observed) / (1 + n_perm); statistic = max over candidates of the fixed "
-                     "probe's grouped-CV AUROC; labels permuted across tasks; null if n_perm = 0",
+                     "probe's grouped-CV AUROC; label patterns permuted across whole tasks; null if n_perm = 0",
     "permutation_observed": "the permutation statistic on the real labels; unitless AUROC",
     "permutation_null": "the statistic for each permuted label vector [n_perm]; unitless AUROC",
     "control_auroc": "nested-CV AUROC on control labels (real labels shuffled across samples); expected ~0.5",
@@ -55,8 +55,9 @@ SCHEMA = {
              "pca (requested components or null), C (inverse L2 strength), threshold (log-odds), "
              "inner_auroc (mean inner AUROC of the chosen configuration), auroc (null if one class), "
              "n_inner_skipped (inner folds without both classes)",
-    "layer_curve": "DESCRIPTIVE, not the headline: {pooling: {layers: [int], auroc: [float]}}, fixed probe, "
-                   "outer-style grouped CV, no selection",
+    "layer_curve": "DESCRIPTIVE, not the headline: {pooling: {layers: [int], auroc: [float]}}; pooled "
+                   "out-of-fold AUROC of the fixed probe (config fixed_standardize, no PCA, fixed_C) per "
+                   "candidate under the outer grouped folds, no selection",
     "config": "the ProbeConfig of the run",
     "elapsed_s": "wall-clock seconds per phase (nested_cv, bootstrap, permutation_and_layer_curve, control_task)",
     "oof": "in memory only: per-sample out-of-fold predictions, columns as oof_predictions.csv",

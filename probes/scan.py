@@ -20,9 +20,9 @@ def candidate_aurocs(fs: FeatureSet, labels: np.ndarray, config: ProbeConfig) ->
     `fs.y` (seed from `config`), shared by every row of `labels`, so the real
     labels and their permutations are scored on identical folds. The fixed
     probe (`config.fixed_params`) is fitted through the exact span fast path
-    (`probes.span`). A
-    training fold with one class under some label vector gets score 0 on its
-    test samples (no information). NaN where a label vector has one class.
+    (`probes.span`). A training fold with one class under some label vector
+    gets score 0 on its test samples (no information). NaN where a label
+    vector has one class.
     """
     labels = np.atleast_2d(labels)
     splits = grouped_splits(fs.y, fs.groups, config.outer_splits, config.split_seed("outer"))

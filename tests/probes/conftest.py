@@ -22,7 +22,10 @@ def synthetic_features(
     task_constant_labels: bool = False,
     seed: int = 0,
 ) -> FeatureSet:
-    """Gaussian features; `signal` shifts 4 dims of `signal_key` by +-signal/2 with y; `task_identity` adds a per-task vector."""
+    """Gaussian features; `signal` shifts 4 dims of `signal_key` by +-signal/2 with y.
+
+    `task_identity` scales a random per-task vector added to every sample of the task.
+    """
     rng = np.random.default_rng(seed)
     groups = np.repeat([f"task{t:02d}" for t in range(n_tasks)], per_task)
     if task_constant_labels:

@@ -46,3 +46,13 @@ def test_failed_write_leaves_nothing_behind(make_features, fast_config, tmp_path
     with pytest.raises(ValueError):
         write_probe_results(result, oof, tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_run_probe_failure_modes(make_features, fast_config):
+    fs = make_features()
+    y = np.where(fs.y == 1, -1, 0)  # every positive label missing: one class left after exclusion
+    with pytest.raises(ValueError, match=r"only one class present \(y=0: 36, y=1: 0\)"):
+        run_probe(FeatureSet(fs.features, y, fs.groups, fs.sample_ids), fast_config)
+    few = make_features(n_tasks=3)
+    with pytest.raises(ValueError, match="3 distinct tasks but the outer CV needs at least 5"):
+        run_probe(few, fast_config)

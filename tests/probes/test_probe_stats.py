@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from probes import control_task, layer_curve, permutation_test, permute_labels_across_tasks, run_nested_cv, task_bootstrap
+from probes import (
+    control_task,
+    layer_curve,
+    permutation_test,
+    permute_labels_across_tasks,
+    run_nested_cv,
+    task_bootstrap,
+)
 from probes.metrics import auroc
 
 
