@@ -41,9 +41,9 @@ class DemoConfig:
     trajectories: Path = DEMO_TRAJECTORIES
     states: Path = DEMO_STATES
     full: bool = False
-    patch_trajectories: int = 6
+    patch_trajectories: int = 4
     harm_boundaries: int = 2
-    harm_budget: int = 3
+    harm_budget: int = 2
     intervention_states: int = 2
     intervention_samples: int = 0
     max_new_tokens: int = 48
