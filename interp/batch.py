@@ -69,7 +69,7 @@ def extract_to_store(
 ) -> dict[str, int]:
     """Extract every (trajectory, condition) unit of this shard into the store; skip finished units."""
     store = Store(Path(store_dir))
-    settings = store_settings(sensor, config)
+    settings = {**store_settings(sensor, config), "boundaries": boundaries}  # None: every boundary
     store.open(settings)
     units = [(t, c) for t in trajectories for c in conditions]
     mine = [u for k, u in enumerate(units) if k % shard[1] == shard[0]]

@@ -123,7 +123,7 @@ def extract_trajectory(
     """Features of every requested boundary of ``traj`` under ``condition`` (see module docstring)."""
     tok = sensor.tokenizer
     params = condition_params or {}
-    boundaries = boundaries or list(range(1, traj.n_steps + 1))
+    boundaries = list(range(1, traj.n_steps + 1)) if boundaries is None else boundaries
     limit = min(config.max_tokens, model_max_positions(sensor))
     results: dict[int, BoundaryFeatures] = {}
     renders: dict[int, Rendered] = {}

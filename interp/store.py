@@ -48,10 +48,18 @@ class StoreMismatch(ValueError):
     """A run's settings differ from the store's; the message lists the differing keys."""
 
 
+def _file_mode() -> int:
+    """Mode a plain ``open()`` would give under the current umask (mkstemp files are 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temporary file in the same directory and a rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.chmod(tmp, _file_mode())
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -89,6 +97,9 @@ class Store:
     """An activation store directory (see the module docstring)."""
 
     root: Path
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root)
 
     @property
     def units_dir(self) -> Path:
@@ -133,6 +144,7 @@ class Store:
         os.close(fd)
         try:
             save_file(tensors, tmp, metadata={"unit": name, "dtype": "float32", "settings": json.dumps(settings)})
+            os.chmod(tmp, _file_mode())
             os.replace(tmp, self.units_dir / f"{name}.safetensors")
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -189,6 +201,7 @@ class Store:
                                (".csv", lambda f, p: f.to_csv(p, index=False))):
             fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".manifest.", suffix=suffix)
             os.close(fd)
+            os.chmod(tmp, _file_mode())
             writer(frame, tmp)
             os.replace(tmp, self.root / f"manifest{suffix}")
         return frame
@@ -196,6 +209,8 @@ class Store:
     def load_features(self, site: str = "resid_pre", condition: str | None = None,
                       status: str = "ok") -> tuple[pd.DataFrame, dict[tuple[int, str], np.ndarray]]:
         """``(manifest rows, X[(layer, pooling)] -> [n_samples, d_model] float32)``, aligned row by row."""
+        if status != "ok":
+            raise ValueError(f"only status='ok' rows have features (rows with status {status!r} were not extracted)")
         frame = self.manifest()
         frame = frame[frame["status"] == status]
         if condition is not None:

@@ -1,0 +1,132 @@
+"""ICLR entropy scores and the ``iclr`` condition they feed, against hand computations.
+
+Reference for a block's score: one plain HF forward over the render of the
+whole trajectory; block tokens are located by searching the block texts in
+the prompt (in order) and mapping characters to tokens with the tokenizer's
+offsets; the score is the mean over block tokens i of the entropy (bits,
+float64) of the logits at position i-1. The forward under test is the same
+length and unchunked: tolerance 1e-4 bits.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from interp.conditions import SKIP, apply_condition
+from interp.entropy import EntropyScorer, block_entropies
+from interp.extract import ExtractConfig, extract_trajectory
+from interp.render import render
+from interp.trajectory import join_blocks
+
+from ._reference import entropy_bits, hf_forward, tokens_covering
+
+
+def _hand_block_tokens(traj, rendered) -> dict[tuple[int, int], list[int]]:
+    """(step, block) -> token positions, found by ordered text search in the full render."""
+    out, cursor = {}, rendered.text.index(traj.task) + len(traj.task)
+    for t, step in enumerate(traj.steps, start=1):
+        for k, blk in enumerate(step.blocks):
+            start = rendered.text.index(blk, cursor)
+            out[(t, k)] = tokens_covering(rendered.offsets, start, start + len(blk))
+            cursor = start + len(blk)
+    return out
+
+
+def _hand_scores(sensor, traj):
+    """(scores by (step, block), entropy by position, block token positions) from one full-render forward."""
+    rendered = render(traj, traj.n_steps, sensor.tokenizer)
+    positions = _hand_block_tokens(traj, rendered)
+    needed = sorted({j for pos in positions.values() for i in pos for j in (i - 1, i)})
+    logits = hf_forward(sensor, rendered.input_ids, keep=needed).logits  # HF's logits at those rows only
+    h = dict(zip(needed, entropy_bits(logits).tolist()))  # float64
+    scores = {key: sum(h[i - 1] for i in pos) / len(pos) for key, pos in positions.items()}
+    return scores, h, positions
+
+
+def test_block_entropies_equal_hand_computation(sensor, mini_trajectory):
+    expected, h, positions = _hand_scores(sensor, mini_trajectory)
+    scores = block_entropies(sensor, mini_trajectory)
+    assert [(s.step, s.block) for s in scores] == list(expected)
+    for s in scores:
+        assert s.task_id == mini_trajectory.task_id
+        assert s.n_tokens == len(positions[(s.step, s.block)])
+        assert abs(s.mean_entropy_bits - expected[(s.step, s.block)]) < 1e-4, (s, expected[(s.step, s.block)])
+    # Sensitivity: reading the entropy at i instead of i-1 would be caught.
+    shifted = [sum(h[i] for i in pos) / len(pos) for pos in positions.values()]
+    assert max(abs(a - b) for a, b in zip(shifted, expected.values())) > 1e-3
+
+
+def test_tiny_demo_block_entropies(tiny_sensor, demo_trajectories):
+    traj = next(t for t in demo_trajectories if t.task_id == "web-002")
+    expected, _, _ = _hand_scores(tiny_sensor, traj)
+    got = {(s.step, s.block): s.mean_entropy_bits for s in block_entropies(tiny_sensor, traj)}
+    assert got.keys() == expected.keys()
+    assert max(abs(got[k] - expected[k]) for k in got) < 1e-4
+
+
+def test_max_tokens_leaves_late_steps_unscored(tiny_sensor, mini_trajectory):
+    full = block_entropies(tiny_sensor, mini_trajectory)
+    rendered = render(mini_trajectory, mini_trajectory.n_steps, tiny_sensor.tokenizer)
+    ends = {}
+    for (t, _), pos in _hand_block_tokens(mini_trajectory, rendered).items():
+        ends[t] = max(ends.get(t, 0), pos[-1] + 1)
+    limit = (ends[2] + ends[3]) // 2  # steps 1-2 end below it, steps 3-4 beyond
+    capped = block_entropies(tiny_sensor, mini_trajectory, max_tokens=limit)
+    for f, c in zip(full, capped):
+        if ends[c.step] <= limit:
+            assert c.mean_entropy_bits is not None and abs(c.mean_entropy_bits - f.mean_entropy_bits) < 5e-4
+        else:
+            assert c.mean_entropy_bits is None, c
+    assert {c.step for c in capped if c.mean_entropy_bits is None} == {3, 4}
+    scorer = EntropyScorer(tiny_sensor, max_tokens=limit)
+    assert scorer(mini_trajectory, 2) is not None and scorer(mini_trajectory, 3) is None
+    edited, log = apply_condition("iclr", mini_trajectory, 4, scorer=scorer)
+    assert edited.steps[2] == mini_trajectory.steps[2], "an unscored step must be left whole"
+    assert any("step 3" in note and "not scored" in note for note in log.notes), log.notes
+    assert SKIP in edited.steps[0].reasoning and SKIP in edited.steps[1].reasoning
+
+
+@pytest.mark.parametrize("rho", [0.8, 0.5])
+def test_iclr_drops_lowest_entropy_blocks(tiny_sensor, mini_trajectory, rho):
+    scorer = EntropyScorer(tiny_sensor)
+    scores = {(s.step, s.block): s.mean_entropy_bits for s in block_entropies(tiny_sensor, mini_trajectory)}
+    counter = lambda s: len(tiny_sensor.tokenizer.encode(s, add_special_tokens=False))  # noqa: E731
+    for b in range(1, mini_trajectory.n_steps + 1):
+        edited, log = apply_condition("iclr", mini_trajectory, b, counter=counter, scorer=scorer, rho=rho)
+        expected_steps, expected_removed = [], 0
+        for t, step in enumerate(mini_trajectory.steps, start=1):
+            blocks = step.blocks
+            if t > b or len(blocks) <= 1:
+                expected_steps.append(step)
+                continue
+            by_score = sorted(range(len(blocks)), key=lambda k: scores[(t, k)])
+            drop = set(by_score[: math.floor(rho * len(blocks))])
+            assert all(scores[(t, k)] <= scores[(t, j)] for k in drop for j in set(range(len(blocks))) - drop)
+            expected_removed += sum(counter(blocks[k]) for k in drop)
+            kept = [SKIP if k in drop else blk for k, blk in enumerate(blocks)]
+            expected_steps.append(replace(step, reasoning=join_blocks(kept)))
+        assert edited.steps == tuple(expected_steps), b
+        assert log.tokens_removed == expected_removed
+    # Features through extract_trajectory use exactly this hand-edited history.
+    config = ExtractConfig(layers=[0])
+    rows = extract_trajectory(tiny_sensor, mini_trajectory, "iclr", config, condition_params={"scorer": scorer,
+                                                                                               "rho": rho})
+    for r in rows:
+        edited, _ = apply_condition("iclr", mini_trajectory, r.after_step, scorer=scorer, rho=rho)
+        assert r.n_tokens == render(edited, r.after_step, tiny_sensor.tokenizer).n_tokens
+    assert {r.forward for r in rows} == {"shared"}, "online ICLR renders are prefixes of each other"
+
+
+def test_scorer_scores_each_task_once(tiny_sensor, mini_trajectory, monkeypatch):
+    import interp.entropy as entropy_mod
+
+    calls = []
+    real = entropy_mod.block_entropies
+    monkeypatch.setattr(entropy_mod, "block_entropies", lambda *a, **k: calls.append(1) or real(*a, **k))
+    scorer = EntropyScorer(tiny_sensor)
+    for b in range(1, mini_trajectory.n_steps + 1):
+        apply_condition("iclr", mini_trajectory, b, scorer=scorer)
+    assert len(calls) == 1

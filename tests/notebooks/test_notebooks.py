@@ -1,0 +1,82 @@
+"""The exploratory notebooks: committed without outputs, and each runs top to bottom with figures.
+
+Execution uses nbclient with a ``python3`` kernelspec written for this interpreter
+(so the kernel is this venv's Python whatever ``jupyter kernelspec list`` says),
+``INTERP_NB_MODEL=tiny-qwen3.5`` (the notebooks default to SmolLM2) and one
+thread per kernel (xdist runs two notebooks on two cores). The working directory
+is a temporary folder: the notebooks find the repository themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+EXPECTED = {"01_quickstart.ipynb", "02_future_necessity_probes.ipynb", "03_kl_repair_patching.ipynb",
+            "04_externalization_and_interventions.ipynb"}
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+
+
+def test_expected_notebooks_exist():
+    assert EXPECTED <= {p.name for p in NOTEBOOKS}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_stripped(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    dirty = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
+             and (cell.get("outputs") or cell.get("execution_count") is not None)]
+    assert not dirty, f"{path.name}: code cells {dirty} have outputs or an execution count; strip them before committing"
+    assert "widgets" not in nb.metadata, f"{path.name}: widget state in the notebook metadata"
+
+
+@pytest.fixture(scope="module")
+def kernel_env(tmp_path_factory):
+    """A JUPYTER_PATH whose python3 kernelspec runs this interpreter."""
+    from ipykernel.kernelspec import install
+
+    prefix = tmp_path_factory.mktemp("kernelspec")
+    install(kernel_name="python3", prefix=str(prefix))
+    spec = json.loads((prefix / "share" / "jupyter" / "kernels" / "python3" / "kernel.json").read_text())
+    assert spec["argv"][0] == sys.executable
+    return {"JUPYTER_PATH": str(prefix / "share" / "jupyter"), "INTERP_NB_MODEL": "tiny-qwen3.5",
+            "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+
+
+def _figure_outputs(cell) -> int:
+    return sum(1 for out in cell.get("outputs", []) if out.get("output_type") in ("display_data", "execute_result")
+               and (PLOTLY_MIME in out.get("data", {}) or "text/html" in out.get("data", {})))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs(path, kernel_env, tmp_path, monkeypatch):
+    from jupyter_client.kernelspec import KernelSpecManager
+    from nbclient import NotebookClient
+
+    for key, value in kernel_env.items():
+        monkeypatch.setenv(key, value)
+    assert Path(KernelSpecManager().get_kernel_spec("python3").argv[0]) == Path(sys.executable)
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, kernel_name="python3", timeout=600, allow_errors=False,
+                            resources={"metadata": {"path": str(tmp_path)}})
+    started = time.perf_counter()
+    client.execute()  # raises CellExecutionError naming the cell on the first error
+    elapsed = time.perf_counter() - started
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    errors = [i for i, c in enumerate(code) if any(o.get("output_type") == "error" for o in c.get("outputs", []))]
+    assert not errors, f"{path.name}: code cells {errors} raised"
+    assert all(c.get("execution_count") for c in code), f"{path.name}: some code cells did not run"
+    plotly = sum(1 for c in code for o in c.get("outputs", []) if PLOTLY_MIME in o.get("data", {}))
+    assert plotly >= 1 and sum(map(_figure_outputs, code)) >= 1, f"{path.name}: no figure was shown"
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert not left, f"{path.name} left files in its working directory: {left}"
+    print(f"{path.name}: executed in {elapsed:.1f} s, {plotly} plotly figures")
