@@ -279,6 +279,34 @@ def harm(
 
 
 @app.command()
+def label(
+    trajectories: Annotated[Path, typer.Option("--trajectories", help="Trajectory file (JSON Lines).")],
+    out: Annotated[Path, typer.Option("--out", help="Directory for future_necessity_labels.json and .csv.")],
+    labels: Annotated[Optional[Path], typer.Option(help="Reference CSV task_id,after_step,future_necessity "
+                                                        "(default: the annotations).")] = None,
+    window: Annotated[int, typer.Option(help="Later steps inspected after each boundary.")] = 3,
+    surge_factor: Annotated[float, typer.Option("--surge-factor", help="Reasoning surge: length over this "
+                                                "multiple of the running mean.")] = 1.8,
+) -> None:
+    """Rule-based future-necessity targets with evidence, and agreement (kappa) with reference labels."""
+    from interp.store import atomic_write_bytes, atomic_write_json
+    from interp.trajectory import load_trajectories
+    from probes.targets import LabelerConfig, agreement, annotation_targets, label_trajectories, read_targets_csv
+
+    trajs = load_trajectories(trajectories)
+    rows = label_trajectories(trajs, LabelerConfig(window=window, surge_factor=surge_factor))
+    reference = read_targets_csv(labels) if labels else annotation_targets(trajs)
+    agree = agreement({(r.task_id, r.after_step): r.y for r in rows}, reference)
+    atomic_write_json(out / "future_necessity_labels.json",
+                      {"schema": {"y": "1 when steps b+1..b+window re-derive, surge in reasoning or re-plan",
+                                  "evidence": "every rule that fired, with its step"},
+                       "agreement": agree, "labels": [vars(r) for r in rows]})
+    csv = "task_id,after_step,future_necessity\n" + "".join(f"{r.task_id},{r.after_step},{r.y}\n" for r in rows)
+    atomic_write_bytes(out / "future_necessity_labels.csv", csv.encode())
+    console.print(f"{out}: {len(rows)} boundaries, {sum(r.y for r in rows)} positive; agreement {agree}", markup=False)
+
+
+@app.command()
 def probe(
     store: Annotated[Path, typer.Option("--store", help="Activation store directory.")],
     out: Annotated[Path, typer.Option("--out", help="Directory for probe_results.json and oof_predictions.csv.")],
