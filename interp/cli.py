@@ -455,6 +455,15 @@ def intervene(
 
 
 @app.command()
+def sweep(config: Annotated[Path, typer.Argument(help="Sweep config (TOML; format in probes/sweep.py).")]) -> None:
+    """Run a declared grid (models x conditions x layers x poolings) as extraction then probing, resumable."""
+    from probes.sweep import run_sweep
+
+    summary = run_sweep(config)
+    console.print(summary.to_string(index=False), markup=False)
+
+
+@app.command()
 def demo(
     out: Annotated[Path, typer.Option(help="Results directory.")] = Path("results/demo"),
     model: ModelOpt = "smollm2-135m",

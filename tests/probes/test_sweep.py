@@ -1,0 +1,58 @@
+"""interp sweep: config checking, the grid of cells, and a resumable end-to-end run on the tiny model."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from probes.sweep import cells, load_sweep, run_sweep
+
+CONFIG = """
+trajectories = "{traj}"
+out = "{out}"
+[grid]
+models = ["tiny-qwen3.5"]
+conditions = ["full"]
+layers = ["3,7"]
+poolings = [["last"], ["last", "mean_latest_step"]]
+[probe]
+n_outer = 3
+n_inner = 2
+n_perm = 3
+n_boot = 20
+n_jobs = 1
+"""
+
+
+def test_unknown_keys_and_missing_grid_are_named(tmp_path):
+    bad = tmp_path / "s.toml"
+    bad.write_text('trajectories = "x"\nout = "y"\n[grid]\nmodels = ["m"]\n')
+    with pytest.raises(ValueError, match=r"s.toml: \[grid\]: missing key"):
+        load_sweep(bad)
+    bad.write_text('trajectories = "x"\nout = "y"\nlayer = 3\n[grid]\n')
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['layer'\]"):
+        load_sweep(bad)
+
+
+def test_cells_are_the_product_of_the_grid():
+    config = {"grid": {"models": ["a", "b"], "conditions": ["full", "delete_all_reasoning"], "layers": ["all"],
+                       "poolings": [["last"], ["last", "mean_last:8"]]}}
+    names = [c["name"] for c in cells(config)]
+    assert len(names) == len(set(names)) == 8
+
+
+@pytest.mark.slow
+def test_sweep_runs_and_resumes(tmp_path, demo_trajectories):
+    traj = tmp_path / "t.jsonl"
+    traj.write_text("".join(json.dumps(t.to_json()) + "\n" for t in demo_trajectories[:8]))
+    path = tmp_path / "s.toml"
+    path.write_text(CONFIG.format(traj=traj, out=tmp_path / "out"))
+    summary = run_sweep(path)
+    assert len(summary) == 2 and set(summary["n_samples"]) == {sum(t.n_steps for t in demo_trajectories[:8])}
+    assert pd.read_csv(tmp_path / "out" / "summary.csv").shape[0] == 2
+    stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "out" / "cells").rglob("probe_results.json")}
+    again = run_sweep(path)  # everything done: nothing recomputed
+    assert again["auroc"].tolist() == summary["auroc"].tolist()
+    assert stamps == {p: p.stat().st_mtime_ns for p in stamps}
