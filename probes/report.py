@@ -12,8 +12,6 @@ Files written by `write_probe_results` into `out_dir`:
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -23,6 +21,7 @@ import pandas as pd
 import sklearn
 from sklearn.metrics import average_precision_score
 
+from interp.store import atomic_write_bytes
 from probes import __version__
 from probes.config import ProbeConfig
 from probes.data import FeatureSet
@@ -137,8 +136,9 @@ def write_probe_results(result: dict, oof: pd.DataFrame, out_dir: str | Path) ->
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = {key: value for key, value in result.items() if key != "oof"}
     json_text = json.dumps(_plain(summary), indent=2, allow_nan=False)  # fails before writing on NaN
-    csv_path = _write_atomic(out_dir / "oof_predictions.csv", oof[OOF_COLUMNS].to_csv(index=False))
-    json_path = _write_atomic(out_dir / "probe_results.json", json_text + "\n")
+    csv_path, json_path = out_dir / "oof_predictions.csv", out_dir / "probe_results.json"
+    atomic_write_bytes(csv_path, oof[OOF_COLUMNS].to_csv(index=False).encode())
+    atomic_write_bytes(json_path, (json_text + "\n").encode())
     return json_path, csv_path
 
 
@@ -154,17 +154,3 @@ def _plain(value: object) -> object:
         return value.item()
     return value
 
-
-def _write_atomic(path: Path, text: str) -> Path:
-    """Write text to a temporary file next to path, then os.replace it: readers never see half a file."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return path
