@@ -255,7 +255,7 @@ def harm(
     from interp.models import load_model
     from interp.store import atomic_write_json
     from interp.trajectory import load_trajectories
-    from patching.harm import candidate_sets, set_harms, summarize_harm
+    from patching.harm import boundary_harm, summarize_harm
 
     trajs = {t.task_id: t for t in load_trajectories(trajectories)}
     if boundaries:
@@ -266,11 +266,7 @@ def harm(
 
     def compute(key: str) -> dict:
         task_id, _, b = key.rpartition("@")
-        traj = trajs[task_id]
-        nll, sets = set_harms(sensor, traj, int(b), candidate_sets(traj, int(b), max_k, budget, seed))
-        return {"task_id": task_id, "after_step": int(b), "nll_full": nll,
-                "sets": [{"members": [list(m) for m in h.members], "tokens_removed": h.tokens_removed,
-                          "nll": h.nll, "harm": h.harm, "interaction": h.interaction} for h in sets]}
+        return boundary_harm(sensor, trajs[task_id], int(b), max_k, budget, seed)
 
     parts = run_units(keys, compute, out / "parts" / f"harm.k{max_k}.n{budget}.s{seed}", "harm")
     result = {**summarize_harm([parts[k] for k in keys]), "model": sensor.describe()}

@@ -179,16 +179,13 @@ def _patch(sensor: Any, trajs: list, task_ids: list[str], out: Path) -> None:
 
 def _harm(sensor: Any, trajs: list, keys: list[str], out: Path, budget: int) -> None:
     from interp.jobs import run_units
-    from patching.harm import candidate_sets, set_harms, summarize_harm
+    from patching.harm import boundary_harm, summarize_harm
 
     by_id = {t.task_id: t for t in trajs}
 
     def compute(key: str) -> dict[str, Any]:
         task_id, _, b = key.rpartition("@")
-        nll, sets = set_harms(sensor, by_id[task_id], int(b), candidate_sets(by_id[task_id], int(b), 3, budget))
-        return {"task_id": task_id, "after_step": int(b), "nll_full": nll,
-                "sets": [{"members": [list(m) for m in h.members], "tokens_removed": h.tokens_removed,
-                          "nll": h.nll, "harm": h.harm, "interaction": h.interaction} for h in sets]}
+        return boundary_harm(sensor, by_id[task_id], int(b), 3, budget)
 
     parts = run_units(keys, compute, out / "parts", "harm")
     atomic_write_json(out / "harm.json", {**summarize_harm([parts[k] for k in keys]), "model": sensor.describe()})

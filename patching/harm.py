@@ -111,6 +111,15 @@ def set_harms(sensor: Any, traj: Trajectory, b: int, sets: list[tuple[Block, ...
     return nll_full, results
 
 
+def boundary_harm(sensor: Any, traj: Trajectory, b: int, max_k: int = 3, budget: int = 20,
+                  seed: int = 0) -> dict[str, Any]:
+    """One boundary's ``harm.json`` record: NLL of the recorded next output and every candidate set's harm."""
+    nll, sets = set_harms(sensor, traj, b, candidate_sets(traj, b, max_k, budget, seed))
+    return {"task_id": traj.task_id, "after_step": b, "nll_full": nll,
+            "sets": [{"members": [list(m) for m in h.members], "tokens_removed": h.tokens_removed,
+                      "nll": h.nll, "harm": h.harm, "interaction": h.interaction} for h in sets]}
+
+
 def pair_ordering_accuracy(harms: list[SetHarm], single: dict[Block, float]) -> float | None:
     """Fraction of set pairs (same cardinality) that the additive prediction orders like the true harm."""
     agree = total = 0

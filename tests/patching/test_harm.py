@@ -41,3 +41,13 @@ def test_pair_ordering_accuracy_by_hand():
             SetHarm(((1, 1), (2, 0)), 0, 0.0, 4.0)]
     # additive predictions 3.0, 1.5, 2.5; true 3.5, 1.0, 4.0 -> pairs (0,1) agree, (0,2) disagree, (1,2) agree
     assert pair_ordering_accuracy(sets, single) == pytest.approx(2 / 3)
+
+
+def test_boundary_harm_record_matches_set_harms(tiny_sensor, mini_trajectory):
+    from patching.harm import boundary_harm
+
+    record = boundary_harm(tiny_sensor, mini_trajectory, 2, max_k=2, budget=1, seed=0)
+    nll, rows = set_harms(tiny_sensor, mini_trajectory, 2, candidate_sets(mini_trajectory, 2, 2, 1, 0))
+    assert record["nll_full"] == pytest.approx(nll, abs=1e-9)
+    assert [tuple(map(tuple, s["members"])) for s in record["sets"]] == [r.members for r in rows]
+    assert [s["harm"] for s in record["sets"]] == pytest.approx([r.harm for r in rows], abs=1e-9)
