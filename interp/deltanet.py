@@ -1,0 +1,103 @@
+"""Gated-DeltaNet kernels that keep float64, so a float64 model is float64 end to end.
+
+transformers' torch fallbacks for the gated delta rule (``torch_chunk_gated_delta_rule``
+for a sequence, ``torch_recurrent_gated_delta_rule`` for one cached token) cast
+q, k, v, beta and the decay to float32 whatever the model dtype. The two
+kernels then round differently, so a whole forward and the same sequence run as
+prefix + cached continuation differ by ~1e-6 relative; a random model amplifies
+that to ~3e-4 in KL Repair, which hides whether a cache-reusing fast path is
+exact. :func:`enable_float64_kernels` routes float64 inputs of both kernels to
+:func:`gated_delta_rule_fp64`, the sequential recurrence in float64; every
+other dtype still goes to transformers' kernel unchanged.
+
+The recurrence, per value head (``S`` is the ``[d_k, d_v]`` state, ``q``, ``k``
+l2-normalised when asked, ``q`` scaled by ``d_k ** -0.5``)::
+
+    S_t = exp(g_t) * S_{t-1}
+    S_t = S_t + k_t (beta_t * (v_t - S_t^T k_t))^T
+    o_t = S_t^T q_t
+
+It loops over tokens in Python: exact, and meant for float64 parity checks on
+small models, not for speed.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+# transformers modules whose Gated-DeltaNet layer calls these module-level kernels
+_MODULES = ("transformers.models.qwen3_5.modeling_qwen3_5",)
+_KERNELS = ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule")
+
+
+def _l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    # same epsilon placement as transformers' and FLA's l2norm
+    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
+
+
+def gated_delta_rule_fp64(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+    use_qk_l2norm_in_kernel: bool = False,
+    cu_seqlens: Any = None,
+    **_: Any,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The gated delta rule in float64 (same arguments and returns as transformers' torch kernels).
+
+    Shapes: q, k ``[batch, seq, k_heads, d_k]``; v ``[batch, seq, v_heads, d_v]``;
+    g (log decay, <= 0) and beta ``[batch, seq, v_heads]``; state
+    ``[batch, v_heads, d_k, d_v]``. Returns ``(out [batch, seq, v_heads, d_v]``
+    in the input dtype``, final state or None)``.
+    """
+    if cu_seqlens is not None:
+        raise NotImplementedError("gated_delta_rule_fp64 does not take packed sequences (cu_seqlens)")
+    batch, seq, k_heads, d_k = key.shape
+    v_heads, d_v = value.shape[-2:]
+    if k_heads != v_heads:  # grouped value heads: each q/k head serves v_heads // k_heads value heads
+        query = query.repeat_interleave(v_heads // k_heads, dim=2)
+        key = key.repeat_interleave(v_heads // k_heads, dim=2)
+    q, k, v, b, decay = (x.transpose(1, 2).to(torch.float64) for x in (query, key, value, beta, g))
+    if use_qk_l2norm_in_kernel:
+        q, k = _l2norm(q), _l2norm(k)
+    q = q * d_k ** -0.5
+    state = (torch.zeros(batch, v_heads, d_k, d_v, dtype=torch.float64, device=v.device)
+             if initial_state is None else initial_state.to(torch.float64))
+    out = torch.empty_like(v)
+    for t in range(seq):
+        state = state * decay[:, :, t].exp()[..., None, None]
+        delta = (v[:, :, t] - torch.einsum("bhkv,bhk->bhv", state, k[:, :, t])) * b[:, :, t, None]
+        state = state + k[:, :, t, :, None] * delta[:, :, None, :]
+        out[:, :, t] = torch.einsum("bhkv,bhk->bhv", state, q[:, :, t])
+    return out.transpose(1, 2).contiguous().to(query.dtype), state if output_final_state else None
+
+
+def _float64_aware(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def kernel(query: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if query.dtype == torch.float64:
+            kwargs.pop("chunk_size", None)
+            return gated_delta_rule_fp64(query, *args, **kwargs)
+        return original(query, *args, **kwargs)
+
+    kernel.float64_aware = True  # type: ignore[attr-defined]
+    return kernel
+
+
+def enable_float64_kernels() -> None:
+    """Route float64 Gated-DeltaNet kernel calls to :func:`gated_delta_rule_fp64` (idempotent; other dtypes untouched)."""
+    for name in _MODULES:
+        module = importlib.import_module(name)
+        for kernel in _KERNELS:
+            current = getattr(module, kernel)
+            if not getattr(current, "float64_aware", False):
+                setattr(module, kernel, _float64_aware(current))
