@@ -1,8 +1,10 @@
 """One chunked forward with capture at chosen layers: the engine under extraction and patching.
 
-``run_plan(sensor, ids, plan)`` runs the plain HF forward (sdpa) over ``ids``,
-split into chunks at ``plan.cuts`` with a cache carried between chunks, and
-keeps only what the plan asks for, the moment it is computed:
+``run_plan(sensor, ids, plan)`` runs the plain HF forward over ``ids`` (sdpa,
+through ``interp.chunk_attention`` so that a chunk after a cache keeps the
+fused causal kernel), split into chunks at ``plan.cuts`` with a cache carried
+between chunks, and keeps only what the plan asks for, the moment it is
+computed:
 
 - ``pooled``: sums (float32) of a hooked site over given absolute positions
   (a mean pool is ``sum / count``), e.g. ``resid_pre`` of layer 12 at the
@@ -31,6 +33,7 @@ from typing import Any
 
 import torch
 
+from interp.chunk_attention import IMPLEMENTATION as CHUNKED
 from interp.attention import capture_rows
 from interp.hooks import hook_name, hooks, plain_attention
 
@@ -149,7 +152,7 @@ def run_plan(sensor: Any, ids: list[int] | torch.Tensor, plan: Plan, start: Snap
     want_lp = set(plan.logprobs)
     want_h = set(plan.entropy)
     want_t = plan.targets
-    with torch.inference_mode(), plain_attention(model), hooks(model, fwd), \
+    with torch.inference_mode(), plain_attention(model, CHUNKED), hooks(model, fwd), \
             capture_rows(model, row_layers, queries, cache, sink):
         lo = offset
         for hi in _cut_points(n_total, offset, plan):
