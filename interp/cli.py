@@ -110,7 +110,7 @@ def fetch(spec: Annotated[str, typer.Argument(help="smollm2-135m or tiny-qwen3.5
 
 
 DeviceOpt = Annotated[str, typer.Option(help="torch device: cpu, cuda, cuda:1 ...")]
-DtypeOpt = Annotated[str, typer.Option(help="Model dtype: fp32, bf16 or fp16 (stored features are float32).")]
+DtypeOpt = Annotated[str, typer.Option(help="Model dtype: fp32, bf16, fp16 or fp64 (fp64 for parity checks on small models; stored features are float32).")]
 
 
 def _split(value: str) -> list[str]:
@@ -206,7 +206,7 @@ def patch(
     layers: Annotated[str, typer.Option(help="all | full_attention | 0,4,8 | 0-7 (resid_pre; 'all' adds the final resid_post).")] = "all",
     site: Annotated[str, typer.Option(help="resid_pre, attn_out or mlp_out.")] = "resid_pre",
     positions: Annotated[int, typer.Option("--positions", help="Patch the last n positions (1 = boundary token).")] = 1,
-    method: Annotated[str, typer.Option(help="fast (shared prefix, batched sites) or reference (one forward per site).")] = "fast",
+    method: Annotated[str, typer.Option(help="fast (shared prefix, batched sites, sdpa) or reference (TransformerLens bridge run_with_hooks, one whole forward per site).")] = "fast",
     task_ids: Annotated[Optional[str], typer.Option("--task-ids", help="Comma list of trajectories (default: all).")] = None,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "fp32",

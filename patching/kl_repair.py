@@ -17,14 +17,19 @@ token); both renders end in the same generation prompt, so tails align.
 
 Two paths give the same numbers (parity-tested within 1e-4):
 
-- ``reference``: one whole forward of the deleted render per site, with a
-  replacing hook (prefix, then the tail with the model's own cache: see
-  ``_patched_reference``);
-- ``fast``: the full and deleted renders of all boundaries run once each
-  (prefix-shared, chunked at the boundaries, cache snapshots taken there),
-  then per boundary all sites run as one batch of variants over the shared
-  prefix (``patching.variants``): about one forward per condition plus one
-  boundary token per (boundary, site).
+- ``reference``: the plain TransformerLens way, independent of the fast
+  path's engine: the bridge's ``run_with_hooks`` (eager attention, no cache)
+  once on the full render to take the site activations and ``P_full``, then
+  one whole forward of the deleted render per site with a replacing hook
+  (see ``_reference_boundary``);
+- ``fast``: the full renders of all boundaries run once (prefix-shared),
+  with cache snapshots where the deleted renders leave them; the deleted
+  renders continue from there (one forward for all that are prefixes of each
+  other, chunked at the boundaries, snapshots taken there), then per boundary
+  all sites run as one batch of variants over the shared prefix
+  (``patching.variants``): about one forward per condition plus one boundary
+  token per (boundary, site), and for a latest-step deletion only the tokens
+  after the deleted block on top of the full run.
 
 Sites are ``(site, layer)`` pairs; ``default_sites`` gives ``resid_pre`` of
 every layer plus the final ``resid_post`` (Repair there is exactly 1).
@@ -41,8 +46,8 @@ import torch
 
 from interp.conditions import apply_condition
 from interp.extract import lcp
-from interp.forward import Plan, logit_dtype, run_plan, snapshot_cache
-from interp.hooks import hook_name, hooks, plain_attention
+from interp.forward import Plan, Snapshot, logit_dtype, run_plan
+from interp.hooks import hook_name
 from interp.render import Rendered, render
 from interp.trajectory import Trajectory
 from patching.variants import run_variants
@@ -78,13 +83,11 @@ class BoundaryRepair:
     n_tokens_deleted: int = 0
 
 
-def _renders(sensor: Any, traj: Trajectory, condition: str, boundaries: list[int], params: dict[str, Any],
-             source: str) -> tuple[dict[int, Rendered], dict[int, Rendered]]:
+def _renders(sensor: Any, traj: Trajectory, condition: str, boundaries: list[int],
+             params: dict[str, Any]) -> tuple[dict[int, Rendered], dict[int, Rendered]]:
     tok = sensor.tokenizer
     full = {b: render(traj, b, tok) for b in boundaries}
     deleted = {b: render(apply_condition(condition, traj, b, **params)[0], b, tok) for b in boundaries}
-    for b in boundaries:
-        _check_tail(full[b], deleted[b], 1)
     return full, deleted
 
 
@@ -104,13 +107,18 @@ def _source_plan(renders: dict[int, Rendered], sites: list[tuple[str, int]], n_p
     return plan
 
 
-def _shared_runs(sensor: Any, renders: dict[int, Rendered], plan: Plan) -> dict[int, Any]:
-    """Run the renders of all boundaries, one forward for those that are prefixes of the longest."""
+def _shared_runs(sensor: Any, renders: dict[int, Rendered], plan: Plan,
+                 snapshots: tuple[int, ...] = ()) -> dict[int, Any]:
+    """Run the renders of all boundaries, one forward for those that are prefixes of the longest.
+
+    ``snapshots`` are extra cache snapshot points in that shared forward (kept where it reaches them).
+    """
     base = max(renders.values(), key=lambda r: r.n_tokens).input_ids
     shared = [b for b, r in renders.items() if lcp(r.input_ids, base) == r.n_tokens]
     end = max(renders[b].n_tokens for b in shared)
     sub = Plan(pooled={k: v for k, v in plan.pooled.items() if k[0] in shared},
-               logprobs=[renders[b].n_tokens - 1 for b in shared])
+               logprobs=[renders[b].n_tokens - 1 for b in shared],
+               snapshots=sorted({n for n in snapshots if 0 < n <= end}))
     outputs = dict.fromkeys(shared, run_plan(sensor, base[:end], sub))
     for b in renders.keys() - set(shared):
         r = renders[b]
@@ -139,77 +147,117 @@ def kl_repair_trajectory(
     if method not in ("fast", "reference"):
         raise ValueError(f"method must be 'fast' or 'reference', got {method!r}")
     boundaries = boundaries or list(range(1, traj.n_steps + 1))
-    full, deleted = _renders(sensor, traj, condition, boundaries, condition_params or {}, source)
+    params = condition_params or {}
+    full, deleted = _renders(sensor, traj, condition, boundaries, params)
     for b in boundaries:
         _check_tail(full[b], deleted[b], n_positions)
-    src = _shared_runs(sensor, full, _source_plan(full, sites, n_positions))
-    if source != "full":  # activations from another condition's run; P_full stays the full run's
-        donors = {b: render(apply_condition(source, traj, b, **(condition_params or {}))[0], b, sensor.tokenizer)
-                  for b in boundaries}
-        acts = _shared_runs(sensor, donors, _source_plan(donors, sites, n_positions))
-    else:
-        acts = src
+    donors = full if source == "full" else {
+        b: render(apply_condition(source, traj, b, **params)[0], b, sensor.tokenizer) for b in boundaries}
+    if method == "reference":
+        return [_score(traj.task_id, b, *_reference_boundary(sensor, full[b], donors[b], deleted[b], sites, n_positions),
+                       min_kl, full[b].n_tokens, deleted[b].n_tokens) for b in boundaries]
+    base = max(full.values(), key=lambda r: r.n_tokens).input_ids
+    jobs = _deleted_jobs(deleted, n_positions, base)
+    src = _shared_runs(sensor, full, _source_plan(full, sites, n_positions), tuple(start for start, _, _ in jobs))
+    # activations from another condition's run; P_full stays the full run's
+    acts = src if source == "full" else _shared_runs(sensor, donors, _source_plan(donors, sites, n_positions))
+    dels = _deleted_runs(sensor, jobs, src[max(full, key=lambda b: full[b].n_tokens)].snapshots)
     results = []
-    if method == "fast":
-        dels = _deleted_runs(sensor, deleted, n_positions)
     for b in boundaries:
         f, r = full[b], deleted[b]
-        p_full = src[b].logprobs[f.n_tokens - 1]
         patches = [{hook_name(site, layer): torch.stack([acts[b].mean((b, site, layer, i)) for i in range(n_positions)])}
                    for site, layer in sites]
         # P_del is the unpatched variant of the same computation, so a site that changes
         # nothing (layer 0 at an identical token, a self-patch) gives Repair 0 exactly.
-        if method == "fast":
-            snap = dels[b]
-            both = run_variants(sensor, snap.cache, snap.length, r.input_ids[-n_positions:], [{}] + patches)
-        else:
-            both = torch.stack([_patched_reference(sensor, r.input_ids, patch, n_positions) for patch in [{}] + patches])
-        p_del, p_patch = both[0], both[1:]
-        results.append(_score(traj.task_id, b, p_full, p_del, p_patch, min_kl, f.n_tokens, r.n_tokens))
+        both = run_variants(sensor, dels[b].cache, dels[b].length, r.input_ids[-n_positions:], [{}] + patches)
+        results.append(_score(traj.task_id, b, src[b].logprobs[f.n_tokens - 1], both[0], both[1:], min_kl,
+                              f.n_tokens, r.n_tokens))
     return results
 
 
-def _deleted_runs(sensor: Any, deleted: dict[int, Rendered], n_pos: int) -> dict[int, Any]:
-    """Snapshots before each boundary tail of the deleted renders (one shared forward where prefix-consistent)."""
-    base_b = max(deleted, key=lambda b: deleted[b].n_tokens)
-    base = deleted[base_b].input_ids
-    shared = [b for b, r in deleted.items() if lcp(r.input_ids, base) == r.n_tokens]
-    result = {}
-    if shared:
-        end = max(deleted[b].n_tokens - n_pos for b in shared)
-        out = run_plan(sensor, base[:end], Plan(snapshots=[deleted[b].n_tokens - n_pos for b in shared]))
-        for b in shared:
-            result[b] = out.snapshots[deleted[b].n_tokens - n_pos]
-    for b in deleted:
-        if b in result:
-            continue
-        r = deleted[b]
-        out = run_plan(sensor, r.input_ids[: r.n_tokens - n_pos], Plan(snapshots=[r.n_tokens - n_pos]))
-        result[b] = out.snapshots[r.n_tokens - n_pos]
+def _deleted_jobs(deleted: dict[int, Rendered], n_pos: int,
+                  full_ids: list[int]) -> list[tuple[int, list[int], dict[int, int]]]:
+    """Forwards that give every deleted render's cache before its tail: ``(start, ids, {boundary: tail})``.
+
+    Deleted renders that are prefixes of the longest one share one forward;
+    the others get their own. Each forward starts from the full run's cache
+    where its tokens still agree with the full render (``start`` = that common
+    prefix, capped at the earliest tail): a latest-step deletion then costs
+    only the tokens after the deleted block.
+    """
+    tails = {b: r.n_tokens - n_pos for b, r in deleted.items()}
+    longest = deleted[max(tails, key=tails.get)].input_ids
+    group = [b for b in deleted if lcp(deleted[b].input_ids[:tails[b]], longest) >= tails[b]]
+    jobs = []
+    for ids, members in [(longest, group)] + [(deleted[b].input_ids, [b]) for b in deleted if b not in group]:
+        mine = {b: tails[b] for b in members}
+        jobs.append((min([lcp(ids, full_ids)] + list(mine.values())), ids, mine))
+    return jobs
+
+
+def _deleted_runs(sensor: Any, jobs: list[tuple[int, list[int], dict[int, int]]],
+                  full_snapshots: dict[int, Snapshot]) -> dict[int, Snapshot]:
+    """Run :func:`_deleted_jobs`, each from the full run's snapshot at its start (from scratch at 0)."""
+    result: dict[int, Snapshot] = {}
+    for start, ids, tails in jobs:
+        begin = full_snapshots.get(start)
+        if begin is not None:  # a tail at the start point: nothing deleted before it, the full run's own state
+            result.update({b: begin for b, tail in tails.items() if tail == start})
+        rest = {b: tail for b, tail in tails.items() if b not in result}
+        if rest:
+            end = max(rest.values())
+            out = run_plan(sensor, ids[start:end] if begin else ids[:end], Plan(snapshots=sorted(set(rest.values()))),
+                           start=begin)
+            result.update({b: out.snapshots[tail] for b, tail in rest.items()})
     return result
 
 
-def _patched_reference(sensor: Any, ids: list[int], patch: dict[str, torch.Tensor], n_pos: int) -> torch.Tensor:
-    """Slow reference: a whole forward of the deleted render for one site, with a replacing hook.
+def bridge_hook_name(sensor: Any, site: str, layer: int) -> str:
+    """The bridge's own hook for a site: residuals by TL name, attention/MLP outputs at their module's ``hook_out``."""
+    if site in ("resid_pre", "resid_post"):
+        return hook_name(site, layer)
+    if site == "mlp_out":
+        return f"blocks.{layer}.mlp.hook_out"
+    mixer = "linear_attn" if sensor.layer_types[layer] == "linear_attention" else "attn"
+    return f"blocks.{layer}.{mixer}.hook_out"
 
-    The render runs as the prefix, then the patched tail with the model's own
-    cache and sdpa attention, so Gated-DeltaNet's float32 kernels split the
-    sequence exactly as the fast path does; everything else (no batching, no
-    shared-prefix attention, no state expansion, one forward per site) is
-    independent of it.
-    """
-    model = sensor.hf_model
-    prefix = run_plan(sensor, ids[:-n_pos], Plan(snapshots=[len(ids) - n_pos])).snapshots[len(ids) - n_pos]
 
-    def replace(x: torch.Tensor, name: str) -> torch.Tensor:
-        x = x.clone()
-        x[0, -n_pos:] = patch[name].to(x.device, x.dtype)
-        return x
+def _reference_boundary(sensor: Any, full: Rendered, donor: Rendered, deleted: Rendered,
+                        sites: list[tuple[str, int]], n_pos: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(P_full, P_del, P_patch per site)`` the TransformerLens way: whole bridge forwards, one per site."""
+    bridge = sensor.bridge
+    names = [bridge_hook_name(sensor, site, layer) for site, layer in sites]
+    taken: dict[str, torch.Tensor] = {}
 
-    tail = torch.tensor([ids[-n_pos:]], device=sensor.device)
-    with torch.inference_mode(), plain_attention(model), hooks(model, [(n, replace) for n in patch]):
-        hidden = model.model(input_ids=tail, cache=snapshot_cache(prefix.cache), use_cache=True).last_hidden_state
-        return torch.log_softmax(model.lm_head(hidden[0, -1]).to(logit_dtype(hidden.dtype)), dim=-1)
+    def taker(name: str) -> Any:  # keyed by the name asked for: the bridge reports aliases by their target
+        def take(x: torch.Tensor, hook: Any) -> None:
+            taken[name] = x[0, -n_pos:].clone()
+        return take
+
+    def last_logprobs(ids: list[int], fwd_hooks: list[tuple[str, Any]]) -> torch.Tensor:
+        logits = bridge.run_with_hooks(torch.tensor([ids], device=sensor.device), fwd_hooks=fwd_hooks)
+        return torch.log_softmax(logits[0, -1].to(logit_dtype(logits.dtype)), dim=-1)
+
+    with torch.inference_mode():
+        p_full = last_logprobs(full.input_ids, [(n, taker(n)) for n in names] if donor is full else [])
+        if donor is not full:
+            last_logprobs(donor.input_ids, [(n, taker(n)) for n in names])
+        if missing := set(names) - taken.keys():
+            raise RuntimeError(f"bridge hooks did not fire: {sorted(missing)}")
+        rows = [last_logprobs(deleted.input_ids, [])]
+        for name in names:
+            fired = []
+
+            def put(x: torch.Tensor, hook: Any, name: str = name) -> torch.Tensor:
+                fired.append(name)
+                x = x.clone()
+                x[0, -n_pos:] = taken[name].to(x.dtype)
+                return x
+
+            rows.append(last_logprobs(deleted.input_ids, [(name, put)]))
+            if fired != [name]:
+                raise RuntimeError(f"bridge hook {name} fired {len(fired)} times, expected once")
+    return p_full, rows[0], torch.stack(rows[1:])
 
 
 def _score(task_id: str, b: int, p_full: torch.Tensor, p_del: torch.Tensor, p_patch: torch.Tensor,
