@@ -25,7 +25,8 @@ def _by_hand(query, key, value):
     return (weights @ value).transpose(1, 2)
 
 
-@pytest.mark.parametrize("q_len,past", [(7, 0), (7, 5), (7, 7 * PAD_LIMIT), (3, 3 * PAD_LIMIT + 1), (1, 9), (1, 0)])
+@pytest.mark.parametrize("q_len,past", [(7, 0), (8, 2), (8, int(8 * PAD_LIMIT)), (6, int(6 * PAD_LIMIT) + 1),
+                                         (3, 40), (1, 9), (1, 0)])
 def test_matches_lower_right_causal_attention(q_len, past):
     gen = torch.Generator().manual_seed(q_len * 100 + past)
     query = torch.randn(1, 4, q_len, 8, generator=gen, dtype=torch.float64)
