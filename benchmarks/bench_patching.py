@@ -34,12 +34,11 @@ from typing import Any
 
 import torch
 
-from interp.conditions import apply_condition
 from interp.forward import Plan, run_plan
 from interp.models import SPECS, load_model
 from interp.render import render
 from interp.trajectory import Trajectory, load_trajectories
-from patching.kl_repair import default_sites, kl_repair_trajectory
+from patching.kl_repair import boundary_renders, default_sites, kl_repair_trajectory
 
 DEMO = "data/demo/trajectories.jsonl"
 
@@ -76,15 +75,11 @@ def _bridge_forward(sensor: Any, ids: list[int]) -> float:
         return _timed(lambda: sensor.bridge.run_with_hooks(torch.tensor([ids]), fwd_hooks=[]))[0]
 
 
-def _renders(sensor: Any, traj: Trajectory, condition: str, b: int) -> tuple[list[int], list[int]]:
-    return (render(traj, b, sensor.tokenizer).input_ids,
-            render(apply_condition(condition, traj, b)[0], b, sensor.tokenizer).input_ids)
-
-
 def one_boundary(sensor: Any, traj: Trajectory, sites: list[tuple[str, int]], ref_sites: int) -> list[str]:
     """Rows of part 1 for one long trajectory (its last boundary)."""
     b, cond = traj.n_steps, "delete_all_reasoning"
-    full_ids, del_ids = _renders(sensor, traj, cond, b)
+    full, deleted = boundary_renders(sensor, traj, cond, [b])
+    full_ids, del_ids = full[b].input_ids, deleted[b].input_ids
     t_fast, fast = _timed(lambda: kl_repair_trajectory(sensor, traj, cond, sites, [b]))
     some = sites[:: max(1, len(sites) // ref_sites)][:ref_sites] if ref_sites < len(sites) else sites
     t_ref, ref = _timed(lambda: kl_repair_trajectory(sensor, traj, cond, some, [b], method="reference"))
@@ -106,13 +101,12 @@ def one_boundary(sensor: Any, traj: Trajectory, sites: list[tuple[str, int]], re
 
 def per_trajectory(sensor: Any, traj: Trajectory, sites: list[tuple[str, int]]) -> list[str]:
     """Rows of part 2: all boundaries x all sites, shared vs naive plain forwards."""
-    rows = []
-    t_full = {b: _plain_forward(sensor, render(traj, b, sensor.tokenizer).input_ids)
-              for b in range(1, traj.n_steps + 1)}
+    rows, boundaries, t_full = [], list(range(1, traj.n_steps + 1)), {}
     for cond in ("delete_all_reasoning", "delete_latest_reasoning"):
+        full, deleted = boundary_renders(sensor, traj, cond, boundaries)
+        t_full = t_full or {b: _plain_forward(sensor, full[b].input_ids) for b in boundaries}
         t_shared, out = _timed(lambda: kl_repair_trajectory(sensor, traj, cond, sites))
-        t_naive = sum(t_full[b] + (len(sites) + 1) * _plain_forward(sensor, _renders(sensor, traj, cond, b)[1])
-                      for b in t_full)
+        t_naive = sum(t_full[b] + (len(sites) + 1) * _plain_forward(sensor, deleted[b].input_ids) for b in boundaries)
         rows.append(f"| {traj.task_id}: {traj.n_steps} boundaries x {len(sites)} sites, {cond} | up to "
                     f"{max(r.n_tokens_full for r in out)} | {t_shared:.1f} | naive sdpa (per boundary F + "
                     f"{len(sites) + 1} x D) | {t_naive:.1f} | **{t_naive / t_shared:.1f}x** | |")

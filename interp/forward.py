@@ -33,8 +33,8 @@ from typing import Any
 
 import torch
 
-from interp.chunk_attention import IMPLEMENTATION as CHUNKED
 from interp.attention import capture_rows
+from interp.chunk_attention import IMPLEMENTATION as CHUNKED
 from interp.hooks import hook_name, hooks, plain_attention
 
 ENTROPY_SLICE = 512  # rows unembedded at a time for entropies and target log-probs

@@ -83,9 +83,10 @@ class BoundaryRepair:
     n_tokens_deleted: int = 0
 
 
-def _renders(sensor: Any, traj: Trajectory, condition: str, boundaries: list[int],
-             params: dict[str, Any]) -> tuple[dict[int, Rendered], dict[int, Rendered]]:
-    tok = sensor.tokenizer
+def boundary_renders(sensor: Any, traj: Trajectory, condition: str, boundaries: list[int],
+                     params: dict[str, Any] | None = None) -> tuple[dict[int, Rendered], dict[int, Rendered]]:
+    """The full and the ``condition`` render at each boundary: the two runs KL Repair compares."""
+    tok, params = sensor.tokenizer, params or {}
     full = {b: render(traj, b, tok) for b in boundaries}
     deleted = {b: render(apply_condition(condition, traj, b, **params)[0], b, tok) for b in boundaries}
     return full, deleted
@@ -148,7 +149,7 @@ def kl_repair_trajectory(
         raise ValueError(f"method must be 'fast' or 'reference', got {method!r}")
     boundaries = boundaries or list(range(1, traj.n_steps + 1))
     params = condition_params or {}
-    full, deleted = _renders(sensor, traj, condition, boundaries, params)
+    full, deleted = boundary_renders(sensor, traj, condition, boundaries, params)
     for b in boundaries:
         _check_tail(full[b], deleted[b], n_positions)
     donors = full if source == "full" else {
@@ -156,12 +157,12 @@ def kl_repair_trajectory(
     if method == "reference":
         return [_score(traj.task_id, b, *_reference_boundary(sensor, full[b], donors[b], deleted[b], sites, n_positions),
                        min_kl, full[b].n_tokens, deleted[b].n_tokens) for b in boundaries]
-    base = max(full.values(), key=lambda r: r.n_tokens).input_ids
-    jobs = _deleted_jobs(deleted, n_positions, base)
+    longest = max(full, key=lambda b: full[b].n_tokens)  # its forward is the shared one in _shared_runs
+    jobs = _deleted_jobs(deleted, n_positions, full[longest].input_ids)
     src = _shared_runs(sensor, full, _source_plan(full, sites, n_positions), tuple(start for start, _, _ in jobs))
     # activations from another condition's run; P_full stays the full run's
     acts = src if source == "full" else _shared_runs(sensor, donors, _source_plan(donors, sites, n_positions))
-    dels = _deleted_runs(sensor, jobs, src[max(full, key=lambda b: full[b].n_tokens)].snapshots)
+    dels = _deleted_runs(sensor, jobs, src[longest].snapshots)
     results = []
     for b in boundaries:
         f, r = full[b], deleted[b]
