@@ -46,9 +46,9 @@ N_LAYERS, N_HEADS = 30, 9  # SmolLM2-135M
 
 def _ids(n: int) -> list[int]:
     """The first n tokens of the demo renders (last boundary of each trajectory) concatenated."""
-    from interp.models import load_tokenizer
-    from interp.render import render
-    from interp.trajectory import load_trajectories
+    from interp.sensor.models import load_tokenizer
+    from interp.data.render import render
+    from interp.data.trajectory import load_trajectories
 
     tok = load_tokenizer("smollm2-135m")
     ids: list[int] = []
@@ -60,7 +60,7 @@ def _ids(n: int) -> list[int]:
 
 
 def _call(sensor, method: str, ids: list[int], layers: list[int]):
-    from interp.forward import Plan, run_plan
+    from interp.sensor.forward import Plan, run_plan
 
     n = len(ids)
     ids_t = torch.tensor([ids])
@@ -84,7 +84,7 @@ class _PlainSensor:
     def __init__(self) -> None:
         from transformers import AutoModelForCausalLM
 
-        from interp.models import resolve_spec
+        from interp.sensor.models import resolve_spec
 
         _, path = resolve_spec("smollm2-135m")
         self.hf_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa",
@@ -94,7 +94,7 @@ class _PlainSensor:
 
 def worker(args: argparse.Namespace) -> None:
     """Child process: load, warm up on 128 tokens, then one timed call at the requested size."""
-    from interp.models import load_model
+    from interp.sensor.models import load_model
 
     torch.set_num_threads(args.threads)
     # Only the bridge method needs the bridge; the others skip its boot (same HF modules, same kernels).

@@ -34,10 +34,10 @@ from typing import Any
 
 import torch
 
-from interp.forward import Plan, run_plan
-from interp.models import SPECS, load_model
-from interp.render import render
-from interp.trajectory import Trajectory, load_trajectories
+from interp.sensor.forward import Plan, run_plan
+from interp.sensor.models import SPECS, load_model
+from interp.data.render import render
+from interp.data.trajectory import Trajectory, load_trajectories
 from patching.kl_repair import boundary_renders, default_sites, kl_repair_trajectory
 
 DEMO = "data/demo/trajectories.jsonl"

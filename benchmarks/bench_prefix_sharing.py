@@ -39,14 +39,14 @@ DEFAULT_LAYERS = "0,10,20,29"
 
 
 def _config(layers: list[int], share: bool):
-    from interp.extract import ExtractConfig
+    from interp.extraction.extract import ExtractConfig
 
     return ExtractConfig(layers=layers, sites=["resid_pre"], poolings=["last"], attention_layers=layers,
                          share_prefix=share)
 
 
 def _trajectory(task_id: str | None):
-    from interp.trajectory import load_trajectories
+    from interp.data.trajectory import load_trajectories
 
     trajs = load_trajectories(Path(__file__).resolve().parents[1] / "data" / "demo" / "trajectories.jsonl")
     if task_id:
@@ -56,8 +56,8 @@ def _trajectory(task_id: str | None):
 
 def worker(args: argparse.Namespace) -> None:
     """Child process: load the model, warm up, time one extraction, save its features to ``--out``."""
-    from interp.extract import extract_trajectory
-    from interp.models import load_model
+    from interp.extraction.extract import extract_trajectory
+    from interp.sensor.models import load_model
 
     torch.set_num_threads(args.threads)
     sensor = load_model("smollm2-135m")

@@ -4,7 +4,7 @@ Not run in CI or on CPU machines. Builds a *random-init* Qwen3.5 with
 ``Qwen3_5TextConfig()`` defaults (the 9B shape: 32 layers, 3 Gated-DeltaNet +
 1 full-attention, d=4096, vocab 248320) directly on the GPU in bf16 (no
 weights download, no tokenizer: random token ids), wraps it in the few fields
-``interp.forward.run_plan`` reads (``hf_model``, ``device``; rows need the
+``interp.sensor.forward.run_plan`` reads (``hf_model``, ``device``; rows need the
 full-attention layer list), and for each size measures:
 
 - ``plain``: ``model.model(input_ids, use_cache=False)``, the base model, sdpa,
@@ -40,14 +40,14 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable from a checkout, installed or not
-from interp.forward import Plan, run_plan  # noqa: E402
+from interp.sensor.forward import Plan, run_plan  # noqa: E402
 
 GiB = 2**30
 
 
 @dataclass
 class BareSensor:
-    """The fields of :class:`interp.models.Sensor` that ``run_plan`` uses (no bridge, no tokenizer)."""
+    """The fields of :class:`interp.sensor.models.Sensor` that ``run_plan`` uses (no bridge, no tokenizer)."""
 
     hf_model: Any
     device: torch.device

@@ -9,10 +9,10 @@ Typical use::
     prompt = render(edited, 3, sensor.tokenizer)
 """
 
-from interp.conditions import CONDITIONS, EditLog, apply_condition
-from interp.models import ModelUnavailable, Sensor, load_model, load_tokenizer
-from interp.render import Rendered, Segment, render
-from interp.trajectory import Trajectory, TrajectoryError, load_trajectories, validate_file
+from interp.data.conditions import CONDITIONS, EditLog, apply_condition
+from interp.sensor.models import ModelUnavailable, Sensor, load_model, load_tokenizer
+from interp.data.render import Rendered, Segment, render
+from interp.data.trajectory import Trajectory, TrajectoryError, load_trajectories, validate_file
 
 __all__ = [
     "CONDITIONS", "EditLog", "ModelUnavailable", "Rendered", "Segment", "Sensor", "Trajectory",

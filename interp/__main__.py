@@ -1,3 +1,3 @@
-from interp.cli import main
+from interp.pipelines.cli import main
 
 main()

@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from interp.conditions import EditLog, drop_blocks
-from interp.extract import lcp
-from interp.forward import Plan, run_plan
-from interp.render import Rendered, render
-from interp.trajectory import Trajectory
+from interp.data.conditions import EditLog, drop_blocks
+from interp.extraction.extract import lcp
+from interp.sensor.forward import Plan, run_plan
+from interp.data.render import Rendered, render
+from interp.data.trajectory import Trajectory
 
 Block = tuple[int, int]  # (step, block index)
 

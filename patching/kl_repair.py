@@ -27,7 +27,7 @@ Two paths give the same numbers (parity-tested within 1e-4):
   renders continue from there (one forward for all that are prefixes of each
   other, chunked at the boundaries, snapshots taken there), then per boundary
   all sites run as one batch of variants over the shared prefix
-  (``patching.variants``): about one forward per condition plus one boundary
+  (``interp.sensor.kernels.variants``): about one forward per condition plus one boundary
   token per (boundary, site), and for a latest-step deletion only the tokens
   after the deleted block on top of the full run.
 
@@ -38,19 +38,19 @@ every layer plus the final ``resid_post`` (Repair there is exactly 1).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
 
-from interp.conditions import apply_condition
-from interp.extract import lcp
-from interp.forward import Plan, Snapshot, logit_dtype, run_plan
-from interp.hooks import hook_name
-from interp.render import Rendered, render
-from interp.trajectory import Trajectory
-from patching.variants import run_variants
+from interp.data.conditions import apply_condition
+from interp.extraction.extract import lcp
+from interp.sensor.forward import Plan, Snapshot, logit_dtype, run_plan
+from interp.sensor.hooks import hook_name
+from interp.stats import task_bootstrap_ci
+from interp.data.render import Rendered, render
+from interp.data.trajectory import Trajectory
+from interp.sensor.kernels.variants import run_variants
 
 MIN_KL = 1e-6
 
@@ -275,20 +275,6 @@ def _score(task_id: str, b: int, p_full: torch.Tensor, p_del: torch.Tensor, p_pa
     return out
 
 
-def task_bootstrap_ci(values: np.ndarray, groups: np.ndarray, n_boot: int = 1000, seed: int = 0,
-                      level: float = 0.95) -> np.ndarray:
-    """Per-column 95% CI of the mean by resampling tasks with replacement; ``values`` [n_samples, n_sites]."""
-    rng = np.random.default_rng(seed)
-    tasks = np.unique(groups)
-    index = {t: np.flatnonzero(groups == t) for t in tasks}
-    means = []
-    for _ in range(n_boot):
-        pick = np.concatenate([index[t] for t in rng.choice(tasks, size=len(tasks), replace=True)])
-        means.append(np.nanmean(values[pick], axis=0))
-    lo, hi = np.nanpercentile(np.array(means), [(1 - level) / 2 * 100, (1 + level) / 2 * 100], axis=0)
-    return np.stack([lo, hi], axis=-1)
-
-
 def summarize(rows: list[BoundaryRepair], sites: list[tuple[str, int]], condition: str, sensor: Any,
               method: str, n_positions: int, n_boot: int = 1000) -> dict[str, Any]:
     """The ``kl_repair.json`` document (schema in the ``schema`` field)."""
@@ -318,5 +304,3 @@ def summarize(rows: list[BoundaryRepair], sites: list[tuple[str, int]], conditio
                         "excluded": r.excluded} for r in rows],
     }
 
-
-kl_repair_reference = partial(kl_repair_trajectory, method="reference")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from interp.stats import task_resamples
 from probes.config import ProbeConfig
 from probes.data import FeatureSet
 from probes.nested_cv import NestedCVResult, run_nested_cv
@@ -59,12 +60,9 @@ def task_bootstrap(
     counted. The scores are not refit: the CI covers which tasks were sampled,
     not the variability of the selection.
     """
-    tasks, task_of = np.unique(groups, return_inverse=True)
-    members = [np.flatnonzero(task_of == t) for t in range(tasks.size)]
     values: dict[str, list[float]] = {name: [] for name in metrics}
     skipped = 0
-    for _ in range(n_boot):
-        rows = np.concatenate([members[t] for t in rng.integers(tasks.size, size=tasks.size)])
+    for rows in task_resamples(groups, n_boot, rng):
         if np.unique(y[rows]).size < 2:
             skipped += 1
             continue

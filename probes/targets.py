@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 from sklearn.metrics import cohen_kappa_score, confusion_matrix
 
-from interp.trajectory import Trajectory
+from interp.data.trajectory import Trajectory
 
 REPLAN_CUES = (
     "re-plan", "replan", "let me reconsider", "i need to reconsider", "wait,", "actually,", "going back to",

@@ -25,28 +25,28 @@ def _seed_and_threads():
 
 @pytest.fixture(scope="session")
 def demo_trajectories():
-    from interp.trajectory import load_trajectories
+    from interp.data.trajectory import load_trajectories
 
     return load_trajectories(DEMO)
 
 
 @pytest.fixture(scope="session")
 def mini_trajectory():
-    from interp.trajectory import load_trajectories
+    from interp.data.trajectory import load_trajectories
 
     return load_trajectories(MINI)[0]
 
 
 @pytest.fixture(scope="session")
 def tiny_sensor():
-    from interp.models import load_model
+    from interp.sensor.models import load_model
 
     return load_model("tiny-qwen3.5")
 
 
 @pytest.fixture(scope="session")
 def smol_sensor():
-    from interp.models import SPECS, load_model
+    from interp.sensor.models import SPECS, load_model
 
     SPECS["smollm2-135m"].fetch()
     return load_model("smollm2-135m")
@@ -54,7 +54,7 @@ def smol_sensor():
 
 @pytest.fixture(scope="session", params=["tiny-qwen3.5", "smollm2-135m"])
 def tokenizer(request):
-    from interp.models import SPECS, load_tokenizer
+    from interp.sensor.models import SPECS, load_tokenizer
 
     SPECS[request.param].fetch()
     return load_tokenizer(request.param)
@@ -66,9 +66,9 @@ def tiny_sensor_fp64():
 
     A random model's deletion KL is ~1e-3 nats, so float32 noise in the
     forward alone moves Repair by ~1e-4. In float64 (Gated-DeltaNet included,
-    see ``interp.deltanet``) only the float32 KL arithmetic remains: fast and
+    see ``interp.sensor.kernels.deltanet``) only the float32 KL arithmetic remains: fast and
     reference KL Repair agree to ~3e-6.
     """
-    from interp.models import load_model
+    from interp.sensor.models import load_model
 
     return load_model("tiny-qwen3.5", dtype="fp64")

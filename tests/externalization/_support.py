@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from interp.trajectory import Trajectory
+from interp.data.trajectory import Trajectory
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "data" / "demo" / "trajectories.jsonl"

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from interp import interventions
-from interp.interventions import (
+from interp.continuations import run as interventions
+from interp.continuations.run import (
     CONTINUATION_CONDITIONS,
     RunSettings,
     StatesError,
@@ -18,9 +18,9 @@ from interp.interventions import (
     summarize,
     write_results,
 )
-from interp.parse import ParsedTurn, parse_turn
-from interp.render import fallback_tool_call_text
-from interp.trajectory import load_trajectories
+from interp.data.parse import ParsedTurn, parse_turn
+from interp.data.render import fallback_tool_call_text
+from interp.data.trajectory import load_trajectories
 
 from ._support import DEMO, DEMO_STATES, MINI
 

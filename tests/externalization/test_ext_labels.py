@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from interp.externalization import (
+from interp.externalization.labeler import (
     LabelerConfig,
     extract_items,
     label_boundary,

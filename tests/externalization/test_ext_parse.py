@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from interp.parse import parse_turn
-from interp.render import fallback_tool_call_text
-from interp.trajectory import ToolCall
+from interp.data.parse import parse_turn
+from interp.data.render import fallback_tool_call_text
+from interp.data.trajectory import ToolCall
 
 
 def test_well_formed_turn():

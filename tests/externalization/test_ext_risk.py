@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from interp.risk import read_oof_scores, risk_analysis, risk_command, risk_rows
+from interp.externalization.risk import read_oof_scores, risk_analysis, risk_command, risk_rows
 
 from ._support import DEMO
 

@@ -1,8 +1,8 @@
 """Independent references for the extraction tests.
 
-Nothing here calls the code under test (``interp.hooks``, ``interp.forward``,
-``interp.attention``, ``interp.extract``, ``interp.pooling``,
-``interp.entropy``, ``interp.store``) to produce an expected value. The
+Nothing here calls the code under test (``interp.sensor.hooks``, ``interp.sensor.forward``,
+``interp.sensor.kernels.attention_rows``, ``interp.extraction.extract``, ``interp.extraction.pooling``,
+``interp.extraction.entropy``, ``interp.extraction.store``) to produce an expected value. The
 references are:
 
 - the plain HF model's own single, unchunked forward

@@ -1,4 +1,4 @@
-"""O(N) boundary attention rows (``interp.attention`` through ``run_plan``) vs the eager pattern.
+"""O(N) boundary attention rows (``interp.sensor.kernels.attention_rows`` through ``run_plan``) vs the eager pattern.
 
 Reference: the bridge's ``run_with_cache`` with ``blocks.{l}.attn.hook_pattern``
 (eager attention, the full [heads, N, N] pattern), on a short real prompt (the
@@ -21,9 +21,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from interp.extract import ExtractConfig, extract_trajectory
-from interp.forward import Plan, run_plan
-from interp.render import render
+from interp.extraction.extract import ExtractConfig, extract_trajectory
+from interp.sensor.forward import Plan, run_plan
+from interp.data.render import render
 
 N_TOKENS = 120
 

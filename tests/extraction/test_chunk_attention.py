@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from interp.chunk_attention import PAD_LIMIT, chunk_attention
-from interp.forward import Plan, run_plan
+from interp.sensor.kernels.chunk_attention import PAD_LIMIT, chunk_attention
+from interp.sensor.forward import Plan, run_plan
 
 
 class _Module:

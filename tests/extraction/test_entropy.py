@@ -15,11 +15,11 @@ from dataclasses import replace
 
 import pytest
 
-from interp.conditions import SKIP, apply_condition
-from interp.entropy import EntropyScorer, block_entropies
-from interp.extract import ExtractConfig, extract_trajectory
-from interp.render import render
-from interp.trajectory import join_blocks
+from interp.data.conditions import SKIP, apply_condition
+from interp.extraction.entropy import EntropyScorer, block_entropies
+from interp.extraction.extract import ExtractConfig, extract_trajectory
+from interp.data.render import render
+from interp.data.trajectory import join_blocks
 
 from ._reference import entropy_bits, hf_forward, tokens_covering
 
@@ -121,7 +121,7 @@ def test_iclr_drops_lowest_entropy_blocks(tiny_sensor, mini_trajectory, rho):
 
 
 def test_scorer_scores_each_task_once(tiny_sensor, mini_trajectory, monkeypatch):
-    import interp.entropy as entropy_mod
+    import interp.extraction.entropy as entropy_mod
 
     calls = []
     real = entropy_mod.block_entropies

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from interp.extract import ExtractConfig, extract_trajectory
-from interp.render import render
+from interp.extraction.extract import ExtractConfig, extract_trajectory
+from interp.data.render import render
 
 
 def _config() -> ExtractConfig:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from interp.hooks import hook_name, hooks, plain_attention
+from interp.sensor.hooks import hook_name, hooks, plain_attention
 
 from ._reference import close_to_max, hf_forward, not_close
 

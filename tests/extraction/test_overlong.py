@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-import interp.extract as extract_mod
-from interp.extract import ExtractConfig, extract_trajectory
-from interp.render import render
+import interp.extraction.extract as extract_mod
+from interp.extraction.extract import ExtractConfig, extract_trajectory
+from interp.data.render import render
 
 REL = {"tiny-qwen3.5": 1e-3, "smollm2-135m": 1e-5}
 

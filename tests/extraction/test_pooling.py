@@ -1,6 +1,6 @@
 """Pooling rules: which positions each rule pools, checked by hand on rendered prompts.
 
-The expected positions are found without ``interp.pooling`` or the render's
+The expected positions are found without ``interp.extraction.pooling`` or the render's
 segment table: the selected tokens' text (from the tokenizer's offsets of the
 whole prompt) must spell exactly the trajectory's own pieces, one contiguous
 run of tokens per piece, and the generation-prompt rule must cover exactly the
@@ -16,10 +16,10 @@ import json
 import pytest
 import torch
 
-from interp.conditions import apply_condition
-from interp.extract import ExtractConfig, extract_trajectory
-from interp.pooling import pooling_positions
-from interp.render import render
+from interp.data.conditions import apply_condition
+from interp.extraction.extract import ExtractConfig, extract_trajectory
+from interp.extraction.pooling import pooling_positions
+from interp.data.render import render
 
 from ._reference import POOLINGS, hf_forward, token_text
 
@@ -67,7 +67,7 @@ def _check_step_pieces(rendered, positions, step) -> None:
 
 @pytest.fixture(scope="module", params=["tiny-qwen3.5", "smollm2-135m"])
 def tok(request):
-    from interp.models import SPECS, load_tokenizer
+    from interp.sensor.models import SPECS, load_tokenizer
 
     SPECS[request.param].fetch()
     return load_tokenizer(request.param)

@@ -23,10 +23,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from interp.conditions import apply_condition
-from interp.entropy import EntropyScorer
-from interp.extract import ExtractConfig, extract_trajectory
-from interp.render import render
+from interp.data.conditions import apply_condition
+from interp.extraction.entropy import EntropyScorer
+from interp.extraction.extract import ExtractConfig, extract_trajectory
+from interp.data.render import render
 
 from ._reference import CONDITIONS, POOLINGS, SEGMENT_KINDS
 

@@ -30,7 +30,7 @@ import random
 import pytest
 import torch
 
-from interp.forward import Plan, run_plan
+from interp.sensor.forward import Plan, run_plan
 
 from ._reference import close_to_max, entropy_bits, hf_forward, random_ids
 
@@ -146,7 +146,7 @@ def test_logprobs_and_entropy_equal_hand_computation(case):
 
 def test_entropy_slices_cover_many_positions(tiny_sensor, monkeypatch):
     """More entropy positions than one unembedding slice: every one is still exact."""
-    import interp.forward as fwd
+    import interp.sensor.forward as fwd
 
     monkeypatch.setattr(fwd, "ENTROPY_SLICE", 16)
     ids = random_ids(tiny_sensor, 200, seed=9)

@@ -24,11 +24,11 @@ import pytest
 import torch
 from safetensors import safe_open
 
-import interp.store as store_mod
-from interp.batch import extract_to_store
-from interp.extract import ExtractConfig, extract_trajectory
-from interp.store import Store, StoreMismatch
-from interp.trajectory import load_trajectories
+import interp.extraction.store as store_mod
+from interp.extraction.batch import extract_to_store
+from interp.extraction.extract import ExtractConfig, extract_trajectory
+from interp.extraction.store import Store, StoreMismatch
+from interp.data.trajectory import load_trajectories
 
 from ._reference import DEMO, MINI, raw_lines, write_jsonl
 

@@ -74,7 +74,7 @@ def _externalization(rng: np.random.Generator) -> dict:
 
 
 def risk_layout_externalization() -> dict:
-    """externalization.json as interp.risk writes it (estimates under p_y_given_g*, per_task as a mapping)."""
+    """externalization.json as interp.externalization.risk writes it (estimates under p_y_given_g*, per_task as a mapping)."""
     def gap(estimate: float, scale: float) -> dict:
         return {"estimate": estimate, "ci": [estimate - 0.1 * scale, estimate + 0.1 * scale], "n_tasks": 4,
                 "per_task": {f"t{i}": estimate + scale * (i - 1.5) / 10 for i in range(4)}}
@@ -85,7 +85,7 @@ def risk_layout_externalization() -> dict:
 
 
 def summary_layout_interventions() -> dict:
-    """interventions.json as interp.interventions writes it (per-condition stats under summary)."""
+    """interventions.json as interp.continuations.run writes it (per-condition stats under summary)."""
     def row(mean: float | None, rate: float | None = None) -> dict:
         return {"mean_score": mean, "ci": None if mean is None else [mean - 0.1, mean + 0.1], "n_states": 8,
                 "n_tasks": 4, "n_generations": 8, "parse_failures": 0, "reacquisition_rate": rate}

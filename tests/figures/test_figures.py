@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from interp.figures import (FIGURES, PALETTE, externalization_figure, interventions_figure, kl_repair_figure,
+from interp.reporting.figures import (FIGURES, PALETTE, externalization_figure, interventions_figure, kl_repair_figure,
                             make_figures)
-from interp.figures import export
-from interp.figures.theme import REFERENCE_LABEL
+from interp.reporting.figures import export
+from interp.reporting.figures.theme import REFERENCE_LABEL
 
 from .conftest import risk_layout_externalization, summary_layout_interventions, write_results
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from interp.tables import externalization_table, interventions_table, kl_repair_table, write_tables
+from interp.reporting.tables import externalization_table, interventions_table, kl_repair_table, write_tables
 
 from .conftest import risk_layout_externalization, summary_layout_interventions, write_results
 

@@ -2,7 +2,7 @@
 
 Nothing here calls the functions under test to produce an expected value: the
 reference prompt is rebuilt from the documented message conventions of
-``interp.render`` and rendered with the tokenizer's own chat template; token
+``interp.data.render`` and rendered with the tokenizer's own chat template; token
 checks re-tokenize the whole text; piece texts come straight from the
 trajectory.
 """

@@ -12,7 +12,7 @@ from ._support import DEMO, MINI, token_counter
 @pytest.fixture(scope="session", params=["mini", "demo"])
 def corpus(request):
     """``(name, trajectories)``: the mini file always; the demo set once its file exists."""
-    from interp.trajectory import load_trajectories
+    from interp.data.trajectory import load_trajectories
 
     if request.param == "demo":
         if not DEMO.exists():

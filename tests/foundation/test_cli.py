@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from interp.conditions import apply_condition
-from interp.models import SPECS, load_tokenizer
-from interp.render import render
-from interp.trajectory import load_trajectories, validate_file
+from interp.data.conditions import apply_condition
+from interp.sensor.models import SPECS, load_tokenizer
+from interp.data.render import render
+from interp.data.trajectory import load_trajectories, validate_file
 
 from ._support import MINI, ROOT, mini_record
 

@@ -16,8 +16,8 @@ from collections import Counter
 
 import pytest
 
-from interp.conditions import CONDITIONS, HIDDEN, SKIP, apply_condition, writes_code
-from interp.trajectory import Action, Step, ToolCall, Trajectory
+from interp.data.conditions import CONDITIONS, HIDDEN, SKIP, apply_condition, writes_code
+from interp.data.trajectory import Action, Step, ToolCall, Trajectory
 
 from ._support import ROOT, mini_record
 
@@ -268,7 +268,7 @@ def test_random_is_reproducible_across_processes(mini_trajectory):
     # A bare `interp` package object keeps the child from importing torch via interp/__init__ (2 s).
     code = ("import json, sys, types; pkg = types.ModuleType('interp'); "
             f"pkg.__path__ = [{str(ROOT / 'interp')!r}]; sys.modules['interp'] = pkg; "
-            "from interp.trajectory import load_trajectories; from interp.conditions import apply_condition; "
+            "from interp.data.trajectory import load_trajectories; from interp.data.conditions import apply_condition; "
             f"t = load_trajectories({str(ROOT / 'tests/data/mini.jsonl')!r})[0]; "
             "e, _ = apply_condition('random', t, 4, r=0.5, seed=11); "
             "assert 'torch' not in sys.modules; "

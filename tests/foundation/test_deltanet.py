@@ -6,7 +6,7 @@ import pytest
 import torch
 import transformers.models.qwen3_5.modeling_qwen3_5 as qwen
 
-from interp.deltanet import enable_float64_kernels, gated_delta_rule_fp64
+from interp.sensor.kernels.deltanet import enable_float64_kernels, gated_delta_rule_fp64
 
 
 def _inputs(seq: int, seed: int = 0) -> dict[str, torch.Tensor]:

@@ -1,6 +1,6 @@
 """Rendering with exact segment spans: property tests on every trajectory, boundary and tokenizer.
 
-The references are independent of ``interp.render``: whole-text re-tokenization,
+The references are independent of ``interp.data.render``: whole-text re-tokenization,
 the trajectory's own piece texts, and the tokenizer's chat template applied to
 messages rebuilt from the documented conventions (see ``_support.py``).
 """
@@ -11,10 +11,10 @@ import copy
 
 import pytest
 
-from interp.conditions import apply_condition
-from interp.models import SPECS, load_tokenizer
-from interp.render import RenderError, render
-from interp.trajectory import Trajectory
+from interp.data.conditions import apply_condition
+from interp.sensor.models import SPECS, load_tokenizer
+from interp.data.render import RenderError, render
+from interp.data.trajectory import Trajectory
 
 from ._support import (
     check_rendered,

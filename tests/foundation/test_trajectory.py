@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from interp.trajectory import (
+from interp.data.trajectory import (
     Action,
     Trajectory,
     TrajectoryError,

@@ -8,13 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from interp.trajectory import Trajectory
-from patching.kl_repair import default_sites, kl, kl_repair_trajectory, summarize, task_bootstrap_ci
+from interp.data.trajectory import Trajectory
+from interp.stats import task_bootstrap_ci
+from patching.kl_repair import default_sites, kl, kl_repair_trajectory, summarize
 
 TOL = 1e-4  # the issue's parity tolerance on Repair, on both models
 # The reference is the TransformerLens bridge (eager attention, whole forwards, no cache); the fast
 # path is prefix snapshots + batched variants at sdpa. On the hybrid the float64 model runs
-# Gated-DeltaNet in float64 too (interp.deltanet): transformers' float32 kernels alone put
+# Gated-DeltaNet in float64 too (interp.sensor.kernels.deltanet): transformers' float32 kernels alone put
 # ~3e-4 between a whole forward and prefix + cached continuation on this random model.
 
 # A short trajectory: on a random model the boundary prediction depends on context roughly as
@@ -116,8 +117,8 @@ def test_task_bootstrap_ci_resamples_tasks():
 
 def test_deleted_runs_continue_the_full_run_where_they_agree(tiny_sensor):
     """Cost, not value: a deletion's forward starts where its render leaves the full one."""
-    from interp.conditions import apply_condition
-    from interp.render import render
+    from interp.data.conditions import apply_condition
+    from interp.data.render import render
     from patching.kl_repair import _deleted_jobs
 
     tok = tiny_sensor.tokenizer

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from probes.sweep import cells, load_sweep, run_sweep
+from interp.pipelines.sweep import cells, load_sweep, run_sweep
 
 CONFIG = """
 trajectories = "{traj}"

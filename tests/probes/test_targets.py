@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sklearn.metrics import cohen_kappa_score
 
-from interp.trajectory import Trajectory
+from interp.data.trajectory import Trajectory
 from probes.targets import LabelerConfig, agreement, label_boundary, label_trajectories, read_targets_csv
 
 

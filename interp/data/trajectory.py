@@ -1,0 +1,410 @@
+"""Trajectories: the typed, validated form of one agent run.
+
+A trajectory file is JSON Lines, one run per line (schema:
+``interp/data/schemas/trajectory.schema.json``, documented in ``data/README.md``).
+Loading streams the file, validates every line and reports *every* problem as
+``FILE:LINE: field.path: message``; nothing downstream sees an invalid record.
+
+Objects are frozen: history conditions return edited copies
+(``dataclasses.replace``), never mutate.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+KNOWN_FIELDS = frozenset(
+    {"task_id", "domain", "system_prompt", "tools", "task", "steps", "final_answer",
+     "outcome", "annotations", "source"}
+)
+STEP_FIELDS = frozenset({"reasoning", "action", "observation"})
+BOUNDARY_FIELDS = frozenset({"after_step", "future_necessity", "externalization_gap", "note"})
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool invocation: a tool name and its JSON arguments."""
+
+    tool: str
+    arguments: Mapping[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain-JSON form, as in the trajectory file."""
+        return {"tool": self.tool, "arguments": dict(self.arguments)}
+
+
+@dataclass(frozen=True)
+class Action:
+    """What a step did: tool calls (one, or several in parallel) or plain text."""
+
+    calls: tuple[ToolCall, ...] = ()
+    text: str | None = None
+    parallel: bool = False  # written as {"calls": [...]} rather than {"tool", "arguments"}
+
+    @property
+    def is_text(self) -> bool:
+        """True for a plain-text action (no tool call)."""
+        return self.text is not None
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Action:
+        """Build from one of the three file shapes (already schema-valid)."""
+        if "text" in raw:
+            return cls(text=raw["text"])
+        if "calls" in raw:
+            return cls(calls=tuple(ToolCall(c["tool"], c["arguments"]) for c in raw["calls"]), parallel=True)
+        return cls(calls=(ToolCall(raw["tool"], raw["arguments"]),))
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain-JSON form, the same shape it was read from."""
+        if self.is_text:
+            return {"text": self.text}
+        if self.parallel:
+            return {"calls": [c.to_json() for c in self.calls]}
+        return self.calls[0].to_json()
+
+
+def split_blocks(reasoning: str) -> list[str]:
+    """Reasoning blocks: split on blank lines, empty pieces dropped (the reference rule)."""
+    pieces: list[str] = []
+    current: list[str] = []
+    for line in reasoning.split("\n"):
+        if line.strip():
+            current.append(line)
+        elif current:
+            pieces.append("\n".join(current))
+            current = []
+    if current:
+        pieces.append("\n".join(current))
+    return [p.strip() for p in pieces if p.strip()]
+
+
+def join_blocks(blocks: list[str]) -> str:
+    """Inverse of :func:`split_blocks` for blocks that hold no blank line."""
+    return "\n\n".join(blocks)
+
+
+@dataclass(frozen=True)
+class Step:
+    """S_t = (reasoning, action, observation)."""
+
+    reasoning: str
+    action: Action
+    observation: str | tuple[str, ...] | None
+    extra: Mapping[str, Any] = field(default_factory=dict)  # unknown step fields, passed through
+
+    @property
+    def blocks(self) -> list[str]:
+        """The step's reasoning blocks (see :func:`split_blocks`)."""
+        return split_blocks(self.reasoning)
+
+    @property
+    def observations(self) -> list[str]:
+        """Observation texts, one per call for parallel calls; empty when none."""
+        if self.observation is None:
+            return []
+        if isinstance(self.observation, str):
+            return [self.observation]
+        return list(self.observation)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain-JSON form."""
+        obs = list(self.observation) if isinstance(self.observation, tuple) else self.observation
+        return {"reasoning": self.reasoning, "action": self.action.to_json(), "observation": obs,
+                **copy.deepcopy(dict(self.extra))}
+
+
+@dataclass(frozen=True)
+class BoundaryAnnotation:
+    """Hand labels for boundary b (after b completed steps)."""
+
+    after_step: int
+    future_necessity: int | None = None
+    externalization_gap: int | None = None
+    note: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)  # unknown fields, passed through
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain-JSON form (unset labels omitted)."""
+        out = {k: v for k, v in (("after_step", self.after_step), ("future_necessity", self.future_necessity),
+                                 ("externalization_gap", self.externalization_gap), ("note", self.note))
+               if v is not None}
+        return {**out, **copy.deepcopy(dict(self.extra))}
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """One agent run; see the module docstring and ``data/README.md``."""
+
+    task_id: str
+    domain: str
+    system_prompt: str
+    task: str
+    steps: tuple[Step, ...]
+    tools: tuple[Mapping[str, Any], ...] = ()
+    final_answer: str | None = None
+    outcome: Mapping[str, Any] = field(default_factory=dict)
+    annotations: tuple[BoundaryAnnotation, ...] = ()
+    source: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)  # unknown fields, passed through
+
+    @property
+    def n_steps(self) -> int:
+        """Number of completed steps in the run."""
+        return len(self.steps)
+
+    def annotation(self, after_step: int) -> BoundaryAnnotation | None:
+        """The hand annotation of boundary ``after_step``, if any."""
+        return next((a for a in self.annotations if a.after_step == after_step), None)
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Trajectory:
+        """Build from a schema-valid record (use :func:`load_trajectories` for files)."""
+        steps = tuple(
+            Step(
+                reasoning=s["reasoning"],
+                action=Action.from_json(s["action"]),
+                observation=tuple(s["observation"]) if isinstance(s["observation"], list) else s["observation"],
+                extra=copy.deepcopy({k: v for k, v in s.items() if k not in STEP_FIELDS}),
+            )
+            for s in raw["steps"]
+        )
+        ann = tuple(
+            BoundaryAnnotation(
+                after_step=a["after_step"],
+                future_necessity=a.get("future_necessity"),
+                externalization_gap=a.get("externalization_gap"),
+                note=a.get("note", ""),
+                extra=copy.deepcopy({k: v for k, v in a.items() if k not in BOUNDARY_FIELDS}),
+            )
+            for a in raw.get("annotations", {}).get("boundaries", [])
+        )
+        return cls(
+            task_id=raw["task_id"],
+            domain=raw["domain"],
+            system_prompt=raw["system_prompt"],
+            task=raw["task"],
+            steps=steps,
+            tools=tuple(raw.get("tools", [])),
+            final_answer=raw.get("final_answer"),
+            outcome=dict(raw.get("outcome", {})),
+            annotations=ann,
+            source=raw.get("source"),
+            extra=copy.deepcopy({k: v for k, v in raw.items() if k not in KNOWN_FIELDS}),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain-JSON record; round-trips through :meth:`from_json` (extra fields kept)."""
+        out: dict[str, Any] = {
+            "task_id": self.task_id,
+            "domain": self.domain,
+            "system_prompt": self.system_prompt,
+            "tools": [dict(t) for t in self.tools],
+            "task": self.task,
+            "steps": [s.to_json() for s in self.steps],
+            "final_answer": self.final_answer,
+            "outcome": dict(self.outcome),
+        }
+        if self.annotations:
+            out["annotations"] = {
+                "boundaries": [a.to_json() for a in self.annotations]
+            }
+        if self.source is not None:
+            out["source"] = self.source
+        out.update(copy.deepcopy(dict(self.extra)))
+        return out
+
+
+class TrajectoryError(ValueError):
+    """Invalid trajectory input; ``problems`` holds one ``FILE:LINE: field: message`` per issue."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        shown = "\n".join(problems[:50])
+        more = f"\n... and {len(problems) - 50} more" if len(problems) > 50 else ""
+        super().__init__(f"{len(problems)} problem(s) in trajectory input:\n{shown}{more}")
+
+
+@cache
+def trajectory_schema() -> dict[str, Any]:
+    """The JSON Schema of one trajectory record."""
+    text = resources.files("interp.data.schemas").joinpath("trajectory.schema.json").read_text()
+    return json.loads(text)
+
+
+def _path_str(path: Any) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(record)"
+
+
+_ACTION_SHAPES = '{"tool": str, "arguments": object} | {"calls": [...]} | {"text": str}'
+
+
+def _schema_problems(raw: Any) -> list[tuple[str, str]]:
+    validator = jsonschema.Draft202012Validator(trajectory_schema())
+    problems = []
+    for err in sorted(validator.iter_errors(raw), key=lambda e: list(map(str, e.absolute_path))):
+        where = _path_str(err.absolute_path)
+        if err.validator == "oneOf" and where.endswith(".action"):
+            msg = f"unknown action shape {json.dumps(err.instance)[:80]}; expected {_ACTION_SHAPES}"
+        elif err.validator == "oneOf":
+            msg = f"{json.dumps(err.instance)[:80]} has the wrong type ({err.schema.get('description', 'see schema')})"
+        else:
+            msg = err.message
+        problems.append((where, msg))
+    return problems
+
+
+def _semantic_problems(raw: Mapping[str, Any]) -> list[tuple[str, str]]:
+    problems = []
+    declared = {t["name"] for t in raw.get("tools", [])}
+    for i, step in enumerate(raw["steps"]):
+        if not split_blocks(step["reasoning"]):
+            problems.append((f"steps[{i}].reasoning", "empty reasoning (no non-blank block)"))
+        action = step["action"]
+        calls = action.get("calls", [action] if "tool" in action else [])
+        for j, call in enumerate(calls):
+            if declared and call["tool"] not in declared:
+                where = f"steps[{i}].action" + (f".calls[{j}]" if "calls" in action else "") + ".tool"
+                problems.append((where, f"tool {call['tool']!r} is not declared in tools"))
+        obs = step["observation"]
+        if isinstance(obs, list) and "calls" in action and len(obs) != len(action["calls"]):
+            problems.append((f"steps[{i}].observation",
+                             f"{len(obs)} observations for {len(action['calls'])} parallel calls"))
+    seen: set[int] = set()
+    for k, ann in enumerate(raw.get("annotations", {}).get("boundaries", [])):
+        b = ann["after_step"]
+        if not 1 <= b <= len(raw["steps"]):
+            problems.append((f"annotations.boundaries[{k}].after_step",
+                             f"{b} out of range 1..{len(raw['steps'])}"))
+        if b in seen:
+            problems.append((f"annotations.boundaries[{k}].after_step", f"duplicate boundary {b}"))
+        seen.add(b)
+    return problems
+
+
+@dataclass
+class ValidationReport:
+    """What :func:`validate_file` found: problems, unknown fields and summary counts."""
+
+    path: Path
+    problems: list[str] = field(default_factory=list)
+    unknown_fields: list[str] = field(default_factory=list)
+    n_trajectories: int = 0
+    n_steps: int = 0
+    n_boundaries: int = 0
+    domains: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """One line: trajectories, steps, boundaries and domains."""
+        doms = ", ".join(f"{d}={n}" for d, n in sorted(self.domains.items()))
+        return (f"{self.path}: {self.n_trajectories} trajectories, {self.n_steps} steps, "
+                f"{self.n_boundaries} boundaries; domains: {doms}")
+
+
+def _unknown_fields(raw: Mapping[str, Any]) -> list[str]:
+    found = [k for k in raw if k not in KNOWN_FIELDS]
+    for i, step in enumerate(raw.get("steps", [])):
+        if isinstance(step, dict):
+            found += [f"steps[{i}].{k}" for k in step if k not in STEP_FIELDS]
+    for i, ann in enumerate(raw.get("annotations", {}).get("boundaries", []) if isinstance(raw.get("annotations"), dict) else []):
+        if isinstance(ann, dict):
+            found += [f"annotations.boundaries[{i}].{k}" for k in ann if k not in BOUNDARY_FIELDS]
+    return found
+
+
+def iter_records(path: str | Path, report: ValidationReport | None = None) -> Iterator[tuple[int, Trajectory]]:
+    """Stream ``(line_number, Trajectory)`` from a JSONL file, validating each line.
+
+    Problems are appended to ``report.problems`` (invalid lines are skipped); with
+    no report, the first problem raises :class:`TrajectoryError`.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise TrajectoryError([f"{path}: file not found"])
+    seen_ids: dict[str, int] = {}
+    with path.open("rb") as fh:
+        for lineno, raw_line in enumerate(fh, start=1):
+            found: list[str] = []
+            raw = None
+            try:
+                line = raw_line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                found.append(f"{path}:{lineno}: (line): not UTF-8 (byte {exc.start + 1} of the line); "
+                             "re-encode the file as UTF-8")
+                line = ""
+            if not line.strip() and not found:
+                continue
+            if line.strip():
+                try:
+                    raw = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    found.append(f"{path}:{lineno}: (line): invalid JSON: {exc.msg} at column {exc.colno}")
+            if raw is not None:
+                if not isinstance(raw, dict):
+                    found.append(f"{path}:{lineno}: (record): expected a JSON object, got {type(raw).__name__}")
+                else:
+                    probs = _schema_problems(raw)
+                    if not probs:
+                        probs = _semantic_problems(raw)
+                    tid = raw.get("task_id")
+                    if isinstance(tid, str):
+                        if tid in seen_ids:
+                            probs.append(("task_id", f"duplicate task_id {tid!r} (first on line {seen_ids[tid]})"))
+                        else:
+                            seen_ids[tid] = lineno
+                    found.extend(f"{path}:{lineno}: {where}: {msg}" for where, msg in probs)
+                    if report is not None:
+                        report.unknown_fields.extend(
+                            f"{path}:{lineno}: {where}: unknown field (kept and passed through)"
+                            for where in _unknown_fields(raw)
+                        )
+            if found:
+                if report is None:
+                    raise TrajectoryError(found)
+                report.problems.extend(found)
+                continue
+            yield lineno, Trajectory.from_json(raw)
+
+
+def validate_file(path: str | Path) -> ValidationReport:
+    """Validate a whole trajectory file, streaming, collecting every problem."""
+    report = ValidationReport(Path(path))
+    try:
+        for _, traj in iter_records(path, report):
+            report.n_trajectories += 1
+            report.n_steps += traj.n_steps
+            report.n_boundaries += traj.n_steps
+            report.domains[traj.domain] = report.domains.get(traj.domain, 0) + 1
+    except TrajectoryError as exc:  # missing file
+        report.problems.extend(exc.problems)
+    return report
+
+
+def load_trajectories(path: str | Path) -> list[Trajectory]:
+    """Load and validate a trajectory file; raise :class:`TrajectoryError` listing every problem."""
+    report = ValidationReport(Path(path))
+    out = [t for _, t in iter_records(path, report)]
+    if report.problems:
+        raise TrajectoryError(report.problems)
+    return out
+
+
+def get_trajectory(trajectories: list[Trajectory], task_id: str) -> Trajectory:
+    """The trajectory with ``task_id``; a clear error listing a few known ids otherwise."""
+    for t in trajectories:
+        if t.task_id == task_id:
+            return t
+    known = ", ".join(t.task_id for t in trajectories[:8])
+    raise KeyError(f"no trajectory with task_id {task_id!r} (known: {known}{', ...' if len(trajectories) > 8 else ''})")

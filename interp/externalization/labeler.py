@@ -1,0 +1,574 @@
+"""Externalization labels G_i: does derived state live only in reasoning at boundary b?
+
+Definitions (the reference study's):
+
+- *Derived state* at boundary b: task-specific plans, relations, constraints,
+  syntheses or conclusions in the reasoning of steps 1..b, not copies of the
+  task text or of raw observations.
+- *Carriers*: where state is materialized outside reasoning, at steps 1..b::
+
+      written_file   content-like arguments of write-like tools (``interp.data.conditions.writes_code``)
+      tool_argument  every other tool-call argument (one carrier per leaf value)
+      tool_output    the observation of a tool-call step
+      feedback       the observation after a plain-text action (environment / user feedback)
+      text_action    the text of a plain-text action
+
+- ``G_i = 1`` when some derived state is not externalized (in no carrier at or before b).
+
+Labels come from annotations (``annotations.boundaries[].externalization_gap``),
+from a CSV ``task_id,after_step,externalization_gap`` (:func:`read_label_csv`),
+or from the rule-based labeler below.
+
+The rule-based labeler. The reasoning of every step t is cut into *items*:
+
+==============  ==========================================================================
+kind            what (regexes in ``ITEM_PATTERNS``; earlier kinds claim their text first)
+==============  ==========================================================================
+url, email      ``https://...``, ``a@b.c``
+path            ``a/b/c``, ``./x``, ``/abs/path``, ``dir/name.ext`` with a known extension
+code_symbol     ```backticked```, ``call()``, ``dotted.name``, ``snake_case``, ``CamelCase``, ``CONST_NAME``
+quoted          ``'...'`` or ``"..."`` (2-80 characters)
+number          dates, times, versions, decimals, thousands (``2024-11-21``, ``14:00``, ``1,289.60``)
+                and integers of 2+ digits
+identifier      tokens mixing letters and digits (``n2``, ``build-4711``, ``GHSA-h75v-3vvj``)
+cue             a sentence holding a cue phrase of a plan / relation / constraint / conclusion
+                (``CUE_RE``: "so", "plan", "must", "root cause", "need to", "only", ...); its
+                *anchors* are the other items inside it
+==============  ==========================================================================
+
+An item first written at step t is looked up (case-insensitively, on token
+boundaries; numbers without thousands separators) in the *given* text (task,
+system prompt, tool definitions), in the carriers of steps < t (there before
+the reasoning was written) and in the carriers of steps t..b. Its status, with
+every place it was found (``found_in``):
+
+- ``given``: it copies the task, system prompt or tool definitions (not derived state);
+- ``copied``: it copies a carrier of an earlier step, e.g. an observation (not derived state);
+- ``externalized``: derived, and found in a carrier of steps t..b;
+- ``not_externalized``: derived, and in no carrier at or before b.
+
+A cue sentence with derived anchors takes their verdict (``not_externalized``
+if any anchor is). One without is judged by its *novel words* (stemmed words
+of 4+ letters, not stop or cue words, absent from the given text and earlier
+carriers): none -> ``given``/``copied``; fewer than ``min_novel_words`` ->
+``minor`` (too little new content to count as derived state); else
+``externalized`` when at least ``min_overlap`` of them occur in the carriers of
+steps t..b. ``G = 1`` when some item in scope is ``not_externalized``.
+
+Scope. ``"all"`` takes the reasoning of steps 1..b, the definition read
+literally; ``"since_code"`` steps k..b after the latest step k <= b that wrote
+code or a file (the premise of ``clear_after_code``); ``"latest"`` (default)
+step b only. Lexical rules cannot tell state that was superseded or already
+acted on from live state, so ``"all"`` marks almost every boundary G=1 (on
+the demo set: 99 % positive, Cohen's kappa -0.01 against the annotations);
+``"latest"``: 75 % positive, kappa 0.33; ``"since_code"``: 95 %, kappa 0.09.
+The thresholds (``min_overlap=0.34``, ``min_novel_words=5``) were picked on
+that same demo set, so its kappa is optimistic.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from interp.data.conditions import CODE_ARG_KEYS, writes_code
+from interp.extraction.store import atomic_write_bytes, atomic_write_json
+from interp.data.trajectory import Action, Step, Trajectory, load_trajectories
+
+ITEM_KINDS = ("url", "email", "path", "code_symbol", "quoted", "number", "identifier", "cue")
+STATUSES = ("given", "copied", "minor", "externalized", "not_externalized")
+SCOPES = ("all", "latest", "since_code")
+
+_EXT = (r"py|pyi|js|ts|tsx|jsx|go|rs|java|rb|php|c|h|cpp|md|rst|txt|csv|tsv|json|jsonl|ya?ml|toml|ini|cfg|env|"
+        r"html?|j2|sql|sh|xlsx|xls|docx|pdf|log|lock|xml|conf")
+ITEM_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("url", re.compile(r"https?://[^\s'\"<>()\[\]]+[^\s'\"<>()\[\].,;:]")),
+    ("email", re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")),
+    ("path", re.compile(rf"(?<![\w/.])(?:(?:\.{{0,2}}|~)/|/(?=\w))(?:[\w.-]+/)*[\w.-]*\w|(?<![\w/.])(?:[\w.-]+/){{2,}}[\w.-]*\w|"
+                        rf"(?<![\w/])(?:[\w.-]+/)*[\w-]+(?:\.[\w-]+)*\.(?:{_EXT})\b")),
+    ("code_symbol", re.compile(r"`([^`\n]{2,80})`|\b([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\((?=[^)]{0,40}\))|"
+                               r"\b[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)+\b|\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b|"
+                               r"\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b|\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")),
+    ("quoted", re.compile(r"(?<!\w)'([^'\n]{2,80})'(?!\w)|\"([^\"\n]{2,80})\"|\u2018([^\u2019\n]{2,80})\u2019|"
+                          r"\u201c([^\u201d\n]{2,80})\u201d")),
+    ("number", re.compile(r"(?<![\w.:])(?<![A-Za-z_]-)(?:\d{4}-\d{2}-\d{2}|\d{1,2}:\d{2}(?::\d{2})?|\d{1,3}(?:,\d{3})+(?:\.\d+)?|"
+                          r"\d+(?:\.\d+)+|\d+/\d+|\d{2,})%?(?![\d])")),
+    ("identifier", re.compile(r"\b(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[A-Za-z0-9]+(?:[-_][A-Za-z0-9]+)*\b")),
+)
+CUE_RE = re.compile(
+    r"\b(?:so|therefore|thus|hence|means?|because|since|root cause|explains?|impl(?:y|ies)|confirm(?:s|ed)?|"
+    r"conclu(?:de|sion)|the fix|the answer|only|must|cannot|can't|never|at most|at least|rather than|instead|"
+    r"plan|next|need(?:s)? to|i need|should|will|i'll|going to|let me|first|then|before|after|decid(?:e|ed)|"
+    r"choose|prefer|constraint|requires?|depends?|if|unless|which)\b", re.I)
+STOPWORDS = frozenset("""
+about above after again against also although among another anything around away back because been before
+being below between both cannot could does doing done down during each either else even every from further
+have having here itself just least less many more most much must need needs neither never none only other
+otherwise over same shall should since some still such than that their them then there these they this
+those though through thus together under unless until upon very want were what when where whether which
+while whom whose will with within without would your yours into onto once like maybe whole
+""".split())
+_WORD = re.compile(r"[A-Za-z][A-Za-z'-]{3,}")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+
+
+@dataclass(frozen=True)
+class Carrier:
+    """One piece of materialized state: ``kind`` at step ``step`` (1-based), ``where`` in the step."""
+
+    step: int
+    kind: str
+    where: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Item:
+    """One derived-state candidate from the reasoning of ``step`` (1-based), block ``block``."""
+
+    kind: str
+    text: str
+    step: int
+    block: int
+    anchors: tuple[Item, ...] = ()  # cue items: the specific items inside the sentence
+
+
+@dataclass
+class ItemEvidence:
+    """Where an item was looked for and found: ``found_in`` lists ``{"source", "step", "where"}`` records."""
+
+    kind: str
+    text: str
+    step: int
+    block: int
+    status: str
+    found_in: list[dict[str, Any]] = field(default_factory=list)
+    novel_words: list[str] = field(default_factory=list)  # cue items only
+    overlap: float | None = None  # cue items only: fraction of novel words found in carriers t..b
+
+
+@dataclass
+class BoundaryLabel:
+    """The rule label of one boundary with the evidence of every item in scope."""
+
+    task_id: str
+    domain: str
+    after_step: int
+    externalization_gap: int
+    items: list[ItemEvidence]
+    reference_gap: int | None = None
+
+    def counts(self) -> dict[str, int]:
+        """Number of items per status (every status present)."""
+        out = dict.fromkeys(STATUSES, 0)
+        for it in self.items:
+            out[it.status] += 1
+        return out
+
+    def missing(self) -> list[ItemEvidence]:
+        """Items of the scope that are derived and not externalized."""
+        return [it for it in self.items if it.status == "not_externalized"]
+
+
+@dataclass(frozen=True)
+class LabelerConfig:
+    """Settings of the rule-based labeler (see the module docstring)."""
+
+    scope: str = "latest"
+    min_overlap: float = 0.34
+    min_novel_words: int = 5
+    kinds: tuple[str, ...] = ITEM_KINDS
+
+    def __post_init__(self) -> None:
+        if self.scope not in SCOPES:
+            raise ValueError(f"unknown scope {self.scope!r}; use one of {', '.join(SCOPES)}")
+        unknown = sorted(set(self.kinds) - set(ITEM_KINDS))
+        if unknown:
+            raise ValueError(f"unknown item kinds {unknown}; known: {', '.join(ITEM_KINDS)}")
+        if not 0.0 < self.min_overlap <= 1.0:
+            raise ValueError(f"min_overlap must be in (0, 1], got {self.min_overlap}")
+
+
+def _normalize(text: str) -> str:
+    return _THOUSANDS.sub("", text.lower())
+
+
+def argument_leaves(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
+    """``(dotted.path[i], text)`` of every leaf of a JSON value (non-strings as JSON; None skipped)."""
+    if isinstance(value, Mapping):
+        for key, sub in value.items():
+            yield from argument_leaves(sub, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, (list, tuple)):
+        for i, sub in enumerate(value):
+            yield from argument_leaves(sub, f"{path}[{i}]")
+    elif value is not None:
+        yield path, value if isinstance(value, str) else json.dumps(value)
+
+
+def step_carriers(step: Step, t: int) -> list[Carrier]:
+    """The carriers step ``t`` (1-based) materialized: its action's arguments or text, and its observations."""
+    out: list[Carrier] = []
+    if step.action.is_text:
+        if step.action.text:
+            out.append(Carrier(t, "text_action", "action.text", step.action.text))
+    else:
+        for k, call in enumerate(step.action.calls):
+            prefix = f"action.calls[{k}]" if step.action.parallel else "action"
+            for path, text in argument_leaves(dict(call.arguments)):
+                written = path.split(".")[0].split("[")[0] in CODE_ARG_KEYS and writes_code(
+                    Step("", Action(calls=(call,)), None))
+                out.append(Carrier(t, "written_file" if written else "tool_argument",
+                                   f"{prefix}.arguments.{path}", text))
+    kind = "feedback" if step.action.is_text else "tool_output"
+    obs = step.observations
+    for k, text in enumerate(obs):
+        out.append(Carrier(t, kind, "observation" + (f"[{k}]" if len(obs) > 1 else ""), text))
+    return out
+
+
+def _sentence_spans(block: str) -> list[tuple[int, int]]:
+    spans, pos = [], 0
+    for m in _SENTENCE_END.finditer(block):
+        spans.append((pos, m.start()))
+        pos = m.end()
+    spans.append((pos, len(block)))
+    return [(a, b) for a, b in spans if block[a:b].strip()]
+
+
+def extract_items(block: str, step: int, block_index: int, kinds: Iterable[str] = ITEM_KINDS) -> list[Item]:
+    """Derived-state candidates of one reasoning block, in kind order (an earlier kind claims its text)."""
+    kinds = set(kinds)
+    found: list[tuple[int, Item]] = []
+    masked = block
+    for kind, pattern in ITEM_PATTERNS:
+        for m in pattern.finditer(masked):
+            text = next((g for g in m.groups() if g), m.group(0)) if m.groups() else m.group(0)
+            if kind in kinds and len(text.strip()) >= 2:
+                found.append((m.start(), Item(kind, text.strip(), step, block_index)))
+            masked = masked[:m.start()] + " " * (m.end() - m.start()) + masked[m.end():]
+    items = [it for _, it in found]
+    if "cue" in kinds:
+        for a, b in _sentence_spans(block):
+            sentence = block[a:b].strip()
+            if CUE_RE.search(sentence):
+                anchors = tuple(it for pos, it in found if a <= pos < b)
+                items.append(Item("cue", sentence, step, block_index, anchors))
+    return items
+
+
+def _find(needle: str, hay: str, numeric: bool) -> bool:
+    edge = r"\d" if numeric else r"\w"
+    return re.search(rf"(?<!{edge}){re.escape(needle)}(?!{edge})", hay) is not None
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ing", "ed", "es", "s", "ly"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 4:
+            return word[: -len(suffix)]
+    return word
+
+
+def _words(text: str) -> set[str]:
+    """Crudely stemmed content-word candidates (4+ letters) of a text."""
+    return {_stem(w.strip("'-")) for w in _WORD.findall(text.lower())}
+
+
+@dataclass
+class Sources:
+    """Normalized texts and word sets of a trajectory's given text and carriers."""
+
+    given: list[tuple[str, str, set[str]]]  # (where, normalized text, words)
+    carriers: list[tuple[Carrier, str, set[str]]]  # (carrier, normalized text, words)
+
+    @classmethod
+    def of(cls, traj: Trajectory) -> Sources:
+        """Index every step's carriers (all steps: each item only looks at those up to its boundary)."""
+        given_texts = [("task", traj.task), ("system_prompt", traj.system_prompt),
+                       ("tools", json.dumps([dict(t) for t in traj.tools], ensure_ascii=False))]
+        carriers = [c for t, step in enumerate(traj.steps, start=1) for c in step_carriers(step, t)]
+        return cls([(w, _normalize(x), _words(x)) for w, x in given_texts],
+                   [(c, _normalize(c.text), _words(c.text)) for c in carriers])
+
+
+def _cue_words(sentence: str) -> set[str]:
+    return {_stem(w.strip("'-")) for w in _WORD.findall(sentence.lower())
+            if w not in STOPWORDS and not CUE_RE.fullmatch(w)}
+
+
+def _judge_cue(item: Item, ev: ItemEvidence, sources: Sources, before: list[tuple[Carrier, str, set[str]]],
+               window: list[tuple[Carrier, str, set[str]]], after_step: int, config: LabelerConfig) -> ItemEvidence:
+    """A cue sentence: decided by its derived anchors when it has any, else by its novel content words."""
+    anchors = [judge_item(a, sources, after_step, config) for a in item.anchors]
+    derived = [a for a in anchors if a.status in ("externalized", "not_externalized")]
+    if derived:
+        ev.found_in = [{"source": "anchor", "step": a.step, "where": f"{a.kind}:{a.text}", "status": a.status}
+                       for a in derived]
+        ev.status = "not_externalized" if any(a.status == "not_externalized" for a in derived) else "externalized"
+        return ev
+    given_words = set().union(*(w for _, _, w in sources.given))
+    known = given_words.union(*(w for _, _, w in before))
+    words = _cue_words(item.text)
+    novel = sorted(words - known)
+    ev.novel_words = novel
+    if not novel:
+        ev.status = "given" if words <= given_words else "copied"
+        return ev
+    if len(novel) < config.min_novel_words:
+        ev.status = "minor"
+        return ev
+    found: dict[tuple[int, str, str], list[str]] = {}
+    for c, _, cw in window:
+        for w in novel:
+            if w in cw:
+                found.setdefault((c.step, c.where, c.kind), []).append(w)
+    hit = set().union(*found.values()) if found else set()
+    ev.overlap = round(len(hit) / len(novel), 4)
+    ev.found_in = [{"source": kind, "step": step, "where": where, "words": ws}
+                   for (step, where, kind), ws in found.items()]
+    if ev.overlap >= config.min_overlap:
+        ev.status = "externalized"
+    return ev
+
+
+def judge_item(item: Item, sources: Sources, after_step: int, config: LabelerConfig) -> ItemEvidence:
+    """Status of ``item`` at boundary ``after_step`` and every place it was found (see the module docstring)."""
+    ev = ItemEvidence(item.kind, item.text, item.step, item.block, "not_externalized")
+    before = [(c, text, words) for c, text, words in sources.carriers if c.step < item.step]
+    window = [(c, text, words) for c, text, words in sources.carriers if item.step <= c.step <= after_step]
+    if item.kind == "cue":
+        return _judge_cue(item, ev, sources, before, window, after_step, config)
+    needle = _normalize(item.text)
+    numeric = item.kind == "number"
+    given = [{"source": "given", "step": None, "where": where} for where, text, _ in sources.given
+             if _find(needle, text, numeric)]
+    earlier = [{"source": c.kind, "step": c.step, "where": c.where}
+               for c, text, _ in before if _find(needle, text, numeric)]
+    later = [{"source": c.kind, "step": c.step, "where": c.where}
+             for c, text, _ in window if _find(needle, text, numeric)]
+    ev.found_in = given + earlier + later
+    if given:
+        ev.status = "given"
+    elif earlier:
+        ev.status = "copied"
+    elif later:
+        ev.status = "externalized"
+    return ev
+
+
+def scope_steps(traj: Trajectory, after_step: int, scope: str) -> range:
+    """Steps whose reasoning holds the boundary's derived state under ``scope``."""
+    if scope == "latest":
+        return range(after_step, after_step + 1)
+    if scope == "since_code":
+        k = next((t for t in range(after_step, 0, -1) if writes_code(traj.steps[t - 1])), 1)
+        return range(k, after_step + 1)
+    return range(1, after_step + 1)
+
+
+def label_boundary(traj: Trajectory, after_step: int, config: LabelerConfig = LabelerConfig(),
+                   sources: Sources | None = None) -> BoundaryLabel:
+    """Rule label G of boundary ``after_step`` with the evidence of every item in scope."""
+    if not 1 <= after_step <= traj.n_steps:
+        raise ValueError(f"{traj.task_id}: boundary {after_step} out of range 1..{traj.n_steps}")
+    sources = sources or Sources.of(traj)
+    seen: set[tuple[str, str]] = set()
+    evidence = []
+    for t in scope_steps(traj, after_step, config.scope):
+        for k, block in enumerate(traj.steps[t - 1].blocks):
+            for item in extract_items(block, t, k, config.kinds):
+                key = (item.kind, _normalize(item.text))
+                if key in seen:
+                    continue
+                seen.add(key)
+                evidence.append(judge_item(item, sources, after_step, config))
+    gap = int(any(e.status == "not_externalized" for e in evidence))
+    ann = traj.annotation(after_step)
+    return BoundaryLabel(traj.task_id, traj.domain, after_step, gap, evidence,
+                         ann.externalization_gap if ann else None)
+
+
+def label_trajectories(trajectories: Iterable[Trajectory],
+                       config: LabelerConfig = LabelerConfig()) -> list[BoundaryLabel]:
+    """Rule labels of every boundary 1..n_steps of every trajectory."""
+    out = []
+    for traj in trajectories:
+        sources = Sources.of(traj)
+        out.extend(label_boundary(traj, b, config, sources) for b in range(1, traj.n_steps + 1))
+    return out
+
+
+def annotation_labels(trajectories: Iterable[Trajectory],
+                      field_name: str = "externalization_gap") -> dict[tuple[str, int], int]:
+    """``{(task_id, after_step): label}`` from the trajectories' boundary annotations (unset labels omitted)."""
+    out = {}
+    for traj in trajectories:
+        for ann in traj.annotations:
+            value = getattr(ann, field_name)
+            if value is not None:
+                out[(traj.task_id, ann.after_step)] = int(value)
+    return out
+
+
+def read_label_csv(path: str | Path, column: str, trajectories: Iterable[Trajectory] | None = None,
+                   required: bool = True) -> dict[tuple[str, int], int]:
+    """``{(task_id, after_step): 0/1}`` from a CSV with ``task_id,after_step,<column>``; errors name FILE:LINE: field.
+
+    Empty cells and -1 mean "no label" and are skipped. With ``trajectories``,
+    unknown task_ids and out-of-range boundaries are errors. With
+    ``required=False`` a CSV without the column gives an empty mapping.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: file not found")
+    steps = {t.task_id: t.n_steps for t in trajectories} if trajectories is not None else None
+    with path.open(newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        header = reader.fieldnames or []
+        absent = [c for c in ("task_id", "after_step") if c not in header]
+        if column not in header:
+            if not required and not absent:
+                return {}
+            absent.append(column)
+        if absent:
+            raise ValueError(f"{path}:1: header: missing column(s) {', '.join(absent)}; "
+                             f"expected task_id,after_step,{column}")
+        out: dict[tuple[str, int], int] = {}
+        problems = []
+        first_line: dict[tuple[str, int], int] = {}
+        for line, row in enumerate(reader, start=2):
+            task_id, raw_b, raw_v = (row.get("task_id") or "").strip(), (row.get("after_step") or "").strip(), \
+                (row.get(column) or "").strip()
+            if not task_id:
+                problems.append(f"{path}:{line}: task_id: empty")
+                continue
+            try:
+                b = int(raw_b)
+            except ValueError:
+                problems.append(f"{path}:{line}: after_step: {raw_b!r} is not an integer")
+                continue
+            if steps is not None and task_id not in steps:
+                problems.append(f"{path}:{line}: task_id: unknown task {task_id!r} (not in the trajectory file)")
+                continue
+            if b < 1 or (steps is not None and b > steps[task_id]):
+                limit = f"1..{steps[task_id]}" if steps is not None else ">= 1"
+                problems.append(f"{path}:{line}: after_step: {b} out of range {limit}")
+                continue
+            if raw_v in ("", "-1"):
+                continue
+            if raw_v not in ("0", "1", "0.0", "1.0"):
+                problems.append(f"{path}:{line}: {column}: {raw_v!r} is not 0 or 1 (empty or -1 = no label)")
+                continue
+            if (task_id, b) in first_line:
+                problems.append(f"{path}:{line}: after_step: duplicate boundary {task_id}@{b} "
+                                f"(first on line {first_line[(task_id, b)]})")
+                continue
+            first_line[(task_id, b)] = line
+            out[(task_id, b)] = int(float(raw_v))
+    if problems:
+        raise ValueError(f"{len(problems)} problem(s) in {path}:\n" + "\n".join(problems[:50]))
+    return out
+
+
+def agreement(predicted: Mapping[tuple[str, int], int], reference: Mapping[tuple[str, int], int]) -> dict[str, Any]:
+    """Cohen's kappa, accuracy and confusion matrix (rows: reference 0/1, columns: predicted 0/1) on shared keys."""
+    from sklearn.metrics import cohen_kappa_score, confusion_matrix
+
+    keys = sorted(set(predicted) & set(reference))
+    if not keys:
+        return {"n": 0, "kappa": None, "accuracy": None, "confusion": None}
+    pred = [predicted[k] for k in keys]
+    ref = [reference[k] for k in keys]
+    kappa = float(cohen_kappa_score(ref, pred, labels=[0, 1]))
+    return {"n": len(keys), "kappa": None if kappa != kappa else round(kappa, 4),
+            "accuracy": round(sum(p == r for p, r in zip(pred, ref)) / len(keys), 4),
+            "confusion": confusion_matrix(ref, pred, labels=[0, 1]).tolist(),
+            "predicted_positive_rate": round(sum(pred) / len(pred), 4),
+            "reference_positive_rate": round(sum(ref) / len(ref), 4)}
+
+
+LABEL_COLUMNS = ["task_id", "after_step", "externalization_gap", "reference_gap",
+                 *(f"n_{status}" for status in STATUSES), "missing"]
+EVIDENCE_COLUMNS = ["task_id", "after_step", "kind", "text", "step", "block", "status", "overlap", "found_in"]
+LABELS_SCHEMA = {
+    "config": "LabelerConfig of the run: scope, min_overlap, min_novel_words, item kinds",
+    "reference": "where reference labels came from: 'annotations', a CSV path, or null",
+    "agreement": "rule labels vs reference on boundaries with both: n, Cohen's kappa (sklearn), accuracy, "
+                 "confusion [[ref0-pred0, ref0-pred1], [ref1-pred0, ref1-pred1]], positive rates",
+    "agreement_by_domain": "the same per trajectory domain",
+    "boundaries": "one record per boundary: task_id, domain, after_step, externalization_gap (rule G, 0/1), "
+                  "reference_gap (0/1 or null), counts (items per status), items (evidence)",
+    "boundaries[].items": "kind, text, step (1-based step of the reasoning), block, status "
+                          "(given|copied|minor|externalized|not_externalized), found_in [{source (given, a carrier "
+                          "kind, or anchor), step, where, words (cue items)}], novel_words and overlap (cue items)",
+    "externalization_labels.csv": "one row per boundary: task_id, after_step, externalization_gap (rule G), "
+                                  "reference_gap, n_<status> item counts, missing (the first 8 missing items)",
+    "externalization_evidence.csv": "one row per item: task_id, after_step, kind, text, step, block, status, "
+                                    "overlap, found_in (source@step:where; ...)",
+}
+
+
+def _reference(trajectories: list[Trajectory],
+               labels_csv: Path | None) -> tuple[dict[tuple[str, int], int], str | None]:
+    if labels_csv is not None:
+        return read_label_csv(labels_csv, "externalization_gap", trajectories), str(labels_csv)
+    ann = annotation_labels(trajectories)
+    return ann, "annotations" if ann else None
+
+
+def _csv_text(rows: list[dict[str, Any]], columns: list[str]) -> bytes:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue().encode()
+
+
+def label_command(trajectories: Path, out: Path, labels_csv: Path | None = None,
+                  config: LabelerConfig = LabelerConfig()) -> dict[str, Any]:
+    """``interp externalize label``: rule labels with evidence, and agreement with reference labels when present.
+
+    Writes ``externalization_labels.json`` (schema, agreement, every boundary with
+    its evidence), ``externalization_labels.csv`` (one row per boundary) and
+    ``externalization_evidence.csv`` (one row per item); returns the agreement summary.
+    """
+    trajs = load_trajectories(trajectories)
+    reference, ref_source = _reference(trajs, labels_csv)
+    labels = label_trajectories(trajs, config)
+    for lab in labels:
+        lab.reference_gap = reference.get((lab.task_id, lab.after_step))
+    predicted = {(lab.task_id, lab.after_step): lab.externalization_gap for lab in labels}
+    overall = agreement(predicted, reference)
+    by_domain = {}
+    for domain in sorted({lab.domain for lab in labels}):
+        keys = {(lab.task_id, lab.after_step) for lab in labels if lab.domain == domain}
+        by_domain[domain] = agreement({k: predicted[k] for k in keys},
+                                      {k: v for k, v in reference.items() if k in keys})
+    doc = {
+        "schema": LABELS_SCHEMA, "trajectories": str(trajectories), "config": asdict(config),
+        "reference": ref_source, "agreement": overall, "agreement_by_domain": by_domain,
+        "n_boundaries": len(labels), "rule_positive_rate": round(sum(predicted.values()) / max(len(labels), 1), 4),
+        "boundaries": [{"task_id": lab.task_id, "domain": lab.domain, "after_step": lab.after_step,
+                        "externalization_gap": lab.externalization_gap, "reference_gap": lab.reference_gap,
+                        "counts": lab.counts(), "items": [asdict(it) for it in lab.items]} for lab in labels],
+    }
+    label_rows = [{"task_id": lab.task_id, "after_step": lab.after_step, "externalization_gap": lab.externalization_gap,
+                   "reference_gap": "" if lab.reference_gap is None else lab.reference_gap,
+                   **{f"n_{s}": n for s, n in lab.counts().items()},
+                   "missing": " | ".join(f"{it.kind}:{it.text[:60]}" for it in lab.missing()[:8])} for lab in labels]
+    evidence_rows = [{"task_id": lab.task_id, "after_step": lab.after_step, "kind": it.kind, "text": it.text,
+                      "step": it.step, "block": it.block, "status": it.status, "overlap": it.overlap,
+                      "found_in": "; ".join(f"{f['source']}@{f['step']}:{f['where']}" for f in it.found_in)}
+                     for lab in labels for it in lab.items]
+    out = Path(out)
+    atomic_write_bytes(out / "externalization_evidence.csv", _csv_text(evidence_rows, EVIDENCE_COLUMNS))
+    atomic_write_bytes(out / "externalization_labels.csv", _csv_text(label_rows, LABEL_COLUMNS))
+    atomic_write_json(out / "externalization_labels.json", doc)
+    return {"n_boundaries": len(labels), "rule_positive_rate": doc["rule_positive_rate"], "reference": ref_source,
+            "agreement": overall}

@@ -1,0 +1,93 @@
+"""Extraction of a whole trajectory file into an activation store, with progress, resume and shards."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from interp import __version__
+from interp.extraction.extract import ExtractConfig, extract_trajectory
+from interp.extraction.store import Store
+from interp.data.trajectory import Trajectory
+
+
+def parse_layers(spec: str, n_layers: int, full_attention: list[int]) -> list[int]:
+    """``all`` | ``full_attention`` | ``"0,4,8"`` | ``"0-7"`` (mixable with commas) -> sorted layers."""
+    if spec == "all":
+        return list(range(n_layers))
+    if spec == "full_attention":
+        return list(full_attention)
+    layers: set[int] = set()
+    for part in spec.split(","):
+        part = part.strip()
+        lo, sep, hi = part.partition("-")
+        try:
+            chosen = range(int(lo), int(hi) + 1) if sep else [int(part)]
+        except ValueError:
+            raise ValueError(f"bad layer spec {spec!r}: use all, full_attention, 0,4,8 or 0-7") from None
+        layers.update(chosen)
+    bad = sorted(x for x in layers if not 0 <= x < n_layers)
+    if bad:
+        raise ValueError(f"layers {bad} out of range 0..{n_layers - 1}")
+    return sorted(layers)
+
+
+def parse_shard(spec: str | None) -> tuple[int, int]:
+    """``"I/N"`` -> (I, N) with 0 <= I < N; None -> (0, 1)."""
+    if not spec:
+        return 0, 1
+    try:
+        i, n = (int(x) for x in spec.split("/"))
+    except ValueError:
+        raise ValueError(f"bad shard {spec!r}: use I/N, e.g. 0/4") from None
+    if not 0 <= i < n:
+        raise ValueError(f"bad shard {spec!r}: need 0 <= I < N")
+    return i, n
+
+
+def store_settings(sensor: Any, config: ExtractConfig) -> dict[str, Any]:
+    """Settings that must match for two runs to share a store."""
+    return {"model": sensor.spec, "revision": sensor.revision, "dtype": str(sensor.dtype).removeprefix("torch."),
+            "d_model": sensor.d_model, "layer_types": sensor.layer_types, **config.to_json(),
+            "code_version": __version__}
+
+
+def extract_to_store(
+    sensor: Any,
+    trajectories: Iterable[Trajectory],
+    conditions: list[str],
+    config: ExtractConfig,
+    store_dir: Path,
+    shard: tuple[int, int] = (0, 1),
+    boundaries: list[int] | None = None,
+    condition_params: dict[str, dict[str, Any]] | None = None,
+    progress: bool = True,
+) -> dict[str, int]:
+    """Extract every (trajectory, condition) unit of this shard into the store; skip finished units."""
+    store = Store(Path(store_dir))
+    settings = {**store_settings(sensor, config), "boundaries": boundaries}  # None: every boundary
+    store.open(settings)
+    units = [(t, c) for t in trajectories for c in conditions]
+    mine = [u for k, u in enumerate(units) if k % shard[1] == shard[0]]
+    todo = [(t, c) for t, c in mine if not store.is_done(t.task_id, c)]
+    counts = {"units": len(mine), "skipped_done": len(mine) - len(todo), "samples": 0, "skipped_long": 0, "tokens": 0}
+    columns = [TextColumn("[bold]extract"), BarColumn(), MofNCompleteColumn(), TextColumn("units"),
+               TextColumn("{task.fields[rate]}"), TimeRemainingColumn()]
+    started = time.perf_counter()
+    with Progress(*columns, disable=not progress, transient=False) as bar:
+        task = bar.add_task("extract", total=len(todo), rate="")
+        for traj, cond in todo:
+            rows = extract_trajectory(sensor, traj, cond, config, boundaries,
+                                      (condition_params or {}).get(cond))
+            store.write_unit(traj, cond, rows, settings)
+            counts["samples"] += sum(r.status == "ok" for r in rows)
+            counts["skipped_long"] += sum(r.status == "skipped" for r in rows)
+            counts["tokens"] += sum(r.n_tokens for r in rows if r.status == "ok")
+            elapsed = time.perf_counter() - started
+            bar.update(task, advance=1, rate=f"{counts['samples']} samples, {counts['tokens'] / elapsed:,.0f} tok/s")
+    store.finalize()
+    return counts

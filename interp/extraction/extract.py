@@ -1,0 +1,226 @@
+"""Boundary features of one trajectory under one condition, with prefix sharing.
+
+For every boundary b: apply the condition, render once, and keep the pooled
+hooked residuals at the requested layers, the boundary attention row at the
+requested full-attention layers (summed per segment and per segment kind),
+and the boundary next-token entropy (bits) and top-1 token.
+
+Prefix sharing. A causal model's state at position i depends only on tokens
+0..i. Let R be the render at the last requested boundary. For each b the
+render r_b is compared token by token with R: if r_b is a prefix of R (it is
+for ``full``, ``delete_all_reasoning`` and online ``iclr`` with these
+templates), its features come from the one forward over R; otherwise its
+suffix after the longest common prefix is run from a snapshot of the cache
+taken at that point during R's forward (conditions that edit only the latest
+step share everything before the edit). With ``share_prefix=False`` every
+boundary gets its own forward (the reference path; parity-tested).
+
+Over-long renders (more than ``max_tokens``, or more positions than the model
+has) are skipped and recorded with their length, never truncated.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from interp.data.conditions import apply_condition
+from interp.sensor.forward import Outputs, Plan, Snapshot, run_plan
+from interp.extraction.pooling import pooling_positions
+from interp.data.render import SEGMENT_KINDS, Rendered, render
+from interp.data.trajectory import Trajectory
+
+DEFAULT_MAX_TOKENS = 42_000
+LN2 = math.log(2.0)
+
+
+@dataclass
+class ExtractConfig:
+    """What to keep at each boundary."""
+
+    layers: list[int]
+    sites: list[str] = field(default_factory=lambda: ["resid_pre"])
+    poolings: list[str] = field(default_factory=lambda: ["last"])
+    attention_layers: list[int] = field(default_factory=list)
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    share_prefix: bool = True
+    block_entropy: bool = False  # ICLR block entropies from the same forward (shared `full` renders)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able settings (stored in the activation store's schema)."""
+        return {"layers": self.layers, "sites": self.sites, "poolings": self.poolings,
+                "attention_layers": self.attention_layers, "max_tokens": self.max_tokens,
+                "block_entropy": self.block_entropy}
+
+
+@dataclass
+class BoundaryFeatures:
+    """Everything kept for one (trajectory, condition, boundary) sample.
+
+    ``features[f"{site}.{layer}.{pooling}"]``: float32 [d_model].
+    ``attention[layer]``: ``{"per_kind": [n_heads, 7] (order SEGMENT_KINDS),
+    "per_segment": [n_heads, n_segments]}`` float32, attention mass of the
+    boundary query (rows sum to 1).
+    """
+
+    task_id: str
+    after_step: int
+    condition: str
+    status: str  # "ok" or "skipped"
+    reason: str = ""
+    n_tokens: int = 0
+    forward: str = ""  # "shared", "suffix@<lcp>", "own"
+    features: dict[str, torch.Tensor] = field(default_factory=dict)
+    pool_counts: dict[str, int] = field(default_factory=dict)
+    attention: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
+    segments: list[dict[str, Any]] = field(default_factory=list)
+    boundary_entropy_bits: float | None = None
+    top1: int | None = None
+    edit: dict[str, Any] = field(default_factory=dict)
+    block_entropy: list[dict[str, Any]] = field(default_factory=list)  # set on the last boundary's row
+
+
+def model_max_positions(sensor: Any) -> int:
+    """Longest context the model's position scheme supports (from its config)."""
+    return int(getattr(sensor.hf_model.config, "max_position_embeddings", 1 << 30))
+
+
+def lcp(a: list[int], b: list[int]) -> int:
+    """Length of the longest common token prefix."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def _segments_json(r: Rendered) -> list[dict[str, Any]]:
+    return [{"kind": s.kind, "step": s.step, "block": s.block, "start": s.start, "end": s.end} for s in r.segments]
+
+
+def _requests(bf_key: Any, r: Rendered, config: ExtractConfig, lo: int, hi: int, plan: Plan) -> None:
+    """Add the pooled requests of one boundary restricted to positions in [lo, hi)."""
+    for pooling in config.poolings:
+        positions = [p for p in pooling_positions(pooling, r) if lo <= p < hi]
+        if not positions:
+            continue
+        for site in config.sites:
+            for layer in config.layers:
+                plan.pooled[(bf_key, site, layer, pooling)] = (site, layer, positions)
+
+
+def extract_trajectory(
+    sensor: Any,
+    traj: Trajectory,
+    condition: str,
+    config: ExtractConfig,
+    boundaries: list[int] | None = None,
+    condition_params: dict[str, Any] | None = None,
+) -> list[BoundaryFeatures]:
+    """Features of every requested boundary of ``traj`` under ``condition`` (see module docstring)."""
+    tok = sensor.tokenizer
+    params = condition_params or {}
+    boundaries = list(range(1, traj.n_steps + 1)) if boundaries is None else boundaries
+    limit = min(config.max_tokens, model_max_positions(sensor))
+    results: dict[int, BoundaryFeatures] = {}
+    renders: dict[int, Rendered] = {}
+    counter = lambda s: len(tok.encode(s, add_special_tokens=False))  # noqa: E731
+    for b in boundaries:
+        edited, log = apply_condition(condition, traj, b, counter=counter, **params)
+        r = render(edited, b, tok)
+        bf = BoundaryFeatures(traj.task_id, b, condition, "ok", n_tokens=r.n_tokens, segments=_segments_json(r),
+                              edit={"chars_removed": log.chars_removed, "tokens_removed": log.tokens_removed,
+                                    "notes": log.notes})
+        if r.n_tokens > limit:
+            bf.status, bf.reason = "skipped", f"context of {r.n_tokens} tokens exceeds the limit of {limit}"
+        else:
+            renders[b] = r
+        results[b] = bf
+    if renders:
+        _run(sensor, renders, results, config)
+    return [results[b] for b in boundaries]
+
+
+def _run(sensor: Any, renders: dict[int, Rendered], results: dict[int, BoundaryFeatures],
+         config: ExtractConfig) -> None:
+    if not config.share_prefix:
+        for b, r in renders.items():
+            plan = Plan(logprobs=[r.n_tokens - 1])
+            _requests(b, r, config, 0, r.n_tokens, plan)
+            for layer in config.attention_layers:
+                plan.rows[(layer, r.n_tokens - 1)] = b
+            _collect(run_plan(sensor, r.input_ids, plan), {b: r}, results, config, "own", sensor.d_model)
+        return
+    base_b = max(renders, key=lambda b: renders[b].n_tokens)
+    base = renders[base_b].input_ids
+    shared = {b: lcp(r.input_ids, base) for b, r in renders.items()}
+    served = {b for b, n in shared.items() if n == renders[b].n_tokens}
+    suffix = {b: n for b, n in shared.items() if b not in served}
+    # Snapshot points must leave at least one token to run; a zero-length prefix means an own forward.
+    snaps = sorted({n for n in suffix.values() if n > 0})
+    end = max([renders[b].n_tokens for b in served] + snaps)
+    plan = Plan(logprobs=[renders[b].n_tokens - 1 for b in served], snapshots=snaps)
+    blocks = [sp for sp in renders[base_b].spans("reasoning_block") if 1 <= sp.start and sp.end <= end]
+    if config.block_entropy:
+        plan.entropy = sorted({i - 1 for sp in blocks for i in range(sp.start, sp.end)})
+    for b in served:
+        _requests(b, renders[b], config, 0, renders[b].n_tokens, plan)
+        for layer in config.attention_layers:
+            plan.rows[(layer, renders[b].n_tokens - 1)] = b
+    for b, n in suffix.items():
+        _requests(b, renders[b], config, 0, n, plan)
+    base_out = run_plan(sensor, base[:end], plan)
+    _collect(base_out, {b: renders[b] for b in served}, results, config, "shared", sensor.d_model)
+    if config.block_entropy:
+        # Mean over the block's tokens i of the entropy at position i-1 (bits), as in interp.extraction.entropy.
+        results[base_b].block_entropy = [
+            {"step": sp.step, "block": sp.block, "n_tokens": sp.n_tokens,
+             "mean_entropy_bits": sum(base_out.entropy[i - 1] for i in range(sp.start, sp.end)) / sp.n_tokens}
+            for sp in blocks]
+    for b, n in suffix.items():
+        r = renders[b]
+        start = base_out.snapshots.get(n)
+        splan = Plan(logprobs=[r.n_tokens - 1])
+        _requests(b, r, config, n, r.n_tokens, splan)
+        for layer in config.attention_layers:
+            splan.rows[(layer, r.n_tokens - 1)] = b
+        out = run_plan(sensor, r.input_ids[n:] if start else r.input_ids, splan, start=start)
+        _merge(out, base_out, b)
+        _collect(out, {b: r}, results, config, f"suffix@{n}" if start else "own", sensor.d_model)
+
+
+def _merge(out: Outputs, base_out: Outputs, b: int) -> None:
+    """Add the base forward's partial sums of boundary ``b`` (its shared prefix) into ``out``."""
+    for key, value in base_out.sums.items():
+        if key[0] == b:
+            out.sums[key] = out.sums[key] + value if key in out.sums else value
+            out.counts[key] = out.counts.get(key, 0) + base_out.counts[key]
+
+
+def _collect(out: Outputs, renders: dict[int, Rendered], results: dict[int, BoundaryFeatures],
+             config: ExtractConfig, how: str, d_model: int) -> None:
+    for b, r in renders.items():
+        bf = results[b]
+        bf.forward = how
+        for pooling in config.poolings:
+            for site in config.sites:
+                for layer in config.layers:
+                    key = (b, site, layer, pooling)
+                    bf.features[f"{site}.{layer}.{pooling}"] = (
+                        out.mean(key) if key in out.sums else torch.zeros(d_model, dtype=torch.float32))
+            any_key = (b, config.sites[0], config.layers[0], pooling) if config.layers else None
+            bf.pool_counts[pooling] = out.counts.get(any_key, 0) if any_key else 0
+        for layer, row in out.rows.get(b, {}).items():
+            row = row[:, : r.n_tokens]
+            per_seg = torch.stack([row[:, s.start:s.end].sum(-1) for s in r.segments], dim=1)
+            kinds = torch.zeros(row.shape[0], len(SEGMENT_KINDS))
+            for j, s in enumerate(r.segments):
+                kinds[:, SEGMENT_KINDS.index(s.kind)] += per_seg[:, j]
+            bf.attention[layer] = {"per_kind": kinds, "per_segment": per_seg}
+        logp = out.logprobs[r.n_tokens - 1]
+        bf.boundary_entropy_bits = float(-(logp.exp() * logp).sum() / LN2)
+        bf.top1 = int(logp.argmax())
+

@@ -1,0 +1,71 @@
+"""Writing figures: self-contained HTML (plotly.js inlined, works offline) and PNG through kaleido + Chromium.
+
+kaleido 1.x renders in a Chromium it drives through ``choreographer``, which
+looks, in order, at a browser kaleido downloaded itself, ``$BROWSER_PATH``,
+``chromium``/``chromium-browser``/``google-chrome`` on ``$PATH`` and the usual
+install paths. ``find_chromium`` asks that same search, so "found here" means
+"kaleido will find it too". Nothing here touches the network: the page kaleido
+renders loads plotly.js from the installed plotly package.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import plotly.graph_objects as go
+import plotly.io as pio
+
+from interp.extraction.store import atomic_write_bytes
+
+PNG_WIDTH = 1100  # CSS pixels; scale 2 gives print resolution
+PNG_SCALE = 2
+DEFAULT_HEIGHT = 550
+
+NO_CHROMIUM = (
+    "PNG export skipped: kaleido needs a Chromium/Chrome browser and none was found "
+    "(looked at $BROWSER_PATH, chromium, chromium-browser, google-chrome on $PATH and the usual install paths). "
+    "Install one with `apt-get install chromium` (Debian/Ubuntu) or point BROWSER_PATH at a Chrome binary; "
+    "the HTML figures were written."
+)
+
+
+def find_chromium() -> str | None:
+    """Path of the Chromium kaleido would use, or None when there is none (PNG export impossible)."""
+    from choreographer.browsers.chromium import Chromium
+
+    path = Chromium.find_browser(skip_local=False)
+    return path if path and os.path.isfile(path) and os.access(path, os.X_OK) else None
+
+
+def write_html(fig: go.Figure, path: Path) -> Path:
+    """Write fig as one self-contained HTML file (plotly.js inlined, no network needed), atomically."""
+    html = fig.to_html(include_plotlyjs=True, full_html=True, div_id=path.stem, config={"displaylogo": False})
+    atomic_write_bytes(path, html.encode("utf-8"))
+    return path
+
+
+def write_pngs(figures: dict[str, go.Figure], out_dir: Path) -> tuple[list[Path], str | None]:
+    """Render all figures to out_dir/<name>.png with one browser start; return (paths, None) or ([], why not)."""
+    if not figures:
+        return [], None
+    browser = find_chromium()
+    if browser is None:
+        bad = os.environ.get("BROWSER_PATH")
+        return [], NO_CHROMIUM + (f" (BROWSER_PATH={bad} is set but is not an executable file.)" if bad else "")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    final = [out_dir / f"{name}.png" for name in figures]
+    temporary = [out_dir / f".{name}.tmp.png" for name in figures]  # renamed into place only when all succeeded
+    try:
+        pio.write_images(
+            list(figures.values()), temporary, format="png", scale=PNG_SCALE, width=PNG_WIDTH,
+            height=[fig.layout.height or DEFAULT_HEIGHT for fig in figures.values()],
+        )
+        for tmp, path in zip(temporary, final):
+            os.replace(tmp, path)
+    except Exception as exc:  # a browser that starts but fails (missing libraries, sandbox) must not lose the HTML
+        return [], f"PNG export failed in {browser}: {type(exc).__name__}: {exc}; the HTML figures were written."
+    finally:
+        for tmp in temporary:
+            tmp.unlink(missing_ok=True)
+    return final, None

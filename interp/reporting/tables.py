@@ -1,0 +1,170 @@
+"""Headline numbers of each analysis beside the reference study's, as Markdown and LaTeX tables.
+
+``write_tables(results_dir)`` reads the result files that exist (the same
+ones ``interp.reporting.figures`` reads) and writes ``tables/<name>.md`` and
+``tables/<name>.tex`` for each: probe, kl_repair, externalization,
+interventions. Cells are preformatted strings; a missing value is "—" in
+Markdown and "---" in LaTeX. Probabilities are shown in %, gaps in
+percentage points (pp), Repair and AUROC unitless.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from interp.reporting import reference
+from interp.reporting.figures import load_result
+from interp.reporting.figures.externalization import externalization_sections
+from interp.reporting.figures.interventions import intervention_conditions
+from interp.extraction.store import atomic_write_bytes
+
+REFERENCE = f"reference study ({reference.MODEL})"
+
+
+def probe_table(result: dict) -> pd.DataFrame:
+    """AUROC, AP (with task-bootstrap CIs), balanced accuracy and sample counts of the nested-CV probe."""
+    ref = reference.PROBE
+    rows = [
+        ("AUROC", _num(result["auroc"]), _ci(result.get("auroc_ci")), _num(ref["auroc"])),
+        ("average precision", _num(result.get("ap")), _ci(result.get("ap_ci")), _num(ref["ap"])),
+        ("balanced accuracy", _num(result.get("balanced_accuracy")), None, _num(ref["balanced_accuracy"])),
+        ("boundaries (positive)", f"{result.get('n_samples', '?')} ({result.get('n_positive', '?')})", None,
+         f"{ref['n_samples']} ({ref['n_positive']})"),
+        ("tasks", str(result.get("n_tasks", "?")), None, str(ref["n_tasks"])),
+    ]
+    if result.get("permutation_p") is not None:
+        rows.append(("permutation p", f"{result['permutation_p']:.3g}", None, None))
+    return pd.DataFrame(rows, columns=["quantity", "ours", "95% CI", REFERENCE])
+
+
+def kl_repair_table(result: dict) -> pd.DataFrame:
+    """Repair and top-1 at the sites nearest the reference study's layers (same relative depth), and the final site."""
+    sites, layers = result["sites"], result["layers"]
+    n_layers = (result.get("model") or {}).get("n_layers") or max(layers) + 1
+    resid = [i for i, site in enumerate(sites) if site.startswith("resid_pre")] or list(range(len(sites)))
+    chosen: dict[int, str] = {}
+    for ref_layer, value in reference.KL_REPAIR.items():
+        target = ref_layer / (reference.N_LAYERS - 1) * (n_layers - 1)
+        i = min(resid, key=lambda j: abs(layers[j] - target))
+        chosen.setdefault(i, f"{value:.3f} (layer {ref_layer})")
+    chosen.update({i: None for i, site in enumerate(sites) if site.startswith("resid_post") and i not in chosen})
+    ci = result.get("repair_ci") or [None] * len(sites)
+    top1 = result.get("top1_mean") or [None] * len(sites)
+    # resid_post.l after resid_pre.l: it is the output of layer l
+    order = sorted(chosen, key=lambda i: (layers[i], sites[i].startswith("resid_post")))
+    rows = [(sites[i], str(layers[i]), _num(result["repair_mean"][i]), _ci(ci[i]), _num(top1[i]), chosen[i])
+            for i in order]
+    return pd.DataFrame(rows, columns=["site", "layer", "Repair", "95% CI", "top-1 recovery", REFERENCE])
+
+
+def externalization_table(result: dict) -> pd.DataFrame:
+    """Future behavioural risk by G, the within-task gap and the hidden-score gap (either layout of the file)."""
+    sections = externalization_sections(result)
+    rows = [(f"risk, G = {g[1]}", _pct(entry["p"]), _ci(entry.get("ci"), 100, "%"), str(entry.get("n", "?")),
+             _pct(reference.RISK[g])) for g in ("G1", "G0") if (entry := sections.get("risk", {}).get(g))]
+    if within := sections.get("within_task"):
+        rows.append(("within-task gap", f"{100 * within['gap']:.1f} pp", _ci(within.get("ci"), 100, " pp"),
+                     f"{within.get('n_tasks', '?')} tasks", f"{100 * reference.WITHIN_TASK_GAP:.1f} pp"))
+    if (hidden := sections.get("hidden_score")) and hidden.get("gap") is not None:
+        n = f"{len(hidden['per_sample'])} boundaries" if hidden.get("per_sample") else f"{hidden.get('n_tasks')} tasks"
+        label = "hidden-score gap" if "hidden_score" in result else "hidden-score gap (log-odds)"
+        rows.append((label, _num(hidden["gap"]), _ci(hidden.get("ci")), n, _num(reference.HIDDEN_SCORE_GAP)))
+    probability = (result.get("hidden_score_gap") or {}).get("probability") or {}
+    if probability.get("estimate") is not None:
+        rows.append(("hidden-score gap (probability)", _num(probability["estimate"]), _ci(probability.get("ci")),
+                     f"{probability.get('n_tasks')} tasks", _num(reference.HIDDEN_SCORE_GAP)))
+    if not rows:
+        raise ValueError("no risk, within-task or hidden-score data (see interp.reporting.figures.externalization)")
+    return pd.DataFrame(rows, columns=["quantity", "ours", "95% CI", "n", REFERENCE])
+
+
+def interventions_table(result: dict) -> pd.DataFrame:
+    """Mean continuation score per history condition with CI, n, parse failures and re-acquisition rate."""
+    rows = [(name, _num(c["mean"]), _ci(c.get("ci")), str(c.get("n", "?")), str(c.get("parse_failures", "?")),
+             _pct(c.get("reacquisition_rate")), _num(reference.CONTINUATIONS.get(name)))
+            for name, c in intervention_conditions(result).items()]
+    if not rows:
+        raise ValueError("no condition with a score in 'conditions' or 'summary'")
+    return pd.DataFrame(rows, columns=["condition", "score", "95% CI", "n", "parse failures", "re-acquisition",
+                                       REFERENCE])
+
+
+TABLES: tuple[tuple[str, str, Callable[[dict], pd.DataFrame], str], ...] = (
+    ("probe", "probe/probe_results.json", probe_table,
+     "Future-necessity probe, task-level nested cross-validation (95% CIs: task bootstrap)."),
+    ("kl_repair", "patching/kl_repair.json", kl_repair_table,
+     "KL Repair of the boundary token at the layers nearest the reference study's (same relative depth)."),
+    ("externalization", "externalization/externalization.json", externalization_table,
+     "State externalization G and future behavioural risk."),
+    ("interventions", "interventions/interventions.json", interventions_table,
+     "Controlled continuations: mean rubric score by history condition."),
+)
+
+
+def write_tables(results_dir: Path) -> list[Path]:
+    """Write tables/<name>.md and .tex for every analysis whose result file exists; return the paths written."""
+    results_dir = Path(results_dir)
+    out_dir = results_dir / "tables"
+    written: list[Path] = []
+    skipped, failed = [], []
+    for name, source, build, caption in TABLES:
+        path = results_dir / source
+        if not path.is_file():
+            skipped.append(f"{name} (no {source})")
+            continue
+        try:
+            frame = build(load_result(path))
+        except KeyError as exc:
+            failed.append(f"{path}: missing field {exc}")
+            continue
+        except (ValueError, TypeError, IndexError) as exc:
+            failed.append(f"{path}: {exc}")
+            continue
+        for suffix, text in ((".md", to_markdown(frame, caption)), (".tex", to_latex(frame, caption, name))):
+            atomic_write_bytes(out_dir / f"{name}{suffix}", text.encode("utf-8"))
+            written.append(out_dir / f"{name}{suffix}")
+    print(f"tables: {len(written) // 2} written to {out_dir}" + (f"; skipped {', '.join(skipped)}" if skipped else ""))
+    if failed:
+        raise ValueError("tables not written: " + "; ".join(failed))
+    return written
+
+
+def to_markdown(frame: pd.DataFrame, caption: str) -> str:
+    """A GitHub-flavoured Markdown table (first column left-aligned, the rest right) under a caption line."""
+    def cell(value: object) -> str:
+        return "—" if pd.isna(value) else str(value).replace("|", "\\|")
+
+    lines = [f"**{caption}**", "", "| " + " | ".join(map(cell, frame.columns)) + " |",
+             "|" + "|".join([" :--- "] + [" ---: "] * (frame.shape[1] - 1)) + "|"]
+    lines += ["| " + " | ".join(map(cell, row)) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
+
+
+def to_latex(frame: pd.DataFrame, caption: str, name: str) -> str:
+    """A booktabs LaTeX table with caption and label tab:<name>; special characters escaped."""
+    caption = caption.replace("%", r"\%")  # the cells are escaped by pandas, the caption is not
+    return frame.to_latex(index=False, escape=True, na_rep="---", caption=caption, label=f"tab:{name}",
+                          column_format="l" + "r" * (frame.shape[1] - 1), position="t")
+
+
+def _num(value: float | None, digits: int = 3) -> str | None:
+    """value with fixed decimals; a negative value that rounds to zero prints without its sign."""
+    if value is None:
+        return None
+    text = f"{value:.{digits}f}"
+    return text.removeprefix("-") if float(text) == 0 else text
+
+
+def _pct(value: float | None) -> str | None:
+    return None if value is None else f"{100 * value:.1f}%"
+
+
+def _ci(ci: list[float] | None, scale: float = 1.0, unit: str = "") -> str | None:
+    """'[lo, hi]' with three decimals, or one decimal and a unit when scaled to % / pp."""
+    if not ci or ci[0] is None:
+        return None
+    digits = 3 if scale == 1.0 else 1
+    return f"[{_num(scale * ci[0], digits)}, {_num(scale * ci[1], digits)}]{unit}"

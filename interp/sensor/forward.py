@@ -1,0 +1,188 @@
+"""One chunked forward with capture at chosen layers: the engine under extraction and patching.
+
+``run_plan(sensor, ids, plan)`` runs the plain HF forward over ``ids`` (sdpa,
+through ``interp.sensor.kernels.chunk_attention`` so that a chunk after a cache keeps the
+fused causal kernel), split into chunks at ``plan.cuts`` with a cache carried
+between chunks, and keeps only what the plan asks for, the moment it is
+computed:
+
+- ``pooled``: sums (float32) of a hooked site over given absolute positions
+  (a mean pool is ``sum / count``), e.g. ``resid_pre`` of layer 12 at the
+  boundary token;
+- ``rows``: attention rows of given query positions at full-attention layers
+  (``interp.sensor.kernels.attention_rows``), computed when the chunk ending at that query runs;
+- ``logprobs``: float32 log-softmax of the next-token distribution at given
+  positions (only those rows go through the unembedding);
+- ``entropy``: predictive entropy (bits) at given positions, unembedded in
+  slices so no [N, vocab] tensor exists;
+- ``snapshots``: deep copies of the cache (KV and Gated-DeltaNet conv and
+  recurrent states) at given cut points, for continuing other sequences that
+  share this prefix. A forward mutates its cache in place: a snapshot is a
+  copy taken at the cut, never the live object.
+
+``start`` continues from a snapshot: ``ids`` are then the suffix tokens and
+positions stay absolute (``offset`` = snapshot length).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from interp.sensor.kernels.attention_rows import capture_rows
+from interp.sensor.kernels.chunk_attention import IMPLEMENTATION as CHUNKED
+from interp.sensor.hooks import hook_name, hooks, plain_attention
+
+ENTROPY_SLICE = 512  # rows unembedded at a time for entropies and target log-probs
+
+
+def logit_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Dtype of log-softmax/KL arithmetic: float32 at least, float64 for a float64 model."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+@dataclass
+class Snapshot:
+    """A copied cache after ``length`` tokens; continue a sequence that shares those tokens."""
+
+    length: int
+    cache: Any
+
+
+@dataclass
+class Plan:
+    """What one run keeps (positions absolute in the full sequence)."""
+
+    pooled: dict[Any, tuple[str, int, torch.Tensor]] = field(default_factory=dict)  # key -> (site, layer, positions)
+    rows: dict[tuple[int, int], Any] = field(default_factory=dict)  # (layer, query pos) -> key
+    logprobs: list[int] = field(default_factory=list)
+    entropy: list[int] = field(default_factory=list)
+    targets: dict[int, int] = field(default_factory=dict)  # pos -> token id whose log-prob is kept
+    snapshots: list[int] = field(default_factory=list)
+    cuts: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Outputs:
+    """What :func:`run_plan` kept."""
+
+    sums: dict[Any, torch.Tensor] = field(default_factory=dict)  # float32 [d_model]
+    counts: dict[Any, int] = field(default_factory=dict)
+    rows: dict[Any, dict[int, torch.Tensor]] = field(default_factory=dict)  # key -> {layer: [heads, p+1]}
+    logprobs: dict[int, torch.Tensor] = field(default_factory=dict)  # pos -> float32 [vocab]
+    entropy: dict[int, float] = field(default_factory=dict)  # pos -> bits
+    target_logprob: dict[int, float] = field(default_factory=dict)  # pos -> log p(target) in nats
+    snapshots: dict[int, Snapshot] = field(default_factory=dict)
+
+    def mean(self, key: Any) -> torch.Tensor:
+        """Mean pool of ``key`` (sum / count)."""
+        return self.sums[key] / self.counts[key]
+
+
+def snapshot_cache(cache: Any) -> Any:
+    """A frozen copy of a cache: KV tensors by reference (an update rebinds them), linear states copied.
+
+    Attention KV layers grow by ``torch.cat`` into new tensors, so references
+    taken now keep their length; Gated-DeltaNet conv/recurrent states are
+    updated in place and are deep-copied.
+    """
+    from transformers.cache_utils import DynamicLayer
+
+    snap = copy.copy(cache)
+    snap.layers = [copy.copy(layer) if type(layer) is DynamicLayer else copy.deepcopy(layer) for layer in cache.layers]
+    return snap
+
+
+def new_cache(sensor: Any) -> Any:
+    """An empty cache of the model's own kind (hybrid models include linear-attention states)."""
+    from transformers import DynamicCache
+
+    return DynamicCache(config=sensor.hf_model.config)
+
+
+def _cut_points(n_total: int, offset: int, plan: Plan) -> list[int]:
+    cuts = {c for c in plan.cuts + plan.snapshots if offset < c < n_total}
+    cuts |= {p + 1 for (_, p) in plan.rows if offset <= p < n_total - 1}
+    return sorted(cuts) + [n_total]
+
+
+def run_plan(sensor: Any, ids: list[int] | torch.Tensor, plan: Plan, start: Snapshot | None = None) -> Outputs:
+    """Run ``ids`` (the suffix after ``start``, if given) and keep what ``plan`` asks for."""
+    model = sensor.hf_model
+    device = sensor.device
+    ids_t = torch.as_tensor(ids, dtype=torch.long, device=device).reshape(1, -1)
+    offset = start.length if start is not None else 0
+    n_total = offset + ids_t.shape[1]
+    cache = snapshot_cache(start.cache) if start is not None else new_cache(sensor)
+    out = Outputs()
+    state = {"lo": offset, "hi": offset}
+
+    by_site: dict[tuple[str, int], list[tuple[Any, torch.Tensor]]] = defaultdict(list)
+    for key, (site, layer, positions) in plan.pooled.items():
+        by_site[(site, layer)].append((key, torch.as_tensor(positions, dtype=torch.long)))
+
+    def pool_hook(site: str, layer: int):
+        requests = by_site[(site, layer)]
+
+        def fn(x: torch.Tensor, name: str) -> None:
+            lo, hi = state["lo"], state["hi"]
+            for key, pos in requests:
+                sel = pos[(pos >= lo) & (pos < hi)]
+                if sel.numel():
+                    part = x[0, (sel - lo).to(x.device)].float().sum(0).cpu()
+                    out.sums[key] = out.sums[key] + part if key in out.sums else part
+                    out.counts[key] = out.counts.get(key, 0) + int(sel.numel())
+        return fn
+
+    fwd = [(hook_name(site, layer), pool_hook(site, layer)) for site, layer in by_site]
+    row_layers = sorted({layer for layer, _ in plan.rows})
+
+    def queries(layer: int, chunk_len: int) -> list[int]:
+        lo = state["lo"]
+        return [p - lo for (lay, p) in plan.rows if lay == layer and lo <= p < lo + chunk_len]
+
+    def sink(layer: int, local: int, row: torch.Tensor) -> None:
+        key = plan.rows[(layer, state["lo"] + local)]
+        out.rows.setdefault(key, {})[layer] = row.cpu()
+
+    want_lp = set(plan.logprobs)
+    want_h = set(plan.entropy)
+    want_t = plan.targets
+    with torch.inference_mode(), plain_attention(model, CHUNKED), hooks(model, fwd), \
+            capture_rows(model, row_layers, queries, cache, sink):
+        lo = offset
+        for hi in _cut_points(n_total, offset, plan):
+            state["lo"], state["hi"] = lo, hi
+            chunk = ids_t[:, lo - offset: hi - offset]
+            hidden = model.model(input_ids=chunk, cache=cache, use_cache=True).last_hidden_state[0]
+            _unembed(model, hidden, lo, hi, want_lp, want_h, want_t, out)
+            if hi in plan.snapshots:
+                out.snapshots[hi] = Snapshot(hi, snapshot_cache(cache))
+            lo = hi
+    return out
+
+
+def _unembed(model: Any, hidden: torch.Tensor, lo: int, hi: int, want_lp: set[int], want_h: set[int],
+             want_t: dict[int, int], out: Outputs) -> None:
+    acc = logit_dtype(hidden.dtype)
+    lp_pos = sorted(p for p in want_lp if lo <= p < hi)
+    if lp_pos:
+        logits = model.lm_head(hidden[[p - lo for p in lp_pos]]).to(acc)
+        for p, row in zip(lp_pos, torch.log_softmax(logits, dim=-1)):
+            out.logprobs[p] = row.cpu()
+    h_pos = sorted(p for p in want_h if lo <= p < hi)
+    for i in range(0, len(h_pos), ENTROPY_SLICE):
+        part = h_pos[i: i + ENTROPY_SLICE]
+        logp = torch.log_softmax(model.lm_head(hidden[[p - lo for p in part]]).to(acc), dim=-1)
+        bits = -(logp.exp() * logp).sum(-1) / torch.log(torch.tensor(2.0, dtype=acc))
+        out.entropy.update(zip(part, bits.cpu().tolist()))
+    t_pos = sorted(p for p in want_t if lo <= p < hi)
+    for i in range(0, len(t_pos), ENTROPY_SLICE):
+        part = t_pos[i: i + ENTROPY_SLICE]
+        logp = torch.log_softmax(model.lm_head(hidden[[p - lo for p in part]]).to(acc), dim=-1)
+        picked = logp[torch.arange(len(part)), torch.tensor([want_t[p] for p in part])]
+        out.target_logprob.update(zip(part, picked.cpu().tolist()))

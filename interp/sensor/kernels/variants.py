@@ -1,0 +1,129 @@
+"""Run the last tokens of a prompt as S patched variants that share one prefix, without copying it.
+
+Patching a late position cannot change any earlier one, so all variants of a
+boundary share the deleted run's prefix state: the KV of full-attention
+layers and the conv/recurrent states of Gated-DeltaNet layers after
+``n - k`` tokens (``k`` = patched tail length, 1 for the boundary token).
+
+The variants run as a batch of S sequences of k tokens:
+
+- full-attention layers use a registered attention function
+  (``interp_shared_prefix``) that attends each variant's queries to the
+  shared prefix keys/values ``[1, n_kv, n-k, hd]`` by broadcasting (never
+  expanded to S copies) and, causally, to the variant's own k tokens;
+- Gated-DeltaNet layers get their small recurrent and conv states expanded
+  to the batch (a copy per variant: O(S * state), independent of n).
+
+A forward mutates the linear-attention states in place, so they are copied
+from the snapshot for every call; the prefix KV tensors are only read.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from transformers import AttentionInterface, DynamicCache
+
+from interp.sensor.forward import logit_dtype
+from interp.sensor.hooks import hooks, plain_attention
+
+IMPLEMENTATION = "interp_shared_prefix"
+_PREFIX: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _shared_prefix_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                             attention_mask: Any, scaling: float | None = None, dropout: float = 0.0,
+                             **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """Attention of variant queries [S, h, k, hd] to shared prefix K/V plus their own k tokens (causal)."""
+    pk, pv = _PREFIX[module.layer_idx]  # [1, kvh, m, hd]
+    s, h, k, hd = query.shape
+    kvh = key.shape[1]
+    g = h // kvh
+    scale = scaling if scaling is not None else hd ** -0.5
+    acc = logit_dtype(query.dtype)
+    q = query.to(acc).view(s, kvh, g, k, hd)
+    scores_p = torch.einsum("svgqd,vmd->svgqm", q, pk[0].to(acc)) * scale
+    scores_o = torch.einsum("svgqd,svkd->svgqk", q, key.to(acc)) * scale
+    causal = torch.ones(k, k, dtype=torch.bool, device=query.device).tril()
+    scores_o = scores_o.masked_fill(~causal, float("-inf"))
+    weights = torch.softmax(torch.cat([scores_p, scores_o], dim=-1), dim=-1)
+    m = pk.shape[2]
+    out = torch.einsum("svgqm,vmd->svgqd", weights[..., :m], pv[0].to(acc))
+    out = out + torch.einsum("svgqk,svkd->svgqd", weights[..., m:], value.to(acc))
+    # HF attention functions return [batch, q_len, heads, head_dim].
+    return out.reshape(s, h, k, hd).transpose(1, 2).to(query.dtype).contiguous(), None
+
+
+AttentionInterface.register(IMPLEMENTATION, _shared_prefix_attention)
+
+
+def _variant_cache(sensor: Any, prefix: Any, batch: int) -> DynamicCache:
+    """Empty KV layers (their prefix is served by the attention function) + linear states expanded to ``batch``."""
+    from transformers.cache_utils import DynamicLayer
+
+    cache = DynamicCache(config=sensor.hf_model.config)
+    for i, layer in enumerate(prefix.layers):
+        if isinstance(layer, DynamicLayer):
+            continue
+        mine = copy.deepcopy(layer)
+        for name in ("conv_states", "recurrent_states"):
+            states = getattr(mine, name, None)
+            if isinstance(states, dict):
+                for key, value in states.items():
+                    if isinstance(value, torch.Tensor):
+                        states[key] = value.expand(batch, *value.shape[1:]).clone()
+        cache.layers[i] = mine
+    return cache
+
+
+@contextmanager
+def _prefix_kv(prefix: Any) -> Iterator[None]:
+    from transformers.cache_utils import DynamicLayer
+
+    _PREFIX.clear()
+    for i, layer in enumerate(prefix.layers):
+        if isinstance(layer, DynamicLayer):
+            _PREFIX[i] = (layer.keys, layer.values)
+    try:
+        yield
+    finally:
+        _PREFIX.clear()
+
+
+def run_variants(sensor: Any, prefix: Any, prefix_len: int, tail_ids: list[int],
+                 patches: list[dict[str, torch.Tensor]]) -> torch.Tensor:
+    """Float32 log-probs [S, vocab] at the last tail token for S variants.
+
+    ``prefix`` is a snapshot after ``prefix_len`` tokens; ``tail_ids`` the k
+    remaining tokens; ``patches[s]`` maps a TL hook name (``blocks.L.hook_resid_pre``,
+    ``blocks.L.hook_resid_post``, ``blocks.L.hook_attn_out``, ``blocks.L.hook_mlp_out``)
+    to the activation [k, d_model] that replaces variant s's tail there ({} = unpatched).
+    """
+    model = sensor.hf_model
+    s, k = len(patches), len(tail_ids)
+    ids = torch.tensor([tail_ids] * s, dtype=torch.long, device=sensor.device)
+    positions = torch.arange(prefix_len, prefix_len + k, device=sensor.device).expand(s, k)
+    by_name: dict[str, list[tuple[int, torch.Tensor]]] = {}
+    for v, patch in enumerate(patches):
+        for name, value in patch.items():
+            by_name.setdefault(name, []).append((v, value))
+
+    def make(rows: list[tuple[int, torch.Tensor]]):
+        index = torch.tensor([v for v, _ in rows], device=sensor.device)
+
+        def fn(x: torch.Tensor, name: str) -> torch.Tensor:
+            x = x.clone()
+            x[index] = torch.stack([value.reshape(k, -1) for _, value in rows]).to(x.device, x.dtype)
+            return x
+        return fn
+
+    fwd = [(name, make(rows)) for name, rows in by_name.items()]
+    cache = _variant_cache(sensor, prefix, s)
+    with torch.inference_mode(), plain_attention(model, IMPLEMENTATION), _prefix_kv(prefix), hooks(model, fwd):
+        hidden = model.model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True).last_hidden_state
+        logits = model.lm_head(hidden[:, -1]).to(logit_dtype(hidden.dtype))
+    return torch.log_softmax(logits, dim=-1)
