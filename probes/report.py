@@ -21,7 +21,7 @@ import pandas as pd
 import sklearn
 from sklearn.metrics import average_precision_score
 
-from interp.extraction.store import atomic_write_bytes
+from interp.io import atomic_write_bytes
 from probes import __version__
 from probes.config import ProbeConfig
 from probes.data import FeatureSet

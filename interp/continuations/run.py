@@ -59,7 +59,7 @@ from interp.externalization.labeler import argument_leaves
 from interp.io import run_units
 from interp.data.parse import ParsedTurn, parse_turn
 from interp.data.render import Rendered, render
-from interp.extraction.store import atomic_write_bytes, atomic_write_json
+from interp.io import atomic_write_bytes, atomic_write_json
 from interp.data.trajectory import Action, Step, ToolCall, Trajectory, load_trajectories
 from interp.stats import task_bootstrap_ci
 

@@ -78,7 +78,7 @@ from pathlib import Path
 from typing import Any
 
 from interp.data.conditions import CODE_ARG_KEYS, writes_code
-from interp.extraction.store import atomic_write_bytes, atomic_write_json
+from interp.io import atomic_write_bytes, atomic_write_json
 from interp.data.trajectory import Action, Step, Trajectory, load_trajectories
 
 ITEM_KINDS = ("url", "email", "path", "code_symbol", "quoted", "number", "identifier", "cue")

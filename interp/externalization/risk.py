@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from interp.externalization.labeler import annotation_labels, read_label_csv
-from interp.extraction.store import atomic_write_json
+from interp.io import atomic_write_json
 from interp.data.trajectory import Trajectory, load_trajectories
 from interp.stats import task_bootstrap_ci
 

@@ -27,8 +27,6 @@ done. A store refuses a run whose settings differ from its ``store.json``.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +37,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from interp.extraction.extract import BoundaryFeatures
+from interp.io import atomic_path, atomic_write_bytes, atomic_write_json
 from interp.data.trajectory import Trajectory
 
 SCHEMA_VERSION = 1
@@ -46,44 +45,6 @@ SCHEMA_VERSION = 1
 
 class StoreMismatch(ValueError):
     """A run's settings differ from the store's; the message lists the differing keys."""
-
-
-def _file_mode() -> int:
-    """Mode a plain ``open()`` would give under the current umask (mkstemp files are 0600)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same directory and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.chmod(tmp, _file_mode())
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    """Atomically write ``obj`` as indented JSON."""
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, default=_json_default) + "\n").encode())
-
-
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (np.floating,)):
-        return float(obj)
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    raise TypeError(f"not JSON-serialisable: {type(obj).__name__}")
 
 
 def unit_name(task_id: str, condition: str) -> str:
@@ -140,15 +101,8 @@ class Store:
                 tensors[f"attn.{layer}.per_kind"] = torch.stack([r.attention[layer]["per_kind"] for r in ok]).contiguous()
                 for r in ok:
                     tensors[f"attn.{layer}.b{r.after_step}.per_segment"] = r.attention[layer]["per_segment"].contiguous()
-        fd, tmp = tempfile.mkstemp(dir=self._ensure_units(), prefix=f".{name}.", suffix=".tmp")
-        os.close(fd)
-        try:
+        with atomic_path(self.units_dir / f"{name}.safetensors") as tmp:
             save_file(tensors, tmp, metadata={"unit": name, "dtype": "float32", "settings": json.dumps(settings)})
-            os.chmod(tmp, _file_mode())
-            os.replace(tmp, self.units_dir / f"{name}.safetensors")
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
         manifest_rows, segments = [], {}
         block_entropy = [e for r in rows for e in r.block_entropy]
         ok_index = {r.after_step: i for i, r in enumerate(ok)}
@@ -169,10 +123,6 @@ class Store:
             segments[str(r.after_step)] = r.segments
         atomic_write_json(self.units_dir / f"{name}.json",
                           {"rows": manifest_rows, "segments": segments, "block_entropy": block_entropy})
-
-    def _ensure_units(self) -> Path:
-        self.units_dir.mkdir(parents=True, exist_ok=True)
-        return self.units_dir
 
     def manifest(self) -> pd.DataFrame:
         """All rows of all finished units (sorted by task, condition, boundary)."""
@@ -199,11 +149,8 @@ class Store:
         frame = self.manifest()
         for suffix, writer in ((".parquet", lambda f, p: f.to_parquet(p, index=False)),
                                (".csv", lambda f, p: f.to_csv(p, index=False))):
-            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".manifest.", suffix=suffix)
-            os.close(fd)
-            os.chmod(tmp, _file_mode())
-            writer(frame, tmp)
-            os.replace(tmp, self.root / f"manifest{suffix}")
+            with atomic_path(self.root / f"manifest{suffix}") as tmp:
+                writer(frame, tmp)
         return frame
 
     def load_features(self, site: str = "resid_pre", condition: str | None = None,

@@ -187,7 +187,7 @@ def entropy(
     """Write per-block ICLR entropy scores (bits) and which blocks ICLR drops at rho."""
     from interp.extraction.iclr import entropy_table
     from interp.sensor.models import load_model
-    from interp.extraction.store import atomic_write_bytes
+    from interp.io import atomic_write_bytes
     from interp.data.trajectory import load_trajectories
 
     sensor = load_model(model, device=device, dtype=dtype, model_path=model_path)
@@ -217,7 +217,7 @@ def patch(
     from interp.extraction.batch import parse_layers
     from interp.io import run_units
     from interp.sensor.models import load_model
-    from interp.extraction.store import atomic_write_json
+    from interp.io import atomic_write_json
     from interp.data.trajectory import load_trajectories
     from patching.kl_repair import BoundaryRepair, kl_repair_trajectory, summarize
 
@@ -253,7 +253,7 @@ def harm(
     """Set-level deletion harm (DRSR): joint vs additive harm of deleting history blocks."""
     from interp.io import run_units
     from interp.sensor.models import load_model
-    from interp.extraction.store import atomic_write_json
+    from interp.io import atomic_write_json
     from interp.data.trajectory import load_trajectories
     from patching.harm import boundary_harm, summarize_harm
 
@@ -285,7 +285,7 @@ def label(
                                                 "multiple of the running mean.")] = 1.8,
 ) -> None:
     """Rule-based future-necessity targets with evidence, and agreement (kappa) with reference labels."""
-    from interp.extraction.store import atomic_write_bytes, atomic_write_json
+    from interp.io import atomic_write_bytes, atomic_write_json
     from interp.data.trajectory import load_trajectories
     from probes.targets import LabelerConfig, agreement, annotation_targets, label_trajectories, read_targets_csv
 

@@ -23,7 +23,8 @@ import numpy as np
 from rich.console import Console
 
 from interp.data.render import SEGMENT_KINDS
-from interp.extraction.store import Store, atomic_write_bytes, atomic_write_json
+from interp.extraction.store import Store
+from interp.io import atomic_write_bytes, atomic_write_json
 
 DEMO_TRAJECTORIES = Path(__file__).resolve().parents[2] / "data" / "demo" / "trajectories.jsonl"
 DEMO_STATES = DEMO_TRAJECTORIES.with_name("states.jsonl")

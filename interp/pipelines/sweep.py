@@ -81,7 +81,8 @@ def run_sweep(path: Path) -> pd.DataFrame:
     from interp.extraction.batch import extract_to_store, parse_layers
     from interp.extraction.extract import ExtractConfig
     from interp.sensor.models import load_model
-    from interp.extraction.store import Store, atomic_write_bytes
+    from interp.extraction.store import Store
+    from interp.io import atomic_write_bytes
     from interp.data.trajectory import load_trajectories
     from probes.data import FeatureSet
     from probes.report import oof_frame, run_probe, write_probe_results

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from interp.extraction.store import atomic_write_bytes
+from interp.io import atomic_write_bytes
 
 from interp.reporting import reference as ref
 from interp.reporting.figures.externalization import externalization_sections

@@ -19,7 +19,7 @@ from interp.reporting import reference
 from interp.reporting.figures import load_result
 from interp.reporting.figures.externalization import externalization_sections
 from interp.reporting.figures.interventions import intervention_conditions
-from interp.extraction.store import atomic_write_bytes
+from interp.io import atomic_write_bytes
 
 REFERENCE = f"reference study ({reference.MODEL})"
 

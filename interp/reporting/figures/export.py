@@ -16,7 +16,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from interp.extraction.store import atomic_write_bytes
+from interp.io import atomic_write_bytes
 
 PNG_WIDTH = 1100  # CSS pixels; scale 2 gives print resolution
 PNG_SCALE = 2
