@@ -1,8 +1,8 @@
 """One chunked forward with capture at chosen layers: the engine under extraction and patching.
 
 ``run_plan(sensor, ids, plan)`` runs the plain HF forward over ``ids`` (sdpa,
-through ``interp.sensor.kernels.chunk_attention`` so that a chunk after a cache keeps the
-fused causal kernel), split into chunks at ``plan.cuts`` with a cache carried
+through ``interp.sensor.kernels.chunk_attention``, registered for the run only, so that a
+chunk after a cache keeps the fused causal kernel), split into chunks at ``plan.cuts`` with a cache carried
 between chunks, and keeps only what the plan asks for, the moment it is
 computed:
 
@@ -34,8 +34,10 @@ from typing import Any
 import torch
 
 from interp.sensor.kernels.attention_rows import capture_rows
+from interp.sensor.hooks import attention_implementation, hook_name, hooks
 from interp.sensor.kernels.chunk_attention import IMPLEMENTATION as CHUNKED
-from interp.sensor.hooks import hook_name, hooks, plain_attention
+from interp.sensor.kernels.chunk_attention import chunk_attention
+from interp.sensor.protocol import ForwardSensor
 
 ENTROPY_SLICE = 512  # rows unembedded at a time for entropies and target log-probs
 
@@ -97,7 +99,7 @@ def snapshot_cache(cache: Any) -> Any:
     return snap
 
 
-def new_cache(sensor: Any) -> Any:
+def new_cache(sensor: ForwardSensor) -> Any:
     """An empty cache of the model's own kind (hybrid models include linear-attention states)."""
     from transformers import DynamicCache
 
@@ -110,7 +112,7 @@ def _cut_points(n_total: int, offset: int, plan: Plan) -> list[int]:
     return sorted(cuts) + [n_total]
 
 
-def run_plan(sensor: Any, ids: list[int] | torch.Tensor, plan: Plan, start: Snapshot | None = None) -> Outputs:
+def run_plan(sensor: ForwardSensor, ids: list[int] | torch.Tensor, plan: Plan, start: Snapshot | None = None) -> Outputs:
     """Run ``ids`` (the suffix after ``start``, if given) and keep what ``plan`` asks for."""
     model = sensor.hf_model
     device = sensor.device
@@ -152,7 +154,7 @@ def run_plan(sensor: Any, ids: list[int] | torch.Tensor, plan: Plan, start: Snap
     want_lp = set(plan.logprobs)
     want_h = set(plan.entropy)
     want_t = plan.targets
-    with torch.inference_mode(), plain_attention(model, CHUNKED), hooks(model, fwd), \
+    with torch.inference_mode(), attention_implementation(model, CHUNKED, chunk_attention), hooks(model, fwd), \
             capture_rows(model, row_layers, queries, cache, sink):
         lo = offset
         for hi in _cut_points(n_total, offset, plan):

@@ -114,3 +114,27 @@ def plain_attention(model: Any, implementation: str = "sdpa") -> Iterator[None]:
         yield
     finally:
         model.set_attn_implementation(previous)
+
+
+@contextlib.contextmanager
+def attention_implementation(model: Any, name: str, fn: Callable[..., Any]) -> Iterator[None]:
+    """Run the HF model with ``fn`` as its attention, registered as ``name`` only inside the block.
+
+    ``fn`` has transformers' attention-function signature
+    ``(module, query, key, value, attention_mask, **kwargs) -> (out, weights)``.
+    It goes into transformers' attention registry (``ALL_ATTENTION_FUNCTIONS``)
+    on entry and out again on exit, exception or not, and the model's previous
+    implementation is restored; an entry that was there before under ``name`` is
+    put back. A closure can carry per-call data (e.g. shared prefix K/V) this way.
+    """
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    previous = ALL_ATTENTION_FUNCTIONS.get(name)
+    ALL_ATTENTION_FUNCTIONS[name] = fn
+    try:
+        with plain_attention(model, name):
+            yield
+    finally:
+        del ALL_ATTENTION_FUNCTIONS[name]
+        if previous is not None and ALL_ATTENTION_FUNCTIONS.get(name) is not previous:
+            ALL_ATTENTION_FUNCTIONS[name] = previous

@@ -8,6 +8,8 @@ import torch
 from interp.sensor.kernels.chunk_attention import PAD_LIMIT, chunk_attention
 from interp.sensor.forward import Plan, run_plan
 
+pytestmark = pytest.mark.parity
+
 
 class _Module:
     is_causal = True

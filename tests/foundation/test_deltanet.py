@@ -6,7 +6,9 @@ import pytest
 import torch
 import transformers.models.qwen3_5.modeling_qwen3_5 as qwen
 
-from interp.sensor.kernels.deltanet import enable_float64_kernels, gated_delta_rule_fp64
+from interp.sensor.kernels.deltanet import float64_kernels, gated_delta_rule_fp64
+
+pytestmark = pytest.mark.parity
 
 
 def _inputs(seq: int, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -48,14 +50,14 @@ def test_prefix_then_continuation_is_exact_in_float64():
 
 
 def test_dispatch_leaves_other_dtypes_to_transformers():
-    enable_float64_kernels()
-    enable_float64_kernels()  # idempotent: one wrapper, not two
-    kernel = qwen.torch_chunk_gated_delta_rule
-    assert kernel.float64_aware and not getattr(kernel.__wrapped__, "float64_aware", False)
-    x32 = {k: v.float() for k, v in _inputs(10).items()}
-    out, _ = kernel(**x32, use_qk_l2norm_in_kernel=True)
+    with float64_kernels(), float64_kernels():  # re-entrant: one wrapper, not two
+        kernel = qwen.torch_chunk_gated_delta_rule
+        assert kernel.float64_aware and not getattr(kernel.__wrapped__, "float64_aware", False)
+        x32 = {k: v.float() for k, v in _inputs(10).items()}
+        out, _ = kernel(**x32, use_qk_l2norm_in_kernel=True)
     expected, _ = _original("torch_chunk_gated_delta_rule")(**x32, use_qk_l2norm_in_kernel=True)
     assert torch.equal(out, expected)
+    assert not getattr(qwen.torch_chunk_gated_delta_rule, "float64_aware", False)  # restored on exit
     with pytest.raises(NotImplementedError, match="cu_seqlens"):
         gated_delta_rule_fp64(**_inputs(3), cu_seqlens=torch.tensor([0, 3]))
 

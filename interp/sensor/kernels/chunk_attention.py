@@ -7,8 +7,10 @@ mask, which keeps torch off its fused causal kernel: on CPU a 4.2K-token chunk
 after a 100-token snapshot took 30 s where the whole 4.3K sequence took 21.5 s
 (smollm2-135m, 1 thread).
 
-Registered as the attention implementation ``interp_chunked`` (no mask is
-built for it; every run here is one unpadded sequence):
+:func:`chunk_attention` is the attention implementation ``interp_chunked``,
+registered only for the duration of a forward by
+``interp.sensor.hooks.attention_implementation`` (``run_plan`` does this; no
+mask is built for it; every run here is one unpadded sequence):
 
 - no past: sdpa with ``is_causal``, as a whole forward;
 - a past no longer than ``PAD_LIMIT`` x q: the queries are left-padded with
@@ -30,7 +32,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 IMPLEMENTATION = "interp_chunked"
@@ -54,5 +55,3 @@ def chunk_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: 
     mask = torch.ones(q_len, kv_len, dtype=torch.bool, device=query.device).tril(past)
     return sdpa_attention_forward(module, query, key, value, mask[None, None], is_causal=False, **kwargs)
 
-
-AttentionInterface.register(IMPLEMENTATION, chunk_attention)

@@ -7,10 +7,11 @@ layers and the conv/recurrent states of Gated-DeltaNet layers after
 
 The variants run as a batch of S sequences of k tokens:
 
-- full-attention layers use a registered attention function
-  (``interp_shared_prefix``) that attends each variant's queries to the
-  shared prefix keys/values ``[1, n_kv, n-k, hd]`` by broadcasting (never
-  expanded to S copies) and, causally, to the variant's own k tokens;
+- full-attention layers use an attention function (``interp_shared_prefix``,
+  registered only for the forward, with the prefix K/V in its closure) that
+  attends each variant's queries to the shared prefix keys/values
+  ``[1, n_kv, n-k, hd]`` by broadcasting (never expanded to S copies) and,
+  causally, to the variant's own k tokens;
 - Gated-DeltaNet layers get their small recurrent and conv states expanded
   to the batch (a copy per variant: O(S * state), independent of n).
 
@@ -21,25 +22,25 @@ from the snapshot for every call; the prefix KV tensors are only read.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import torch
-from transformers import AttentionInterface, DynamicCache
+from transformers import DynamicCache
 
 from interp.sensor.forward import logit_dtype
-from interp.sensor.hooks import hooks, plain_attention
+from interp.sensor.hooks import attention_implementation, hooks
+from interp.sensor.protocol import ForwardSensor
 
 IMPLEMENTATION = "interp_shared_prefix"
-_PREFIX: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+PrefixKV = dict[int, tuple[torch.Tensor, torch.Tensor]]  # layer -> (keys, values) [1, kvh, m, hd]
 
 
-def _shared_prefix_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                             attention_mask: Any, scaling: float | None = None, dropout: float = 0.0,
-                             **kwargs: Any) -> tuple[torch.Tensor, None]:
+def shared_prefix_attention(prefix: PrefixKV, module: Any, query: torch.Tensor, key: torch.Tensor,
+                            value: torch.Tensor, attention_mask: Any, scaling: float | None = None,
+                            dropout: float = 0.0, **kwargs: Any) -> tuple[torch.Tensor, None]:
     """Attention of variant queries [S, h, k, hd] to shared prefix K/V plus their own k tokens (causal)."""
-    pk, pv = _PREFIX[module.layer_idx]  # [1, kvh, m, hd]
+    pk, pv = prefix[module.layer_idx]  # [1, kvh, m, hd]
     s, h, k, hd = query.shape
     kvh = key.shape[1]
     g = h // kvh
@@ -58,10 +59,20 @@ def _shared_prefix_attention(module: Any, query: torch.Tensor, key: torch.Tensor
     return out.reshape(s, h, k, hd).transpose(1, 2).to(query.dtype).contiguous(), None
 
 
-AttentionInterface.register(IMPLEMENTATION, _shared_prefix_attention)
+def _attention_over(prefix: Any) -> Callable[..., tuple[torch.Tensor, None]]:
+    """:func:`shared_prefix_attention` bound to the KV layers of snapshot ``prefix`` (read, never copied)."""
+    from transformers.cache_utils import DynamicLayer
+
+    kv: PrefixKV = {i: (layer.keys, layer.values) for i, layer in enumerate(prefix.layers)
+                    if isinstance(layer, DynamicLayer)}
+
+    def attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: Any,
+                  **kwargs: Any) -> tuple[torch.Tensor, None]:
+        return shared_prefix_attention(kv, module, query, key, value, attention_mask, **kwargs)
+    return attention
 
 
-def _variant_cache(sensor: Any, prefix: Any, batch: int) -> DynamicCache:
+def _variant_cache(sensor: ForwardSensor, prefix: Any, batch: int) -> DynamicCache:
     """Empty KV layers (their prefix is served by the attention function) + linear states expanded to ``batch``."""
     from transformers.cache_utils import DynamicLayer
 
@@ -80,21 +91,7 @@ def _variant_cache(sensor: Any, prefix: Any, batch: int) -> DynamicCache:
     return cache
 
 
-@contextmanager
-def _prefix_kv(prefix: Any) -> Iterator[None]:
-    from transformers.cache_utils import DynamicLayer
-
-    _PREFIX.clear()
-    for i, layer in enumerate(prefix.layers):
-        if isinstance(layer, DynamicLayer):
-            _PREFIX[i] = (layer.keys, layer.values)
-    try:
-        yield
-    finally:
-        _PREFIX.clear()
-
-
-def run_variants(sensor: Any, prefix: Any, prefix_len: int, tail_ids: list[int],
+def run_variants(sensor: ForwardSensor, prefix: Any, prefix_len: int, tail_ids: list[int],
                  patches: list[dict[str, torch.Tensor]]) -> torch.Tensor:
     """Float32 log-probs [S, vocab] at the last tail token for S variants.
 
@@ -123,7 +120,8 @@ def run_variants(sensor: Any, prefix: Any, prefix_len: int, tail_ids: list[int],
 
     fwd = [(name, make(rows)) for name, rows in by_name.items()]
     cache = _variant_cache(sensor, prefix, s)
-    with torch.inference_mode(), plain_attention(model, IMPLEMENTATION), _prefix_kv(prefix), hooks(model, fwd):
+    with torch.inference_mode(), attention_implementation(model, IMPLEMENTATION, _attention_over(prefix)), \
+            hooks(model, fwd):
         hidden = model.model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True).last_hidden_state
         logits = model.lm_head(hidden[:, -1]).to(logit_dtype(hidden.dtype))
     return torch.log_softmax(logits, dim=-1)

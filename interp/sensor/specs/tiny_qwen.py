@@ -1,10 +1,10 @@
-"""A seeded random-init Qwen3.5 hybrid for tests and CPU runs (`tiny-qwen3.5`).
+"""``tiny-qwen3.5``: a seeded random-init Qwen3.5 hybrid for tests and CPU runs.
 
 8 layers, Gated-DeltaNet linear attention with a full-attention layer every
 4th layer (layers 3 and 7), a byte-level BPE tokenizer trained locally on a
 fixed corpus, and a Qwen-style chat template with ``<think>`` reasoning and
 ``<tool_call>`` tool calls. Built once and cached: same seed, same corpus,
-same weights and tokenizer on every machine.
+same weights and tokenizer on every machine (``$INTERP_CACHE/tiny-qwen3.5-r<recipe>``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import torch
+from interp.sensor.specs.base import ModelSpec, cache_dir
 
 TINY_SEED = 1234
 TINY_RECIPE_VERSION = "2"
@@ -128,6 +128,7 @@ def tiny_config(vocab_size: int):
 
 def build_tiny_qwen(path: Path) -> Path:
     """Build the seeded tiny Qwen3.5 checkpoint and tokenizer into ``path`` (atomically)."""
+    import torch
     from transformers import Qwen3_5ForCausalLM
 
     path = Path(path)
@@ -150,3 +151,29 @@ def build_tiny_qwen(path: Path) -> Path:
         if tmp.exists():
             shutil.rmtree(tmp)
     return path
+
+
+def local_dir() -> Path:
+    """Where this recipe's checkpoint is cached."""
+    return cache_dir() / f"tiny-qwen3.5-r{TINY_RECIPE_VERSION}"
+
+
+def resolve() -> Path | None:
+    """The cached checkpoint, or None before it is built."""
+    path = local_dir()
+    return path if (path / "RECIPE").exists() else None
+
+
+def fetch() -> Path:
+    """Build (once) the seeded tiny Qwen3.5 checkpoint."""
+    return resolve() or build_tiny_qwen(local_dir())
+
+
+SPEC = ModelSpec(
+    "tiny-qwen3.5",
+    "seeded random-init Qwen3.5 hybrid (8 layers, full attention at 3 and 7, d=64)",
+    "run `interp fetch tiny-qwen3.5` (built locally, no download)",
+    resolve,
+    fetch,
+    local_build=True,
+)

@@ -1,0 +1,59 @@
+"""What downstream code may rely on in a sensor: typed protocols, no implementation.
+
+:class:`Sensor` is the full interface (``interp.sensor.models.load_model``
+returns a :class:`~interp.sensor.models.LoadedSensor`, which implements it).
+:class:`ForwardSensor` is the part the forward engine reads
+(``interp.sensor.forward.run_plan``, ``interp.sensor.kernels.variants.run_variants``):
+a bare object with ``hf_model`` and ``device`` is enough there (benchmarks use one).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+
+@runtime_checkable
+class ForwardSensor(Protocol):
+    """A plain HF causal LM and the device its inputs go to."""
+
+    hf_model: Any  # transformers PreTrainedModel (sdpa; shares its tensors with ``bridge``)
+    device: torch.device
+
+
+@runtime_checkable
+class Sensor(ForwardSensor, Protocol):
+    """The frozen hooked model: a TransformerLens ``TransformerBridge`` plus what analyses need.
+
+    ``bridge`` is the user-facing hooked model (TransformerLens hook names such
+    as ``blocks.{l}.hook_resid_pre``). Extraction and patching run the same
+    modules at plain-forward speed through ``interp.sensor.hooks`` (same names,
+    plain torch hooks, sdpa attention); ``hf_model`` is the module both share.
+    """
+
+    spec: str
+    bridge: Any  # transformer_lens.model_bridge.TransformerBridge
+    tokenizer: Any  # transformers tokenizer, with its chat template
+    chat_template: str
+    n_layers: int
+    d_model: int
+    layer_types: list[str]
+    dtype: torch.dtype
+    revision: str
+    path: Path | None
+
+    @property
+    def full_attention_layers(self) -> list[int]:
+        """Indices of layers with softmax attention (the only ones with a pattern)."""
+        ...
+
+    @property
+    def linear_attention_layers(self) -> list[int]:
+        """Indices of Gated-DeltaNet (linear attention) layers."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able identity of the sensor, written into every result file."""
+        ...
