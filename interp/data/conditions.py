@@ -4,7 +4,11 @@
 Only steps ``1..after_step`` (the history) are edited; later steps are kept as
 recorded (continuation rubrics read them). Only ``hide_observation`` touches
 anything but reasoning. Removed blocks disappear, except under ``iclr`` where
-each becomes the literal ``[SKIP]`` (the reference method).
+each becomes the literal ``[SKIP]`` (the reference method). The ICLR drop rule
+has one home, :func:`iclr_dropped` (reference fraction ``ICLR_RHO = 0.8``; ties
+drop the earlier block first); ``interp.extraction.entropy.drop_table`` applies
+it to tables of block entropies. :func:`validate_condition` checks a name and its
+parameters before any work starts.
 
 | condition                | edit of the history at boundary b                                   |
 |--------------------------|----------------------------------------------------------------------|
@@ -20,20 +24,19 @@ each becomes the literal ``[SKIP]`` (the reference method).
 
 from __future__ import annotations
 
+import inspect
 import math
 import random as _random
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from interp.data.trajectory import Step, Trajectory, join_blocks
+from interp.data.actions import writes_code
+from interp.data.trajectory import Trajectory, join_blocks
 
 SKIP = "[SKIP]"
+ICLR_RHO = 0.8  # the reference ICLR drop fraction
 HIDDEN = "[output hidden]"
-# Whole words of the tool name (split on _ - . and camelCase): "write_file", "saveFile", not "input_text".
-WRITE_TOOL_RE = re.compile(r"(?:^|[_\-.])(write|create|save|edit|patch|apply|append|put|upload)(?=$|[_\-.])", re.I)
-CODE_ARG_KEYS = ("content", "code", "patch", "diff", "body", "text", "new_content")
 
 # A block scorer returns, for step t (1-based) of a trajectory, one score per
 # reasoning block (higher = more informative), or None when the step could not
@@ -133,14 +136,29 @@ def keep_latest_reasoning(traj: Trajectory, after_step: int, log: EditLog,
     return drop_blocks(traj, log, _all_blocks(traj, range(1, after_step)), None, counter)
 
 
+def _check_fraction(condition: str, name: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{condition}: {name} must be in [0, 1], got {value}")
+
+
+def iclr_dropped(scores: Sequence[float], rho: float = ICLR_RHO) -> set[int]:
+    """Indices of the blocks ICLR drops from one step with block ``scores`` (higher = more informative).
+
+    The ``floor(rho * N)`` lowest-scored of the N blocks; ties drop the earlier
+    block first; a step of one block (or none) is left untouched.
+    """
+    _check_fraction("iclr", "rho", rho)
+    n = len(scores)
+    if n <= 1:
+        return set()
+    order = sorted(range(n), key=lambda i: (scores[i], i))
+    return set(order[: math.floor(rho * n)])
+
+
 def iclr(traj: Trajectory, after_step: int, log: EditLog, counter: TokenCounter | None = None,
-         scorer: BlockScorer | None = None, rho: float = 0.8) -> Trajectory:
+         scorer: BlockScorer | None = None, rho: float = ICLR_RHO) -> Trajectory:
     """Online ICLR: at each step t <= b drop its floor(rho*N) lowest-scored blocks to ``[SKIP]``."""
-    if scorer is None:
-        raise ValueError("the iclr condition needs a block scorer: pass scorer=... "
-                         "(interp.extraction.entropy.EntropyScorer(sensor) scores blocks by predictive entropy)")
-    if not 0.0 <= rho <= 1.0:
-        raise ValueError(f"iclr: rho must be in [0, 1], got {rho}")
+    _check_iclr(scorer=scorer, rho=rho)
     log.params["rho"] = rho
     drop: dict[int, set[int]] = {}
     for t in range(1, after_step + 1):
@@ -153,17 +171,21 @@ def iclr(traj: Trajectory, after_step: int, log: EditLog, counter: TokenCounter 
             continue
         if len(scores) != n:
             raise ValueError(f"iclr scorer returned {len(scores)} scores for {n} blocks of step {t}")
-        k = math.floor(rho * n)
-        order = sorted(range(n), key=lambda i: (scores[i], i))  # ties: earlier block dropped first
-        drop[t] = set(order[:k])
+        drop[t] = iclr_dropped(scores, rho)
     return drop_blocks(traj, log, drop, SKIP, counter)
+
+
+def _check_iclr(scorer: BlockScorer | None = None, rho: float = ICLR_RHO) -> None:
+    if scorer is None:
+        raise ValueError("the iclr condition needs a block scorer: pass scorer=... "
+                         "(interp.extraction.entropy.EntropyScorer(sensor) scores blocks by predictive entropy)")
+    _check_fraction("iclr", "rho", rho)
 
 
 def random_blocks(traj: Trajectory, after_step: int, log: EditLog, counter: TokenCounter | None = None,
                   r: float = 0.5, seed: int = 0) -> Trajectory:
     """Remove seeded random blocks of steps 1..b until a fraction ``r`` of reasoning tokens is gone."""
-    if not 0.0 <= r <= 1.0:
-        raise ValueError(f"random: r must be in [0, 1], got {r}")
+    _check_random(r=r, seed=seed)
     log.params.update(r=r, seed=seed)
     size = counter or len  # without a tokenizer, characters stand in for tokens (logged)
     if counter is None:
@@ -180,6 +202,10 @@ def random_blocks(traj: Trajectory, after_step: int, log: EditLog, counter: Toke
         drop.setdefault(t, set()).add(k)
         removed += n
     return drop_blocks(traj, log, drop, None, counter)
+
+
+def _check_random(r: float = 0.5, seed: int = 0) -> None:
+    _check_fraction("random", "r", r)
 
 
 def hide_observation(traj: Trajectory, after_step: int, log: EditLog, counter: TokenCounter | None = None,
@@ -200,16 +226,6 @@ def hide_observation(traj: Trajectory, after_step: int, log: EditLog, counter: T
     steps = list(traj.steps)
     steps[k - 1] = replace(target, observation=new_obs)
     return replace(traj, steps=tuple(steps))
-
-
-def writes_code(step: Step) -> bool:
-    """True when the step's action writes code or a file (write-like tool with a content argument)."""
-    for call in step.action.calls:
-        has_content = any(key in call.arguments for key in CODE_ARG_KEYS)
-        words = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", call.tool)
-        if WRITE_TOOL_RE.search(words) and has_content:
-            return True
-    return False
 
 
 def clear_after_code(traj: Trajectory, after_step: int, log: EditLog,
@@ -235,11 +251,31 @@ CONDITIONS: dict[str, Callable[..., Trajectory]] = {
 }
 
 
+# Checks of a condition's parameters that need no trajectory (run by the condition itself and by
+# validate_condition, before any extraction starts).
+_PARAM_CHECKS: dict[str, Callable[..., None]] = {"iclr": _check_iclr, "random": _check_random}
+_POSITIONAL = ("traj", "after_step", "log", "counter")
+
+
+def validate_condition(name: str, params: Mapping[str, Any] | None = None) -> None:
+    """Raise ValueError unless ``name`` is a known condition and ``params`` are parameters it accepts
+    with valid values (checks that need no trajectory; boundaries are checked by ``apply_condition``)."""
+    if name not in CONDITIONS:
+        raise ValueError(f"unknown condition {name!r}; known: {', '.join(CONDITIONS)}")
+    params = dict(params or {})
+    accepted = [p for p in inspect.signature(CONDITIONS[name]).parameters if p not in _POSITIONAL]
+    unknown = sorted(set(params) - set(accepted))
+    if unknown:
+        raise ValueError(f"condition {name!r} takes no parameter(s) {', '.join(unknown)}; "
+                         f"accepted: {', '.join(accepted) or 'none'}")
+    if name in _PARAM_CHECKS:
+        _PARAM_CHECKS[name](**params)
+
+
 def apply_condition(name: str, traj: Trajectory, after_step: int, counter: TokenCounter | None = None,
                     **params: Any) -> tuple[Trajectory, EditLog]:
     """Apply condition ``name`` at boundary ``after_step``; return the edited trajectory and its log."""
-    if name not in CONDITIONS:
-        raise ValueError(f"unknown condition {name!r}; known: {', '.join(CONDITIONS)}")
+    validate_condition(name, params)
     if not 1 <= after_step <= traj.n_steps:
         raise ValueError(f"{traj.task_id}: boundary {after_step} out of range 1..{traj.n_steps}")
     log = EditLog(name, after_step)

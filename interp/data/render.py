@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from interp.data.trajectory import Step, Trajectory
@@ -84,7 +84,6 @@ class Rendered:
     boundary: int
     mode: str  # "native" or "fallback"
     reasoning_mode: str  # "field" or "inline"
-    meta: dict[str, Any] = field(default_factory=dict)
 
     @property
     def n_tokens(self) -> int:

@@ -10,9 +10,10 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from interp import __version__
+from interp.data.conditions import CONDITIONS, validate_condition
+from interp.data.trajectory import Trajectory
 from interp.extraction.extract import ExtractConfig, extract_trajectory
 from interp.extraction.store import Store
-from interp.data.trajectory import Trajectory
 
 
 def parse_layers(spec: str, n_layers: int, full_attention: list[int]) -> list[int]:
@@ -56,6 +57,40 @@ def store_settings(sensor: Any, config: ExtractConfig) -> dict[str, Any]:
             "code_version": __version__}
 
 
+def check_request(
+    sensor: Any,
+    trajectories: list[Trajectory],
+    conditions: list[str],
+    config: ExtractConfig,
+    shard: tuple[int, int] = (0, 1),
+    boundaries: list[int] | None = None,
+    condition_params: dict[str, dict[str, Any]] | None = None,
+) -> None:
+    """ValueError unless an extraction request is valid as a whole (see :func:`extract_to_store`)."""
+    config.validate()
+    config.check_sensor(sensor)
+    if isinstance(conditions, str) or not conditions:
+        raise ValueError(f"conditions must be a non-empty list of: {', '.join(CONDITIONS)}; got {conditions!r}")
+    if len(set(conditions)) != len(conditions):
+        raise ValueError(f"conditions repeat a name: {conditions}")
+    params = condition_params or {}
+    extra = sorted(set(params) - set(conditions))
+    if extra:
+        raise ValueError(f"condition_params for condition(s) not requested: {', '.join(extra)}")
+    for cond in conditions:
+        validate_condition(cond, params.get(cond))
+    i, n = shard
+    if not 0 <= i < n:
+        raise ValueError(f"bad shard {shard!r}: need 0 <= I < N")
+    if boundaries is not None:
+        if any(isinstance(b, bool) or not isinstance(b, int) for b in boundaries):
+            raise ValueError(f"boundaries must be ints, got {boundaries!r}")
+        for traj in trajectories:
+            bad = [b for b in boundaries if not 1 <= b <= traj.n_steps]
+            if bad:
+                raise ValueError(f"{traj.task_id}: boundaries {bad} out of range 1..{traj.n_steps}")
+
+
 def extract_to_store(
     sensor: Any,
     trajectories: Iterable[Trajectory],
@@ -67,7 +102,13 @@ def extract_to_store(
     condition_params: dict[str, dict[str, Any]] | None = None,
     progress: bool = True,
 ) -> dict[str, int]:
-    """Extract every (trajectory, condition) unit of this shard into the store; skip finished units."""
+    """Extract every (trajectory, condition) unit of this shard into the store; skip finished units.
+
+    Everything is checked (config against the model, condition names and parameters, boundaries,
+    shard) before the store directory or its ``store.json`` is created or touched.
+    """
+    trajectories = list(trajectories)
+    check_request(sensor, trajectories, conditions, config, shard, boundaries, condition_params)
     store = Store(Path(store_dir))
     settings = {**store_settings(sensor, config), "boundaries": boundaries}  # None: every boundary
     store.open(settings)

@@ -16,24 +16,33 @@ step share everything before the edit). With ``share_prefix=False`` every
 boundary gets its own forward (the reference path; parity-tested).
 
 Over-long renders (more than ``max_tokens``, or more positions than the model
-has) are skipped and recorded with their length, never truncated.
+has; ``interp.extraction.limits``) are skipped and recorded with their length,
+never truncated.
+
+``ExtractConfig`` validates itself on construction (poolings through
+``interp.extraction.pooling.parse_pooling``, sites against
+``interp.sensor.hooks.SITES``, ...) and against the model in
+``extract_trajectory``, so a bad setting fails before any forward or file.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from interp.data.conditions import apply_condition
-from interp.sensor.forward import Outputs, Plan, Snapshot, run_plan
-from interp.extraction.pooling import pooling_positions
 from interp.data.render import SEGMENT_KINDS, Rendered, render
 from interp.data.trajectory import Trajectory
+from interp.extraction.entropy import block_mean_entropy, entropy_positions
+from interp.extraction.limits import DEFAULT_MAX_TOKENS, context_limit
+from interp.extraction.pooling import parse_pooling, pooling_positions
+from interp.sensor.forward import Outputs, Plan, run_plan
+from interp.sensor.hooks import SITES
 
-DEFAULT_MAX_TOKENS = 42_000
 LN2 = math.log(2.0)
 
 
@@ -49,11 +58,71 @@ class ExtractConfig:
     share_prefix: bool = True
     block_entropy: bool = False  # ICLR block entropies from the same forward (shared `full` renders)
 
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Refuse bad settings before anything runs or touches disk (ValueError naming the field and
+        the allowed values); normalises list fields to lists. Run on construction."""
+        self.layers = _int_list("layers", self.layers)
+        self.attention_layers = _int_list("attention_layers", self.attention_layers)
+        self.sites = _name_list("sites", self.sites, "one of " + ", ".join(SITES))
+        bad = [x for x in self.sites if x not in SITES]
+        if bad:
+            raise ValueError(f"ExtractConfig.sites: unknown {', '.join(map(repr, bad))}; allowed: {', '.join(SITES)}")
+        self.poolings = _name_list("poolings", self.poolings, "pooling rules (interp.extraction.pooling)")
+        for rule in self.poolings:
+            try:
+                parse_pooling(rule)
+            except ValueError as exc:
+                raise ValueError(f"ExtractConfig.poolings: {exc}") from None
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens <= 0:
+            raise ValueError(f"ExtractConfig.max_tokens must be a positive int, got {self.max_tokens!r}")
+        for name in ("share_prefix", "block_entropy"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"ExtractConfig.{name} must be True or False, got {getattr(self, name)!r}")
+
+    def check_sensor(self, sensor: Any) -> None:
+        """Refuse layers the model does not have and attention layers without softmax attention."""
+        n_layers = getattr(sensor, "n_layers", None)
+        if n_layers is not None:
+            for name in ("layers", "attention_layers"):
+                bad = [x for x in getattr(self, name) if x >= n_layers]
+                if bad:
+                    raise ValueError(f"ExtractConfig.{name}: {bad} out of range 0..{n_layers - 1}")
+        full = getattr(sensor, "full_attention_layers", None)
+        if full is not None:
+            bad = sorted(set(self.attention_layers) - set(full))
+            if bad:
+                raise ValueError(f"ExtractConfig.attention_layers: {bad} are linear attention layers (no attention "
+                                 f"pattern); allowed: {', '.join(map(str, full))}")
+
     def to_json(self) -> dict[str, Any]:
         """JSON-able settings (stored in the activation store's schema)."""
         return {"layers": self.layers, "sites": self.sites, "poolings": self.poolings,
                 "attention_layers": self.attention_layers, "max_tokens": self.max_tokens,
                 "block_entropy": self.block_entropy}
+
+
+def _int_list(name: str, value: Any) -> list[int]:
+    """``value`` as a list of non-negative ints, or ValueError naming ``ExtractConfig.<name>``."""
+    try:
+        if isinstance(value, (str, bytes)) or any(isinstance(x, bool) for x in value):
+            raise TypeError
+        out = [operator.index(x) for x in value]
+    except TypeError:
+        raise ValueError(f"ExtractConfig.{name} must be a list of non-negative ints, got {value!r}") from None
+    if any(x < 0 for x in out):
+        raise ValueError(f"ExtractConfig.{name} must be a list of non-negative ints, got {value!r}")
+    return out
+
+
+def _name_list(name: str, value: Any, allowed: str) -> list[str]:
+    """``value`` as a non-empty list of strings, or ValueError naming ``ExtractConfig.<name>``."""
+    if isinstance(value, str) or not isinstance(value, (list, tuple)) or not value \
+            or not all(isinstance(x, str) for x in value):
+        raise ValueError(f"ExtractConfig.{name} must be a non-empty list of {allowed}; got {value!r}")
+    return list(value)
 
 
 @dataclass
@@ -81,11 +150,6 @@ class BoundaryFeatures:
     top1: int | None = None
     edit: dict[str, Any] = field(default_factory=dict)
     block_entropy: list[dict[str, Any]] = field(default_factory=list)  # set on the last boundary's row
-
-
-def model_max_positions(sensor: Any) -> int:
-    """Longest context the model's position scheme supports (from its config)."""
-    return int(getattr(sensor.hf_model.config, "max_position_embeddings", 1 << 30))
 
 
 def lcp(a: list[int], b: list[int]) -> int:
@@ -121,10 +185,12 @@ def extract_trajectory(
     condition_params: dict[str, Any] | None = None,
 ) -> list[BoundaryFeatures]:
     """Features of every requested boundary of ``traj`` under ``condition`` (see module docstring)."""
+    config.validate()
+    config.check_sensor(sensor)
     tok = sensor.tokenizer
     params = condition_params or {}
     boundaries = list(range(1, traj.n_steps + 1)) if boundaries is None else boundaries
-    limit = min(config.max_tokens, model_max_positions(sensor))
+    limit = context_limit(sensor, config.max_tokens)
     results: dict[int, BoundaryFeatures] = {}
     renders: dict[int, Rendered] = {}
     counter = lambda s: len(tok.encode(s, add_special_tokens=False))  # noqa: E731
@@ -165,7 +231,7 @@ def _run(sensor: Any, renders: dict[int, Rendered], results: dict[int, BoundaryF
     plan = Plan(logprobs=[renders[b].n_tokens - 1 for b in served], snapshots=snaps)
     blocks = [sp for sp in renders[base_b].spans("reasoning_block") if 1 <= sp.start and sp.end <= end]
     if config.block_entropy:
-        plan.entropy = sorted({i - 1 for sp in blocks for i in range(sp.start, sp.end)})
+        plan.entropy = entropy_positions(blocks)
     for b in served:
         _requests(b, renders[b], config, 0, renders[b].n_tokens, plan)
         for layer in config.attention_layers:
@@ -175,11 +241,10 @@ def _run(sensor: Any, renders: dict[int, Rendered], results: dict[int, BoundaryF
     base_out = run_plan(sensor, base[:end], plan)
     _collect(base_out, {b: renders[b] for b in served}, results, config, "shared", sensor.d_model)
     if config.block_entropy:
-        # Mean over the block's tokens i of the entropy at position i-1 (bits), as in interp.extraction.entropy.
+        # The score of interp.extraction.entropy.block_entropies, from this forward.
         results[base_b].block_entropy = [
             {"step": sp.step, "block": sp.block, "n_tokens": sp.n_tokens,
-             "mean_entropy_bits": sum(base_out.entropy[i - 1] for i in range(sp.start, sp.end)) / sp.n_tokens}
-            for sp in blocks]
+             "mean_entropy_bits": block_mean_entropy(base_out.entropy, sp)} for sp in blocks]
     for b, n in suffix.items():
         r = renders[b]
         start = base_out.snapshots.get(n)

@@ -2,7 +2,8 @@
 
 A rule maps a :class:`~interp.data.render.Rendered` prompt to the positions it
 pools (a mean over them; ``last`` is the single boundary token). Add a rule by
-adding a function to ``RULES`` (or a parametrised prefix to ``PARAM_RULES``).
+adding a function to ``RULES`` (or a parametrised prefix to ``PARAM_RULES``);
+:func:`parse_pooling` is the one parser of rule names (``ExtractConfig`` validates with it).
 
 | rule                     | positions                                              |
 |--------------------------|--------------------------------------------------------|
@@ -54,12 +55,17 @@ RULES: dict[str, Callable[[Rendered], list[int]]] = {
 PARAM_RULES: dict[str, Callable[[int], Callable[[Rendered], list[int]]]] = {"mean_last": _mean_last}
 
 
-def pooling_positions(rule: str, rendered: Rendered) -> list[int]:
-    """Positions that ``rule`` pools in ``rendered`` (see the module table)."""
-    name, _, arg = rule.partition(":")
+def parse_pooling(rule: str) -> Callable[[Rendered], list[int]]:
+    """The position function of ``rule`` (see the module table); ValueError naming the known rules."""
+    name, _, arg = rule.partition(":") if isinstance(rule, str) else ("", "", "")
     if name in RULES and not arg:
-        return RULES[name](rendered)
+        return RULES[name]
     if name in PARAM_RULES and arg.isdigit():
-        return PARAM_RULES[name](int(arg))(rendered)
+        return PARAM_RULES[name](int(arg))
     known = list(RULES) + [f"{p}:N" for p in PARAM_RULES]
     raise ValueError(f"unknown pooling rule {rule!r}; known: {', '.join(known)}")
+
+
+def pooling_positions(rule: str, rendered: Rendered) -> list[int]:
+    """Positions that ``rule`` pools in ``rendered`` (see the module table)."""
+    return parse_pooling(rule)(rendered)

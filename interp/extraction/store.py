@@ -22,6 +22,47 @@ Each unit is written to temporary files and renamed into place (tensors
 first, the JSON last): a unit counts as done only when its JSON exists, so a
 killed run loses at most the unit in flight and re-running skips what is
 done. A store refuses a run whose settings differ from its ``store.json``.
+
+Fields of ``store.json`` (``STORE_FIELDS``):
+
+| name | shape | dtype | units | meaning |
+|---|---|---|---|---|
+| ``schema_version`` | ``[]`` | int | - | version of this layout |
+| ``settings`` | ``{...}`` | object | - | model spec and revision, layers, sites, poolings, attention layers, max_tokens, dtype, code version; a run with other settings is refused |
+| ``layout`` | ``[]`` | str | - | this module's docstring (the layout of the store) |
+
+Fields of ``units/<unit>.json`` (``UNIT_FIELDS``):
+
+| name | shape | dtype | units | meaning |
+|---|---|---|---|---|
+| ``rows`` | ``[n_boundaries] of {sample_id, task_id, after_step, condition, status, row}`` | object | - | one manifest row per boundary of the unit (columns in MANIFEST_FIELDS) |
+| ``segments`` | ``{after_step: [...]}`` | object | tokens | segment table of each boundary's render |
+| ``block_entropy`` | ``[n_blocks] of {...}`` | object | bits/token | reasoning-block entropies of the unit |
+
+Manifest columns (``MANIFEST_FIELDS``):
+
+| name | shape | dtype | units | meaning |
+|---|---|---|---|---|
+| ``sample_id`` | ``[n_rows]`` | str | - | task_id@after_step:condition |
+| ``task_id`` | ``[n_rows]`` | str | - | trajectory |
+| ``domain`` | ``[n_rows]`` | str | - | the trajectory's domain |
+| ``after_step`` | ``[n_rows]`` | int | step | boundary b (after step b) |
+| ``condition`` | ``[n_rows]`` | str | - | history condition of the render |
+| ``model`` | ``[n_rows]`` | str | - | model spec |
+| ``revision`` | ``[n_rows]`` | str or null | - | model revision |
+| ``n_tokens`` | ``[n_rows]`` | int | tokens | length of the render |
+| ``status`` | ``[n_rows]`` | str | - | ok or skipped |
+| ``reason`` | ``[n_rows]`` | str or null | - | why skipped |
+| ``forward`` | ``[n_rows]`` | str or null | - | which forward produced the row |
+| ``row`` | ``[n_rows]`` | int | index | index into the unit's tensors, -1 when skipped |
+| ``unit`` | ``[n_rows]`` | str | - | unit file stem |
+| ``boundary_entropy_bits`` | ``[n_rows]`` | float or null | bits | next-token entropy at the boundary token |
+| ``top1`` | ``[n_rows]`` | int or null | token id | argmax next token at the boundary |
+| ``future_necessity`` | ``[n_rows]`` | int | 0/1 | annotation y; -1 when absent |
+| ``externalization_gap`` | ``[n_rows]`` | int | 0/1 | annotation G; -1 when absent |
+| ``chars_removed`` | ``[n_rows]`` | int or null | characters | removed by the condition's edit |
+| ``tokens_removed`` | ``[n_rows]`` | int or null | tokens | removed by the condition's edit |
+| ``pool_count.<pooling>`` | ``[n_rows]`` | int | tokens | tokens pooled, one column per pooling |
 """
 
 from __future__ import annotations
@@ -38,9 +79,14 @@ from safetensors.torch import load_file, save_file
 
 from interp.extraction.extract import BoundaryFeatures
 from interp.io import atomic_path, atomic_write_bytes, atomic_write_json
+from interp.schema import fields_from_doc
 from interp.data.trajectory import Trajectory
 
 SCHEMA_VERSION = 1
+
+STORE_FIELDS = fields_from_doc(__doc__, "STORE_FIELDS")  # store.json
+UNIT_FIELDS = fields_from_doc(__doc__, "UNIT_FIELDS")  # units/<unit>.json
+MANIFEST_FIELDS = fields_from_doc(__doc__, "MANIFEST_FIELDS")
 
 
 class StoreMismatch(ValueError):

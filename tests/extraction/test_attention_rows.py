@@ -25,6 +25,8 @@ from interp.extraction.extract import ExtractConfig, extract_trajectory
 from interp.sensor.forward import Plan, run_plan
 from interp.data.render import render
 
+pytestmark = pytest.mark.parity
+
 N_TOKENS = 120
 
 

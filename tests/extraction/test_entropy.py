@@ -23,6 +23,8 @@ from interp.data.trajectory import join_blocks
 
 from ._reference import entropy_bits, hf_forward, tokens_covering
 
+pytestmark = pytest.mark.parity
+
 
 def _hand_block_tokens(traj, rendered) -> dict[tuple[int, int], list[int]]:
     """(step, block) -> token positions, found by ordered text search in the full render."""
@@ -130,3 +132,65 @@ def test_scorer_scores_each_task_once(tiny_sensor, mini_trajectory, monkeypatch)
     for b in range(1, mini_trajectory.n_steps + 1):
         apply_condition("iclr", mini_trajectory, b, scorer=scorer)
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("task_id", ["mini-code-1", "web-002", "code-003"])
+def test_extraction_block_entropy_equals_block_entropies(tiny_sensor_fp64, mini_trajectory, demo_trajectories,
+                                                         task_id):
+    """Block entropies recorded by extraction (``block_entropy=True``, from the boundary-feature forward)
+    equal ``block_entropies``' own forward over the whole render: same (step, block) keys, same values (fp64)."""
+    traj = mini_trajectory if task_id == mini_trajectory.task_id else next(
+        t for t in demo_trajectories if t.task_id == task_id)
+    config = ExtractConfig(layers=[0, 3], poolings=["last", "mean_latest_step"], attention_layers=[3],
+                           block_entropy=True)
+    rows = extract_trajectory(tiny_sensor_fp64, traj, "full", config)
+    recorded = [e for r in rows for e in r.block_entropy]
+    assert [r.after_step for r in rows if r.block_entropy] == [traj.n_steps], "recorded once, on the longest render"
+    got = {(e["step"], e["block"]): e for e in recorded}
+    assert len(got) == len(recorded), "each block recorded once"
+    reference = {(s.step, s.block): s for s in block_entropies(tiny_sensor_fp64, traj)}
+    assert got.keys() == reference.keys()
+    assert len(got) == sum(len(step.blocks) for step in traj.steps)
+    for key, ref in reference.items():
+        assert ref.mean_entropy_bits is not None and math.isfinite(ref.mean_entropy_bits), key
+        assert got[key]["n_tokens"] == ref.n_tokens, key
+        assert abs(got[key]["mean_entropy_bits"] - ref.mean_entropy_bits) <= 1e-9, (key, got[key], ref)
+    # Not vacuous: the blocks' scores differ from each other by far more than the tolerance.
+    values = [ref.mean_entropy_bits for ref in reference.values()]
+    assert max(values) - min(values) > 1e-3
+
+
+def test_drop_table_applies_the_iclr_rule_per_step():
+    import pandas as pd
+
+    from interp.data.conditions import iclr_dropped
+    from interp.extraction.entropy import drop_table
+
+    frame = pd.DataFrame({"task_id": ["a"] * 6 + ["b"] * 3, "step": [1, 1, 1, 2, 2, 3, 1, 1, 1],
+                          "block": [2, 0, 1, 0, 1, 0, 0, 1, 2], "n_tokens": 4,
+                          "mean_entropy_bits": [1.0, 3.0, 1.0, 2.0, None, 7.0, 5.0, 5.0, 5.0]})
+    got = drop_table(frame)
+    assert list(got.columns[: len(frame.columns)]) == list(frame.columns) and len(got) == len(frame)
+    assert got["n_blocks_in_step"].tolist() == [3, 3, 3, 2, 2, 1, 3, 3, 3]
+    assert got["scored"].tolist() == [True, True, True, False, False, True, True, True, True]
+    # step a/1 in block order scores [3, 1, 1] -> drops blocks 1 and 2 (ties: earlier first); a/2 unscored; a/3 N = 1
+    assert got["dropped"].tolist() == [True, False, True, False, False, False, True, True, False]
+    assert iclr_dropped([3.0, 1.0, 1.0]) == {1, 2} and iclr_dropped([5.0] * 3) == {0, 1}
+    assert drop_table(frame, rho=0.0)["dropped"].sum() == 0
+    with pytest.raises(ValueError, match="rho"):
+        drop_table(frame, rho=1.2)
+    empty = drop_table(pd.DataFrame())
+    assert empty.empty and {"n_blocks_in_step", "scored", "dropped"} <= set(empty.columns)
+
+
+def test_entropy_table_drops_what_the_iclr_condition_skips(tiny_sensor, mini_trajectory):
+    from interp.extraction.entropy import entropy_table
+
+    scorer = EntropyScorer(tiny_sensor)
+    table = entropy_table(tiny_sensor, [mini_trajectory], rho=0.5)
+    scores = {(s.step, s.block): s.mean_entropy_bits for s in scorer.scores(mini_trajectory)}
+    assert [(r.step, r.block) for r in table.itertuples()] == sorted(scores)
+    assert table["mean_entropy_bits"].tolist() == [scores[k] for k in sorted(scores)]
+    edited, _ = apply_condition("iclr", mini_trajectory, mini_trajectory.n_steps, scorer=scorer, rho=0.5)
+    skipped = {(t, k) for t, step in enumerate(edited.steps, start=1) for k, blk in enumerate(step.blocks) if blk == SKIP}
+    assert skipped and {(r.step, r.block) for r in table.itertuples() if r.dropped} == skipped

@@ -7,6 +7,8 @@ import pytest
 from interp.extraction.extract import ExtractConfig, extract_trajectory
 from interp.data.render import render
 
+pytestmark = pytest.mark.unit
+
 
 def _config() -> ExtractConfig:
     return ExtractConfig(layers=[0], poolings=["last"])
@@ -26,3 +28,45 @@ def test_boundary_out_of_range_is_refused(tiny_sensor, mini_trajectory):
 
 def test_empty_boundary_list_extracts_nothing(tiny_sensor, mini_trajectory):
     assert extract_trajectory(tiny_sensor, mini_trajectory, "full", _config(), boundaries=[]) == []
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"poolings": ["mean_reasonig"]}, r"ExtractConfig\.poolings: unknown pooling rule 'mean_reasonig'; known: last, "),
+    ({"poolings": ["mean_last:0"]}, r"ExtractConfig\.poolings: mean_last:N needs N >= 1"),
+    ({"poolings": ["last:3"]}, r"ExtractConfig\.poolings: unknown pooling rule"),
+    ({"poolings": "last"}, r"ExtractConfig\.poolings must be a non-empty list"),
+    ({"poolings": []}, r"ExtractConfig\.poolings must be a non-empty list"),
+    ({"sites": ["resid"]}, r"ExtractConfig\.sites: unknown 'resid'; allowed: resid_pre, resid_post, attn_out, mlp_out"),
+    ({"layers": [-1]}, r"ExtractConfig\.layers must be a list of non-negative ints"),
+    ({"layers": [0.5]}, r"ExtractConfig\.layers must be a list of non-negative ints"),
+    ({"layers": "0"}, r"ExtractConfig\.layers must be a list of non-negative ints"),
+    ({"attention_layers": [True]}, r"ExtractConfig\.attention_layers must be a list of non-negative ints"),
+    ({"max_tokens": 0}, r"ExtractConfig\.max_tokens must be a positive int"),
+    ({"max_tokens": 1.5}, r"ExtractConfig\.max_tokens must be a positive int"),
+    ({"share_prefix": "no"}, r"ExtractConfig\.share_prefix must be True or False"),
+])
+def test_config_refuses_bad_settings_on_construction(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ExtractConfig(**{"layers": [0], **kwargs})
+
+
+def test_config_normalises_and_accepts_every_known_rule():
+    from interp.extraction.pooling import PARAM_RULES, RULES
+    from interp.sensor.hooks import SITES
+
+    config = ExtractConfig(layers=(0, 3), sites=tuple(SITES), poolings=[*RULES, *(f"{p}:4" for p in PARAM_RULES)])
+    assert config.layers == [0, 3] and config.sites == list(SITES)  # lists, as stored in store.json
+    config.poolings.append("mean_reasonig")  # a later edit is caught by validate()
+    with pytest.raises(ValueError, match="poolings"):
+        config.validate()
+
+
+def test_config_checked_against_the_model(tiny_sensor, mini_trajectory):
+    bad = ExtractConfig(layers=[tiny_sensor.n_layers])
+    with pytest.raises(ValueError, match=r"ExtractConfig\.layers: .* out of range"):
+        extract_trajectory(tiny_sensor, mini_trajectory, "full", bad, boundaries=[1])
+    linear = sorted(set(range(tiny_sensor.n_layers)) - set(tiny_sensor.full_attention_layers))
+    if linear:
+        with pytest.raises(ValueError, match=r"ExtractConfig\.attention_layers: .* linear attention"):
+            extract_trajectory(tiny_sensor, mini_trajectory, "full", ExtractConfig(layers=[0], attention_layers=linear[:1]),
+                               boundaries=[1])

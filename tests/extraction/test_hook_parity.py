@@ -20,6 +20,8 @@ from interp.sensor.hooks import hook_name, hooks, plain_attention
 
 from ._reference import close_to_max, hf_forward, not_close
 
+pytestmark = pytest.mark.parity
+
 
 def _capture(model, names, ids, attention: str | None = None):
     """Capture every name in one forward of the plain model; returns (captures, logits)."""

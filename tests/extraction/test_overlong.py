@@ -14,6 +14,8 @@ import interp.extraction.extract as extract_mod
 from interp.extraction.extract import ExtractConfig, extract_trajectory
 from interp.data.render import render
 
+pytestmark = pytest.mark.parity
+
 REL = {"tiny-qwen3.5": 1e-3, "smollm2-135m": 1e-5}
 
 

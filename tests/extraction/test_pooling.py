@@ -23,6 +23,8 @@ from interp.data.render import render
 
 from ._reference import POOLINGS, hf_forward, token_text
 
+pytestmark = pytest.mark.parity
+
 
 def _runs(positions: list[int]) -> list[list[int]]:
     """Maximal runs of consecutive positions."""
@@ -176,3 +178,14 @@ def _inside_tool_call(r, p: int, b: int, task: str) -> bool:
     s, e = r.offsets[p]
     lo, hi = regions[b - 1]
     return lo <= s and e <= hi
+
+
+def test_parse_pooling_is_the_one_parser(tiny_sensor, mini_trajectory):
+    from interp.extraction.pooling import parse_pooling
+
+    r = render(mini_trajectory, 2, tiny_sensor.tokenizer)
+    for rule in ["last", "mean_last:3", "mean_latest_step", "mean_reasoning", "mean_generation_prompt"]:
+        assert parse_pooling(rule)(r) == pooling_positions(rule, r)
+    for rule in ["mean_reasonig", "mean_last", "mean_last:x", "last:1", ""]:
+        with pytest.raises(ValueError, match="unknown pooling rule"):
+            parse_pooling(rule)

@@ -30,6 +30,8 @@ from interp.data.render import render
 
 from ._reference import CONDITIONS, POOLINGS, SEGMENT_KINDS
 
+pytestmark = pytest.mark.parity
+
 TOL = {
     "smollm2-135m": {"feat": 1e-5, "attn": 1e-5, "ent": 1e-4},
     "tiny-qwen3.5": {"feat": 1e-3, "attn": 5e-5, "ent": 5e-4},

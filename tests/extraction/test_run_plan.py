@@ -34,6 +34,8 @@ from interp.sensor.forward import Plan, run_plan
 
 from ._reference import close_to_max, entropy_bits, hf_forward, random_ids
 
+pytestmark = pytest.mark.parity
+
 N_TINY, N_SMOL = 300, 128
 REL = {"smollm2-135m": 1e-5, "tiny-qwen3.5": 5e-4}
 LP_ATOL = {"smollm2-135m": 1e-4, "tiny-qwen3.5": 4e-3}  # tiny: 5e-4 x max|logit| (~8), as REL

@@ -32,6 +32,8 @@ from interp.data.trajectory import load_trajectories
 
 from ._reference import DEMO, MINI, raw_lines, write_jsonl
 
+pytestmark = pytest.mark.e2e
+
 CONDITIONS = ["full", "delete_latest_reasoning"]
 BOUNDARIES = [1, 2]
 MAX_TOKENS = 2300  # skips web-002 @2 under "full" (2342 tokens with the tiny tokenizer)
@@ -306,3 +308,34 @@ def test_cli_shards_then_merge(traj_file, ref_store, tmp_path):
     out = _interp("merge", str(merged), *map(str, shards))
     assert "12 rows from 2 shard(s)" in " ".join(out.stdout.split()), out.stdout
     _assert_same_store(merged, ref_store)
+
+
+def test_bad_request_is_refused_before_the_store_exists(tiny_sensor, trajs, tmp_path):
+    """A misspelt pooling (or condition, parameter, boundary) fails before any file is written,
+    so the corrected run then succeeds in the same directory (no StoreMismatch)."""
+    root = tmp_path / "store"
+    mini = [t for t in trajs if t.task_id == "mini-code-1"]
+    with pytest.raises(ValueError, match="poolings.*mean_reasonig"):
+        ExtractConfig(layers=[0], poolings=["last", "mean_reasonig"])
+    config = ExtractConfig(layers=[0], poolings=["last"])
+    config.poolings = ["last", "mean_reasonig"]  # edited after construction: extract_to_store re-validates
+    with pytest.raises(ValueError, match="poolings.*mean_reasonig"):
+        extract_to_store(tiny_sensor, mini, ["full"], config, root, boundaries=[1], progress=False)
+    assert not root.exists()
+    good = ExtractConfig(layers=[0], poolings=["last", "mean_reasoning"])
+    for conditions, kwargs, match in [
+        (["ful"], {}, "unknown condition 'ful'"),
+        (["iclr"], {}, "scorer"),
+        (["full"], {"condition_params": {"full": {"rho": 0.5}}}, "takes no parameter"),
+        (["full"], {"condition_params": {"iclr": {}}}, "not requested"),
+        (["full"], {"boundaries": [0, 1]}, "out of range"),
+        (["full"], {"boundaries": [mini[0].n_steps + 1]}, "out of range"),
+        (["full"], {"shard": (2, 2)}, "shard"),
+    ]:
+        kwargs = {"boundaries": [1], **kwargs}
+        with pytest.raises(ValueError, match=match):
+            extract_to_store(tiny_sensor, mini, conditions, good, root, progress=False, **kwargs)
+        assert not root.exists(), (conditions, kwargs)
+    counts = extract_to_store(tiny_sensor, mini, ["full"], good, root, boundaries=[1], progress=False)
+    assert counts["samples"] == 1 and (root / "store.json").exists()
+    assert json.loads((root / "store.json").read_text())["settings"]["poolings"] == ["last", "mean_reasoning"]

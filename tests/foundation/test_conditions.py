@@ -16,10 +16,13 @@ from collections import Counter
 
 import pytest
 
-from interp.data.conditions import CONDITIONS, HIDDEN, SKIP, apply_condition, writes_code
+from interp.data.actions import writes_code
+from interp.data.conditions import CONDITIONS, HIDDEN, SKIP, apply_condition
 from interp.data.trajectory import Action, Step, ToolCall, Trajectory
 
 from ._support import ROOT, mini_record
+
+pytestmark = pytest.mark.unit
 
 
 def length_scorer(traj: Trajectory, t: int) -> list[float]:
@@ -352,3 +355,52 @@ def test_conditions_return_new_frozen_objects(mini_trajectory):
         e.steps[0].reasoning = "x"  # type: ignore[misc]
     assert mini_trajectory.steps[0].blocks  # the original keeps its reasoning
 
+
+
+# ---------------------------------------------------------------------------------------------
+# the ICLR drop rule (one home: iclr_dropped) and validate_condition
+
+
+def test_iclr_dropped_rule():
+    from interp.data.conditions import ICLR_RHO, iclr_dropped
+
+    assert ICLR_RHO == 0.8
+    assert iclr_dropped([5, 3, 9, 1, 7]) == {1, 3, 0, 4}  # floor(0.8 * 5) = 4 lowest
+    assert iclr_dropped([2.0, 2.0, 2.0], 0.5) == {0}  # ties: the earlier block first
+    assert iclr_dropped([1.0, 1.0, 0.5, 1.0], 0.5) == {2, 0}
+    assert iclr_dropped([3.0]) == set() and iclr_dropped([3.0], 1.0) == set()  # N = 1 untouched
+    assert iclr_dropped([]) == set()
+    assert iclr_dropped([1.0, 2.0], 0.0) == set() and iclr_dropped([1.0, 2.0], 1.0) == {0, 1}
+    for rho in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="rho"):
+            iclr_dropped([1.0, 2.0], rho)
+
+
+def test_iclr_condition_uses_iclr_dropped(mini_trajectory):
+    from interp.data.conditions import iclr_dropped
+
+    for rho in (0.8, 0.5, 1.0):
+        e, log = apply_condition("iclr", mini_trajectory, mini_trajectory.n_steps, scorer=length_scorer, rho=rho)
+        for t, step in enumerate(mini_trajectory.steps, start=1):
+            drop = iclr_dropped(length_scorer(mini_trajectory, t), rho)
+            assert [x == SKIP for x in e.steps[t - 1].blocks] == [k in drop for k in range(len(step.blocks))]
+
+
+def test_validate_condition():
+    from interp.data.conditions import validate_condition
+
+    validate_condition("full")
+    validate_condition("iclr", {"scorer": length_scorer, "rho": 0.5})
+    validate_condition("random", {"r": 0.3, "seed": 1})
+    with pytest.raises(ValueError, match="unknown condition 'ful'.*known: full"):
+        validate_condition("ful")
+    with pytest.raises(ValueError, match="takes no parameter.*rh.*accepted: scorer, rho"):
+        validate_condition("iclr", {"scorer": length_scorer, "rh": 0.5})
+    with pytest.raises(ValueError, match="scorer"):
+        validate_condition("iclr", {})
+    with pytest.raises(ValueError, match="rho"):
+        validate_condition("iclr", {"scorer": length_scorer, "rho": 2})
+    with pytest.raises(ValueError, match="r must be"):
+        validate_condition("random", {"r": 1.5})
+    with pytest.raises(ValueError, match="takes no parameter"):
+        validate_condition("full", {"rho": 0.5})

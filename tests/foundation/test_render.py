@@ -23,6 +23,8 @@ from ._support import (
     parse_tool_call,
 )
 
+pytestmark = pytest.mark.unit
+
 DROP_REASONING = ("{% if message.reasoning_content %}<think>\n{{ message.reasoning_content }}\n</think>"
                   "{{ '\\n\\n' }}{% endif %}")
 
