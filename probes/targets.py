@@ -12,6 +12,10 @@ re-derives, adds reasoning or re-plans. The rule-based labeler fires on:
 
 Every positive records which rule fired and at which step. The last boundary
 (nothing follows) is always 0.
+
+Reference labels (annotations or a ``task_id,after_step,future_necessity``
+CSV) are read, and compared with the rule labels, by :mod:`interp.data.labels`.
+:func:`targets_command` is the body of ``interp label``.
 """
 
 from __future__ import annotations
@@ -20,11 +24,11 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-import pandas as pd
-from sklearn.metrics import cohen_kappa_score, confusion_matrix
-
-from interp.data.trajectory import Trajectory
+from interp.data.labels import agreement, annotation_labels, read_labels_csv, write_labels_csv
+from interp.data.trajectory import Trajectory, load_trajectories
+from interp.io import atomic_write_json
 
 REPLAN_CUES = (
     "re-plan", "replan", "let me reconsider", "i need to reconsider", "wait,", "actually,", "going back to",
@@ -34,12 +38,20 @@ REPLAN_CUES = (
 
 
 @dataclass(frozen=True)
-class LabelerConfig:
-    """Rule settings (see module docstring)."""
+class TargetLabelerConfig:
+    """Settings of the rule-based future-necessity labeler (see the module docstring); validated on construction."""
 
     window: int = 3
     surge_factor: float = 1.8
     cues: tuple[str, ...] = REPLAN_CUES
+
+    def __post_init__(self) -> None:
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
+            raise ValueError(f"window must be an integer >= 1 (later steps inspected), got {self.window!r}")
+        if not self.surge_factor > 0:
+            raise ValueError(f"surge_factor must be > 0, got {self.surge_factor!r}")
+        if not self.cues or not all(isinstance(c, str) and c for c in self.cues):
+            raise ValueError(f"cues must be non-empty strings (an empty cue matches every step), got {self.cues!r}")
 
 
 @dataclass
@@ -57,7 +69,7 @@ def _call_key(tool: str, arguments: object) -> tuple[str, str]:
     return tool, re.sub(r"\s+", " ", text).lower()
 
 
-def label_boundary(traj: Trajectory, b: int, config: LabelerConfig = LabelerConfig()) -> TargetLabel:
+def label_target(traj: Trajectory, b: int, config: TargetLabelerConfig = TargetLabelerConfig()) -> TargetLabel:
     """Apply the three rules to the steps after boundary ``b``."""
     label = TargetLabel(traj.task_id, b, 0)
     earlier = {_call_key(c.tool, c.arguments) for s in traj.steps[:b] for c in s.action.calls}
@@ -78,37 +90,36 @@ def label_boundary(traj: Trajectory, b: int, config: LabelerConfig = LabelerConf
     return label
 
 
-def label_trajectories(trajs: list[Trajectory], config: LabelerConfig = LabelerConfig()) -> list[TargetLabel]:
+def label_targets(trajs: list[Trajectory], config: TargetLabelerConfig = TargetLabelerConfig()) -> list[TargetLabel]:
     """Rule labels for every boundary 1..n of every trajectory."""
-    return [label_boundary(t, b, config) for t in trajs for b in range(1, t.n_steps + 1)]
+    return [label_target(t, b, config) for t in trajs for b in range(1, t.n_steps + 1)]
 
 
-def annotation_targets(trajs: list[Trajectory]) -> dict[tuple[str, int], int]:
-    """``{(task_id, after_step): future_necessity}`` from the trajectories' annotations."""
-    return {(t.task_id, a.after_step): a.future_necessity for t in trajs for a in t.annotations
-            if a.future_necessity is not None}
+TARGETS_SCHEMA = {"y": "1 when steps b+1..b+window re-derive, surge in reasoning or re-plan",
+                  "evidence": "every rule that fired, with its step"}
+AGREEMENT_KEYS = ("n", "kappa", "confusion")  # the agreement fields future_necessity_labels.json has always held
 
 
-def read_targets_csv(path: Path) -> dict[tuple[str, int], int]:
-    """``task_id,after_step,future_necessity`` CSV; errors name FILE:LINE: field."""
-    frame = pd.read_csv(path)
-    missing = {"task_id", "after_step", "future_necessity"} - set(frame.columns)
-    if missing:
-        raise ValueError(f"{path}:1: header: missing column(s) {sorted(missing)}")
-    out = {}
-    for i, row in enumerate(frame.itertuples(), start=2):
-        if row.future_necessity not in (0, 1):
-            raise ValueError(f"{path}:{i}: future_necessity: {row.future_necessity!r} is not 0 or 1")
-        out[(str(row.task_id), int(row.after_step))] = int(row.future_necessity)
-    return out
+def targets_command(trajectories: Path, out: Path, labels: Path | None = None,
+                    config: TargetLabelerConfig = TargetLabelerConfig()) -> dict[str, Any]:
+    """``interp label``: rule-based targets with evidence, and agreement with reference labels.
 
-
-def agreement(rule: dict[tuple[str, int], int], reference: dict[tuple[str, int], int]) -> dict[str, object]:
-    """Cohen's kappa and confusion matrix (rows: reference 0/1, columns: rule 0/1) on shared boundaries."""
-    keys = sorted(set(rule) & set(reference))
-    if not keys:
-        return {"n": 0, "kappa": None, "confusion": None}
-    ref = [reference[k] for k in keys]
-    got = [rule[k] for k in keys]
-    return {"n": len(keys), "kappa": round(float(cohen_kappa_score(ref, got)), 4),
-            "confusion": confusion_matrix(ref, got, labels=[0, 1]).tolist()}
+    The reference is ``labels`` (a CSV read by :func:`interp.data.labels.read_labels_csv`
+    against the trajectories) or else the annotations. Writes
+    ``future_necessity_labels.json`` (schema, agreement, every boundary with its
+    evidence) and ``future_necessity_labels.csv`` (``task_id,after_step,future_necessity``),
+    both atomically; returns ``{n_boundaries, n_positive, agreement}``.
+    """
+    trajs = load_trajectories(trajectories)
+    rows = label_targets(trajs, config)
+    reference = (read_labels_csv(labels, "future_necessity", trajs) if labels is not None
+                 else annotation_labels(trajs, "future_necessity"))
+    full = agreement({(r.task_id, r.after_step): r.y for r in rows}, reference)
+    agree = {k: full[k] for k in AGREEMENT_KEYS}
+    out = Path(out)
+    atomic_write_json(out / "future_necessity_labels.json",
+                      {"schema": TARGETS_SCHEMA, "agreement": agree, "labels": [vars(r) for r in rows]})
+    write_labels_csv(out / "future_necessity_labels.csv",
+                     ({"task_id": r.task_id, "after_step": r.after_step, "future_necessity": r.y} for r in rows),
+                     "future_necessity")
+    return {"n_boundaries": len(rows), "n_positive": sum(r.y for r in rows), "agreement": agree}

@@ -7,7 +7,7 @@ Definitions (the reference study's):
   task text or of raw observations.
 - *Carriers*: where state is materialized outside reasoning, at steps 1..b::
 
-      written_file   content-like arguments of write-like tools (``interp.data.conditions.writes_code``)
+      written_file   content-like arguments of write-like tools (``interp.data.actions.writes_code``)
       tool_argument  every other tool-call argument (one carrier per leaf value)
       tool_output    the observation of a tool-call step
       feedback       the observation after a plain-text action (environment / user feedback)
@@ -16,8 +16,9 @@ Definitions (the reference study's):
 - ``G_i = 1`` when some derived state is not externalized (in no carrier at or before b).
 
 Labels come from annotations (``annotations.boundaries[].externalization_gap``),
-from a CSV ``task_id,after_step,externalization_gap`` (:func:`read_label_csv`),
-or from the rule-based labeler below.
+from a CSV ``task_id,after_step,externalization_gap`` (both read by
+:mod:`interp.data.labels`, which also computes the agreement of two label
+sets), or from the rule-based labeler below (:func:`label_gap`, :func:`label_gaps`).
 
 The rule-based labeler. The reasoning of every step t is cut into *items*:
 
@@ -72,14 +73,15 @@ import csv
 import io
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from interp.data.conditions import CODE_ARG_KEYS, writes_code
-from interp.io import atomic_write_bytes, atomic_write_json
+from interp.data.actions import CODE_ARG_KEYS, argument_leaves, writes_code
+from interp.data.labels import agreement, annotation_labels, read_labels_csv, write_labels_csv
 from interp.data.trajectory import Action, Step, Trajectory, load_trajectories
+from interp.io import atomic_write_bytes, atomic_write_json
 
 ITEM_KINDS = ("url", "email", "path", "code_symbol", "quoted", "number", "identifier", "cue")
 STATUSES = ("given", "copied", "minor", "externalized", "not_externalized")
@@ -178,8 +180,8 @@ class BoundaryLabel:
 
 
 @dataclass(frozen=True)
-class LabelerConfig:
-    """Settings of the rule-based labeler (see the module docstring)."""
+class GapLabelerConfig:
+    """Settings of the rule-based externalization-gap labeler (see the module docstring); validated on construction."""
 
     scope: str = "latest"
     min_overlap: float = 0.34
@@ -188,28 +190,19 @@ class LabelerConfig:
 
     def __post_init__(self) -> None:
         if self.scope not in SCOPES:
-            raise ValueError(f"unknown scope {self.scope!r}; use one of {', '.join(SCOPES)}")
+            raise ValueError(f"scope: unknown scope {self.scope!r}; use one of {', '.join(SCOPES)}")
         unknown = sorted(set(self.kinds) - set(ITEM_KINDS))
         if unknown:
-            raise ValueError(f"unknown item kinds {unknown}; known: {', '.join(ITEM_KINDS)}")
-        if not 0.0 < self.min_overlap <= 1.0:
-            raise ValueError(f"min_overlap must be in (0, 1], got {self.min_overlap}")
+            raise ValueError(f"kinds: unknown item kinds {unknown}; known: {', '.join(ITEM_KINDS)}")
+        if not 0.0 < self.min_overlap <= 1.0:  # 0 would count every novel cue as externalized
+            raise ValueError(f"min_overlap must be in (0, 1], got {self.min_overlap!r}")
+        if isinstance(self.min_novel_words, bool) or not isinstance(self.min_novel_words, int) \
+                or self.min_novel_words < 0:
+            raise ValueError(f"min_novel_words must be an integer >= 0, got {self.min_novel_words!r}")
 
 
 def _normalize(text: str) -> str:
     return _THOUSANDS.sub("", text.lower())
-
-
-def argument_leaves(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
-    """``(dotted.path[i], text)`` of every leaf of a JSON value (non-strings as JSON; None skipped)."""
-    if isinstance(value, Mapping):
-        for key, sub in value.items():
-            yield from argument_leaves(sub, f"{path}.{key}" if path else str(key))
-    elif isinstance(value, (list, tuple)):
-        for i, sub in enumerate(value):
-            yield from argument_leaves(sub, f"{path}[{i}]")
-    elif value is not None:
-        yield path, value if isinstance(value, str) else json.dumps(value)
 
 
 def step_carriers(step: Step, t: int) -> list[Carrier]:
@@ -303,7 +296,7 @@ def _cue_words(sentence: str) -> set[str]:
 
 
 def _judge_cue(item: Item, ev: ItemEvidence, sources: Sources, before: list[tuple[Carrier, str, set[str]]],
-               window: list[tuple[Carrier, str, set[str]]], after_step: int, config: LabelerConfig) -> ItemEvidence:
+               window: list[tuple[Carrier, str, set[str]]], after_step: int, config: GapLabelerConfig) -> ItemEvidence:
     """A cue sentence: decided by its derived anchors when it has any, else by its novel content words."""
     anchors = [judge_item(a, sources, after_step, config) for a in item.anchors]
     derived = [a for a in anchors if a.status in ("externalized", "not_externalized")]
@@ -337,7 +330,7 @@ def _judge_cue(item: Item, ev: ItemEvidence, sources: Sources, before: list[tupl
     return ev
 
 
-def judge_item(item: Item, sources: Sources, after_step: int, config: LabelerConfig) -> ItemEvidence:
+def judge_item(item: Item, sources: Sources, after_step: int, config: GapLabelerConfig) -> ItemEvidence:
     """Status of ``item`` at boundary ``after_step`` and every place it was found (see the module docstring)."""
     ev = ItemEvidence(item.kind, item.text, item.step, item.block, "not_externalized")
     before = [(c, text, words) for c, text, words in sources.carriers if c.step < item.step]
@@ -372,8 +365,8 @@ def scope_steps(traj: Trajectory, after_step: int, scope: str) -> range:
     return range(1, after_step + 1)
 
 
-def label_boundary(traj: Trajectory, after_step: int, config: LabelerConfig = LabelerConfig(),
-                   sources: Sources | None = None) -> BoundaryLabel:
+def label_gap(traj: Trajectory, after_step: int, config: GapLabelerConfig = GapLabelerConfig(),
+              sources: Sources | None = None) -> BoundaryLabel:
     """Rule label G of boundary ``after_step`` with the evidence of every item in scope."""
     if not 1 <= after_step <= traj.n_steps:
         raise ValueError(f"{traj.task_id}: boundary {after_step} out of range 1..{traj.n_steps}")
@@ -394,103 +387,14 @@ def label_boundary(traj: Trajectory, after_step: int, config: LabelerConfig = La
                          ann.externalization_gap if ann else None)
 
 
-def label_trajectories(trajectories: Iterable[Trajectory],
-                       config: LabelerConfig = LabelerConfig()) -> list[BoundaryLabel]:
+def label_gaps(trajectories: Iterable[Trajectory],
+               config: GapLabelerConfig = GapLabelerConfig()) -> list[BoundaryLabel]:
     """Rule labels of every boundary 1..n_steps of every trajectory."""
     out = []
     for traj in trajectories:
         sources = Sources.of(traj)
-        out.extend(label_boundary(traj, b, config, sources) for b in range(1, traj.n_steps + 1))
+        out.extend(label_gap(traj, b, config, sources) for b in range(1, traj.n_steps + 1))
     return out
-
-
-def annotation_labels(trajectories: Iterable[Trajectory],
-                      field_name: str = "externalization_gap") -> dict[tuple[str, int], int]:
-    """``{(task_id, after_step): label}`` from the trajectories' boundary annotations (unset labels omitted)."""
-    out = {}
-    for traj in trajectories:
-        for ann in traj.annotations:
-            value = getattr(ann, field_name)
-            if value is not None:
-                out[(traj.task_id, ann.after_step)] = int(value)
-    return out
-
-
-def read_label_csv(path: str | Path, column: str, trajectories: Iterable[Trajectory] | None = None,
-                   required: bool = True) -> dict[tuple[str, int], int]:
-    """``{(task_id, after_step): 0/1}`` from a CSV with ``task_id,after_step,<column>``; errors name FILE:LINE: field.
-
-    Empty cells and -1 mean "no label" and are skipped. With ``trajectories``,
-    unknown task_ids and out-of-range boundaries are errors. With
-    ``required=False`` a CSV without the column gives an empty mapping.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: file not found")
-    steps = {t.task_id: t.n_steps for t in trajectories} if trajectories is not None else None
-    with path.open(newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
-        header = reader.fieldnames or []
-        absent = [c for c in ("task_id", "after_step") if c not in header]
-        if column not in header:
-            if not required and not absent:
-                return {}
-            absent.append(column)
-        if absent:
-            raise ValueError(f"{path}:1: header: missing column(s) {', '.join(absent)}; "
-                             f"expected task_id,after_step,{column}")
-        out: dict[tuple[str, int], int] = {}
-        problems = []
-        first_line: dict[tuple[str, int], int] = {}
-        for line, row in enumerate(reader, start=2):
-            task_id, raw_b, raw_v = (row.get("task_id") or "").strip(), (row.get("after_step") or "").strip(), \
-                (row.get(column) or "").strip()
-            if not task_id:
-                problems.append(f"{path}:{line}: task_id: empty")
-                continue
-            try:
-                b = int(raw_b)
-            except ValueError:
-                problems.append(f"{path}:{line}: after_step: {raw_b!r} is not an integer")
-                continue
-            if steps is not None and task_id not in steps:
-                problems.append(f"{path}:{line}: task_id: unknown task {task_id!r} (not in the trajectory file)")
-                continue
-            if b < 1 or (steps is not None and b > steps[task_id]):
-                limit = f"1..{steps[task_id]}" if steps is not None else ">= 1"
-                problems.append(f"{path}:{line}: after_step: {b} out of range {limit}")
-                continue
-            if raw_v in ("", "-1"):
-                continue
-            if raw_v not in ("0", "1", "0.0", "1.0"):
-                problems.append(f"{path}:{line}: {column}: {raw_v!r} is not 0 or 1 (empty or -1 = no label)")
-                continue
-            if (task_id, b) in first_line:
-                problems.append(f"{path}:{line}: after_step: duplicate boundary {task_id}@{b} "
-                                f"(first on line {first_line[(task_id, b)]})")
-                continue
-            first_line[(task_id, b)] = line
-            out[(task_id, b)] = int(float(raw_v))
-    if problems:
-        raise ValueError(f"{len(problems)} problem(s) in {path}:\n" + "\n".join(problems[:50]))
-    return out
-
-
-def agreement(predicted: Mapping[tuple[str, int], int], reference: Mapping[tuple[str, int], int]) -> dict[str, Any]:
-    """Cohen's kappa, accuracy and confusion matrix (rows: reference 0/1, columns: predicted 0/1) on shared keys."""
-    from sklearn.metrics import cohen_kappa_score, confusion_matrix
-
-    keys = sorted(set(predicted) & set(reference))
-    if not keys:
-        return {"n": 0, "kappa": None, "accuracy": None, "confusion": None}
-    pred = [predicted[k] for k in keys]
-    ref = [reference[k] for k in keys]
-    kappa = float(cohen_kappa_score(ref, pred, labels=[0, 1]))
-    return {"n": len(keys), "kappa": None if kappa != kappa else round(kappa, 4),
-            "accuracy": round(sum(p == r for p, r in zip(pred, ref)) / len(keys), 4),
-            "confusion": confusion_matrix(ref, pred, labels=[0, 1]).tolist(),
-            "predicted_positive_rate": round(sum(pred) / len(pred), 4),
-            "reference_positive_rate": round(sum(ref) / len(ref), 4)}
 
 
 LABEL_COLUMNS = ["task_id", "after_step", "externalization_gap", "reference_gap",
@@ -517,8 +421,8 @@ LABELS_SCHEMA = {
 def _reference(trajectories: list[Trajectory],
                labels_csv: Path | None) -> tuple[dict[tuple[str, int], int], str | None]:
     if labels_csv is not None:
-        return read_label_csv(labels_csv, "externalization_gap", trajectories), str(labels_csv)
-    ann = annotation_labels(trajectories)
+        return read_labels_csv(labels_csv, "externalization_gap", trajectories), str(labels_csv)
+    ann = annotation_labels(trajectories, "externalization_gap")
     return ann, "annotations" if ann else None
 
 
@@ -531,7 +435,7 @@ def _csv_text(rows: list[dict[str, Any]], columns: list[str]) -> bytes:
 
 
 def label_command(trajectories: Path, out: Path, labels_csv: Path | None = None,
-                  config: LabelerConfig = LabelerConfig()) -> dict[str, Any]:
+                  config: GapLabelerConfig = GapLabelerConfig()) -> dict[str, Any]:
     """``interp externalize label``: rule labels with evidence, and agreement with reference labels when present.
 
     Writes ``externalization_labels.json`` (schema, agreement, every boundary with
@@ -540,7 +444,7 @@ def label_command(trajectories: Path, out: Path, labels_csv: Path | None = None,
     """
     trajs = load_trajectories(trajectories)
     reference, ref_source = _reference(trajs, labels_csv)
-    labels = label_trajectories(trajs, config)
+    labels = label_gaps(trajs, config)
     for lab in labels:
         lab.reference_gap = reference.get((lab.task_id, lab.after_step))
     predicted = {(lab.task_id, lab.after_step): lab.externalization_gap for lab in labels}
@@ -568,7 +472,7 @@ def label_command(trajectories: Path, out: Path, labels_csv: Path | None = None,
                      for lab in labels for it in lab.items]
     out = Path(out)
     atomic_write_bytes(out / "externalization_evidence.csv", _csv_text(evidence_rows, EVIDENCE_COLUMNS))
-    atomic_write_bytes(out / "externalization_labels.csv", _csv_text(label_rows, LABEL_COLUMNS))
+    write_labels_csv(out / "externalization_labels.csv", label_rows, "externalization_gap", LABEL_COLUMNS[3:])
     atomic_write_json(out / "externalization_labels.json", doc)
     return {"n_boundaries": len(labels), "rule_positive_rate": doc["rule_positive_rate"], "reference": ref_source,
             "agreement": overall}

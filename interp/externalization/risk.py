@@ -18,6 +18,25 @@ Statistics (all CIs: 95 % percentile bootstrap over tasks, ``interp.stats.task_b
 - hidden-score gap: over tasks that have both G values (and scores), the mean
   of ``mean score(G=1) - mean score(G=0)`` within the task, on the log-odds
   scale and on the probability scale (sigmoid of the score).
+
+Fields of ``externalization.json`` (``FIELDS``):
+
+| name | shape | dtype | units | meaning |
+|---|---|---|---|---|
+| ``schema`` | ``{...}`` | object | - | this table: {field: {shape, dtype, units, doc}} |
+| ``p_y_given_g1`` | ``{estimate, ci, n, n_positive, n_tasks}`` | object | fraction, [0, 1] | fraction of G=1 boundaries with y=1, pooled over boundaries (estimate null without such boundaries); ci = 95% task-bootstrap [lo, hi] or null |
+| ``p_y_given_g0`` | ``{estimate, ci, n, n_positive, n_tasks}`` | object | fraction, [0, 1] | the same for G=0 boundaries |
+| ``risk_difference`` | ``[]`` | float or null | fraction (x100 = percentage points) | p_y_given_g1 - p_y_given_g0 (pooled); no CI |
+| ``within_task_gap`` | ``{estimate, ci, n_tasks, per_task}`` | object | fraction (x100 = percentage points) | mean over tasks with both G values of P(y=1 given G=1, task) - P(y=1 given G=0, task); per_task = {task_id: difference}; estimate and ci null without such tasks |
+| ``hidden_score_gap`` | ``{logodds: {estimate, ci, n_tasks, per_task}, probability: {estimate, ci, n_tasks, per_task}}`` | object or null | logodds: log-odds; probability: unitless | mean over tasks with both G values of mean OOF probe score (G=1) - mean OOF score (G=0); logodds: raw held-out scores; probability: sigmoid(score); null without probe scores |
+| ``n_boundaries`` | ``[]`` | int | boundaries | boundaries with both G and y |
+| ``n_tasks`` | ``[]`` | int | tasks | their distinct tasks |
+| ``n_without_score`` | ``[]`` | int | boundaries | boundaries without a probe score |
+| ``n_without_y`` | ``[]`` | int | boundaries | boundaries with G but no y (left out) |
+| ``sources`` | ``{G, y, scores}`` | object | - | where G, y and the scores came from (scores null if none) |
+| ``condition`` | ``[]`` | str or null | - | probe-score condition used (null without scores) |
+| ``n_boot`` | ``[]`` | int | resamples | bootstrap resamples |
+| ``seed`` | ``[]`` | int | - | bootstrap seed |
 """
 
 from __future__ import annotations
@@ -31,35 +50,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from interp.externalization.labeler import annotation_labels, read_label_csv
-from interp.io import atomic_write_json
+from interp.data.labels import annotation_labels, read_labels_csv
 from interp.data.trajectory import Trajectory, load_trajectories
+from interp.io import atomic_write_json
+from interp.schema import fields_from_doc, schema_dict
 from interp.stats import task_bootstrap_ci
 
-REFERENCE = {
-    "p_y_given_g1": 0.673,
-    "p_y_given_g0": 0.362,
-    "within_task_gap": 0.198,
-    "hidden_score_gap": 0.283,
-    "source": "reference study (Qwen3.5-9B sensor, 31 tasks, 265 boundaries); hidden-score gap in the study's "
-              "probe-score units",
-}
-SCHEMA = {
-    "p_y_given_g1": "{estimate, ci, n, n_positive, n_tasks}: fraction of G=1 boundaries with y=1 (pooled over "
-                    "boundaries; unitless, [0, 1]); ci = 95% task-bootstrap [lo, hi]",
-    "p_y_given_g0": "the same for G=0 boundaries",
-    "risk_difference": "p_y_given_g1 - p_y_given_g0 (pooled; fraction; x100 = percentage points); no CI",
-    "within_task_gap": "{estimate, ci, n_tasks, per_task}: mean over tasks with both G values of "
-                       "P(y=1|G=1,task) - P(y=1|G=0,task); fraction (x100 = percentage points)",
-    "hidden_score_gap": "{logodds: {...}, probability: {...}} or null without probe scores: mean over tasks with both "
-                        "G values of mean OOF score (G=1) - mean OOF score (G=0); logodds: raw held-out log-odds "
-                        "scores; probability: sigmoid(score), unitless",
-    "n_boundaries": "boundaries with both G and y", "n_tasks": "their distinct tasks",
-    "n_without_y": "boundaries with G but no y (left out)", "n_without_score": "boundaries without a probe score",
-    "reference": "the reference study's numbers, for comparison",
-    "sources": "where G, y and the scores came from", "condition": "probe-score condition used",
-    "n_boot": "bootstrap resamples", "seed": "bootstrap seed",
-}
+_GAP = "{estimate, ci, n_tasks, per_task}"
+FIELDS = fields_from_doc(__doc__, "FIELDS")
+SCHEMA = schema_dict(FIELDS)
 _SAMPLE_ID = re.compile(r"^(?P<task_id>.+)@(?P<after_step>\d+):(?P<condition>.+)$")
 
 
@@ -174,7 +173,7 @@ def risk_analysis(rows: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> dict
 def _load_sources(labels: Path | None, targets: Path | None, trajs: list[Trajectory] | None,
                   g_column: str) -> tuple[dict, dict, dict[str, str | None]]:
     if labels is not None:
-        gap, g_src = read_label_csv(labels, g_column, trajs), f"{labels} ({g_column})"
+        gap, g_src = read_labels_csv(labels, g_column, trajs), f"{labels} ({g_column})"
     elif trajs is not None:
         gap, g_src = annotation_labels(trajs, "externalization_gap"), "annotations"
     else:
@@ -182,8 +181,8 @@ def _load_sources(labels: Path | None, targets: Path | None, trajs: list[Traject
     necessity: dict = {}
     y_src = None
     if targets is not None:
-        necessity, y_src = read_label_csv(targets, "future_necessity", trajs), str(targets)
-    elif labels is not None and (necessity := read_label_csv(labels, "future_necessity", trajs, required=False)):
+        necessity, y_src = read_labels_csv(targets, "future_necessity", trajs), str(targets)
+    elif labels is not None and (necessity := read_labels_csv(labels, "future_necessity", trajs, required=False)):
         y_src = f"{labels} (future_necessity)"
     elif trajs is not None:
         necessity, y_src = annotation_labels(trajs, "future_necessity"), "annotations"
@@ -207,7 +206,7 @@ def risk_command(out: Path, labels: Path | None = None, probe_results: Path | No
     if rows.empty:
         raise ValueError(f"no boundary has both G ({sources['G']}) and y ({sources['y']}); check the task ids")
     doc = {"schema": SCHEMA, **risk_analysis(rows, n_boot, seed),
-           "n_without_y": len(set(gap) - set(necessity)), "reference": REFERENCE, "sources": sources,
+           "n_without_y": len(set(gap) - set(necessity)), "sources": sources,
            "condition": condition if scores is not None else None, "n_boot": n_boot, "seed": seed}
     atomic_write_json(Path(out) / "externalization.json", doc)
     return doc

@@ -7,15 +7,18 @@ import json
 
 import pytest
 
+from interp.data.labels import read_labels_csv
 from interp.externalization.labeler import (
-    LabelerConfig,
+    GapLabelerConfig,
     extract_items,
-    label_boundary,
     label_command,
-    read_label_csv,
+    label_gap,
+    label_gaps,
 )
 
 from ._support import MINI, make_trajectory
+
+pytestmark = pytest.mark.unit
 
 
 def _item(label, text):
@@ -31,7 +34,7 @@ def test_written_file_content_externalizes():
         {"reasoning": "The backoff should double base_delay_ms on each retry, so the cap must be 8000.",
          "action": _call("write_file", path="net/client.py", content="base_delay_ms = 250\nMAX_DELAY_MS = 8000\n"),
          "observation": "wrote 2 lines"}])
-    label = label_boundary(traj, 1)
+    label = label_gap(traj, 1)
     for text in ("base_delay_ms", "8000"):
         item = _item(label, text)
         assert item.status == "externalized"
@@ -43,7 +46,7 @@ def test_tool_argument_externalizes():
     traj = make_trajectory("The nightly CI job is red; find out why.", [
         {"reasoning": "The failing job is build-4711 on runner eu-3, so I will fetch its log.",
          "action": _call("run_shell", command="ci logs build-4711 --runner eu-3"), "observation": "log fetched"}])
-    label = label_boundary(traj, 1)
+    label = label_gap(traj, 1)
     item = _item(label, "build-4711")
     assert (item.kind, item.status) == ("identifier", "externalized")
     assert item.found_in == [{"source": "tool_argument", "step": 1, "where": "action.arguments.command"}]
@@ -55,7 +58,7 @@ def test_tool_output_externalizes():
         {"reasoning": "If the database pool is exhausted the health check returns status 503 with code POOL_EXHAUSTED.",
          "action": _call("http_request", url="https://pay.example/health"),
          "observation": 'HTTP/1.1 503 Service Unavailable\n{"code": "POOL_EXHAUSTED"}'}])
-    label = label_boundary(traj, 1)
+    label = label_gap(traj, 1)
     for text, kind in (("503", "number"), ("POOL_EXHAUSTED", "code_symbol")):
         item = _item(label, text)
         assert (item.kind, item.status) == (kind, "externalized")
@@ -69,10 +72,10 @@ def test_environment_feedback_and_text_action_externalize():
          "action": {"text": "Is the room with the projector fine?"}, "observation": "Yes, B2 is fine."},
         {"reasoning": "With catering the total is 1,289.60 EUR.",
          "action": {"text": "Booked; total EUR 1289.60."}, "observation": None}])
-    room = _item(label_boundary(traj, 1), "B2")
+    room = _item(label_gap(traj, 1), "B2")
     assert room.status == "externalized"
     assert room.found_in == [{"source": "feedback", "step": 1, "where": "observation"}]
-    total = _item(label_boundary(traj, 2), "1,289.60")  # thousands separators are ignored when matching
+    total = _item(label_gap(traj, 2), "1,289.60")  # thousands separators are ignored when matching
     assert total.found_in == [{"source": "text_action", "step": 2, "where": "action.text"}]
 
 
@@ -82,7 +85,7 @@ def test_copies_of_task_and_observation_are_not_derived_state():
          "observation": "E   ValueError: ERR_4471 bad offset"},
         {"reasoning": "The error ERR_4471 comes from utils/dates.py, so the offset parser is wrong.",
          "action": _call("read_file", path="utils/dates.py"), "observation": "def parse(s): ..."}])
-    label = label_boundary(traj, 2)
+    label = label_gap(traj, 2)
     given = _item(label, "utils/dates.py")
     assert given.status == "given"
     assert {"source": "given", "step": None, "where": "task"} in given.found_in
@@ -96,7 +99,7 @@ def test_state_only_in_reasoning_is_recorded_as_missing():
     traj = make_trajectory("Tune the cache.", [
         {"reasoning": "The hit rate drops below 0.75 when the TTL is under 300 seconds, so the TTL must stay at 300.",
          "action": _call("read_file", path="cache/config.yml"), "observation": "ttl: 120"}])
-    label = label_boundary(traj, 1)
+    label = label_gap(traj, 1)
     assert label.externalization_gap == 1
     for text in ("0.75", "300"):
         item = _item(label, text)
@@ -112,12 +115,12 @@ def test_state_externalized_later_counts_only_from_that_boundary():
          "observation": "ttl: 120"},
         {"reasoning": "Apply it.", "action": _call("write_file", path="cache/config.yml", content="ttl: 300\n"),
          "observation": "ok"}])
-    config = LabelerConfig(scope="all")
-    assert label_boundary(traj, 1, config).externalization_gap == 1
-    at_2 = label_boundary(traj, 2, config)
+    config = GapLabelerConfig(scope="all")
+    assert label_gap(traj, 1, config).externalization_gap == 1
+    at_2 = label_gap(traj, 2, config)
     assert at_2.externalization_gap == 0
     assert _item(at_2, "300").found_in == [{"source": "written_file", "step": 2, "where": "action.arguments.content"}]
-    assert [it.text for it in label_boundary(traj, 2, LabelerConfig(scope="latest")).items] == []  # "Apply it."
+    assert [it.text for it in label_gap(traj, 2, GapLabelerConfig(scope="latest")).items] == []  # "Apply it."
 
 
 def test_extract_items_kinds():
@@ -165,5 +168,26 @@ def test_label_csv_errors_name_file_line_and_field(tmp_path, mini_trajectory, bo
     path = tmp_path / "labels.csv"
     path.write_text(body)
     with pytest.raises(ValueError) as exc:
-        read_label_csv(path, "externalization_gap", [mini_trajectory])
+        read_labels_csv(path, "externalization_gap", [mini_trajectory])
     assert f"{path}{message}" in str(exc.value)
+
+
+def test_label_gaps_labels_every_boundary_like_label_gap(mini_trajectory):
+    config = GapLabelerConfig(scope="since_code")
+    got = label_gaps([mini_trajectory], config)
+    assert [lab.after_step for lab in got] == list(range(1, mini_trajectory.n_steps + 1))
+    assert [lab.externalization_gap for lab in got] == \
+        [label_gap(mini_trajectory, b, config).externalization_gap for b in range(1, mini_trajectory.n_steps + 1)]
+    assert [lab.reference_gap for lab in got] == [a.externalization_gap for a in mini_trajectory.annotations]
+
+
+@pytest.mark.parametrize("kwargs, start", [
+    ({"scope": "everything"}, "scope: unknown scope 'everything'"), ({"kinds": ("cue", "emoji")}, "kinds: unknown"),
+    ({"min_overlap": 0.0}, "min_overlap must"), ({"min_overlap": 1.5}, "min_overlap must"),
+    ({"min_novel_words": -1}, "min_novel_words must"), ({"min_novel_words": 2.5}, "min_novel_words must"),
+])
+def test_gap_config_validates_on_construction(kwargs, start):
+    with pytest.raises(ValueError) as exc:
+        GapLabelerConfig(**kwargs)
+    assert str(exc.value).startswith(start)
+    assert GapLabelerConfig(scope="all", min_overlap=1.0, min_novel_words=0).min_novel_words == 0

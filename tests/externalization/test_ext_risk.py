@@ -11,6 +11,8 @@ from interp.externalization.risk import read_oof_scores, risk_analysis, risk_com
 
 from ._support import DEMO
 
+pytestmark = pytest.mark.unit
+
 # (task, after_step, G, y, OOF score in log-odds)
 TABLE = [
     ("A", 1, 1, 1, 2.0), ("A", 2, 1, 0, 0.0), ("A", 3, 0, 0, -1.0),
@@ -68,8 +70,8 @@ def test_risk_command_from_csvs(tmp_path):
         + "".join(f"{t}@{b}:delete_all_reasoning,{t},{y},9.0,0,0.0,1\n" for t, b, _, y, _ in TABLE))
     doc = risk_command(tmp_path / "out", labels=labels, probe_results=oof, n_boot=100)
     written = json.loads((tmp_path / "out" / "externalization.json").read_text())
-    assert written["schema"]["p_y_given_g1"].startswith("{estimate")
-    assert written["reference"]["p_y_given_g1"] == 0.673 and written["reference"]["within_task_gap"] == 0.198
+    assert written["schema"]["p_y_given_g1"]["shape"].startswith("{estimate")  # interp.schema field table
+    assert "reference" not in written  # the reference study's numbers live once, in interp.reporting.reference
     assert written["sources"]["y"].endswith("(future_necessity)")
     assert doc["hidden_score_gap"]["logodds"]["estimate"] == pytest.approx(2.5 / 3)  # the full condition only
 
@@ -101,3 +103,18 @@ def test_oof_without_the_condition_lists_the_present_ones(tmp_path):
     path.write_text("sample_id,task_id,score\nA@1:delete_all_reasoning,A,0.5\n")
     with pytest.raises(ValueError, match="conditions present: delete_all_reasoning"):
         read_oof_scores(path, "full")
+
+
+def test_risk_command_skips_unlabelled_rows_and_reports_bad_ones(tmp_path):
+    labels = tmp_path / "labels.csv"
+    body = "".join(f"{t},{b},{g},{'-1' if t == 'D' else ('' if (t, b) == ('A', 1) else y)}\n"
+                   for t, b, g, y, _ in TABLE)
+    labels.write_text("task_id,after_step,externalization_gap,future_necessity\n" + body)
+    doc = risk_command(tmp_path / "out", labels=labels, n_boot=50)
+    assert doc["n_boundaries"] == 8 and doc["n_without_y"] == 4  # D (-1) and A@1 (empty) have no y
+    # G=1 with y: A2 (0), B1 (1), C1 (1), C2 (1), C3 (0); G=0 with y: A3 (0), B2 (1), B3 (0)
+    assert (doc["p_y_given_g1"]["n"], doc["p_y_given_g1"]["n_positive"]) == (5, 3)
+    assert (doc["p_y_given_g0"]["n"], doc["p_y_given_g0"]["n_positive"]) == (3, 1)
+    labels.write_text("task_id,after_step,externalization_gap\nA,1,maybe\n")
+    with pytest.raises(ValueError, match=r"labels.csv:2: externalization_gap: 'maybe' is not 0 or 1"):
+        risk_command(tmp_path / "out", labels=labels, n_boot=50)
