@@ -16,12 +16,22 @@ cardinality ``max_k``) within a ``budget`` per cardinality. The render of
 full render, so one forward of the full render snapshots the cache at each
 such point and each set only runs its suffix (exact; tested against
 recomputation from scratch with ``share_prefix=False``).
+
+Fields of ``harm.json`` (``FIELDS``; ``summarize_harm`` writes them):
+
+| name | shape | dtype | units | meaning |
+|---|---|---|---|---|
+| ``schema`` | ``{...}`` | object | - | this table: {field: {shape, dtype, units, doc}} |
+| ``per_cardinality`` | ``{k: {mean_interaction, n_sets, pair_ordering_accuracy}}`` | object | interaction: nats/token; accuracy: fraction | per set size k >= 2 (keys are strings): mean interaction over sets (null without sets), n_sets (sets with an interaction), pair_ordering_accuracy = mean over boundaries of the fraction of same-size set pairs the additive prediction orders like the true harm (null when undefined) |
+| ``boundaries`` | ``[n_boundaries] of {task_id, after_step, nll_full, sets}`` | object | nats/token | one boundary_harm record per boundary: nll_full = NLL(y given H); sets = [{members: [[step, block], ...], tokens_removed, nll, harm, interaction}], harm = NLL(y given H minus A) - NLL(y given H), interaction = harm - sum of its singleton harms (null for singletons) |
+| ``model`` | ``{...}`` | object or null | - | the sensor's describe() (null when not given) |
 """
 
 from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,11 +39,26 @@ import numpy as np
 
 from interp.data.conditions import EditLog, drop_blocks
 from interp.extraction.extract import lcp
+from interp.schema import fields_from_doc, schema_dict
 from interp.sensor.forward import Plan, run_plan
 from interp.data.render import Rendered, render
 from interp.data.trajectory import Trajectory
 
 Block = tuple[int, int]  # (step, block index)
+
+FIELDS = fields_from_doc(__doc__, "FIELDS")
+
+
+def default_boundaries(trajectories: Iterable[Trajectory]) -> list[str]:
+    """The one default boundary rule of set-level harm: ``task_id@b`` with ``b = max(1, n_steps // 2)``.
+
+    Harm teacher-forces the recorded next output, so ``b`` must have a next
+    step (``b < n_steps``): trajectories with fewer than two steps have no
+    boundary and are left out. The middle boundary has history blocks to
+    delete before it and a recorded step after it, and is one fixed,
+    model-independent choice per trajectory (in the order given).
+    """
+    return [f"{t.task_id}@{max(1, t.n_steps // 2)}" for t in trajectories if t.n_steps >= 2]
 
 
 @dataclass
@@ -132,8 +157,12 @@ def pair_ordering_accuracy(harms: list[SetHarm], single: dict[Block, float]) -> 
     return agree / total if total else None
 
 
-def summarize_harm(per_boundary: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per cardinality: mean interaction and pair-ordering accuracy of the additive prediction."""
+def summarize_harm(per_boundary: list[dict[str, Any]], model: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``harm.json`` document (``FIELDS``) from boundary_harm records; pure: no model is run.
+
+    Per cardinality: mean interaction and pair-ordering accuracy of the
+    additive prediction. ``model`` is the sensor's ``describe()``.
+    """
     by_k: dict[int, list[float]] = {}
     acc: dict[int, list[float]] = {}
     for row in per_boundary:
@@ -148,11 +177,10 @@ def summarize_harm(per_boundary: list[dict[str, Any]]) -> dict[str, Any]:
             if value is not None:
                 acc.setdefault(k, []).append(value)
     return {
-        "schema": {"harm": "mean-token NLL(y | H minus A) - NLL(y | H), nats/token",
-                   "interaction": "harm(A) - sum of singleton harms, nats/token",
-                   "pair_ordering_accuracy": "fraction of same-size set pairs ordered alike by the additive prediction"},
+        "schema": schema_dict(FIELDS),
         "per_cardinality": {str(k): {"mean_interaction": float(np.mean(v)) if v else None, "n_sets": len(v),
                                      "pair_ordering_accuracy": float(np.mean(acc[k])) if acc.get(k) else None}
                             for k, v in sorted(by_k.items())},
         "boundaries": per_boundary,
+        "model": model,
     }

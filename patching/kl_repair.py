@@ -33,11 +33,33 @@ Two paths give the same numbers (parity-tested within 1e-4):
 
 Sites are ``(site, layer)`` pairs; ``default_sites`` gives ``resid_pre`` of
 every layer plus the final ``resid_post`` (Repair there is exactly 1).
+
+Fields of ``kl_repair.json`` (``FIELDS``; ``summarize`` writes them):
+
+| name | shape | dtype | units | meaning |
+|---|---|---|---|---|
+| ``schema`` | ``{...}`` | object | - | this table: {field: {shape, dtype, units, doc}} |
+| ``condition`` | ``[]`` | str | - | history condition of the deleted run (P_del) |
+| ``model`` | ``{...}`` | object | - | the sensor's describe(): spec, revision, n_layers, layer_types, ... |
+| ``method`` | ``[]`` | str | - | fast or reference (same numbers within 1e-4) |
+| ``n_positions`` | ``[]`` | int | tokens | patched tail length (1 = the boundary token) |
+| ``sites`` | ``[n_sites]`` | str | - | patched sites as site.layer, e.g. resid_pre.12 |
+| ``site`` | ``[n_kinds]`` | str | - | distinct site kinds among sites, sorted |
+| ``layers`` | ``[n_sites]`` | int | layer index | layer of each site |
+| ``full_attention_layers`` | ``[n_full]`` | int | layer index | the model's full-attention layers |
+| ``repair_mean`` | ``[n_sites]`` | float | unitless | mean over kept samples of 1 - KL(P_full ‖ P_patch) / KL(P_full ‖ P_del); empty when no sample is kept |
+| ``repair_ci`` | ``[n_sites, 2]`` | float or null | unitless | 95% task-level bootstrap CI [lo, hi] of repair_mean; null entries when no sample is kept |
+| ``top1_mean`` | ``[n_sites]`` | float | fraction | fraction of kept samples whose patched argmax equals the full-history argmax; empty when none kept |
+| ``n_samples`` | ``[]`` | int | samples | kept samples: d = KL(P_full ‖ P_del) > 1e-06 nats |
+| ``n_excluded`` | ``[]`` | int | samples | samples with d <= 1e-06 nats (left out of the means) |
+| ``excluded`` | ``[n_excluded]`` | str | - | the excluded samples as task_id@after_step |
+| ``per_sample`` | ``[n_rows] of {task_id, after_step, d, repair, top1, n_tokens_full, n_tokens_deleted, excluded}`` | object | d: nats; repair: unitless; n_tokens: tokens | every sample: d = KL(P_full ‖ P_del) (float32 arithmetic), repair and top1 per site (repair null when excluded), render lengths |
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -45,6 +67,7 @@ import torch
 
 from interp.data.conditions import apply_condition
 from interp.extraction.extract import lcp
+from interp.schema import fields_from_doc, schema_dict
 from interp.sensor.forward import Plan, Snapshot, logit_dtype, run_plan
 from interp.sensor.hooks import hook_name
 from interp.stats import task_bootstrap_ci
@@ -54,11 +77,24 @@ from interp.sensor.kernels.variants import run_variants
 
 MIN_KL = 1e-6
 
+FIELDS = fields_from_doc(__doc__, "FIELDS")
 
-def default_sites(n_layers: int, site: str = "resid_pre") -> list[tuple[str, int]]:
-    """``site`` at every layer, plus the final ``resid_post`` when ``site`` is ``resid_pre``."""
-    sites = [(site, layer) for layer in range(n_layers)]
-    return sites + [("resid_post", n_layers - 1)] if site == "resid_pre" else sites
+
+def default_sites(n_layers: int, site: str = "resid_pre",
+                  layers: Sequence[int] | None = None) -> list[tuple[str, int]]:
+    """The one default site rule: ``site`` at each of ``layers`` (default: every layer), in the order given.
+
+    When ``site`` is ``resid_pre`` and every layer is chosen, the final
+    ``resid_post`` (the model's last residual, where Repair is exactly 1) is
+    appended as an anchor; a subset of layers gets no anchor.
+    """
+    chosen = list(range(n_layers)) if layers is None else [int(layer) for layer in layers]
+    if bad := [layer for layer in chosen if not 0 <= layer < n_layers]:
+        raise ValueError(f"layers {bad} out of range for a model of {n_layers} layers")
+    sites = [(site, layer) for layer in chosen]
+    if site == "resid_pre" and set(chosen) == set(range(n_layers)):
+        sites.append(("resid_post", n_layers - 1))
+    return sites
 
 
 def kl(p_log: torch.Tensor, q_log: torch.Tensor) -> torch.Tensor:
@@ -277,20 +313,17 @@ def _score(task_id: str, b: int, p_full: torch.Tensor, p_del: torch.Tensor, p_pa
 
 def summarize(rows: list[BoundaryRepair], sites: list[tuple[str, int]], condition: str, sensor: Any,
               method: str, n_positions: int, n_boot: int = 1000) -> dict[str, Any]:
-    """The ``kl_repair.json`` document (schema in the ``schema`` field)."""
+    """The ``kl_repair.json`` document (``FIELDS``, table in the module docstring); pure: no model is run.
+
+    ``sensor`` is only asked for ``describe()`` and ``full_attention_layers``.
+    """
     kept = [r for r in rows if not r.excluded]
     values = np.array([r.repair for r in kept], dtype=float).reshape(len(kept), len(sites))
     top1 = np.array([r.top1 for r in kept], dtype=float).reshape(len(kept), len(sites))
     groups = np.array([r.task_id for r in kept])
     ci = task_bootstrap_ci(values, groups, n_boot) if kept else np.full((len(sites), 2), np.nan)
     return {
-        "schema": {
-            "layers": "layer index of each site", "site": "site name per entry of `sites`",
-            "repair_mean": "mean over kept samples of 1 - KL(P_full||P_patch)/KL(P_full||P_del) (unitless)",
-            "repair_ci": "95% task-level bootstrap CI [lo, hi] per site",
-            "top1_mean": "fraction of kept samples whose patched argmax equals the full-history argmax",
-            "per_sample.d": "KL(P_full||P_del) in nats (float32)", "n_excluded": f"samples with d <= {MIN_KL}",
-        },
+        "schema": schema_dict(FIELDS),
         "condition": condition, "model": sensor.describe(), "method": method, "n_positions": n_positions,
         "sites": [f"{s}.{layer}" for s, layer in sites], "site": sorted({s for s, _ in sites}),
         "layers": [layer for _, layer in sites],

@@ -7,6 +7,48 @@ Files written by `write_probe_results` into `out_dir`:
 - oof_predictions.csv: one row per labelled sample, columns
   sample_id, task_id, y (0/1), score (held-out log-odds), fold (outer fold
   index), threshold (that fold's cut, log-odds), pred (score >= threshold).
+
+Fields of probe_results.json (``FIELDS``; ``probe_document`` builds them):
+
+| name | shape | dtype | units | meaning |
+|---|---|---|---|---|
+| ``auroc`` | ``[]`` | float | unitless, [0, 1] | pooled out-of-fold ROC AUC of the task-level nested CV (headline) |
+| ``auroc_ci`` | ``[2]`` | float or null | unitless | [low, high] 95% task-level percentile bootstrap CI of auroc; null if n_boot = 0 |
+| ``ap`` | ``[]`` | float | unitless, [0, 1] | pooled out-of-fold average precision; chance = n_positive / n_samples |
+| ``ap_ci`` | ``[2]`` | float or null | unitless | [low, high] 95% task-level percentile bootstrap CI of ap |
+| ``balanced_accuracy`` | ``[]`` | float | fraction | pooled out-of-fold balanced accuracy, each fold at its own inner-selected threshold |
+| ``bootstrap_n_used`` | ``[]`` | int | resamples | bootstrap resamples with both classes (others skipped) |
+| ``permutation_p`` | ``[]`` | float or null | probability | (1 + #null >= observed) / (1 + n_perm); statistic = max over candidates of the fixed probe's grouped-CV AUROC; label patterns permuted across whole tasks; null if n_perm = 0 |
+| ``permutation_observed`` | ``[]`` | float or null | AUROC | the permutation statistic on the real labels |
+| ``permutation_null`` | ``[n_perm]`` | float | AUROC | the statistic for each permuted label vector |
+| ``control_auroc`` | ``[]`` | float | AUROC | nested-CV AUROC on control labels (real labels shuffled across samples); expected ~0.5 |
+| ``selectivity`` | ``[]`` | float | AUROC points | auroc - control_auroc |
+| ``n_samples`` | ``[]`` | int | samples | labelled samples (boundaries) used |
+| ``n_tasks`` | ``[]`` | int | tasks | distinct task_ids among them |
+| ``n_positive`` | ``[]`` | int | samples | samples with y = 1 |
+| ``n_excluded`` | ``[]`` | int | samples | samples dropped for a missing label (y = -1) |
+| ``excluded`` | ``[n_excluded]`` | str | - | their sample_ids |
+| ``candidates`` | ``[n_candidates, 2]`` | any | - | [layer, pooling] feature candidates searched, in selection order (ties go to the earlier) |
+| ``folds`` | ``[n_folds] of {fold, test_tasks, n_train, n_test, layer, pooling, standardize, pca, C, threshold, inner_auroc, auroc, n_inner_skipped}`` | object | threshold: log-odds; auroc: unitless | per outer fold: chosen layer, pooling, standardize, pca (requested components or null), C (inverse L2 strength), threshold, inner_auroc (mean inner AUROC of the chosen configuration), auroc (null if one class), n_inner_skipped (inner folds without both classes) |
+| ``layer_curve`` | ``{pooling: {layers, auroc}}`` | object | AUROC | DESCRIPTIVE, not the headline: pooled out-of-fold AUROC of the fixed probe (config fixed_standardize, no PCA, fixed_C) per candidate under the outer grouped folds, no selection |
+| ``config`` | ``{...}`` | object | - | the ProbeConfig of the run |
+| ``elapsed_s`` | ``{phase: seconds}`` | object | s | wall-clock seconds per phase (nested_cv, bootstrap, permutation_and_layer_curve, control_task) |
+| ``schema_version`` | ``[]`` | int | - | version of this layout |
+| ``code_version`` | ``[]`` | str | - | version of the probes package |
+| ``sklearn_version`` | ``[]`` | str | - | scikit-learn version used |
+| ``schema`` | ``{...}`` | object | - | this table: {field: {shape, dtype, units, doc}} |
+
+Columns of oof_predictions.csv (``OOF_FIELDS``):
+
+| name | shape | dtype | units | meaning |
+|---|---|---|---|---|
+| ``sample_id`` | ``[n_samples]`` | str | - | the labelled sample |
+| ``task_id`` | ``[n_samples]`` | str | - | its task (the CV group) |
+| ``y`` | ``[n_samples]`` | int | 0/1 | the label |
+| ``score`` | ``[n_samples]`` | float | log-odds | held-out score of the sample's outer fold |
+| ``fold`` | ``[n_samples]`` | int | - | outer fold index |
+| ``threshold`` | ``[n_samples]`` | float | log-odds | that fold's inner-selected cut |
+| ``pred`` | ``[n_samples]`` | int | 0/1 | score >= threshold |
 """
 
 from __future__ import annotations
@@ -22,52 +64,24 @@ import sklearn
 from sklearn.metrics import average_precision_score
 
 from interp.io import atomic_write_bytes
+from interp.schema import fields_from_doc, schema_dict
 from probes import __version__
 from probes.config import ProbeConfig
 from probes.data import FeatureSet
 from probes.metrics import auroc
-from probes.nested_cv import OOF_COLUMNS, layer_curve, run_nested_cv
-from probes.stats import control_task, permutation_test, task_bootstrap
+from probes.nested_cv import OOF_COLUMNS, NestedCVResult, layer_curve, run_nested_cv
+from probes.stats import (BootstrapResult, PermutationResult, control_task, permutation_test,
+                          task_bootstrap)
 
 SCHEMA_VERSION = 1
 
-SCHEMA = {
-    "auroc": "pooled out-of-fold ROC AUC of the task-level nested CV (headline); unitless, [0, 1]",
-    "auroc_ci": "[low, high] 95% task-level percentile bootstrap CI of auroc; null if n_boot = 0",
-    "ap": "pooled out-of-fold average precision; unitless, [0, 1]; chance = n_positive / n_samples",
-    "ap_ci": "[low, high] 95% task-level percentile bootstrap CI of ap",
-    "balanced_accuracy": "pooled out-of-fold balanced accuracy, each fold at its own inner-selected threshold; [0, 1]",
-    "bootstrap_n_used": "bootstrap resamples with both classes (others skipped)",
-    "permutation_p": "(1 + #null >= observed) / (1 + n_perm); statistic = max over candidates of the fixed "
-                     "probe's grouped-CV AUROC; label patterns permuted across whole tasks; null if n_perm = 0",
-    "permutation_observed": "the permutation statistic on the real labels; unitless AUROC",
-    "permutation_null": "the statistic for each permuted label vector [n_perm]; unitless AUROC",
-    "control_auroc": "nested-CV AUROC on control labels (real labels shuffled across samples); expected ~0.5",
-    "selectivity": "auroc - control_auroc; AUROC points",
-    "n_samples": "labelled samples (boundaries) used",
-    "n_tasks": "distinct task_ids among them",
-    "n_positive": "samples with y = 1",
-    "n_excluded": "samples dropped for a missing label (y = -1)",
-    "excluded": "their sample_ids",
-    "candidates": "[layer, pooling] feature candidates searched, in selection order (ties go to the earlier)",
-    "folds": "per outer fold: fold, test_tasks, n_train, n_test, chosen layer, pooling, standardize, "
-             "pca (requested components or null), C (inverse L2 strength), threshold (log-odds), "
-             "inner_auroc (mean inner AUROC of the chosen configuration), auroc (null if one class), "
-             "n_inner_skipped (inner folds without both classes)",
-    "layer_curve": "DESCRIPTIVE, not the headline: {pooling: {layers: [int], auroc: [float]}}; pooled "
-                   "out-of-fold AUROC of the fixed probe (config fixed_standardize, no PCA, fixed_C) per "
-                   "candidate under the outer grouped folds, no selection",
-    "config": "the ProbeConfig of the run",
-    "elapsed_s": "wall-clock seconds per phase (nested_cv, bootstrap, permutation_and_layer_curve, control_task)",
-    "oof": "in memory only: per-sample out-of-fold predictions, columns as oof_predictions.csv",
-    "schema_version": "version of this layout",
-    "code_version": "version of the probes package",
-    "sklearn_version": "scikit-learn version used",
-}
+FIELDS = fields_from_doc(__doc__, "FIELDS")
+OOF_FIELDS = fields_from_doc(__doc__, "OOF_FIELDS")
+SCHEMA = schema_dict(FIELDS)
 
 
 def run_probe(fs: FeatureSet, config: ProbeConfig | None = None) -> dict:
-    """Run the whole probe analysis on `fs` and return a JSON-serialisable report (see SCHEMA)."""
+    """Run the whole probe analysis on `fs` and return a JSON-serialisable report (`FIELDS`, plus "oof")."""
     config = config or ProbeConfig()
     labelled, excluded = fs.drop_missing()
     labelled.check_cv(config.min_tasks)
@@ -92,6 +106,14 @@ def run_probe(fs: FeatureSet, config: ProbeConfig | None = None) -> dict:
     lap("permutation_and_layer_curve")
     control_auroc = control_task(labelled, config).auroc
     lap("control_task")
+    return probe_document(cv, boot, perm, curve, control_auroc, labelled, excluded, config, elapsed)
+
+
+def probe_document(cv: NestedCVResult, boot: BootstrapResult | None, perm: PermutationResult | None,
+                   curve: dict, control_auroc: float, labelled: FeatureSet, excluded: list[str],
+                   config: ProbeConfig, elapsed: dict[str, float]) -> dict:
+    """The probe report (`FIELDS` + in-memory "oof") from the computed parts; pure: nothing is fitted here."""
+    oof = cv.oof
     return {
         "schema_version": SCHEMA_VERSION,
         "code_version": __version__,

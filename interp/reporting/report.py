@@ -1,20 +1,36 @@
-"""``report.md``: every headline number of a results directory beside the reference study's."""
+"""``report.md``: every headline number of a results directory beside the reference study's.
+
+Result files are read with ``interp.reporting.figures.load_result`` (checked against their
+writers' ``FIELDS``); a file that does not match gives a section naming the file and field.
+Reference values come only from ``interp.reporting.reference``.
+"""
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from interp.data.conditions import ICLR_RHO
 from interp.io import atomic_write_bytes
 
 from interp.reporting import reference as ref
+from interp.reporting.figures import load_result
 from interp.reporting.figures.externalization import externalization_sections
 from interp.reporting.figures.interventions import intervention_conditions
+from interp.schema import SchemaError
 
 
 def _load(path: Path) -> Any:
-    return json.loads(path.read_text()) if path.exists() else None
+    return load_result(path) if path.exists() else None
+
+
+def _section(build: Callable[[Path], list[str]], out: Path) -> list[str]:
+    """A section's lines, or one line naming the file and field when a result file does not match its schema."""
+    try:
+        return build(out)
+    except SchemaError as exc:
+        return [f"_not readable: {exc}_"]
 
 
 def _ci(ci: Any) -> str:
@@ -53,24 +69,23 @@ def _repair_section(out: Path) -> list[str]:
              "| site | Repair | 95% CI | top-1 recovery |", "|---|---|---|---|"]
     n = len(res["sites"])
     picks = sorted({0, n // 4, n // 2, (3 * n) // 4, n - 2, n - 1} & set(range(n)))
+    mean, top1 = res["repair_mean"] or [None] * n, res["top1_mean"] or [None] * n  # empty: no sample kept
+    ci = res["repair_ci"] or [None] * n
     for i in picks:
-        lines.append(f"| {res['sites'][i]} | {_fmt(res['repair_mean'][i])} | {_ci(res['repair_ci'][i])} | "
-                     f"{_fmt(res['top1_mean'][i])} |")
+        lines.append(f"| {res['sites'][i]} | {_fmt(mean[i])} | {_ci(ci[i])} | {_fmt(top1[i])} |")
     points = ", ".join(f"layer {k}: {v}" for k, v in ref.KL_REPAIR.items())
     return lines + ["", f"Reference study ({ref.MODEL}): {points}.", "", "Figure: [KL Repair](figures/fig2_kl_repair.html)."]
 
 
 def _iclr_section(out: Path) -> list[str]:
-    import pandas as pd
-
     path = out / "iclr" / "iclr_blocks.csv"
     if not path.exists():
         return ["_not run_"]
-    frame = pd.read_csv(path)
+    frame = load_result(path)
     dropped = frame[frame["dropped"]]
     return [f"{len(frame)} reasoning blocks in {frame.groupby(['task_id', 'step']).ngroups} steps; mean entropy "
             f"{frame['mean_entropy_bits'].mean():.3f} bits/token (sd {frame['mean_entropy_bits'].std():.3f}). "
-            f"At rho = 0.8 ICLR drops {len(dropped)} blocks ({len(dropped) / max(len(frame), 1):.1%}), "
+            f"At rho = {ICLR_RHO} ICLR drops {len(dropped)} blocks ({len(dropped) / max(len(frame), 1):.1%}), "
             f"{int(dropped['n_tokens'].sum())} of {int(frame['n_tokens'].sum())} reasoning tokens "
             f"({dropped['n_tokens'].sum() / max(frame['n_tokens'].sum(), 1):.1%}).",
             "", "Figure: [ICLR](figures/fig6_iclr.html)."]
@@ -126,12 +141,12 @@ def write_report(out: Path, subsets: dict[str, str], timings: dict[str, float], 
     """Write ``out/report.md`` from the result files present; return its path."""
     out = Path(out)
     sections = [
-        ("Future-necessity probe", _probe_section(out)),
-        ("KL Repair (activation patching)", _repair_section(out)),
-        ("ICLR block entropy", _iclr_section(out)),
-        ("Set-level deletion harm (DRSR)", _harm_section(out)),
-        ("State externalization", _risk_section(out)),
-        ("Controlled continuations", _continuation_section(out)),
+        ("Future-necessity probe", _section(_probe_section, out)),
+        ("KL Repair (activation patching)", _section(_repair_section, out)),
+        ("ICLR block entropy", _section(_iclr_section, out)),
+        ("Set-level deletion harm (DRSR)", _section(_harm_section, out)),
+        ("State externalization", _section(_risk_section, out)),
+        ("Controlled continuations", _section(_continuation_section, out)),
     ]
     lines = ["# Reasoning persistence: mechanistic analyses", "",
              f"Model `{settings.get('model')}`; full run: {settings.get('full')}. "

@@ -1,7 +1,8 @@
 """Headline numbers of each analysis beside the reference study's, as Markdown and LaTeX tables.
 
 ``write_tables(results_dir)`` reads the result files that exist (the same
-ones ``interp.reporting.figures`` reads) and writes ``tables/<name>.md`` and
+ones ``interp.reporting.figures`` reads, checked by its ``load_result``
+against the writers' ``FIELDS``) and writes ``tables/<name>.md`` and
 ``tables/<name>.tex`` for each: probe, kl_repair, externalization,
 interventions. Cells are preformatted strings; a missing value is "—" in
 Markdown and "---" in LaTeX. Probabilities are shown in %, gaps in
@@ -20,6 +21,7 @@ from interp.reporting.figures import load_result
 from interp.reporting.figures.externalization import externalization_sections
 from interp.reporting.figures.interventions import intervention_conditions
 from interp.io import atomic_write_bytes
+from interp.schema import SchemaError
 
 REFERENCE = f"reference study ({reference.MODEL})"
 
@@ -55,13 +57,14 @@ def kl_repair_table(result: dict) -> pd.DataFrame:
     top1 = result.get("top1_mean") or [None] * len(sites)
     # resid_post.l after resid_pre.l: it is the output of layer l
     order = sorted(chosen, key=lambda i: (layers[i], sites[i].startswith("resid_post")))
-    rows = [(sites[i], str(layers[i]), _num(result["repair_mean"][i]), _ci(ci[i]), _num(top1[i]), chosen[i])
+    mean = result["repair_mean"] or [None] * len(sites)  # empty when no sample was kept
+    rows = [(sites[i], str(layers[i]), _num(mean[i]), _ci(ci[i]), _num(top1[i]), chosen[i])
             for i in order]
     return pd.DataFrame(rows, columns=["site", "layer", "Repair", "95% CI", "top-1 recovery", REFERENCE])
 
 
 def externalization_table(result: dict) -> pd.DataFrame:
-    """Future behavioural risk by G, the within-task gap and the hidden-score gap (either layout of the file)."""
+    """Future behavioural risk by G, the within-task gap and the hidden-score gap (log-odds and probability)."""
     sections = externalization_sections(result)
     rows = [(f"risk, G = {g[1]}", _pct(entry["p"]), _ci(entry.get("ci"), 100, "%"), str(entry.get("n", "?")),
              _pct(reference.RISK[g])) for g in ("G1", "G0") if (entry := sections.get("risk", {}).get(g))]
@@ -69,9 +72,8 @@ def externalization_table(result: dict) -> pd.DataFrame:
         rows.append(("within-task gap", f"{100 * within['gap']:.1f} pp", _ci(within.get("ci"), 100, " pp"),
                      f"{within.get('n_tasks', '?')} tasks", f"{100 * reference.WITHIN_TASK_GAP:.1f} pp"))
     if (hidden := sections.get("hidden_score")) and hidden.get("gap") is not None:
-        n = f"{len(hidden['per_sample'])} boundaries" if hidden.get("per_sample") else f"{hidden.get('n_tasks')} tasks"
-        label = "hidden-score gap" if "hidden_score" in result else "hidden-score gap (log-odds)"
-        rows.append((label, _num(hidden["gap"]), _ci(hidden.get("ci")), n, _num(reference.HIDDEN_SCORE_GAP)))
+        rows.append(("hidden-score gap (log-odds)", _num(hidden["gap"]), _ci(hidden.get("ci")),
+                     f"{hidden.get('n_tasks')} tasks", _num(reference.HIDDEN_SCORE_GAP)))
     probability = (result.get("hidden_score_gap") or {}).get("probability") or {}
     if probability.get("estimate") is not None:
         rows.append(("hidden-score gap (probability)", _num(probability["estimate"]), _ci(probability.get("ci")),
@@ -87,7 +89,7 @@ def interventions_table(result: dict) -> pd.DataFrame:
              _pct(c.get("reacquisition_rate")), _num(reference.CONTINUATIONS.get(name)))
             for name, c in intervention_conditions(result).items()]
     if not rows:
-        raise ValueError("no condition with a score in 'conditions' or 'summary'")
+        raise ValueError("no condition with a score in 'summary'")
     return pd.DataFrame(rows, columns=["condition", "score", "95% CI", "n", "parse failures", "re-acquisition",
                                        REFERENCE])
 
@@ -109,14 +111,16 @@ def write_tables(results_dir: Path) -> list[Path]:
     results_dir = Path(results_dir)
     out_dir = results_dir / "tables"
     written: list[Path] = []
-    skipped, failed = [], []
+    failed = []
     for name, source, build, caption in TABLES:
         path = results_dir / source
-        if not path.is_file():
-            skipped.append(f"{name} (no {source})")
+        if not path.is_file():  # that analysis did not run
             continue
         try:
             frame = build(load_result(path))
+        except SchemaError as exc:  # names the file and the field
+            failed.append(str(exc))
+            continue
         except KeyError as exc:
             failed.append(f"{path}: missing field {exc}")
             continue
@@ -126,7 +130,6 @@ def write_tables(results_dir: Path) -> list[Path]:
         for suffix, text in ((".md", to_markdown(frame, caption)), (".tex", to_latex(frame, caption, name))):
             atomic_write_bytes(out_dir / f"{name}{suffix}", text.encode("utf-8"))
             written.append(out_dir / f"{name}{suffix}")
-    print(f"tables: {len(written) // 2} written to {out_dir}" + (f"; skipped {', '.join(skipped)}" if skipped else ""))
     if failed:
         raise ValueError("tables not written: " + "; ".join(failed))
     return written

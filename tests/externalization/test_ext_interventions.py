@@ -6,23 +6,18 @@ import json
 
 import pytest
 
-from interp.continuations import run as interventions
-from interp.continuations.run import (
-    CONTINUATION_CONDITIONS,
-    RunSettings,
-    StatesError,
-    continue_states,
-    load_states,
-    reacquires,
-    score_turn,
-    summarize,
-    write_results,
-)
+from interp.continuations import generation
+from interp.data.render import render
+from interp.continuations.run import CONTINUATION_CONDITIONS, RunSettings, continue_states, summarize, write_results
+from interp.continuations.scoring import reacquires, score_turn
+from interp.continuations.states import StatesError, load_states
 from interp.data.parse import ParsedTurn, parse_turn
 from interp.data.render import fallback_tool_call_text
 from interp.data.trajectory import load_trajectories
 
 from ._support import DEMO, DEMO_STATES, MINI
+
+pytestmark = pytest.mark.unit
 
 MINI_STATES = [
     {"task_id": "mini-code-1", "after_step": 1, "note": "failing test output at b",
@@ -117,7 +112,7 @@ def test_pipeline_with_a_scripted_model(tmp_path, tiny_sensor, mini_trajectory, 
             text = "<think>\nRead it.\n</think>\n\n" + fallback_tool_call_text("read_file", {"path": "utils/dates.py"})
         return {"text": text, "n_new_tokens": 5, "stopped": True}
 
-    monkeypatch.setattr(interventions, "generate_turn", scripted)
+    monkeypatch.setattr("interp.continuations.run.generate_turn", scripted)
     settings = RunSettings(samples=2, max_new_tokens=8, seed=3)
     doc = continue_states(tiny_sensor, mini_states, [mini_trajectory], tmp_path, settings, progress=False)
     summary = doc["summary"]
@@ -181,6 +176,6 @@ def test_end_to_end_on_smollm2(tmp_path, smol_sensor, mini_trajectory, mini_stat
     assert doc["summary"]["hide_observation"]["reacquisition_rate"] is not None
     for cond, row in doc["summary"].items():
         assert row["parse_failures"] == sum(r["parse_failure"] for r in doc["rows"] if r["condition"] == cond)
-    ids = interventions.render(mini_trajectory, 1, smol_sensor.tokenizer).input_ids
-    sampled = [interventions.generate_turn(smol_sensor, ids, 12, seed=7)["text"] for _ in range(2)]
+    ids = render(mini_trajectory, 1, smol_sensor.tokenizer).input_ids
+    sampled = [generation.generate_turn(smol_sensor, ids, 12, seed=7)["text"] for _ in range(2)]
     assert sampled[0] == sampled[1]

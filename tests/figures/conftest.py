@@ -1,26 +1,52 @@
-"""Synthetic result files of every kind (shapes as the analyses write them), seeded; no model involved."""
+"""Result files of every kind made by the real writers on synthetic, seeded inputs; no model involved.
+
+probe_results.json / oof_predictions.csv: ``probes.report.probe_document`` + ``write_probe_results``;
+kl_repair.json: ``patching.kl_repair.summarize`` on ``BoundaryRepair`` rows; harm.json:
+``patching.harm.summarize_harm`` on boundary records; externalization.json:
+``interp.externalization.risk.risk_command`` on label and score CSVs; interventions.json:
+``interp.continuations.run.interventions_document`` on scored rows. attention.json and
+iclr_blocks.csv are written by the demo's stages (from an activation store), so they stay
+hand-built here in the demo's layout.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 
+
+from interp.continuations.run import RunSettings, interventions_document, write_results as write_interventions
+from interp.externalization.risk import risk_command
+from interp.extraction.attention_summary import attention_document
+from interp.extraction.entropy import drop_table
+from interp.io import atomic_write_json
+from patching.harm import summarize_harm
+from patching.kl_repair import BoundaryRepair, default_sites, summarize
+from probes.config import ProbeConfig
+from probes.data import FeatureSet
+from probes.nested_cv import OOF_COLUMNS, NestedCVResult
+from probes.report import oof_frame, probe_document, write_probe_results
+from probes.stats import BootstrapResult, PermutationResult
+
 KINDS = ["system", "tools", "task", "reasoning_block", "action", "observation", "glue"]
+MODEL = {"spec": "qwen3.5-toy", "revision": "synthetic", "n_layers": 32, "layer_types": ["linear_attention"] * 32}
 
 
 def write_results(root: Path, seed: int = 0) -> Path:
     """Write one file of each analysis under root (a results directory) and return root."""
     rng = np.random.default_rng(seed)
     _probe(root / "probe", rng)
-    _json(root / "patching" / "kl_repair.json", _kl_repair(rng))
-    _json(root / "externalization" / "externalization.json", _externalization(rng))
-    _json(root / "interventions" / "interventions.json", _interventions())
+    atomic_write_json(root / "patching" / "kl_repair.json", kl_repair_doc(rng))
+    risk_command(root / "externalization", **_risk_inputs(root / "_inputs", _externalization_cells()), n_boot=200)
+    write_interventions(_interventions(), root / "interventions")
     _json(root / "attention" / "attention.json", _attention(rng))
     _iclr(rng).to_csv(_mkdir(root / "iclr") / "iclr_blocks.csv", index=False)
-    _json(root / "harm" / "harm.json", _harm(rng))
+    atomic_write_json(root / "harm" / "harm.json", summarize_harm(_harm_boundaries(rng), model=MODEL))
     return root
 
 
@@ -34,78 +60,157 @@ def _json(path: Path, obj: dict) -> None:
     path.write_text(json.dumps(obj, indent=2))
 
 
+# ---------------------------------------------------------------- probe
+
 def _probe(out: Path, rng: np.random.Generator) -> None:
+    n, n_tasks = 120, 15
+    y = np.zeros(n, dtype=int)
+    y[rng.permutation(n)[:50]] = 1
+    groups = np.array([f"t{i % n_tasks}" for i in range(n)])
+    ids = [f"t{i % n_tasks}@{1 + i // n_tasks}:full" for i in range(n)]
     layers = list(range(0, 32, 2))
+    fs = FeatureSet(features={(layer, pooling): np.zeros((n, 2), np.float32) for layer in layers
+                              for pooling in ("last", "mean")}, y=y, groups=groups, sample_ids=ids)
+    score = rng.normal(1.2 * y - 0.6, 1.0)
+    fold = np.arange(n) % 5
+    oof = pd.DataFrame({"sample_id": ids, "task_id": groups, "y": y, "score": score, "fold": fold,
+                        "threshold": 0.0, "pred": (score >= 0).astype(int)})[OOF_COLUMNS]
+    folds = [{"fold": i, "test_tasks": sorted(set(groups[fold == i])), "n_train": int((fold != i).sum()),
+              "n_test": int((fold == i).sum()), "layer": 20 if i < 4 else 24, "pooling": "last", "standardize": True,
+              "pca": None, "C": 1.0, "threshold": 0.0, "inner_auroc": 0.79, "auroc": 0.8, "n_inner_skipped": 0}
+             for i in range(5)]
     curve = {pooling: {"layers": layers, "auroc": [0.55 + 0.25 * np.sin(np.pi * l / 40) + shift for l in layers]}
              for pooling, shift in (("last", 0.02), ("mean", -0.05))}
-    folds = [{"fold": i, "test_tasks": [f"t{i}"], "layer": 20 if i < 4 else 24, "pooling": "last", "auroc": 0.8}
-             for i in range(5)]
-    result = {"auroc": 0.812, "auroc_ci": [0.751, 0.868], "ap": 0.774, "ap_ci": [0.70, 0.84],
-              "balanced_accuracy": 0.731, "permutation_p": 0.004, "n_samples": 120, "n_tasks": 15,
-              "n_positive": 50, "folds": folds, "layer_curve": curve}
-    _json(out / "probe_results.json", result)
-    y = (rng.random(120) < 50 / 120).astype(int)
-    score = rng.normal(1.2 * y - 0.6, 1.0)
-    fold = np.arange(120) % 5
-    pd.DataFrame({"sample_id": [f"s{i}" for i in range(120)], "task_id": [f"t{i % 15}" for i in range(120)], "y": y,
-                  "score": score, "fold": fold, "threshold": 0.0, "pred": (score >= 0).astype(int)}
-                 ).to_csv(out / "oof_predictions.csv", index=False)
+    cv = NestedCVResult(folds=folds, oof=oof, auroc=0.812, ap=0.774, balanced_accuracy=0.731)
+    boot = BootstrapResult(cis={"auroc": [0.751, 0.868], "ap": [0.70, 0.84]}, n_used=1000, n_skipped=0)
+    null = rng.uniform(0.45, 0.7, 249)
+    perm = PermutationResult(observed=0.83, null=null, p_value=0.004, candidate_auroc=np.full(len(fs.keys), 0.7))
+    doc = probe_document(cv, boot, perm, curve, 0.52, fs, [], ProbeConfig(), {"nested_cv": 1.0})
+    write_probe_results(doc, oof_frame(doc), out)
 
 
-def _kl_repair(rng: np.random.Generator) -> dict:
-    layers = list(range(32))
-    mean = [float(np.clip(l / 31, 0, 1) ** 1.5) for l in layers] + [1.0]
-    return {
-        "sites": [f"resid_pre.{l}" for l in layers] + ["resid_post.31"], "layers": layers + [31],
-        "repair_mean": mean, "repair_ci": [[m - 0.06, m + 0.05] for m in mean],
-        "top1_mean": [float(min(1.0, m + 0.1)) for m in mean], "full_attention_layers": list(range(3, 32, 4)),
-        "n_samples": 40, "n_excluded": 2, "condition": "delete_all_reasoning",
-        "model": {"spec": "qwen3.5-toy", "n_layers": 32, "layer_types": ["linear_attention"] * 32},
-    }
+# ---------------------------------------------------------------- KL Repair
+
+def kl_repair_doc(rng: np.random.Generator, n_layers: int = 32) -> dict:
+    """kl_repair.json from 40 kept and 2 excluded synthetic boundaries of 10 tasks."""
+    sites = default_sites(n_layers)
+    base = np.array([(layer / (n_layers - 1)) ** 1.5 for _, layer in sites[:-1]] + [1.0])
+    rows = []
+    for i in range(42):
+        excluded = i >= 40
+        repair = [float("nan")] * len(sites) if excluded else np.clip(
+            base + rng.normal(0, 0.08, len(sites)), -0.2, 1.0).tolist()
+        if not excluded:
+            repair[-1] = 1.0  # the final resid_post restores the output exactly
+        rows.append(BoundaryRepair(f"t{i % 10}", 1 + i // 10, 0.0 if excluded else float(rng.gamma(2.0, 0.3)),
+                                   repair=repair, top1=[bool(r > 0.6) for r in repair], kl_patch=[0.0] * len(sites),
+                                   excluded=excluded, n_tokens_full=400, n_tokens_deleted=300))
+    sensor = SimpleNamespace(describe=lambda: MODEL, full_attention_layers=list(range(3, n_layers, 4)))
+    return summarize(rows, sites, "delete_all_reasoning", sensor, "fast", 1, n_boot=200)
 
 
-def _externalization(rng: np.random.Generator) -> dict:
-    per_task = [{"task_id": f"t{i}", "diff": float(rng.normal(0.2, 0.15))} for i in range(15)]
-    per_sample = [{"task_id": f"t{i % 15}", "G": int(i % 2), "score": float(rng.normal(0.3 * (i % 2), 0.2))}
-                  for i in range(80)]
-    return {"risk": {"G1": {"p": 0.64, "ci": [0.55, 0.72], "n": 60}, "G0": {"p": 0.38, "ci": [0.30, 0.46], "n": 70}},
-            "within_task": {"gap": 0.21, "ci": [0.12, 0.29], "n_tasks": 15, "per_task": per_task},
-            "hidden_score": {"gap": 0.27, "per_sample": per_sample}}
+# ---------------------------------------------------------------- externalization
+
+def _risk_inputs(where: Path, cells: list[tuple[str, int, int, int, float]]) -> dict:
+    """Label and score CSVs for risk_command from (task_id, G, n, n_positive, score) cells."""
+    rows, step = [], {}
+    for task, g, n, positive, score in cells:
+        for j in range(n):
+            step[task] = step.get(task, 0) + 1
+            rows.append({"task_id": task, "after_step": step[task], "externalization_gap": g,
+                         "future_necessity": int(j < positive), "score": score})
+    frame = pd.DataFrame(rows)
+    _mkdir(where)
+    frame[["task_id", "after_step", "externalization_gap", "future_necessity"]].to_csv(where / "labels.csv",
+                                                                                       index=False)
+    pd.DataFrame({"sample_id": [f"{t}@{b}:full" for t, b in zip(frame["task_id"], frame["after_step"])],
+                  "task_id": frame["task_id"], "y": frame["future_necessity"], "score": frame["score"]}
+                 ).to_csv(where / "oof_predictions.csv", index=False)
+    return {"labels": where / "labels.csv", "probe_results": where / "oof_predictions.csv"}
 
 
-def risk_layout_externalization() -> dict:
-    """externalization.json as interp.externalization.risk writes it (estimates under p_y_given_g*, per_task as a mapping)."""
-    def gap(estimate: float, scale: float) -> dict:
-        return {"estimate": estimate, "ci": [estimate - 0.1 * scale, estimate + 0.1 * scale], "n_tasks": 4,
-                "per_task": {f"t{i}": estimate + scale * (i - 1.5) / 10 for i in range(4)}}
-    return {"p_y_given_g1": {"estimate": 0.6, "ci": [0.5, 0.7], "n": 40, "n_positive": 24, "n_tasks": 5},
-            "p_y_given_g0": {"estimate": 0.3, "ci": [0.2, 0.4], "n": 50, "n_positive": 15, "n_tasks": 5},
-            "risk_difference": 0.3, "within_task_gap": gap(0.25, 1.0),
-            "hidden_score_gap": {"logodds": gap(0.9, 3.0), "probability": gap(0.15, 0.5)}}
+def _externalization_cells() -> list[tuple[str, int, int, int, float]]:
+    """P(y|G=1) = 80/125 = 0.64, P(y|G=0) = 57/150 = 0.38, within-task gap 0.21, log-odds score gap 0.27."""
+    p1 = [3, 4, 5, 5, 6, 6, 7, 7, 8, 9]  # positives of 10 G=1 boundaries per task: sum 60
+    p0 = [2, 5, 3, 4, 3, 5, 4, 5, 4, 4]  # of 10 G=0 boundaries: sum 39; mean per-task difference 0.21
+    cells = []
+    for i, (a, b) in enumerate(zip(p1, p0)):
+        cells += [(f"t{i}", 1, 10, a, 0.1 * i + 0.27), (f"t{i}", 0, 10, b, 0.1 * i)]
+    return cells + [("t10", 1, 25, 20, 1.0), ("t11", 0, 50, 18, 0.0)]  # tasks with one G value only
 
 
-def summary_layout_interventions() -> dict:
-    """interventions.json as interp.continuations.run writes it (per-condition stats under summary)."""
-    def row(mean: float | None, rate: float | None = None) -> dict:
-        return {"mean_score": mean, "ci": None if mean is None else [mean - 0.1, mean + 0.1], "n_states": 8,
-                "n_tasks": 4, "n_generations": 8, "parse_failures": 0, "reacquisition_rate": rate}
-    return {"summary": {"delete_all_reasoning": row(0.61), "full": row(0.9, 0.1), "hide_observation": row(0.5, 0.75),
-                        "keep_latest_reasoning": row(None)}}
+def _probability_root(gap: float = 0.9, target: float = 0.15) -> float:
+    """x with sigmoid(x + gap) - sigmoid(x) = target (the root below the peak at -gap / 2), by bisection."""
+    def f(x: float) -> float:
+        return 1 / (1 + math.exp(-x - gap)) - 1 / (1 + math.exp(-x)) - target
+    lo, hi = -20.0, -gap / 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if f(mid) < 0 else (lo, mid)
+    return (lo + hi) / 2
+
+
+def risk_layout_externalization(tmp: Path) -> dict:
+    """externalization.json from risk_command: P(y|G=1) 0.6, P(y|G=0) 0.3, per-task gaps 0.1..0.4, score gap 0.9."""
+    x = _probability_root()
+    cells = []
+    for i, a in enumerate([4, 5, 6, 7]):
+        cells += [(f"t{i}", 1, 10, a, x + 0.9), (f"t{i}", 0, 10, 3, x)]
+    cells.append(("t4", 1, 10, 8, 0.0))
+    return risk_command(tmp / "externalization", **_risk_inputs(tmp / "_inputs", cells), n_boot=200)
+
+
+# ---------------------------------------------------------------- interventions
+
+def _rows(condition: str, scores: list[float], reacquired: list[bool | None] | None = None,
+          states_per_task: int = 5) -> list[dict]:
+    reacquired = reacquired or [None] * len(scores)
+    return [{"state_id": f"s{i}", "task_id": f"t{i // states_per_task}", "domain": "code", "after_step": 2,
+             "condition": condition, "sample": "greedy", "seed": None, "text": "", "parsed": {"status": "ok"},
+             "parse_failure": False, "score": score, "checks": [], "reacquired": r, "hidden_step": 2,
+             "n_prompt_tokens": 300, "n_new_tokens": 40, "stopped": True, "edit": {"condition": condition}}
+            for i, (score, r) in enumerate(zip(scores, reacquired))]
+
+
+def _scores(mean: float, n: int) -> list[float]:
+    """n state scores (rubric 0..1) with exactly that mean: ones, one partial score, zeros."""
+    ones = int(mean * n)
+    rest = round(mean * n - ones, 6)
+    return [1.0] * ones + ([rest] if rest else []) + [0.0] * (n - ones - bool(rest))
 
 
 def _interventions() -> dict:
-    def row(mean: float, rate: float | None = None) -> dict:
-        return {"mean": mean, "ci": [mean - 0.05, mean + 0.04], "n": 30, "parse_failures": 1,
-                "reacquisition_rate": rate}
-    return {"conditions": {"full": row(0.86), "keep_latest_reasoning": row(0.85), "delete_latest_reasoning": row(0.74),
-                           "delete_all_reasoning": row(0.66), "clear_after_code": row(0.75),
-                           "hide_observation": row(0.70, 0.83)}}
+    means = {"full": 0.86, "keep_latest_reasoning": 0.85, "delete_latest_reasoning": 0.74,
+             "delete_all_reasoning": 0.66, "clear_after_code": 0.75, "hide_observation": 0.70}
+    rows, seen = [], {}
+    for condition, mean in means.items():
+        reacq = [i < 83 for i in range(100)] if condition == "hide_observation" else None
+        scores = _scores(mean, 50)
+        rows += _rows(condition, scores + scores, reacq)  # two generations per state: greedy and one sample
+    for r in rows:
+        if r["state_id"] in seen.setdefault(r["condition"], set()):
+            r["sample"], r["seed"] = 0, 1
+        seen[r["condition"]].add(r["state_id"])
+    settings = RunSettings(conditions=tuple(means), samples=1, max_new_tokens=64)
+    return interventions_document(rows, settings, MODEL, 50, [], n_boot=200)
 
+
+def summary_layout_interventions() -> dict:
+    """interventions.json from interventions_document: full 0.9 (re-acquisition 0.1), delete_all 0.61, hide 0.5
+    (re-acquisition 0.75), keep_latest_reasoning without rows (no score)."""
+    rows = (_rows("delete_all_reasoning", _scores(0.61, 100)) + _rows("full", _scores(0.9, 10), [True] + [False] * 9)
+            + _rows("hide_observation", _scores(0.5, 4), [True, True, True, False]))
+    settings = RunSettings(conditions=("delete_all_reasoning", "full", "hide_observation", "keep_latest_reasoning"),
+                           samples=0)
+    return json.loads(json.dumps(interventions_document(rows, settings, MODEL, 114, [], n_boot=200)))
+
+
+# ---------------------------------------------------------------- demo files (attention, ICLR)
 
 def _attention(rng: np.random.Generator) -> dict:
     layers = list(range(3, 32, 4))
-    mass = rng.dirichlet(np.ones(len(KINDS)), size=len(layers)).tolist()
-    return {"layers": layers, "kinds": KINDS, "mass": mass, "n": 40, "condition": "full"}
+    mass = rng.dirichlet(np.ones(len(KINDS)), size=len(layers))
+    return attention_document(mass, layers, "full", 40)  # the real writer's document
 
 
 def _iclr(rng: np.random.Generator) -> pd.DataFrame:
@@ -115,28 +220,37 @@ def _iclr(rng: np.random.Generator) -> pd.DataFrame:
             n = int(rng.integers(1, 7))
             scored = not (task == 5 and step > 4)
             entropy = rng.gamma(2.0, 0.6, n)
-            order = np.argsort(entropy)
-            dropped = set(order[: int(0.8 * n)].tolist()) if scored and n > 1 else set()
             rows += [{"task_id": f"t{task}", "domain": "code", "step": step, "block": b,
-                      "n_tokens": int(rng.integers(10, 200)), "mean_entropy_bits": entropy[b] if scored else None,
-                      "scored": scored, "n_blocks_in_step": n, "dropped": b in dropped} for b in range(n)]
-    return pd.DataFrame(rows)
+                      "n_tokens": int(rng.integers(10, 200)), "mean_entropy_bits": entropy[b] if scored else None}
+                     for b in range(n)]
+    return drop_table(pd.DataFrame(rows))  # the real writer: ICLR's drop rule at rho = 0.8
 
 
-def _harm(rng: np.random.Generator) -> dict:
+# ---------------------------------------------------------------- harm
+
+# Orders of the true joint harms of five same-size sets, by rank of their additive prediction:
+# two inverted pairs of ten (pair-ordering accuracy 0.8) for k = 2, three (0.7) for k = 3.
+_ORDER = {2: [1, 0, 3, 2, 4], 3: [2, 0, 1, 4, 3]}
+
+
+def _harm_boundaries(rng: np.random.Generator) -> list[dict]:
+    """boundary_harm records of 4 boundaries: 6 singletons and 5 sets each of size 2 and 3."""
     boundaries = []
     for task in range(4):
         blocks = [(s, b) for s in (1, 2) for b in range(3)]
         single = {m: float(rng.gamma(2.0, 0.02)) for m in blocks}
         sets = [{"members": [list(m)], "tokens_removed": 20, "nll": 1.0 + h, "harm": h, "interaction": None}
                 for m, h in single.items()]
-        for k in (2, 3):
-            for _ in range(6):
-                members = [blocks[i] for i in rng.choice(len(blocks), k, replace=False)]
-                joint = sum(single[m] for m in members) * float(rng.uniform(0.4, 1.3))
-                sets.append({"members": [list(m) for m in members], "tokens_removed": 20 * k, "nll": 1.0 + joint,
-                             "harm": joint, "interaction": joint - sum(single[m] for m in members)})
+        for k, order in _ORDER.items():
+            chosen = [tuple(sorted(rng.choice(len(blocks), k, replace=False).tolist())) for _ in range(50)]
+            chosen = list(dict.fromkeys(chosen))[:5]
+            members = [[blocks[i] for i in c] for c in chosen]
+            predicted = [sum(single[m] for m in ms) for ms in members]
+            ranked = sorted(range(5), key=predicted.__getitem__)
+            factor = float(rng.uniform(0.5, 0.9))
+            for rank, j in enumerate(ranked):
+                joint = factor * predicted[ranked[order[rank]]]
+                sets.append({"members": [list(m) for m in members[j]], "tokens_removed": 20 * k, "nll": 1.0 + joint,
+                             "harm": joint, "interaction": joint - predicted[j]})
         boundaries.append({"task_id": f"t{task}", "after_step": 3, "nll_full": 1.0, "sets": sets})
-    return {"per_cardinality": {"2": {"mean_interaction": -0.01, "n_sets": 24, "pair_ordering_accuracy": 0.8},
-                                "3": {"mean_interaction": -0.02, "n_sets": 24, "pair_ordering_accuracy": 0.7}},
-            "boundaries": boundaries}
+    return boundaries

@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 
 from interp.reporting.figures import (FIGURES, PALETTE, externalization_figure, interventions_figure, kl_repair_figure,
-                            make_figures)
+                                     make_figures, summary)
 from interp.reporting.figures import export
 from interp.reporting.figures.theme import REFERENCE_LABEL
 
 from .conftest import risk_layout_externalization, summary_layout_interventions, write_results
+
+pytestmark = pytest.mark.unit
 
 NAMES = [spec.name for spec in FIGURES]
 
@@ -29,8 +31,8 @@ EXPECTED = {
                        "full-attention layer", "final resid_post.31", REFERENCE_LABEL, "Repair (unitless)",
                        "top-1 recovery (fraction of samples)"],
     "fig3_externalization": ["State externalization", "future behavioural risk (% of boundaries)", "one task",
-                             "risk difference, G=1", "(percentage points)", "hidden-state probe score (unitless)",
-                             "gap 0.270 (reference 0.283)"],
+                             "risk difference, G=1", "(percentage points)", "probe-score difference, G=1",
+                             "(log-odds)", "c  probe score on the boundary by G"],
     "fig4_interventions": ["Controlled continuations", "ours (mean, 95% CI)", "continuation score (rubric, 0",
                            "re-acquisition rate", "re-running the hidden command (% of continuations)", "keep latest"],
     "fig5_attention": ["Boundary-token attention mass by segment kind", "reasoning block", "observation",
@@ -82,7 +84,8 @@ def test_missing_inputs_are_skipped_and_reported(tmp_path, capsys):
     assert report["skipped"] == {"fig1_probe": "no probe/probe_results.json", "fig6_iclr": "no iclr/iclr_blocks.csv",
                                  "fig7_harm": "no harm/harm.json"}
     assert "fig1b_probe_roc_pr" in report["written"] and not (tmp_path / "figures" / "fig1_probe.html").exists()
-    line = capsys.readouterr().out
+    assert capsys.readouterr().out == "", "make_figures is library code: it prints nothing"
+    line = summary(report, tmp_path / "figures")
     assert "5 written" in line and "skipped fig1_probe (no probe/probe_results.json)" in line
 
 
@@ -100,7 +103,28 @@ def test_a_malformed_file_fails_alone_with_file_and_field(tmp_path, capsys):
     report = make_figures(tmp_path, png=False)
     assert report["failed"] == {"fig2_kl_repair": f"{path}: missing field 'repair_mean'"}
     assert len(report["written"]) == len(NAMES) - 1
-    assert "FAILED fig2_kl_repair" in capsys.readouterr().out
+    assert "FAILED fig2_kl_repair" in summary(report, tmp_path / "figures")
+
+
+def test_a_field_of_the_wrong_shape_fails_with_file_and_field(tmp_path):
+    write_results(tmp_path)
+    path = tmp_path / "patching" / "kl_repair.json"
+    result = json.loads(path.read_text())
+    result["repair_mean"] = result["repair_mean"][:-1]  # one site short
+    path.write_text(json.dumps(result))
+    failed = make_figures(tmp_path, png=False)["failed"]["fig2_kl_repair"]
+    assert failed.startswith(f"{path}: field 'repair_mean'") and "dimension 'n_sites'" in failed
+
+
+def test_excluded_samples_are_null_in_the_file_and_drawn(tmp_path):
+    root = write_results(tmp_path)
+    text = (root / "patching" / "kl_repair.json").read_text()
+    assert "NaN" not in text
+    result = json.loads(text)
+    assert result["n_excluded"] == 2 and all(r is None for s in result["per_sample"] if s["excluded"]
+                                             for r in s["repair"])
+    result["repair_ci"] = [[None, None]] * len(result["sites"])  # as written when no CI could be computed
+    assert kl_repair_figure(result).data
 
 
 def test_reference_points_only_on_a_32_layer_model(tmp_path):
@@ -121,14 +145,14 @@ def test_kl_repair_sites_of_other_kinds_get_their_own_series():
 
 def test_externalization_draws_the_panels_present(tmp_path):
     result = json.loads((write_results(tmp_path) / "externalization" / "externalization.json").read_text())
-    only_risk = externalization_figure({"risk": result["risk"]})
+    only_risk = externalization_figure({key: result[key] for key in ("p_y_given_g1", "p_y_given_g0")})
     assert [a.text for a in only_risk.layout.annotations] == ["a  future behavioural risk by G"]
     with pytest.raises(ValueError, match="none of the fields"):
         externalization_figure({"schema": {}})
 
 
-def test_externalization_reads_the_interp_risk_layout():
-    fig = externalization_figure(risk_layout_externalization())
+def test_externalization_reads_the_interp_risk_layout(tmp_path):
+    fig = externalization_figure(risk_layout_externalization(tmp_path))
     assert [a.text for a in fig.layout.annotations] == ["a  future behavioural risk by G",
                                                         "b  within-task difference, G=1 − G=0",
                                                         "c  probe score on the boundary by G"]
@@ -159,7 +183,8 @@ def test_without_chromium_html_is_written_and_one_message_says_what_to_install(t
     report = make_figures(tmp_path, png=True)
     assert report["png_skipped"] == export.NO_CHROMIUM and "apt-get install chromium" in export.NO_CHROMIUM
     assert len(report["written"]) == len(NAMES) and not list((tmp_path / "figures").glob("*.png"))
-    assert capsys.readouterr().out.count("PNG export skipped") == 1
+    assert capsys.readouterr().out == ""
+    assert summary(report, tmp_path / "figures").count("PNG export skipped") == 1
 
 
 @pytest.mark.skipif(export.find_chromium() is None, reason="no Chromium for kaleido (apt-get install chromium)")

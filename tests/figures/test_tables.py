@@ -10,6 +10,8 @@ from interp.reporting.tables import externalization_table, interventions_table, 
 
 from .conftest import risk_layout_externalization, summary_layout_interventions, write_results
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(scope="module")
 def tables(tmp_path_factory):
@@ -72,8 +74,8 @@ def test_kl_layers_are_matched_by_relative_depth_on_other_models():
     assert table["site"].tolist() == ["resid_pre.4", "resid_pre.19", "resid_pre.26", "resid_pre.29"]
 
 
-def test_tables_read_the_layouts_of_interp_risk_and_interp_interventions():
-    risk = externalization_table(risk_layout_externalization())
+def test_tables_read_the_layouts_of_interp_risk_and_interp_interventions(tmp_path):
+    risk = externalization_table(risk_layout_externalization(tmp_path))
     assert risk["quantity"].tolist() == ["risk, G = 1", "risk, G = 0", "within-task gap", "hidden-score gap (log-odds)",
                                          "hidden-score gap (probability)"]
     assert risk["ours"].tolist() == ["60.0%", "30.0%", "25.0 pp", "0.900", "0.150"]

@@ -6,6 +6,8 @@ import pytest
 
 from patching.harm import SetHarm, candidate_sets, pair_ordering_accuracy, set_harms
 
+pytestmark = pytest.mark.parity
+
 
 def test_empty_set_is_zero_and_prefix_reuse_equals_recomputation(tiny_sensor, mini_trajectory):
     sets = [()] + candidate_sets(mini_trajectory, 3, max_k=3, budget=2, seed=0)
@@ -51,3 +53,31 @@ def test_boundary_harm_record_matches_set_harms(tiny_sensor, mini_trajectory):
     assert record["nll_full"] == pytest.approx(nll, abs=1e-9)
     assert [tuple(map(tuple, s["members"])) for s in record["sets"]] == [r.members for r in rows]
     assert [s["harm"] for s in record["sets"]] == pytest.approx([r.harm for r in rows], abs=1e-9)
+
+
+def test_default_boundaries_is_the_middle_boundary_of_trajectories_with_a_next_step():
+    from types import SimpleNamespace
+
+    from patching.harm import default_boundaries
+
+    trajs = [SimpleNamespace(task_id="a", n_steps=1), SimpleNamespace(task_id="b", n_steps=2),
+             SimpleNamespace(task_id="c", n_steps=7)]
+    assert default_boundaries(trajs) == ["b@1", "c@3"]
+
+
+def test_summarize_harm_writes_its_declared_fields(tmp_path):
+    import json
+
+    from interp.io import atomic_write_json
+    from interp.schema import check, schema_dict
+    from patching.harm import FIELDS, summarize_harm
+
+    sets = [{"members": [[1, 0]], "tokens_removed": 5, "nll": 1.1, "harm": 0.1, "interaction": None},
+            {"members": [[1, 1]], "tokens_removed": 5, "nll": 1.2, "harm": 0.2, "interaction": None},
+            {"members": [[1, 0], [1, 1]], "tokens_removed": 10, "nll": 1.25, "harm": 0.25, "interaction": -0.05}]
+    doc = summarize_harm([{"task_id": "t", "after_step": 1, "nll_full": 1.0, "sets": sets}], model={"spec": "toy"})
+    assert doc["per_cardinality"]["2"]["mean_interaction"] == pytest.approx(-0.05) and doc["model"] == {"spec": "toy"}
+    assert doc["schema"] == schema_dict(FIELDS) and list(doc) == [f.name for f in FIELDS]
+    atomic_write_json(tmp_path / "harm.json", doc)
+    check(json.loads((tmp_path / "harm.json").read_text()), FIELDS, "harm.json")
+    assert summarize_harm([])["model"] is None

@@ -12,6 +12,8 @@ from interp.data.trajectory import Trajectory
 from interp.stats import task_bootstrap_ci
 from patching.kl_repair import default_sites, kl, kl_repair_trajectory, summarize
 
+pytestmark = pytest.mark.parity
+
 TOL = 1e-4  # the issue's parity tolerance on Repair, on both models
 # The reference is the TransformerLens bridge (eager attention, whole forwards, no cache); the fast
 # path is prefix snapshots + batched variants at sdpa. On the hybrid the float64 model runs
@@ -133,3 +135,36 @@ def test_deleted_runs_continue_the_full_run_where_they_agree(tiny_sensor):
         # each forward starts at the deleted block, less the few template tokens that wrap it
         assert len(got) == len(blocks) and all(block - 4 <= start <= block for start, block in zip(got, blocks))
         assert sorted(b for _, _, tails in jobs for b in tails) == [1, 2, 3]
+
+
+def test_default_sites_is_the_one_rule():
+    assert default_sites(3) == [("resid_pre", 0), ("resid_pre", 1), ("resid_pre", 2), ("resid_post", 2)]
+    assert default_sites(3, layers=[2, 0, 1]) == [("resid_pre", 2), ("resid_pre", 0), ("resid_pre", 1),
+                                                  ("resid_post", 2)]  # every layer chosen: the anchor is added
+    assert default_sites(4, layers=[0, 2]) == [("resid_pre", 0), ("resid_pre", 2)]  # a subset: no anchor
+    assert default_sites(2, "mlp_out") == [("mlp_out", 0), ("mlp_out", 1)]
+    with pytest.raises(ValueError, match="out of range"):
+        default_sites(2, layers=[2])
+
+
+def test_summarize_is_pure_and_writes_its_declared_fields(tmp_path):
+    """summarize needs only describe() and full_attention_layers; excluded samples' NaN repair is null on disk."""
+    import json
+    from types import SimpleNamespace
+
+    from interp.io import atomic_write_json
+    from interp.schema import check, schema_dict
+    from patching.kl_repair import FIELDS, BoundaryRepair
+
+    sites = default_sites(2)
+    rows = [BoundaryRepair("a", 1, 0.5, [0.1, 0.6, 1.0], [False, True, True], [0.45, 0.2, 0.0]),
+            BoundaryRepair("b", 1, 0.4, [0.3, 0.8, 1.0], [True, True, True], [0.28, 0.08, 0.0]),
+            BoundaryRepair("c", 2, 0.0, [math.nan] * 3, [True] * 3, [0.0] * 3, excluded=True)]
+    sensor = SimpleNamespace(describe=lambda: {"spec": "toy", "n_layers": 2}, full_attention_layers=[1])
+    doc = summarize(rows, sites, "delete_all_reasoning", sensor, "fast", 1, n_boot=50)
+    assert doc["repair_mean"] == pytest.approx([0.2, 0.7, 1.0]) and doc["excluded"] == ["c@2"]
+    assert doc["schema"] == schema_dict(FIELDS) and set(doc) == {f.name for f in FIELDS}
+    atomic_write_json(tmp_path / "kl_repair.json", doc)
+    saved = json.loads((tmp_path / "kl_repair.json").read_text())
+    assert saved["per_sample"][2]["repair"] == [None, None, None]
+    check(saved, FIELDS, tmp_path / "kl_repair.json")

@@ -9,6 +9,8 @@ from sklearn.metrics import average_precision_score, balanced_accuracy_score, ro
 
 from probes import FeatureSet, oof_frame, run_probe, write_probe_results
 
+pytestmark = pytest.mark.parity
+
 
 def test_run_probe_writes_consistent_files(make_features, fast_config, tmp_path):
     fs = make_features(n_tasks=12, signal_key=(2, "mean"), signal=1.5)

@@ -8,8 +8,13 @@ writes ``figures/<name>.html`` (self-contained, offline) and ``.png``::
 
     from interp.reporting.figures import make_figures, kl_repair_figure
     report = make_figures(Path("results/demo"))      # HTML + PNG of what exists
-    report["skipped"]                                 # {"fig3_externalization": "no externalization/..."}
-    kl_repair_figure(json.load(open("results/demo/patching/kl_repair.json"))).show()
+    print(summary(report, Path("results/demo/figures")))  # what was written, skipped, failed
+    kl_repair_figure(load_result(Path("results/demo/patching/kl_repair.json"))).show()
+
+Result files are read with ``load_result``, which checks each against the
+fields its writer declares (``RESULT_FIELDS``: the writer module's
+``FIELDS``), so a file that does not match fails naming the file and the
+field, not deep inside plotly.
 
 PNG needs a Chromium (``apt-get install chromium``); without one the HTML is
 still written and the report says what is missing.
@@ -17,8 +22,9 @@ still written and the report says what is missing.
 
 from __future__ import annotations
 
+import importlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +41,7 @@ from interp.reporting.figures.interventions import interventions_figure
 from interp.reporting.figures.kl_repair import kl_repair_figure
 from interp.reporting.figures.probe import probe_figure, roc_pr_figure
 from interp.reporting.figures.theme import PALETTE, TEMPLATE
+from interp.schema import Field, SchemaError, check, check_columns
 
 
 @dataclass(frozen=True)
@@ -58,19 +65,48 @@ FIGURES = (
 )
 
 
-def load_result(path: Path) -> Any:
-    """A result file as a dict (.json) or a DataFrame (.csv)."""
+# Result file name -> (writer module, its declaration of the file's fields). Imported on first use.
+RESULT_FIELDS: dict[str, tuple[str, str]] = {
+    "probe_results.json": ("probes.report", "FIELDS"),
+    "oof_predictions.csv": ("probes.report", "OOF_FIELDS"),
+    "kl_repair.json": ("patching.kl_repair", "FIELDS"),
+    "harm.json": ("patching.harm", "FIELDS"),
+    "externalization.json": ("interp.externalization.risk", "FIELDS"),
+    "interventions.json": ("interp.continuations.run", "FIELDS"),
+    "attention.json": ("interp.extraction.attention_summary", "FIELDS"),
+    "iclr_blocks.csv": ("interp.extraction.entropy", "DROP_TABLE_FIELDS"),
+}
+
+
+def result_fields(path: Path) -> Sequence[Field] | None:
+    """The fields the writer of ``path`` declares (by file name), or None for a file without a declaration."""
+    where = RESULT_FIELDS.get(Path(path).name)
+    return getattr(importlib.import_module(where[0]), where[1]) if where else None
+
+
+def load_result(path: Path, fields: Sequence[Field] | None = None) -> Any:
+    """A result file as a dict (.json) or a DataFrame (.csv), checked against its writer's fields.
+
+    ``fields`` defaults to ``result_fields(path)``; a file that does not match
+    raises ``interp.schema.SchemaError`` naming the file and the field.
+    """
+    path = Path(path)
+    fields = result_fields(path) if fields is None else fields
     if path.suffix == ".csv":
-        return pd.read_csv(path)
-    return json.loads(path.read_text(encoding="utf-8"))
+        frame = pd.read_csv(path)
+        if fields:
+            check_columns(frame.columns, fields, path)
+        return frame
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    return check(doc, fields, path) if fields else doc
 
 
 def make_figures(results_dir: Path, png: bool = True) -> dict:
     """Make every figure whose result file exists under results_dir into results_dir/figures; report what and why not.
 
     Returns {"written": {name: [html, png?]}, "skipped": {name: reason},
-    "failed": {name: "file: error"}, "png_skipped": reason or None}; prints one
-    summary line (and one line when PNGs could not be made).
+    "failed": {name: "file: error"}, "png_skipped": reason or None}. Prints
+    nothing: callers print ``summary(report, results_dir / "figures")``.
     """
     results_dir = Path(results_dir)
     out_dir = results_dir / "figures"
@@ -84,6 +120,8 @@ def make_figures(results_dir: Path, png: bool = True) -> dict:
             continue
         try:
             figures[spec.name] = spec.build(load_result(source))
+        except SchemaError as exc:  # names the file and the field
+            failed[spec.name] = str(exc)
         except KeyError as exc:  # a field the builder needs is absent
             failed[spec.name] = f"{source}: missing field {exc}"
         except (ValueError, TypeError, IndexError) as exc:
@@ -94,9 +132,7 @@ def make_figures(results_dir: Path, png: bool = True) -> dict:
         paths, png_skipped = write_pngs(figures, out_dir)
         for path in paths:
             written[path.stem].append(path)
-    report = {"written": written, "skipped": skipped, "failed": failed, "png_skipped": png_skipped}
-    print(summary(report, out_dir))
-    return report
+    return {"written": written, "skipped": skipped, "failed": failed, "png_skipped": png_skipped}
 
 
 def summary(report: dict, out_dir: Path) -> str:
@@ -116,5 +152,5 @@ def summary(report: dict, out_dir: Path) -> str:
 __all__ = [
     "FIGURES", "PALETTE", "TEMPLATE", "FigureSpec", "attention_figure", "externalization_figure", "find_chromium",
     "harm_figure", "iclr_figure", "interventions_figure", "kl_repair_figure", "load_result", "make_figures",
-    "probe_figure", "roc_pr_figure",
+    "probe_figure", "RESULT_FIELDS", "result_fields", "roc_pr_figure", "summary",
 ]

@@ -1,12 +1,11 @@
 """Figure 3: state externalization (G) and future behavioural risk, from externalization.json.
 
-Two layouts of the file are read (``externalization_sections`` turns either into the first):
-
-- ``risk`` {"G1"|"G0": {"p", "ci", "n"}}, ``within_task`` {"gap", "ci", "n_tasks",
-  "per_task": [{"task_id", "diff"}]}, ``hidden_score`` {"gap", "ci"?, "per_sample": [{"task_id", "G", "score"}]};
-- ``interp.externalization.risk``'s: ``p_y_given_g1``/``p_y_given_g0`` {"estimate", "ci", "n"}, ``within_task_gap``
-  {"estimate", "ci", "n_tasks", "per_task": {task_id: diff}}, ``hidden_score_gap`` {"logodds": {same as
-  within_task_gap}, "probability": {...}} or null (no per-boundary scores: panel c shows per-task gaps).
+The layout is ``interp.externalization.risk.FIELDS``: ``p_y_given_g1``/``p_y_given_g0``
+{"estimate", "ci", "n", ...}, ``within_task_gap`` {"estimate", "ci", "n_tasks", "per_task":
+{task_id: diff}}, ``hidden_score_gap`` {"logodds": {same as within_task_gap}, "probability": {...}}
+or null. ``externalization_sections`` turns it into the panels' sections "risk", "within_task",
+"hidden_score" (per-task paired gaps on the log-odds scale). Reference values come from
+``interp.reporting.reference``.
 
 Probabilities, risk differences and CIs are fractions, plotted in % and percentage points.
 """
@@ -25,16 +24,14 @@ GROUP_COLOUR = {"G0": PALETTE[0], "G1": PALETTE[3]}
 
 
 def externalization_sections(result: dict) -> dict:
-    """Sections "risk", "within_task", "hidden_score" of either file layout (module docstring); empty ones left out."""
-    risk = result.get("risk") or {
-        g: {"p": entry["estimate"], "ci": entry.get("ci"), "n": entry.get("n")}
-        for g, key in (("G1", "p_y_given_g1"), ("G0", "p_y_given_g0"))
-        if (entry := result.get(key)) and entry.get("estimate") is not None
-    }
+    """Sections "risk", "within_task", "hidden_score" of externalization.json (module docstring); empty ones left out."""
+    risk = {g: {"p": entry["estimate"], "ci": entry.get("ci"), "n": entry.get("n")}
+            for g, key in (("G1", "p_y_given_g1"), ("G0", "p_y_given_g0"))
+            if (entry := result.get(key)) and entry.get("estimate") is not None}
     sections = {
         "risk": risk,
-        "within_task": result.get("within_task") or _paired(result.get("within_task_gap")),
-        "hidden_score": result.get("hidden_score") or _paired((result.get("hidden_score_gap") or {}).get("logodds")),
+        "within_task": _paired(result.get("within_task_gap")),
+        "hidden_score": _paired((result.get("hidden_score_gap") or {}).get("logodds")),
     }
     return {key: value for key, value in sections.items() if value}
 
@@ -45,8 +42,8 @@ def externalization_figure(result: dict) -> go.Figure:
     titles = {"risk": "future behavioural risk by G", "within_task": "within-task difference, G=1 − G=0",
               "hidden_score": "probe score on the boundary by G"}
     if not sections:
-        raise ValueError("none of the fields 'risk', 'within_task', 'hidden_score' (or interp.externalization.risk's "
-                         "'p_y_given_g1', 'within_task_gap', 'hidden_score_gap') holds data")
+        raise ValueError("none of the fields 'p_y_given_g1', 'p_y_given_g0', 'within_task_gap', 'hidden_score_gap' "
+                         "holds data")
     fig = make_subplots(rows=1, cols=len(sections), horizontal_spacing=0.1,
                         subplot_titles=[f"{'abc'[i]}  {titles[key]}" for i, key in enumerate(sections)])
     for col, (key, section) in enumerate(sections.items(), start=1):
@@ -55,8 +52,6 @@ def externalization_figure(result: dict) -> go.Figure:
         elif key == "within_task":
             _paired_panel(fig, section, col, 100, "pp", reference.WITHIN_TASK_GAP,
                           "risk difference, G=1 − G=0 (percentage points)")
-        elif section.get("per_sample"):
-            _score_distributions(fig, section, col)
         else:
             _paired_panel(fig, section, col, 1, "", reference.HIDDEN_SCORE_GAP,
                           "probe-score difference, G=1 − G=0 (log-odds)")
@@ -73,17 +68,12 @@ def externalization_figure(result: dict) -> go.Figure:
 
 
 def _paired(entry: dict | None) -> dict | None:
-    """interp.externalization.risk's paired-gap entry {estimate, ci, n_tasks, per_task: {task: diff}} in the first layout."""
+    """A paired-gap entry {estimate, ci, n_tasks, per_task: {task: diff}} as {gap, ci, n_tasks, per_task: [{task_id, diff}]}."""
     if not entry or entry.get("estimate") is None:
         return None
     per_task = entry.get("per_task") or {}
     rows = [{"task_id": t, "diff": d} for t, d in per_task.items()] if isinstance(per_task, dict) else per_task
     return {"gap": entry["estimate"], "ci": entry.get("ci"), "n_tasks": entry.get("n_tasks"), "per_task": rows}
-
-
-def _group(value: object) -> str:
-    """0, 1, "0", "G1" -> "G0"/"G1"."""
-    return f"G{str(value).removeprefix('G')}"
 
 
 def _risk(fig: go.Figure, risk: dict, col: int) -> None:
@@ -126,18 +116,3 @@ def _paired_panel(fig: go.Figure, section: dict, col: int, scale: float, unit: s
                      range=[0, mean_x + 1.5], tickvals=[mean_x], ticktext=[f"mean<br>{gap:.{digits}f} {unit}".strip()],
                      row=1, col=col)
     fig.update_yaxes(title_text=y_title, row=1, col=col)
-
-
-def _score_distributions(fig: go.Figure, hidden: dict, col: int) -> None:
-    samples = hidden["per_sample"]
-    for g in GROUPS:
-        mine = [row for row in samples if _group(row["G"]) == g]
-        fig.add_trace(go.Box(
-            y=[row["score"] for row in mine], name=GROUP_LABEL[g], marker_color=GROUP_COLOUR[g], boxpoints="all",
-            jitter=0.4, pointpos=0, marker=dict(size=5, opacity=0.6), line=dict(width=2), showlegend=False,
-            hovertext=[str(row.get("task_id")) for row in mine],
-        ), 1, col)
-    if hidden.get("gap") is not None:
-        fig.update_xaxes(title_text=f"gap {hidden['gap']:.3f} (reference {reference.HIDDEN_SCORE_GAP:.3f})",
-                         row=1, col=col)
-    fig.update_yaxes(title_text="hidden-state probe score (unitless)", row=1, col=col)

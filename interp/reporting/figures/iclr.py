@@ -15,7 +15,7 @@ KEPT, SKIPPED = PALETTE[0], PALETTE[1]
 def iclr_figure(blocks: pd.DataFrame) -> go.Figure:
     """Block entropy distributions of kept vs skipped blocks, and the fraction of reasoning tokens removed per step.
 
-    Reads iclr_blocks.csv (interp.extraction.iclr.entropy_table): one row per reasoning block,
+    Reads iclr_blocks.csv (interp.extraction.entropy.drop_table): one row per reasoning block,
     columns task_id, step, n_tokens, mean_entropy_bits (bits/token, empty when not
     scored), scored (bool: the step fit the scorer context), dropped (bool: replaced by [SKIP]).
     """

@@ -14,33 +14,29 @@ ORDER = ("full", "keep_latest_reasoning", "delete_latest_reasoning", "delete_all
 
 
 def intervention_conditions(result: dict) -> dict[str, dict]:
-    """{condition: {mean, ci, n, parse_failures, reacquisition_rate}} in ORDER, from either layout of the file.
+    """{condition: {mean, ci, n, parse_failures, reacquisition_rate}} in ORDER, from interventions.json's ``summary``.
 
-    interventions.json holds either ``conditions`` {name: {"mean": score in [0, 1], "ci": [lo, hi],
-    "n": int, "parse_failures": int, "reacquisition_rate": fraction or null}} or, as
-    ``interp.continuations.run`` writes it, ``summary`` {name: {"mean_score", "ci", "n_states",
-    "parse_failures", "reacquisition_rate", ...}}. Conditions without a score are left out.
+    The layout is ``interp.continuations.run.FIELDS``: ``summary`` {name: {"mean_score" (0..1 or null),
+    "ci" ([lo, hi] or null), "n_states", "parse_failures", "reacquisition_rate" (fraction or null), ...}}.
+    Conditions without a score are left out.
     """
-    if "conditions" in result:
-        conditions = result["conditions"]
-    else:
-        conditions = {name: {"mean": entry.get("mean_score"), "ci": entry.get("ci"), "n": entry.get("n_states"),
-                             "parse_failures": entry.get("parse_failures"),
-                             "reacquisition_rate": entry.get("reacquisition_rate")}
-                      for name, entry in result["summary"].items()}
+    conditions = {name: {"mean": entry["mean_score"], "ci": entry["ci"], "n": entry["n_states"],
+                         "parse_failures": entry["parse_failures"], "reacquisition_rate": entry["reacquisition_rate"]}
+                  for name, entry in result["summary"].items()}
     names = sorted(conditions, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
-    return {name: conditions[name] for name in names if conditions[name].get("mean") is not None}
+    return {name: conditions[name] for name in names if conditions[name]["mean"] is not None}
 
 
 def interventions_figure(result: dict) -> go.Figure:
     """Mean continuation score by history condition with CIs, and the re-acquisition rate where it was measured.
 
-    Reads interventions.json (either layout, see ``intervention_conditions``); the second
-    panel shows the conditions with a re-acquisition rate (hidden feedback).
+    Reads interventions.json's ``summary`` (see ``intervention_conditions``); reference
+    values come from ``interp.reporting.reference``. The second panel shows the conditions
+    with a re-acquisition rate (hidden feedback).
     """
     conditions = intervention_conditions(result)
     if not conditions:
-        raise ValueError("no condition with a score in 'conditions' or 'summary'")
+        raise ValueError("no condition with a score in 'summary'")
     names = list(conditions)
     rates = [n for n in names if conditions[n].get("reacquisition_rate") is not None]
     fig = make_subplots(rows=1, cols=2 if rates else 1, column_widths=[0.72, 0.28] if rates else None,

@@ -1,0 +1,201 @@
+"""Result-file schemas: one declared layout per file, owned by the module that writes it.
+
+Each writer module declares a ``FIELDS`` tuple of :class:`Field` (every
+top-level field of the file it writes), embeds ``schema_dict(FIELDS)`` as the
+file's ``"schema"`` entry and pastes ``schema_table(FIELDS)`` into its module
+docstring (a unit test keeps the two equal). Readers call
+``check(doc, FIELDS, file)`` on load, so a file that does not match fails
+with the file and the field named.
+
+Shape notation:
+
+- ``[]``: a scalar;
+- ``[n_sites]``, ``[n_sites, 2]``: nested lists; a name is a symbolic
+  dimension that must have the same length in every field of the document
+  where it is used (an empty list stands for "no data" and matches any
+  length), a number is a fixed length;
+- ``[n_samples] of {task_id, after_step, ...}``: a list of records, each an
+  object with at least those keys;
+- ``{...}``: an object (mapping); its inside is described in the meaning
+  column and not checked.
+
+``dtype`` is the kind of the scalar or of the list's leaves: ``float``,
+``int``, ``str``, ``bool``, ``object`` (a JSON object) or ``any``;
+``... or null`` allows ``null`` for the whole value and for any leaf. Files
+are strict JSON: a missing value is ``null``, never NaN.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+KINDS = ("float", "int", "str", "bool", "object", "any")
+
+
+class SchemaError(ValueError):
+    """A result document does not match its declared fields; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class Field:
+    """One top-level field of a result file: its name, shape, dtype, units and meaning."""
+
+    name: str
+    shape: str
+    dtype: str
+    units: str
+    doc: str
+
+    @property
+    def nullable(self) -> bool:
+        """Whether ``null`` is allowed (dtype ends in ``or null``)."""
+        return self.dtype.endswith(" or null")
+
+    @property
+    def kind(self) -> str:
+        """The dtype without ``or null``."""
+        return self.dtype.removesuffix(" or null")
+
+
+def schema_table(fields: Iterable[Field]) -> str:
+    """A Markdown table of the fields: name | shape | dtype | units | meaning (one line per field)."""
+    lines = ["| name | shape | dtype | units | meaning |", "|---|---|---|---|---|"]
+    for f in fields:
+        cells = (f"``{f.name}``", f"``{f.shape}``", f.dtype, f.units or "-", f.doc)
+        for cell in cells:
+            if "|" in cell or "\n" in cell:
+                raise ValueError(f"field {f.name!r}: a table cell may not hold '|' or a newline: {cell!r}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def fields_from_doc(doc: str | None, label: str) -> tuple[Field, ...]:
+    """The fields of the Markdown table that follows the docstring line naming ````label```` (its one home).
+
+    Writers declare their layout once, as the table in their module
+    docstring (what a reader sees in ``help()``), and take ``FIELDS`` from it:
+    ``FIELDS = fields_from_doc(__doc__, "FIELDS")``.
+    """
+    lines = (doc or "").splitlines()
+    marker = f"``{label}``"
+    start = next((i for i, line in enumerate(lines) if marker in line and not line.startswith("|")), None)
+    if start is None:
+        raise ValueError(f"no line naming {marker} before a field table in the docstring")
+    rows = []
+    for line in lines[start + 1:]:
+        if not line.strip() and not rows:
+            continue
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    if len(rows) < 3 or rows[0] != ["name", "shape", "dtype", "units", "meaning"]:
+        raise ValueError(f"the table after {marker} needs the header | name | shape | dtype | units | meaning |")
+    fields = []
+    for cells in rows[2:]:
+        if len(cells) != 5:
+            raise ValueError(f"{marker}: table row {cells[0]!r} has {len(cells)} cells, expected 5")
+        name, shape, dtype, units, meaning = cells
+        fields.append(Field(name.strip("`"), shape.strip("`"), dtype, units, meaning))
+    return tuple(fields)
+
+
+def schema_dict(fields: Iterable[Field]) -> dict[str, dict[str, str]]:
+    """The file's ``"schema"`` entry: ``{name: {shape, dtype, units, doc}}`` in declaration order."""
+    return {f.name: {"shape": f.shape, "dtype": f.dtype, "units": f.units, "doc": f.doc} for f in fields}
+
+
+def check(doc: Any, fields: Sequence[Field], file: Any) -> Any:
+    """Raise :class:`SchemaError` naming ``file`` and the field when ``doc`` lacks a field or has the wrong kind/shape.
+
+    Fields the declaration does not list are allowed. Returns ``doc``.
+    """
+    if not isinstance(doc, Mapping):
+        raise SchemaError(f"{file}: expected a JSON object at the top level, got {type(doc).__name__}")
+    dims: dict[str, tuple[int, str]] = {}
+    for f in fields:
+        if f.name not in doc:
+            raise SchemaError(f"{file}: missing field '{f.name}'")
+        problem = _check_value(doc[f.name], f, dims)
+        if problem:
+            raise SchemaError(f"{file}: field '{f.name}' (shape {f.shape}, dtype {f.dtype}): {problem}")
+    return doc
+
+
+def check_columns(columns: Iterable[str], fields: Sequence[Field], file: Any) -> None:
+    """Raise :class:`SchemaError` when a table (CSV) lacks one of the declared columns."""
+    have = set(columns)
+    for f in fields:
+        if f.name not in have:
+            raise SchemaError(f"{file}: missing column '{f.name}'")
+
+
+_LIST = re.compile(r"^\[(?P<dims>[^\]]*)\](?:\s+of\s+\{(?P<keys>[^{}]*)\})?$")
+
+
+def _check_value(value: Any, f: Field, dims: dict[str, tuple[int, str]]) -> str | None:
+    if value is None:
+        return None if f.nullable else "is null"
+    shape = f.shape.strip()
+    if shape.startswith("{"):
+        return None if isinstance(value, Mapping) else f"expected an object, got {_kind_name(value)}"
+    m = _LIST.match(shape)
+    if m is None:
+        return None  # free-form shape: not checked
+    names = [d.strip() for d in m["dims"].split(",") if d.strip()]
+    keys = [k.strip() for k in (m["keys"] or "").split(",") if k.strip() and k.strip() != "..."]
+    return _check_array(value, names, keys, f, dims, 0)
+
+
+def _check_array(value: Any, names: list[str], keys: list[str], f: Field, dims: dict[str, tuple[int, str]],
+                 depth: int) -> str | None:
+    if not names:
+        if keys:
+            if not isinstance(value, Mapping):
+                return f"expected a record (object), got {_kind_name(value)}"
+            missing = [k for k in keys if k not in value]
+            return f"record lacks key(s) {', '.join(map(repr, missing))}" if missing else None
+        return _check_leaf(value, f)
+    if value is None:
+        return None if f.nullable else "holds a null where a list is expected"
+    if not isinstance(value, list | tuple):
+        return f"expected a list (dimension {names[0]!r}), got {_kind_name(value)}"
+    dim = names[0]
+    if value:  # an empty list means "no data": it matches any length
+        if dim.isdigit():
+            if len(value) != int(dim):
+                return f"dimension {dim!r} has length {len(value)}"
+        else:
+            seen = dims.setdefault(dim, (len(value), f.name))
+            if seen[0] != len(value):
+                return f"dimension {dim!r} has length {len(value)} but {seen[0]} in field '{seen[1]}'"
+    for item in value:
+        problem = _check_array(item, names[1:], keys, f, dims, depth + 1)
+        if problem:
+            return problem
+    return None
+
+
+def _check_leaf(value: Any, f: Field) -> str | None:
+    if value is None:
+        return None if f.nullable else "holds a null"
+    kind = f.kind
+    ok = {
+        "float": isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool | np.bool_),
+        "int": isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_),
+        "str": isinstance(value, str),
+        "bool": isinstance(value, bool | np.bool_),
+        "object": isinstance(value, Mapping),
+    }.get(kind, True)
+    if kind == "float" and ok and not np.isfinite(float(value)):
+        return f"holds {value} (files are strict JSON: a missing value is null)"
+    return None if ok else f"expected {kind}, got {_kind_name(value)} {value!r:.60}"
+
+
+def _kind_name(value: Any) -> str:
+    return {dict: "object", list: "list", str: "str", bool: "bool", int: "int", float: "float"}.get(
+        type(value), type(value).__name__)
