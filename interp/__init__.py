@@ -7,16 +7,47 @@ Typical use::
     traj = load_trajectories("data/demo/trajectories.jsonl")[0]
     edited, log = apply_condition("delete_all_reasoning", traj, after_step=3)
     prompt = render(edited, 3, sensor.tokenizer)
+
+The package is layered; each layer imports only the ones before it::
+
+    interp.data          trajectories, rendering, conditions, labels, parsing
+    interp.sensor        model specs, load_model -> Sensor, hooks, forward engine, kernels
+    interp.extraction    boundary features, pooling, block entropy, activation store
+    interp.externalization, interp.continuations   G labels + risk; controlled continuations
+    (probes/, patching/  probes and patching, on the layers above)
+    interp.reporting     reference numbers, figures, tables, report.md
+    interp.pipelines     stages (one function per analysis), CLI, demo, sweep
+
+``import interp`` is light: the names below are imported on first use, so
+``interp --help`` and ``interp validate`` do not pay for torch.
 """
 
-from interp.data.conditions import CONDITIONS, EditLog, apply_condition
-from interp.sensor.models import ModelUnavailable, Sensor, load_model, load_tokenizer
-from interp.data.render import Rendered, Segment, render
-from interp.data.trajectory import Trajectory, TrajectoryError, load_trajectories, validate_file
+from __future__ import annotations
 
-__all__ = [
-    "CONDITIONS", "EditLog", "ModelUnavailable", "Rendered", "Segment", "Sensor", "Trajectory",
-    "TrajectoryError", "apply_condition", "load_model", "load_tokenizer", "load_trajectories", "render",
-    "validate_file",
-]
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+# public name -> module that defines it (resolved lazily by __getattr__)
+_LAZY = {
+    "CONDITIONS": "interp.data.conditions", "EditLog": "interp.data.conditions",
+    "apply_condition": "interp.data.conditions",
+    "Rendered": "interp.data.render", "Segment": "interp.data.render", "render": "interp.data.render",
+    "Trajectory": "interp.data.trajectory", "TrajectoryError": "interp.data.trajectory",
+    "load_trajectories": "interp.data.trajectory", "validate_file": "interp.data.trajectory",
+    "LoadedSensor": "interp.sensor.models", "ModelUnavailable": "interp.sensor.models", "Sensor": "interp.sensor.models",
+    "load_model": "interp.sensor.models", "load_tokenizer": "interp.sensor.models",
+}
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first access (keeps ``import interp`` free of torch)."""
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'interp' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

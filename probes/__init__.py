@@ -2,8 +2,9 @@
 
 Typical use::
 
+    from interp.extraction.store import Store
     from probes import FeatureSet, ProbeConfig, run_probe, write_probe_results, oof_frame
-    fs = FeatureSet(features={(20, "last"): X20, ...}, y=y, groups=task_ids, sample_ids=ids)
+    fs = FeatureSet.from_store(Store("results/demo/store"))      # or FeatureSet(features=..., y=..., ...)
     result = run_probe(fs, ProbeConfig(n_jobs=2))
     write_probe_results(result, oof_frame(result), "results/probe")
 """
@@ -17,6 +18,7 @@ from probes.nested_cv import NestedCVResult, layer_curve, run_nested_cv
 from probes.report import oof_frame, run_probe, write_probe_results
 from probes.splits import grouped_splits
 from probes.stats import control_task, permutation_test, permute_labels_across_tasks, task_bootstrap
+from probes.targets import TargetLabel, TargetLabelerConfig, label_target, label_targets, targets_command
 
 __all__ = [
     "FeatureSet",
@@ -31,6 +33,11 @@ __all__ = [
     "permute_labels_across_tasks",
     "run_nested_cv",
     "run_probe",
+    "TargetLabel",
+    "TargetLabelerConfig",
+    "label_target",
+    "label_targets",
+    "targets_command",
     "task_bootstrap",
     "write_probe_results",
 ]

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from interp.extraction.store import Store
 
 MISSING = -1
 """Label value of a boundary whose future-necessity target is unknown."""
@@ -51,6 +56,27 @@ class FeatureSet:
             raise ValueError("FeatureSet.features is empty; give at least one (layer, pooling) matrix")
         for key, X in self.features.items():
             self._check_matrix(key, X, n)
+
+    @classmethod
+    def from_store(cls, store: Store, site: str = "resid_pre", condition: str = "full",
+                   labels: Mapping[tuple[str, int], int] | None = None) -> FeatureSet:
+        """The probe's inputs from an activation store: ``ok`` rows of ``condition`` at ``site``.
+
+        Labels are the store's ``future_necessity`` column (the trajectories'
+        annotations) unless ``labels`` maps ``(task_id, after_step)`` to 0/1;
+        boundaries absent from ``labels`` get :data:`MISSING`.
+        """
+        frame, features = store.load_features(site, condition=condition)
+        if frame.empty:
+            present = sorted(set(store.manifest().get("condition", [])))
+            raise ValueError(f"{store.root}: no extracted samples for condition {condition!r} "
+                             f"(the store has: {', '.join(present) or 'none'})")
+        if labels is None:
+            y = frame["future_necessity"].to_numpy()
+        else:
+            y = np.array([labels.get((t, int(b)), MISSING) for t, b in zip(frame["task_id"], frame["after_step"])],
+                         dtype=int)
+        return cls(features=features, y=y, groups=frame["task_id"].to_numpy(), sample_ids=frame["sample_id"].tolist())
 
     def _check_matrix(self, key: CandidateKey, X: np.ndarray, n: int) -> None:
         if not (isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], int | np.integer)

@@ -1,4 +1,4 @@
-"""The ``interp`` command line: thin composition of the library's functions."""
+"""The ``interp`` command line: option parsing and printing only; every analysis is a call to :mod:`interp.pipelines.stages`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,10 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+
+from interp.data.conditions import ICLR_RHO
+from interp.extraction.limits import DEFAULT_MAX_TOKENS
+from interp.pipelines import stages
 
 app = typer.Typer(
     help="Reasoning persistence in long-horizon agents: validate, render, extract, probe, patch.",
@@ -24,6 +28,7 @@ err = Console(stderr=True, soft_wrap=True, emoji=False, highlight=False, width=_
 
 ModelOpt = Annotated[str, typer.Option("--model", help="Model spec (see `interp models`) or a local HF directory.")]
 ModelPathOpt = Annotated[Optional[Path], typer.Option("--model-path", help="Local checkpoint directory for the spec.")]
+TrajectoriesOpt = Annotated[Path, typer.Option("--trajectories", help="Trajectory file (JSON Lines).")]
 
 
 @app.command()
@@ -101,8 +106,9 @@ def fetch(spec: Annotated[str, typer.Argument(help="smollm2-135m or tiny-qwen3.5
     from interp.sensor.models import SPECS
 
     if spec not in SPECS or SPECS[spec].fetch is None:
-        fetchable = [s.name for s in SPECS.values() if s.fetch]
-        err.print(f"cannot fetch {spec!r}; fetchable specs: {', '.join(fetchable)}. {SPECS[spec].how_to_get if spec in SPECS else ''}")
+        fetchable = ", ".join(s.name for s in SPECS.values() if s.fetch)
+        hint = f" {SPECS[spec].how_to_get}" if spec in SPECS else ""
+        err.print(f"error: cannot fetch {spec!r}; fetchable specs: {fetchable}.{hint}", markup=False)
         raise typer.Exit(2)
     with console.status(f"fetching {spec} ..."):
         path = SPECS[spec].fetch()
@@ -119,7 +125,7 @@ def _split(value: str) -> list[str]:
 
 @app.command()
 def extract(
-    trajectories: Annotated[Path, typer.Option("--trajectories", help="Trajectory file (JSON Lines).")],
+    trajectories: TrajectoriesOpt,
     store: Annotated[Path, typer.Option("--store", help="Activation store directory (created or resumed).")],
     model: ModelOpt = "smollm2-135m",
     model_path: ModelPathOpt = None,
@@ -130,21 +136,18 @@ def extract(
     conditions: Annotated[str, typer.Option(help="Comma list of history conditions.")] = "full",
     attention: Annotated[str, typer.Option(help="Boundary attention at: full_attention | none | layer list.")] = "full_attention",
     boundaries: Annotated[Optional[str], typer.Option(help="Comma list of boundaries b (default: 1..last step).")] = None,
-    max_tokens: Annotated[int, typer.Option(help="Longer contexts are skipped and recorded, never truncated.")] = 42_000,
+    max_tokens: Annotated[int, typer.Option(help="Longer contexts are skipped and recorded, never truncated.")] = DEFAULT_MAX_TOKENS,
     shard: Annotated[Optional[str], typer.Option(help="I/N: this process takes units I, I+N, ...")] = None,
     no_share_prefix: Annotated[bool, typer.Option("--no-share-prefix", help="One forward per boundary (reference path).")] = False,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "fp32",
 ) -> None:
     """Extract pooled boundary residuals and boundary attention into an activation store (resumable)."""
-    from interp.extraction.batch import extract_to_store, parse_layers, parse_shard
-    from interp.extraction.entropy import EntropyScorer
+    from interp.extraction.batch import parse_layers, parse_shard
     from interp.extraction.extract import ExtractConfig
-    from interp.sensor.models import load_model
-    from interp.data.trajectory import load_trajectories
 
-    trajs = load_trajectories(trajectories)
-    sensor = load_model(model, device=device, dtype=dtype, model_path=model_path)
+    trajs = stages.trajectories(trajectories, strict=False)
+    sensor = stages.sensor(model, model_path, device, dtype)
     attn_layers = [] if attention == "none" else parse_layers(attention, sensor.n_layers, sensor.full_attention_layers)
     not_full = sorted(set(attn_layers) - set(sensor.full_attention_layers))
     if not_full:
@@ -154,10 +157,8 @@ def extract(
         poolings=_split(pooling), attention_layers=attn_layers, max_tokens=max_tokens,
         share_prefix=not no_share_prefix,
     )
-    conds = _split(conditions)
-    params = {"iclr": {"scorer": EntropyScorer(sensor, max_tokens)}} if "iclr" in conds else None
-    counts = extract_to_store(sensor, trajs, conds, config, store, parse_shard(shard),
-                              [int(b) for b in _split(boundaries)] if boundaries else None, params)
+    counts = stages.extract(sensor, trajs, _split(conditions), config, store, parse_shard(shard),
+                            [int(b) for b in _split(boundaries)] if boundaries else None)
     console.print(f"{store}: {counts}", markup=False)
 
 
@@ -175,30 +176,24 @@ def merge(
 
 @app.command()
 def entropy(
-    trajectories: Annotated[Path, typer.Option("--trajectories", help="Trajectory file (JSON Lines).")],
+    trajectories: TrajectoriesOpt,
     out: Annotated[Path, typer.Option("--out", help="CSV of per-block scores to write.")],
     model: ModelOpt = "smollm2-135m",
     model_path: ModelPathOpt = None,
-    rho: Annotated[float, typer.Option(help="ICLR drop fraction per step.")] = 0.8,
-    max_tokens: Annotated[int, typer.Option(help="Scorer context limit (over it: step not scored).")] = 42_000,
+    rho: Annotated[float, typer.Option(help="ICLR drop fraction per step.")] = ICLR_RHO,
+    max_tokens: Annotated[int, typer.Option(help="Scorer context limit (over it: step not scored).")] = DEFAULT_MAX_TOKENS,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "fp32",
 ) -> None:
     """Write per-block ICLR entropy scores (bits) and which blocks ICLR drops at rho."""
-    from interp.extraction.iclr import entropy_table
-    from interp.sensor.models import load_model
-    from interp.io import atomic_write_bytes
-    from interp.data.trajectory import load_trajectories
-
-    sensor = load_model(model, device=device, dtype=dtype, model_path=model_path)
-    table = entropy_table(sensor, load_trajectories(trajectories), rho=rho, max_tokens=max_tokens)
-    atomic_write_bytes(out, table.to_csv(index=False).encode())
+    trajs = stages.trajectories(trajectories, strict=False)
+    table = stages.entropy(stages.sensor(model, model_path, device, dtype), trajs, out, rho, max_tokens)
     console.print(f"{out}: {len(table)} blocks, {int(table['dropped'].sum())} dropped at rho={rho}")
 
 
 @app.command()
 def patch(
-    trajectories: Annotated[Path, typer.Option("--trajectories", help="Trajectory file (JSON Lines).")],
+    trajectories: TrajectoriesOpt,
     out: Annotated[Path, typer.Option("--out", help="Directory for kl_repair.json (and per-trajectory parts).")],
     condition: Annotated[str, typer.Option(help="Deletion condition giving P_del.")] = "delete_all_reasoning",
     model: ModelOpt = "smollm2-135m",
@@ -212,34 +207,21 @@ def patch(
     dtype: DtypeOpt = "fp32",
 ) -> None:
     """KL Repair per layer: patch the full run's boundary activation into the deleted run."""
-    from dataclasses import asdict
-
     from interp.extraction.batch import parse_layers
-    from interp.io import run_units
-    from interp.sensor.models import load_model
-    from interp.io import atomic_write_json
-    from interp.data.trajectory import load_trajectories
-    from patching.kl_repair import BoundaryRepair, kl_repair_trajectory, summarize
+    from patching.kl_repair import default_sites
 
-    trajs = {t.task_id: t for t in load_trajectories(trajectories)}
-    keys = _split(task_ids) if task_ids else list(trajs)
-    sensor = load_model(model, device=device, dtype=dtype, model_path=model_path)
+    trajs = stages.trajectories(trajectories, strict=False)
+    sensor = stages.sensor(model, model_path, device, dtype)
     chosen = parse_layers(layers, sensor.n_layers, sensor.full_attention_layers)
-    sites = [(site, layer) for layer in chosen]
-    if site == "resid_pre" and layers == "all":
-        sites.append(("resid_post", sensor.n_layers - 1))
-    parts = run_units(keys, lambda k: [asdict(r) for r in kl_repair_trajectory(
-        sensor, trajs[k], condition, sites, method=method, n_positions=positions)],
-        out / "parts" / f"{condition}.{method}.{site}.{layers}.{positions}", "patch")
-    rows = [BoundaryRepair(**r) for k in keys for r in parts[k]]
-    result = summarize(rows, sites, condition, sensor, method, positions)
-    atomic_write_json(out / "kl_repair.json", result)
+    sites = default_sites(sensor.n_layers, site, layers=chosen)
+    result = stages.patch(sensor, trajs, out, condition, sites, method, positions,
+                          _split(task_ids) if task_ids else None)
     console.print(f"{out / 'kl_repair.json'}: {result['n_samples']} samples, {result['n_excluded']} excluded")
 
 
 @app.command()
 def harm(
-    trajectories: Annotated[Path, typer.Option("--trajectories", help="Trajectory file (JSON Lines).")],
+    trajectories: TrajectoriesOpt,
     out: Annotated[Path, typer.Option("--out", help="Directory for harm.json.")],
     model: ModelOpt = "smollm2-135m",
     model_path: ModelPathOpt = None,
@@ -251,32 +233,15 @@ def harm(
     dtype: DtypeOpt = "fp32",
 ) -> None:
     """Set-level deletion harm (DRSR): joint vs additive harm of deleting history blocks."""
-    from interp.io import run_units
-    from interp.sensor.models import load_model
-    from interp.io import atomic_write_json
-    from interp.data.trajectory import load_trajectories
-    from patching.harm import boundary_harm, summarize_harm
-
-    trajs = {t.task_id: t for t in load_trajectories(trajectories)}
-    if boundaries:
-        keys = _split(boundaries)
-    else:
-        keys = [f"{t.task_id}@{max(1, t.n_steps // 2)}" for t in trajs.values() if t.n_steps >= 2]
-    sensor = load_model(model, device=device, dtype=dtype, model_path=model_path)
-
-    def compute(key: str) -> dict:
-        task_id, _, b = key.rpartition("@")
-        return boundary_harm(sensor, trajs[task_id], int(b), max_k, budget, seed)
-
-    parts = run_units(keys, compute, out / "parts" / f"harm.k{max_k}.n{budget}.s{seed}", "harm")
-    result = {**summarize_harm([parts[k] for k in keys]), "model": sensor.describe()}
-    atomic_write_json(out / "harm.json", result)
-    console.print(f"{out / 'harm.json'}: {len(keys)} boundaries")
+    trajs = stages.trajectories(trajectories, strict=False)
+    keys = _split(boundaries) if boundaries else None
+    result = stages.harm(stages.sensor(model, model_path, device, dtype), trajs, out, keys, max_k, budget, seed)
+    console.print(f"{out / 'harm.json'}: {len(result['boundaries'])} boundaries")
 
 
 @app.command()
 def label(
-    trajectories: Annotated[Path, typer.Option("--trajectories", help="Trajectory file (JSON Lines).")],
+    trajectories: TrajectoriesOpt,
     out: Annotated[Path, typer.Option("--out", help="Directory for future_necessity_labels.json and .csv.")],
     labels: Annotated[Optional[Path], typer.Option(help="Reference CSV task_id,after_step,future_necessity "
                                                         "(default: the annotations).")] = None,
@@ -285,21 +250,11 @@ def label(
                                                 "multiple of the running mean.")] = 1.8,
 ) -> None:
     """Rule-based future-necessity targets with evidence, and agreement (kappa) with reference labels."""
-    from interp.io import atomic_write_bytes, atomic_write_json
-    from interp.data.trajectory import load_trajectories
-    from probes.targets import LabelerConfig, agreement, annotation_targets, label_trajectories, read_targets_csv
+    from probes.targets import TargetLabelerConfig
 
-    trajs = load_trajectories(trajectories)
-    rows = label_trajectories(trajs, LabelerConfig(window=window, surge_factor=surge_factor))
-    reference = read_targets_csv(labels) if labels else annotation_targets(trajs)
-    agree = agreement({(r.task_id, r.after_step): r.y for r in rows}, reference)
-    atomic_write_json(out / "future_necessity_labels.json",
-                      {"schema": {"y": "1 when steps b+1..b+window re-derive, surge in reasoning or re-plan",
-                                  "evidence": "every rule that fired, with its step"},
-                       "agreement": agree, "labels": [vars(r) for r in rows]})
-    csv = "task_id,after_step,future_necessity\n" + "".join(f"{r.task_id},{r.after_step},{r.y}\n" for r in rows)
-    atomic_write_bytes(out / "future_necessity_labels.csv", csv.encode())
-    console.print(f"{out}: {len(rows)} boundaries, {sum(r.y for r in rows)} positive; agreement {agree}", markup=False)
+    summary = stages.label(trajectories, out, labels, TargetLabelerConfig(window=window, surge_factor=surge_factor))
+    console.print(f"{out}: {summary['n_boundaries']} boundaries, {summary['n_positive']} positive; "
+                  f"agreement {summary['agreement']}", markup=False)
 
 
 @app.command()
@@ -316,27 +271,13 @@ def probe(
     n_jobs: Annotated[int, typer.Option("--n-jobs", help="Parallel outer folds (joblib).")] = -1,
 ) -> None:
     """Task-level nested-CV future-necessity probes on a store: AUROC, AP, balanced accuracy, CIs, p."""
-    import pandas as pd
-
-    from interp.extraction.store import Store
     from probes.config import ProbeConfig
-    from probes.data import FeatureSet
-    from probes.report import oof_frame, run_probe, write_probe_results
 
-    frame, features = Store(store).load_features(site, condition=condition)
-    y = frame["future_necessity"].to_numpy()
-    if labels is not None:
-        table = pd.read_csv(labels)
-        missing = {"task_id", "after_step", "future_necessity"} - set(table.columns)
-        if missing:
-            raise ValueError(f"{labels}:1: header: missing column(s) {sorted(missing)}")
-        lookup = {(r.task_id, int(r.after_step)): int(r.future_necessity) for r in table.itertuples()}
-        y = frame.apply(lambda r: lookup.get((r["task_id"], int(r["after_step"])), -1), axis=1).to_numpy()
-    fs = FeatureSet(features=features, y=y, groups=frame["task_id"].to_numpy(), sample_ids=frame["sample_id"].tolist())
-    result = run_probe(fs, ProbeConfig(outer=outer, n_perm=n_perm, n_boot=n_boot, search=search, n_jobs=n_jobs))
-    paths = write_probe_results(result, oof_frame(result), out)
+    config = ProbeConfig(outer=outer, n_perm=n_perm, n_boot=n_boot, search=search, n_jobs=n_jobs)
+    result = stages.probe(store, out, config, labels, condition, site)
     console.print(f"AUROC {result['auroc']:.3f} {result['auroc_ci']}, AP {result['ap']:.3f}, "
-                  f"balanced acc {result['balanced_accuracy']:.3f}, p={result['permutation_p']} -> {paths[0]}")
+                  f"balanced acc {result['balanced_accuracy']:.3f}, p={result['permutation_p']} "
+                  f"-> {out / 'probe_results.json'}")
 
 
 externalize_app = typer.Typer(help="State externalization: rule-based G labels with evidence, and future risk by G.",
@@ -346,7 +287,7 @@ app.add_typer(externalize_app, name="externalize")
 
 @externalize_app.command("label")
 def externalize_label(
-    trajectories: Annotated[Path, typer.Option("--trajectories", help="Trajectory file (JSON Lines).")],
+    trajectories: TrajectoriesOpt,
     out: Annotated[Path, typer.Option("--out", help="Directory for externalization_labels.json/.csv and "
                                                     "externalization_evidence.csv.")],
     labels: Annotated[Optional[Path], typer.Option("--labels", help="Reference CSV task_id,after_step,"
@@ -359,10 +300,10 @@ def externalize_label(
                                                  "words count as minor.")] = 5,
 ) -> None:
     """Rule-based G labels with per-item evidence, and Cohen's kappa / confusion matrix against reference labels."""
-    from interp.externalization.labeler import LabelerConfig, label_command
+    from interp.externalization.labeler import GapLabelerConfig
 
-    config = LabelerConfig(scope=scope, min_overlap=min_overlap, min_novel_words=min_novel_words)
-    summary = label_command(trajectories, out, labels, config)
+    config = GapLabelerConfig(scope=scope, min_overlap=min_overlap, min_novel_words=min_novel_words)
+    summary = stages.externalize(trajectories, out, labels, config)
     line = f"{out}: {summary['n_boundaries']} boundaries, rule G=1 for {summary['rule_positive_rate']:.1%}"
     agreement = summary["agreement"]
     if agreement["n"]:
@@ -390,9 +331,9 @@ def externalize_risk(
     seed: int = 0,
 ) -> None:
     """Future behavioural risk by G: P(y|G=1), P(y|G=0), within-task gap, hidden-score gap, with task-bootstrap CIs."""
-    from interp.externalization.risk import REFERENCE, risk_command
+    from interp.reporting import reference
 
-    doc = risk_command(out, labels, probe_results, trajectories, targets, condition, g_column, n_boot, seed)
+    doc = stages.risk(out, labels, probe_results, trajectories, targets, condition, g_column, n_boot, seed)
 
     def pct(stat: dict) -> str:
         ci = stat["ci"]
@@ -402,9 +343,9 @@ def externalize_risk(
 
     g1, g0, within = doc["p_y_given_g1"], doc["p_y_given_g0"], doc["within_task_gap"]
     console.print(f"P(y=1|G=1) {pct(g1)} (n={g1['n']}) vs P(y=1|G=0) {pct(g0)} (n={g0['n']}); reference "
-                  f"{100 * REFERENCE['p_y_given_g1']:.1f}% vs {100 * REFERENCE['p_y_given_g0']:.1f}%", markup=False)
+                  f"{100 * reference.RISK['G1']:.1f}% vs {100 * reference.RISK['G0']:.1f}%", markup=False)
     console.print(f"within-task gap {pct(within).replace('%', ' pp', 1)} over {within['n_tasks']} tasks; "
-                  f"reference {100 * REFERENCE['within_task_gap']:.1f} pp", markup=False)
+                  f"reference {100 * reference.WITHIN_TASK_GAP:.1f} pp", markup=False)
     if doc["hidden_score_gap"] is not None:
         hidden = doc["hidden_score_gap"]
         logodds, prob = hidden["logodds"], hidden["probability"]
@@ -412,7 +353,7 @@ def externalize_risk(
             console.print(f"hidden-score gap {logodds['estimate']:.3f} log-odds [{logodds['ci'][0]:.3f}, "
                           f"{logodds['ci'][1]:.3f}], {prob['estimate']:.3f} probability [{prob['ci'][0]:.3f}, "
                           f"{prob['ci'][1]:.3f}] over {logodds['n_tasks']} tasks; reference "
-                          f"{REFERENCE['hidden_score_gap']}", markup=False)
+                          f"{reference.HIDDEN_SCORE_GAP}", markup=False)
     console.print(f"-> {out / 'externalization.json'}", markup=False)
 
 
@@ -431,16 +372,21 @@ def intervene(
     seed: Annotated[int, typer.Option(help="Seed of the sampled continuations (greedy ones do not depend on it).")] = 0,
     temperature: Annotated[float, typer.Option(help="Sampling temperature of the sampled continuations.")] = 0.7,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Longer prompts are skipped and recorded, "
-                                            "never truncated.")] = 42_000,
+                                            "never truncated.")] = DEFAULT_MAX_TOKENS,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "fp32",
 ) -> None:
     """Controlled continuations: each state continued under each condition, scored with its rubric."""
-    from interp.continuations.run import RunSettings, intervene_command
+    from interp.continuations.run import RunSettings
+    from interp.continuations.states import load_states
 
     settings = RunSettings(conditions=tuple(_split(conditions)), samples=samples, max_new_tokens=max_new_tokens,
                            seed=seed, temperature=temperature, max_tokens=max_tokens)
-    summary = intervene_command(model, states, trajectories, out, settings, model_path, device, dtype)
+    trajs = stages.trajectories(trajectories, strict=False)
+    chosen = load_states(states, trajs)
+    doc = stages.intervene(stages.sensor(model, model_path, device, dtype), chosen, trajs, out, settings,
+                           {"states_file": str(states), "trajectories_file": str(trajectories)})
+    summary = doc["summary"]
     for name, row in summary.items():
         ci, reacq = row["ci"], row["reacquisition_rate"]
         score = "-" if row["mean_score"] is None else f"{row['mean_score']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
@@ -483,26 +429,34 @@ def figures(
     tables: Annotated[bool, typer.Option(help="Also write the headline tables, tables/*.md and *.tex.")] = True,
 ) -> None:
     """Figures (self-contained HTML + PNG) and headline tables from the result files in RESULTS_DIR; no model needed."""
-    from interp.reporting.figures import make_figures
-    from interp.reporting.tables import write_tables
+    from interp.reporting.figures import summary
 
-    if not results_dir.is_dir():
-        raise FileNotFoundError(f"{results_dir}: not a directory (expected a results directory such as results/demo)")
-    report = make_figures(results_dir, png=png)  # prints what was written, skipped and why
+    report = stages.figures(results_dir, png=png, tables=tables)
+    console.print(summary(report, results_dir / "figures"), markup=False)
     if tables:
-        write_tables(results_dir)
+        console.print(f"tables: {len(report['tables']) // 2} written to {results_dir / 'tables'}", markup=False)
     if report["failed"]:
         raise typer.Exit(1)
 
 
+# Input errors print one line and exit 2; looked up in sys.modules so `--help` never imports torch for them.
+_KNOWN_ERRORS = (("interp.sensor.models", "ModelUnavailable"), ("interp.data.render", "RenderError"),
+                 ("interp.data.trajectory", "TrajectoryError"))
+
+
+def _is_input_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a known input error (bad file, option, model spec) rather than a bug."""
+    known = [ValueError, KeyError, FileNotFoundError]
+    known += [getattr(sys.modules[mod], name) for mod, name in _KNOWN_ERRORS if mod in sys.modules]
+    return isinstance(exc, tuple(known))
+
+
 def main() -> None:
     """Console entry point: known input errors print one clear message and exit 2, no traceback."""
-    from interp.sensor.models import ModelUnavailable
-    from interp.data.render import RenderError
-    from interp.data.trajectory import TrajectoryError
-
     try:
         app()  # typer/click handle usage errors and exit codes themselves
-    except (TrajectoryError, ModelUnavailable, RenderError, ValueError, KeyError, FileNotFoundError) as exc:
+    except Exception as exc:
+        if not _is_input_error(exc):
+            raise
         err.print(f"error: {exc.args[0] if isinstance(exc, KeyError) else exc}", markup=False, highlight=False)
         raise SystemExit(2) from None

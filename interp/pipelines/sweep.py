@@ -36,6 +36,8 @@ from typing import Any
 
 import pandas as pd
 
+from interp.io import atomic_write_bytes
+from interp.pipelines import stages
 from probes.config import ProbeConfig
 
 SECTIONS = {"trajectories", "out", "grid", "extract", "probe"}
@@ -78,38 +80,30 @@ def cells(config: dict[str, Any]) -> list[dict[str, Any]]:
 
 def run_sweep(path: Path) -> pd.DataFrame:
     """Run (or resume) every cell; write and return the summary table."""
-    from interp.extraction.batch import extract_to_store, parse_layers
+    from interp.extraction.batch import parse_layers
     from interp.extraction.extract import ExtractConfig
-    from interp.sensor.models import load_model
-    from interp.extraction.store import Store
-    from interp.io import atomic_write_bytes
-    from interp.data.trajectory import load_trajectories
-    from probes.data import FeatureSet
-    from probes.report import oof_frame, run_probe, write_probe_results
+    from interp.extraction.limits import DEFAULT_MAX_TOKENS
 
     config = load_sweep(path)
-    trajs = load_trajectories(config["trajectories"])
+    trajs = stages.trajectories(Path(config["trajectories"]), strict=False)
     out = Path(config["out"])
     extract = config.get("extract", {})
     probe_config = ProbeConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.get("probe", {}).items()})
-    rows, sensors = [], {}
+    rows = []
+    loaded: tuple[str, Any] | None = None  # one model in memory at a time
     for cell in cells(config):
         root = out / "cells" / cell["name"]
         results = root / "probe" / "probe_results.json"
         if not results.exists():
-            if cell["model"] not in sensors:
-                sensors.clear()  # one model in memory at a time
-                sensors[cell["model"]] = load_model(cell["model"], device=extract.get("device", "cpu"),
-                                                    dtype=extract.get("dtype", "fp32"))
-            sensor = sensors[cell["model"]]
+            if loaded is None or loaded[0] != cell["model"]:
+                loaded = None
+                loaded = (cell["model"], stages.sensor(cell["model"], device=extract.get("device", "cpu"),
+                                                       dtype=extract.get("dtype", "fp32")))
+            sensor = loaded[1]
             cfg = ExtractConfig(layers=parse_layers(cell["layers"], sensor.n_layers, sensor.full_attention_layers),
-                                poolings=list(cell["poolings"]), max_tokens=extract.get("max_tokens", 42_000))
-            extract_to_store(sensor, trajs, [cell["condition"]], cfg, root / "store")
-            frame, features = Store(root / "store").load_features("resid_pre", condition=cell["condition"])
-            fs = FeatureSet(features=features, y=frame["future_necessity"].to_numpy(),
-                            groups=frame["task_id"].to_numpy(), sample_ids=frame["sample_id"].tolist())
-            result = run_probe(fs, probe_config)
-            write_probe_results(result, oof_frame(result), root / "probe")
+                                poolings=list(cell["poolings"]), max_tokens=extract.get("max_tokens", DEFAULT_MAX_TOKENS))
+            stages.extract(sensor, trajs, [cell["condition"]], cfg, root / "store")
+            stages.probe(root / "store", root / "probe", probe_config, condition=cell["condition"])
         res = json.loads(results.read_text())
         rows.append({"cell": cell["name"], "model": cell["model"], "condition": cell["condition"],
                      "layers": cell["layers"], "poolings": "+".join(cell["poolings"]), "auroc": res["auroc"],
