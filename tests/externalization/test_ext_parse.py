@@ -8,6 +8,8 @@ from interp.data.parse import parse_turn
 from interp.data.render import fallback_tool_call_text
 from interp.data.trajectory import ToolCall
 
+pytestmark = pytest.mark.unit
+
 
 def test_well_formed_turn():
     turn = parse_turn('<think>\nRead the helper.\n</think>\n\n<tool_call>\n'

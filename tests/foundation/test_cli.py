@@ -24,6 +24,8 @@ from interp.data.trajectory import load_trajectories, validate_file
 
 from ._support import MINI, ROOT, mini_record
 
+pytestmark = pytest.mark.e2e
+
 MARKER_RE = re.compile(r"⟦(?P<kind>\w+)(?: step=(?P<step>\d+))?(?: #(?P<block>\d+))? tokens (?P<start>\d+):(?P<end>\d+)⟧")
 ROW_RE = re.compile(r"^│ (?P<kind>\w+)\s+│\s+(?P<n>\d+) │$", re.M)
 

@@ -24,6 +24,8 @@ from interp.data.trajectory import (
 
 from ._support import DEMO, MINI, mini_record
 
+pytestmark = pytest.mark.unit
+
 # ---------------------------------------------------------------------------------------------
 # split_blocks
 

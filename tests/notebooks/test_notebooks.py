@@ -17,6 +17,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 EXPECTED = {"01_quickstart.ipynb", "02_future_necessity_probes.ipynb", "03_kl_repair_patching.ipynb",

@@ -5,6 +5,8 @@ import pytest
 
 from probes import FeatureSet
 
+pytestmark = pytest.mark.unit
+
 
 def test_nan_features_name_key_and_rows(make_features):
     fs = make_features()

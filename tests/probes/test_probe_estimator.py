@@ -1,10 +1,13 @@
 """LinearProbe is a real scikit-learn estimator."""
 
 import numpy as np
+import pytest
 from sklearn.base import clone
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from probes import LinearProbe
+
+pytestmark = pytest.mark.unit
 
 
 @parametrize_with_checks([LinearProbe(pca=3)])  # exercises all three pipeline steps

@@ -6,6 +6,8 @@ from sklearn.metrics import balanced_accuracy_score, roc_auc_score
 
 from probes.metrics import auroc, balanced_accuracy_threshold
 
+pytestmark = pytest.mark.parity
+
 
 def test_auroc_matches_sklearn_with_ties():
     rng = np.random.default_rng(0)

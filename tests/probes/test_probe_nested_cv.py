@@ -12,6 +12,8 @@ from sklearn.model_selection import KFold, cross_val_predict
 from probes import LinearProbe, layer_curve, run_nested_cv
 from probes.splits import grouped_splits
 
+pytestmark = pytest.mark.unit
+
 nested_cv_module = importlib.import_module("probes.nested_cv")
 scan_module = importlib.import_module("probes.scan")
 

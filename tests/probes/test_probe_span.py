@@ -8,6 +8,8 @@ from sklearn.preprocessing import StandardScaler
 from probes import LinearProbe
 from probes.span import logreg_scores, span_coordinates, span_scores
 
+pytestmark = pytest.mark.parity
+
 
 def _data(n=60, d=400):
     rng = np.random.default_rng(0)

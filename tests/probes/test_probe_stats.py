@@ -16,6 +16,8 @@ from probes import (
 )
 from probes.metrics import auroc
 
+pytestmark = pytest.mark.unit
+
 
 def test_bootstrap_ci_contains_estimate_and_counts_skips(make_features, fast_config):
     fs = make_features(n_tasks=15, signal_key=(2, "mean"), signal=1.0, seed=1)

@@ -9,6 +9,8 @@ import pytest
 
 from interp.pipelines.sweep import cells, load_sweep, run_sweep
 
+pytestmark = pytest.mark.e2e
+
 CONFIG = """
 trajectories = "{traj}"
 out = "{out}"
