@@ -558,11 +558,11 @@ def test_demo_refuses_an_unknown_dtype(interp_main, tmp_path):
     assert not (tmp_path / "demo" / "report.md").exists()
 
 
-@pytest.mark.slow
 # one torch thread: the demo runs beside the suite's xdist workers on a 2-core machine
 DEMO_ENV = {**os.environ, "COLUMNS": "120", "NO_COLOR": "1", "OMP_NUM_THREADS": "1"}
 
 
+@pytest.mark.slow
 def test_demo_on_tiny_qwen_writes_every_result_as_strict_json(tmp_path):
     from interp.reporting.figures import FIGURES
 
