@@ -3,12 +3,22 @@
 ``apply_condition(name, traj, after_step, **params) -> (Trajectory', EditLog)``.
 Only steps ``1..after_step`` (the history) are edited; later steps are kept as
 recorded (continuation rubrics read them). Only ``hide_observation`` touches
-anything but reasoning. Removed blocks disappear, except under ``iclr`` where
-each becomes the literal ``[SKIP]`` (the reference method). The ICLR drop rule
-has one home, :func:`iclr_dropped` (reference fraction ``ICLR_RHO = 0.8``; ties
-drop the earlier block first); ``interp.extraction.entropy.drop_table`` applies
-it to tables of block entropies. :func:`validate_condition` checks a name and its
+anything but reasoning. Blocks are the literal ``"\\n\\n"`` split of
+``interp.data.trajectory.split_blocks``; an edit replaces or removes blocks in
+place and leaves every other byte of the reasoning as recorded. Removed blocks
+disappear, except under ``iclr``/``iclr_step_only`` where each becomes the
+literal ``[SKIP]`` (the reference method). The ICLR drop rule has one home,
+:func:`iclr_dropped` (reference fraction ``ICLR_RHO = 0.8``; ties drop the
+earlier block first); ``interp.extraction.entropy.drop_table`` applies it to
+tables of block entropies. :func:`validate_condition` checks a name and its
 parameters before any work starts.
+
+ICLR is online, as in the study: steps are compressed in order and each
+compression is written back, so step t is scored on the history in which
+steps 1..t-1 are already compressed (the scorer is called as
+``scorer(history, t)``, see ``BlockScorer``). ``iclr_step_only`` (the study's
+Step Only Entropy ablation) calls it as ``scorer(step_only_history(history, t), 1)``:
+only that step's reasoning is in context.
 
 | condition                | edit of the history at boundary b                                   |
 |--------------------------|----------------------------------------------------------------------|
@@ -16,15 +26,24 @@ parameters before any work starts.
 | delete_all_reasoning     | every reasoning block of steps 1..b                                  |
 | delete_latest_reasoning  | the reasoning of step b                                              |
 | keep_latest_reasoning    | the reasoning of steps 1..b-1 (step b kept)                          |
-| iclr                     | per step t <= b: the floor(rho*N) lowest-scored of its N blocks -> [SKIP] (N = 1 untouched; a step whose scorer context is over the limit is left whole and logged) |
-| random                   | seeded random blocks of steps 1..b until a fraction r of reasoning tokens is removed |
+| iclr                     | for t = 1..b in order: score step t's N blocks on the history with steps 1..t-1 already compressed, the floor(rho*N) lowest -> [SKIP], write back (N = 1 untouched; a step the scorer cannot score, context over the limit, is left whole and logged) |
+| iclr_step_only           | as iclr, each step scored with only its own reasoning in context      |
+| random                   | per step t <= b: a seeded fraction r (RANDOM_R = 0.05, 0.1, 0.2, 0.4) of the step's reasoning tokens deleted (no marker); seeded by task and step, so a step's edit is the same at every boundary after it |
 | hide_observation         | the observation of step k (default b) -> ``[output hidden]``          |
 | clear_after_code         | the reasoning of steps 1..k, k = latest step <= b whose action wrote code or a file |
+
+``random`` counts tokens of the ``tokenizer`` parameter (an HF tokenizer: the
+sensor's; the step's reasoning is tokenized on its own with offsets); the k =
+round(r * n) chosen tokens' characters are deleted. Without a tokenizer the
+units are characters (logged). ``EditLog.per_step[t]`` records n, k and the
+exact removed fraction k / n.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
+import re
 import math
 import random as _random
 from collections.abc import Callable, Mapping, Sequence
@@ -32,15 +51,19 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from interp.data.actions import writes_code
-from interp.data.trajectory import Trajectory, join_blocks
+from interp.data.trajectory import Trajectory, replace_blocks
 
 SKIP = "[SKIP]"
 ICLR_RHO = 0.8  # the reference ICLR drop fraction
 HIDDEN = "[output hidden]"
 
-# A block scorer returns, for step t (1-based) of a trajectory, one score per
-# reasoning block (higher = more informative), or None when the step could not
-# be scored (context over the scorer limit): the step is then left untouched.
+RANDOM_R = (0.05, 0.1, 0.2, 0.4)  # the study's random-removal fractions
+
+# A block scorer is called as scorer(history, t): ``history`` is the trajectory
+# with steps 1..t-1 already compressed by the condition (step t and later as
+# recorded); it returns one score per reasoning block of step t (higher = more
+# informative), or None when the step could not be scored (context over the
+# scorer limit): the step is then left untouched.
 BlockScorer = Callable[[Trajectory, int], "Sequence[float] | None"]
 TokenCounter = Callable[[str], int]
 
@@ -66,6 +89,7 @@ class EditLog:
     edits: list[Edit] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     params: dict[str, Any] = field(default_factory=dict)
+    per_step: dict[int, dict[str, Any]] = field(default_factory=dict)  # random: {"units", "removed", "fraction"}
 
     @property
     def chars_removed(self) -> int:
@@ -83,7 +107,8 @@ class EditLog:
         """JSON-able form."""
         return {"condition": self.condition, "after_step": self.after_step, "params": self.params,
                 "chars_removed": self.chars_removed, "tokens_removed": self.tokens_removed,
-                "edits": [vars(e) for e in self.edits], "notes": self.notes}
+                "edits": [vars(e) for e in self.edits], "notes": self.notes,
+                "per_step": {str(t): v for t, v in self.per_step.items()}}
 
 
 def _count(counter: TokenCounter | None, text: str) -> int | None:
@@ -96,16 +121,11 @@ def drop_blocks(traj: Trajectory, log: EditLog, drop: dict[int, set[int]], place
     steps = list(traj.steps)
     for t in sorted(drop):
         blocks = steps[t - 1].blocks
-        kept = []
-        for k, blk in enumerate(blocks):
-            if k in drop[t]:
-                log.edits.append(Edit(t, k, "reasoning_block", "skipped" if placeholder else "removed",
-                                      len(blk), _count(counter, blk)))
-                if placeholder:
-                    kept.append(placeholder)
-            else:
-                kept.append(blk)
-        steps[t - 1] = replace(steps[t - 1], reasoning=join_blocks(kept))
+        for k in sorted(drop[t]):
+            log.edits.append(Edit(t, k, "reasoning_block", "skipped" if placeholder else "removed",
+                                  len(blocks[k]), _count(counter, blocks[k])))
+        steps[t - 1] = replace(steps[t - 1], reasoning=replace_blocks(steps[t - 1].reasoning,
+                                                                      dict.fromkeys(drop[t], placeholder)))
     return replace(traj, steps=tuple(steps))
 
 
@@ -155,24 +175,46 @@ def iclr_dropped(scores: Sequence[float], rho: float = ICLR_RHO) -> set[int]:
     return set(order[: math.floor(rho * n)])
 
 
-def iclr(traj: Trajectory, after_step: int, log: EditLog, counter: TokenCounter | None = None,
-         scorer: BlockScorer | None = None, rho: float = ICLR_RHO) -> Trajectory:
-    """Online ICLR: at each step t <= b drop its floor(rho*N) lowest-scored blocks to ``[SKIP]``."""
+def step_only_history(traj: Trajectory, step: int) -> Trajectory:
+    """A one-step trajectory holding only step ``step`` (no system prompt, tools, task or other steps):
+    the Step Only Entropy context, scored as its step 1; task_id ``"<task_id>@step<t>"`` keeps scorer caches apart."""
+    return replace(traj, task_id=f"{traj.task_id}@step{step}", system_prompt="", tools=(), task="",
+                   steps=(traj.steps[step - 1],), annotations=())
+
+
+def _iclr_online(traj: Trajectory, after_step: int, log: EditLog, counter: TokenCounter | None,
+                 scorer: BlockScorer | None, rho: float, step_only: bool) -> Trajectory:
+    """Steps 1..b in order: score step t on the history so far, drop, write back (the one ICLR loop)."""
     _check_iclr(scorer=scorer, rho=rho)
     log.params["rho"] = rho
-    drop: dict[int, set[int]] = {}
+    history = traj
     for t in range(1, after_step + 1):
-        n = len(traj.steps[t - 1].blocks)
-        if n <= 1:
+        n = len(history.steps[t - 1].blocks)
+        if n == 0:
             continue
-        scores = scorer(traj, t)
+        scores = scorer(step_only_history(history, t), 1) if step_only else scorer(history, t)
         if scores is None:
-            log.notes.append(f"step {t}: not scored (scorer context over its limit); left untouched")
+            if n > 1:
+                log.notes.append(f"step {t}: not scored (scorer context over its limit); left untouched")
             continue
         if len(scores) != n:
             raise ValueError(f"iclr scorer returned {len(scores)} scores for {n} blocks of step {t}")
-        drop[t] = iclr_dropped(scores, rho)
-    return drop_blocks(traj, log, drop, SKIP, counter)
+        drop = iclr_dropped(scores, rho)
+        if drop:
+            history = drop_blocks(history, log, {t: drop}, SKIP, counter)
+    return history
+
+
+def iclr(traj: Trajectory, after_step: int, log: EditLog, counter: TokenCounter | None = None,
+         scorer: BlockScorer | None = None, rho: float = ICLR_RHO) -> Trajectory:
+    """Online ICLR: for t = 1..b, score step t on the history with 1..t-1 compressed, drop its floor(rho*N) lowest to [SKIP]."""
+    return _iclr_online(traj, after_step, log, counter, scorer, rho, step_only=False)
+
+
+def iclr_step_only(traj: Trajectory, after_step: int, log: EditLog, counter: TokenCounter | None = None,
+                   scorer: BlockScorer | None = None, rho: float = ICLR_RHO) -> Trajectory:
+    """Step Only Entropy ICLR: as :func:`iclr`, each step scored with only its own reasoning in context."""
+    return _iclr_online(traj, after_step, log, counter, scorer, rho, step_only=True)
 
 
 def _check_iclr(scorer: BlockScorer | None = None, rho: float = ICLR_RHO) -> None:
@@ -182,30 +224,43 @@ def _check_iclr(scorer: BlockScorer | None = None, rho: float = ICLR_RHO) -> Non
     _check_fraction("iclr", "rho", rho)
 
 
-def random_blocks(traj: Trajectory, after_step: int, log: EditLog, counter: TokenCounter | None = None,
-                  r: float = 0.5, seed: int = 0) -> Trajectory:
-    """Remove seeded random blocks of steps 1..b until a fraction ``r`` of reasoning tokens is gone."""
+def token_spans(text: str, tokenizer: Any | None) -> list[tuple[int, int]]:
+    """Character ranges of ``text``'s tokens under ``tokenizer`` (HF, offsets; alone, no special tokens);
+    without a tokenizer, one range per character."""
+    if tokenizer is None:
+        return [(i, i + 1) for i in range(len(text))]
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    return [(int(s), int(e)) for s, e in enc["offset_mapping"]]
+
+
+def random_tokens(traj: Trajectory, after_step: int, log: EditLog, counter: TokenCounter | None = None,
+                  r: float = 0.1, seed: int = 0, tokenizer: Any | None = None) -> Trajectory:
+    """Delete a seeded fraction ``r`` of each step's reasoning tokens (steps 1..b; seeded by task and step)."""
     _check_random(r=r, seed=seed)
     log.params.update(r=r, seed=seed)
-    size = counter or len  # without a tokenizer, characters stand in for tokens (logged)
-    if counter is None:
-        log.notes.append("no token counter: the fraction r is measured in characters")
-    blocks = [(t, k, size(blk)) for t in range(1, after_step + 1) for k, blk in enumerate(traj.steps[t - 1].blocks)]
-    total = sum(n for _, _, n in blocks)
-    rng = _random.Random(f"{seed}:{traj.task_id}:{after_step}")
-    rng.shuffle(blocks)
-    drop: dict[int, set[int]] = {}
-    removed = 0
-    for t, k, n in blocks:
-        if removed >= r * total:
-            break
-        drop.setdefault(t, set()).add(k)
-        removed += n
-    return drop_blocks(traj, log, drop, None, counter)
+    if tokenizer is None:
+        log.notes.append("no tokenizer: the fraction r is measured in characters")
+    steps = list(traj.steps)
+    for t in range(1, after_step + 1):
+        text = steps[t - 1].reasoning
+        units = token_spans(text, tokenizer)
+        k = math.floor(r * len(units) + 0.5)
+        chosen = _random.Random(f"{seed}:{traj.task_id}:{t}").sample(range(len(units)), k)
+        gone = [False] * len(text)
+        for i in chosen:
+            gone[units[i][0]:units[i][1]] = [True] * (units[i][1] - units[i][0])
+        kept = "".join(c for c, g in zip(text, gone) if not g)
+        log.per_step[t] = {"units": len(units), "removed": k, "fraction": k / len(units) if units else 0.0}
+        if k:
+            log.edits.append(Edit(t, None, "reasoning_tokens", "removed", sum(gone),
+                                  k if tokenizer is not None else None))
+            steps[t - 1] = replace(steps[t - 1], reasoning=kept if kept.strip() else "")
+    return replace(traj, steps=tuple(steps))
 
 
-def _check_random(r: float = 0.5, seed: int = 0) -> None:
-    _check_fraction("random", "r", r)
+def _check_random(r: float = 0.1, seed: int = 0, tokenizer: Any | None = None) -> None:
+    if r not in RANDOM_R:
+        raise ValueError(f"random: r must be one of the study's fractions {', '.join(map(str, RANDOM_R))}; got {r}")
 
 
 def hide_observation(traj: Trajectory, after_step: int, log: EditLog, counter: TokenCounter | None = None,
@@ -228,6 +283,95 @@ def hide_observation(traj: Trajectory, after_step: int, log: EditLog, counter: T
     return replace(traj, steps=tuple(steps))
 
 
+HIDDEN_STDERR = "[stderr hidden]"
+_STREAM_HEADER = re.compile(r"(?im)^(stdout|stderr):[ \t]*")
+_JSON_STDERR_KEY = re.compile(r'(?<!\\)"stderr"\s*:\s*')
+
+
+def stderr_spans(text: str) -> list[tuple[int, int]]:
+    """``[start, end)`` spans of an observation's error stream, recognised from its structure (else ``[]``)."""
+    return [(a, b) for a, b, _ in _stderr_edits(text)]
+
+
+def _stderr_edits(text: str) -> list[tuple[int, int, str]]:
+    """``(start, end, replacement)`` of each error-stream span of an observation.
+
+    Two forms: a JSON object with a top-level string ``"stderr"`` (the span is
+    that string literal, quotes included); or a text with stream sections, each
+    opened by a line starting ``STDOUT:`` or ``STDERR:`` (case-insensitive) and
+    running to the next such line or the end (a ``STDERR:`` section's span is its
+    content after the header, leading and trailing whitespace excluded). Empty streams give no span.
+    """
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        try:
+            obj = json.loads(stripped)
+        except json.JSONDecodeError:
+            obj = None
+        if isinstance(obj, dict):
+            if not isinstance(obj.get("stderr"), str) or not obj["stderr"]:
+                return []
+            decoder = json.JSONDecoder()
+            for m in _JSON_STDERR_KEY.finditer(text):
+                try:
+                    value, end = decoder.raw_decode(text, m.end())
+                except json.JSONDecodeError:
+                    continue
+                candidate = text[:m.end()] + json.dumps(HIDDEN_STDERR) + text[end:]
+                try:
+                    edited = json.loads(candidate)
+                except json.JSONDecodeError:
+                    continue
+                if value == obj["stderr"] and edited == {**obj, "stderr": HIDDEN_STDERR}:
+                    return [(m.end(), end, json.dumps(HIDDEN_STDERR))]
+            return []
+    headers = list(_STREAM_HEADER.finditer(text))
+    spans = []
+    for i, m in enumerate(headers):
+        if m.group(1).lower() != "stderr":
+            continue
+        content = text[m.end():headers[i + 1].start() if i + 1 < len(headers) else len(text)]
+        start, end = m.end() + len(content) - len(content.lstrip()), m.end() + len(content.rstrip())
+        if end > start:
+            spans.append((start, end, HIDDEN_STDERR))
+    return spans
+
+
+def hide_stderr(traj: Trajectory, after_step: int, log: EditLog, counter: TokenCounter | None = None,
+                step: int | None = None) -> Trajectory:
+    """Replace only the error stream of step ``step``'s (default: b) observations with ``[stderr hidden]``.
+
+    The error stream is recognised by :func:`stderr_spans` (its rules); everything else
+    (stdout, exit codes, headers) is kept byte-identical. A JSON observation gets
+    the JSON string ``"[stderr hidden]"``. An observation without a recognised
+    error stream is kept whole and noted in the log.
+    """
+    k = after_step if step is None else step
+    if not 1 <= k <= after_step:
+        raise ValueError(f"hide_stderr: step {k} is not in the history 1..{after_step}")
+    log.params["step"] = k
+    target = traj.steps[k - 1]
+    obs = target.observations
+    if not obs:
+        log.notes.append(f"step {k} has no observation; nothing hidden")
+        return traj
+    new_obs = []
+    for i, o in enumerate(obs):
+        edits = _stderr_edits(o)
+        if not edits:
+            log.notes.append(f"step {k} observation {i}: no error stream recognised (no STDERR: section, no JSON "
+                             "stderr field); kept whole")
+        log.edits += [Edit(k, i, "stderr", "hidden", b - a, _count(counter, o[a:b])) for a, b, _ in edits]
+        for a, b, placeholder in reversed(edits):
+            o = o[:a] + placeholder + o[b:]
+        new_obs.append(o)
+    if not log.edits:
+        return traj
+    steps = list(traj.steps)
+    steps[k - 1] = replace(target, observation=new_obs[0] if isinstance(target.observation, str) else tuple(new_obs))
+    return replace(traj, steps=tuple(steps))
+
+
 def clear_after_code(traj: Trajectory, after_step: int, log: EditLog,
                      counter: TokenCounter | None = None) -> Trajectory:
     """Remove the reasoning of steps 1..k, k = the latest step <= b whose action wrote code or a file."""
@@ -245,15 +389,18 @@ CONDITIONS: dict[str, Callable[..., Trajectory]] = {
     "delete_latest_reasoning": delete_latest_reasoning,
     "keep_latest_reasoning": keep_latest_reasoning,
     "iclr": iclr,
-    "random": random_blocks,
+    "iclr_step_only": iclr_step_only,
+    "random": random_tokens,
     "hide_observation": hide_observation,
+    "hide_stderr": hide_stderr,
     "clear_after_code": clear_after_code,
 }
 
 
 # Checks of a condition's parameters that need no trajectory (run by the condition itself and by
 # validate_condition, before any extraction starts).
-_PARAM_CHECKS: dict[str, Callable[..., None]] = {"iclr": _check_iclr, "random": _check_random}
+_PARAM_CHECKS: dict[str, Callable[..., None]] = {"iclr": _check_iclr, "iclr_step_only": _check_iclr,
+                                                 "random": _check_random}
 _POSITIONAL = ("traj", "after_step", "log", "counter")
 
 

@@ -18,6 +18,12 @@ ranges become token ranges through the tokenizer's offsets of the whole
 prompt (never by tokenizing pieces separately). Everything not covered is
 ``glue`` (role headers, tags, separators), so spans tile the whole prompt.
 
+Reasoning is rendered exactly as recorded (blocks are a literal split on
+``"\\n\\n"``, ``interp.data.trajectory.split_blocks``): the text between
+blocks is glue, and a ``reasoning_block`` span covers the block verbatim,
+except whitespace at the edges of the whole reasoning (glue, so a template
+that strips the reasoning's edges cannot move a span).
+
 Templates:
 
 - *native*: templates that know ``tools`` / ``tool_calls`` (Qwen family).
@@ -39,7 +45,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from interp.data.trajectory import Step, Trajectory
+from interp.data.trajectory import Step, Trajectory, block_char_spans
 
 SEGMENT_KINDS = ("system", "tools", "task", "reasoning_block", "action", "observation", "glue")
 _SENTINEL = "\ue000{}\ue001"
@@ -159,7 +165,7 @@ def _messages(traj: Trajectory, steps: tuple[Step, ...], mode: str, inline: bool
         msgs.append({"role": "system", "content": system})
     msgs.append({"role": "user", "content": put(traj.task, "task")})
     for t, step in enumerate(steps, start=1):
-        reasoning = "\n\n".join(put(blk, "reasoning_block", t, k) for k, blk in enumerate(step.blocks))
+        reasoning = _reasoning_text(step.reasoning, t, put)
         msg: dict[str, Any] = {"role": "assistant"}
         if step.action.is_text:
             content = put(step.action.text or "", "action", t, 0) if step.action.text else ""
@@ -187,6 +193,22 @@ def _messages(traj: Trajectory, steps: tuple[Step, ...], mode: str, inline: bool
                 text = f"<tool_response>\n{text}\n</tool_response>"
             msgs.append({"role": obs_role, "content": text})
     return msgs
+
+
+def _reasoning_text(reasoning: str, t: int, put: Any) -> str:
+    """The step's reasoning exactly as recorded, each block put as a piece (verbatim, except that
+    whitespace at the edges of the whole reasoning stays glue); separators stay glue."""
+    out, cursor = [], 0
+    spans = block_char_spans(reasoning)
+    for k, (s, e) in enumerate(spans):
+        if k == 0:
+            s += len(reasoning[s:e]) - len(reasoning[s:e].lstrip())
+        if k == len(spans) - 1:
+            e -= len(reasoning[s:e]) - len(reasoning[s:e].rstrip())
+        out += [reasoning[cursor:s], put(reasoning[s:e], "reasoning_block", t, k)]
+        cursor = e
+    out.append(reasoning[cursor:])
+    return "".join(out)
 
 
 def _apply(tokenizer: Any, msgs: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:

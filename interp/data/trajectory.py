@@ -73,24 +73,51 @@ class Action:
         return self.calls[0].to_json()
 
 
+BLOCK_SEPARATOR = "\n\n"  # the study's literal block separator
+
+
+def block_char_spans(reasoning: str) -> list[tuple[int, int]]:
+    """Character ranges ``[start, end)`` of the reasoning blocks: the pieces of
+    ``reasoning.split("\\n\\n")`` that are not whitespace-only, verbatim (the study's rule)."""
+    spans, pos = [], 0
+    for piece in reasoning.split(BLOCK_SEPARATOR):
+        if piece.strip():
+            spans.append((pos, pos + len(piece)))
+        pos += len(piece) + len(BLOCK_SEPARATOR)
+    return spans
+
+
 def split_blocks(reasoning: str) -> list[str]:
-    """Reasoning blocks: split on blank lines, empty pieces dropped (the reference rule)."""
-    pieces: list[str] = []
-    current: list[str] = []
-    for line in reasoning.split("\n"):
-        if line.strip():
-            current.append(line)
-        elif current:
-            pieces.append("\n".join(current))
-            current = []
-    if current:
-        pieces.append("\n".join(current))
-    return [p.strip() for p in pieces if p.strip()]
+    """Reasoning blocks: the non-whitespace pieces of a literal split on ``"\\n\\n"``, kept verbatim.
+
+    Nothing is stripped or merged, so the text between blocks (a separator, or
+    whitespace-only pieces) stays as recorded: an unedited history renders the
+    recorded reasoning byte for byte.
+    """
+    return [reasoning[s:e] for s, e in block_char_spans(reasoning)]
 
 
 def join_blocks(blocks: list[str]) -> str:
-    """Inverse of :func:`split_blocks` for blocks that hold no blank line."""
-    return "\n\n".join(blocks)
+    """Blocks joined with ``"\\n\\n"``; inverse of :func:`split_blocks` for split output."""
+    return BLOCK_SEPARATOR.join(blocks)
+
+
+def replace_blocks(reasoning: str, new: Mapping[int, str | None]) -> str:
+    """``reasoning`` with block k replaced by ``new[k]`` (None: removed with one separator); the rest byte-identical.
+
+    When no block is left the result is ``""`` (whitespace-only pieces go too).
+    """
+    pieces = reasoning.split(BLOCK_SEPARATOR)
+    block_of = [i for i, piece in enumerate(pieces) if piece.strip()]
+    out: list[str] = []
+    for i, piece in enumerate(pieces):
+        k = block_of.index(i) if i in block_of else None
+        if k is None or k not in new:
+            out.append(piece)
+        elif new[k] is not None:
+            out.append(new[k])
+    text = BLOCK_SEPARATOR.join(out)
+    return text if text.strip() else ""
 
 
 @dataclass(frozen=True)

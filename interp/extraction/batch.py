@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -17,23 +18,39 @@ from interp.extraction.store import Store
 
 
 def parse_layers(spec: str, n_layers: int, full_attention: list[int]) -> list[int]:
-    """``all`` | ``full_attention`` | ``"0,4,8"`` | ``"0-7"`` (mixable with commas) -> sorted layers."""
+    """``all`` | ``full_attention`` | ``"0,4,8"`` | ``"0-7"`` (mixable with commas) -> sorted 0-based layers.
+
+    Layers are 0-based (``resid_pre`` of layer l is ``hidden_states[l]``); the
+    reference study numbers them from 1. ``"1based:4,8,32"`` (ranges too) takes
+    1-based numbers and returns them minus one. A plain list that is exactly
+    the full-attention layers plus one (the study's numbering typed as 0-based)
+    draws a warning.
+    """
     if spec == "all":
         return list(range(n_layers))
     if spec == "full_attention":
         return list(full_attention)
+    one_based = spec.startswith("1based:")
+    body = spec.removeprefix("1based:")
+    shift = 1 if one_based else 0
     layers: set[int] = set()
-    for part in spec.split(","):
+    for part in body.split(","):
         part = part.strip()
         lo, sep, hi = part.partition("-")
         try:
             chosen = range(int(lo), int(hi) + 1) if sep else [int(part)]
         except ValueError:
-            raise ValueError(f"bad layer spec {spec!r}: use all, full_attention, 0,4,8 or 0-7") from None
-        layers.update(chosen)
-    bad = sorted(x for x in layers if not 0 <= x < n_layers)
+            raise ValueError(f"bad layer spec {spec!r}: use all, full_attention, 0,4,8, 0-7 or 1based:4,8,32") from None
+        layers.update(x - shift for x in chosen)
+    bad = sorted(x + shift for x in layers if not 0 <= x < n_layers)
     if bad:
-        raise ValueError(f"layers {bad} out of range 0..{n_layers - 1}")
+        raise ValueError(f"layers {bad} out of range {shift}..{n_layers - 1 + shift}"
+                         + (" (1-based)" if one_based else " (0-based; use 1based:... for the study's numbering)"))
+    if not one_based and full_attention and layers == {x + 1 for x in full_attention} \
+            and not layers <= set(full_attention):
+        warnings.warn(f"--layers {spec}: these are the full-attention layers numbered from 1 (the reference study's "
+                      f"numbering); layers are 0-based here, so they select {sorted(layers)}, not "
+                      f"{sorted(full_attention)}. Write 1based:{body} or full_attention for those.", stacklevel=2)
     return sorted(layers)
 
 
@@ -48,6 +65,21 @@ def parse_shard(spec: str | None) -> tuple[int, int]:
     if not 0 <= i < n:
         raise ValueError(f"bad shard {spec!r}: need 0 <= I < N")
     return i, n
+
+
+def condition_params(sensor: Any, conditions: Iterable[str],
+                     max_tokens: int | None = None) -> dict[str, dict[str, Any]]:
+    """What the model-dependent conditions need from the sensor: block scorers (ICLR), its tokenizer (random r)."""
+    from interp.extraction.entropy import EntropyScorer
+    from interp.extraction.limits import DEFAULT_MAX_TOKENS
+
+    limit = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+    needs = {
+        "iclr": lambda: {"scorer": EntropyScorer(sensor, limit, context="online")},
+        "iclr_step_only": lambda: {"scorer": EntropyScorer(sensor, limit, context="step_only")},
+        "random": lambda: {"tokenizer": sensor.tokenizer},
+    }
+    return {name: needs[name]() for name in dict.fromkeys(conditions) if name in needs}
 
 
 def store_settings(sensor: Any, config: ExtractConfig) -> dict[str, Any]:

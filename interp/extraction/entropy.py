@@ -1,50 +1,73 @@
-"""ICLR proxy: mean token predictive entropy (bits) of each reasoning block under full causal context.
+"""ICLR proxy: mean token predictive entropy (bits) of each reasoning block, online as in the study.
 
-For block tokens ``[s, e)`` of step t in the full-history render, the score is
-the mean over i in ``[s, e)`` of ``H(P(. | tokens < i))`` in bits, read at
+For block tokens ``[s, e)`` of step t in the scorer's input, the score is the
+mean over i in ``[s, e)`` of ``H(P(. | tokens < i))`` in bits, read at
 position ``i - 1`` (:func:`block_mean_entropy`; the positions a forward must
-keep are :func:`entropy_positions`). One forward over the render of the whole
-trajectory (system prompt, tools, history and the current step in order)
-scores every block of every step; only those rows are unembedded, in slices.
-The in-forward path of ``interp.extraction.extract`` (``block_entropy=True``)
-uses the same two functions.
+keep are :func:`entropy_positions`). The scorer's input for step t is the
+render of the history at boundary t up to the end of step t's reasoning.
+:class:`EntropyScorer` has three contexts:
 
-A step whose reasoning ends beyond ``max_tokens`` is not scored (``None``):
-ICLR then leaves it untouched rather than truncating the context.
+- ``online`` (default, the study's method): the history it is given, in which
+  the ``iclr`` condition has already compressed steps 1..t-1 (dropped blocks
+  are ``[SKIP]``). Successive inputs share long prefixes: the forward for step
+  t continues from a cache snapshot at the longest shared prefix of the
+  previous input (snapshots are taken at the start of each step's reasoning
+  and at its end), so a step whose compression drops nothing costs only its
+  new tokens. ``reuse=False`` re-runs every input from scratch (the reference).
+- ``full`` (a departure from the study, kept for comparison): every block
+  under the uncompressed recorded trajectory, one forward over its whole
+  render (:func:`block_entropies`, also computed in-forward by
+  ``interp.extraction.extract`` with ``block_entropy=True``).
+- ``step_only`` (the study's Step Only Entropy ablation): only step t's
+  reasoning in context (``interp.data.conditions.step_only_history``, under
+  the model's chat template).
+
+An input longer than ``max_tokens`` (or the model's positions) is not scored
+(``None``): ICLR then leaves the step untouched rather than truncating, and
+the table records the input's token count.
 
 Tables: :func:`drop_table` marks, in a table of block entropies (one row per
 block), the blocks ICLR drops at ``rho`` (the rule of
-``interp.data.conditions.iclr_dropped``); :func:`entropy_table` scores
-trajectories and returns that table. Its columns (``DROP_TABLE_FIELDS``):
+``interp.data.conditions.iclr_dropped``; a step's decision depends only on
+its own scores, so the rule applied to online scores is the online
+condition's decision); :func:`entropy_table` runs the ``iclr`` condition with
+a scorer over trajectories and returns that table, with the full-context
+scores and decisions beside it for comparison. Its columns
+(``DROP_TABLE_FIELDS``; ``iclr_blocks.csv``):
 
 | name | shape | dtype | units | meaning |
 |---|---|---|---|---|
 | ``task_id`` | ``[n_blocks]`` | str | - | trajectory |
 | ``domain`` | ``[n_blocks]`` | str | - | the trajectory's domain |
+| ``context`` | ``[n_blocks]`` | str | - | scorer context of mean_entropy_bits and dropped: online, full or step_only |
 | ``step`` | ``[n_blocks]`` | int | step | step t whose reasoning holds the block (1-based) |
 | ``block`` | ``[n_blocks]`` | int | - | block index within the step's reasoning (0-based) |
-| ``n_tokens`` | ``[n_blocks]`` | int | tokens | tokens of the block in the full-history render |
+| ``n_tokens`` | ``[n_blocks]`` | int | tokens | tokens of the block in the scorer's input |
+| ``input_tokens`` | ``[n_blocks]`` | int or null | tokens | tokens of the scorer's input for the step (over max_tokens: not scored); null when not recorded |
 | ``mean_entropy_bits`` | ``[n_blocks]`` | float or null | bits/token | mean next-token entropy over the block's tokens; null when the step was not scored |
 | ``n_blocks_in_step`` | ``[n_blocks]`` | int | blocks | blocks of the step |
 | ``scored`` | ``[n_blocks]`` | bool | - | every block of the step has a score (fit the scorer context) |
 | ``dropped`` | ``[n_blocks]`` | bool | - | ICLR at rho replaces the block with [SKIP] |
+| ``mean_entropy_bits_full`` | ``[n_blocks]`` | float or null | bits/token | the block's score under the full uncompressed trajectory (context full); null when not computed or not scored |
+| ``dropped_full`` | ``[n_blocks]`` | bool or null | - | what ICLR at rho drops with full-context scores; null when not computed |
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from interp.data.conditions import ICLR_RHO, iclr_dropped
+from interp.data.conditions import ICLR_RHO, apply_condition, iclr_dropped, step_only_history
 from interp.data.render import Segment, render
 from interp.data.trajectory import Trajectory
 from interp.extraction.limits import DEFAULT_MAX_TOKENS, context_limit
 from interp.schema import fields_from_doc
-from interp.sensor.forward import Plan, run_plan
+from interp.sensor.forward import Plan, Snapshot, run_plan
 
 
 DROP_TABLE_FIELDS = fields_from_doc(__doc__, "DROP_TABLE_FIELDS")  # iclr_blocks.csv, one row per block
@@ -69,10 +92,11 @@ class BlockScore:
     block: int
     n_tokens: int
     mean_entropy_bits: float | None  # None: over the scorer limit
+    input_tokens: int = 0  # tokens of the scorer's input for the step
 
 
 def block_entropies(sensor: Any, traj: Trajectory, max_tokens: int = DEFAULT_MAX_TOKENS) -> list[BlockScore]:
-    """Score every reasoning block of ``traj`` with one forward (see module docstring)."""
+    """Full-context scores of every reasoning block of ``traj`` with one forward (see module docstring)."""
     rendered = render(traj, traj.n_steps, sensor.tokenizer)
     limit = context_limit(sensor, max_tokens)
     blocks = rendered.spans("reasoning_block")
@@ -86,37 +110,115 @@ def block_entropies(sensor: Any, traj: Trajectory, max_tokens: int = DEFAULT_MAX
         plan = Plan(entropy=entropy_positions(scored))
         out_entropy = run_plan(sensor, rendered.input_ids[:end], plan).entropy
     return [BlockScore(traj.task_id, s.step, s.block, s.n_tokens,
-                       block_mean_entropy(out_entropy, s) if s in scored else None) for s in blocks]
+                       block_mean_entropy(out_entropy, s) if s in scored else None, ends[s.step]) for s in blocks]
+
+
+CONTEXTS = ("online", "full", "step_only")
+
+
+@dataclass
+class _Prefix:
+    """The last input scored for a task and cache snapshots of its prefixes."""
+
+    ids: list[int]
+    snapshots: dict[int, Snapshot]
 
 
 @dataclass
 class EntropyScorer:
-    """A block scorer for the ``iclr`` condition: scores from :func:`block_entropies`, cached per task."""
+    """A block scorer for the ``iclr`` conditions, ``scorer(history, t)`` (see module docstring).
+
+    ``records[(task_id, t)]`` keeps the last scores of step t (with token
+    counts, for tables); ``forwards`` and ``tokens_run`` count the work done.
+    """
 
     sensor: Any
     max_tokens: int = DEFAULT_MAX_TOKENS
+    context: str = "online"
+    reuse: bool = True
+    records: dict[tuple[str, int], list[BlockScore]] = field(default_factory=dict)
+    forwards: int = 0
+    tokens_run: int = 0
     _cache: dict[str, list[BlockScore]] = field(default_factory=dict)
+    _memo: dict[tuple[str, int, str], list[BlockScore]] = field(default_factory=dict)
+    _prefix: dict[str, _Prefix] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.context not in CONTEXTS:
+            raise ValueError(f"EntropyScorer.context must be one of {', '.join(CONTEXTS)}; got {self.context!r}")
 
     def scores(self, traj: Trajectory) -> list[BlockScore]:
-        """All block scores of ``traj`` (computed once per task_id)."""
+        """Full-context scores of every block of ``traj`` (computed once per task_id)."""
         if traj.task_id not in self._cache:
             self._cache[traj.task_id] = block_entropies(self.sensor, traj, self.max_tokens)
+            self.forwards += 1
         return self._cache[traj.task_id]
 
-    def __call__(self, traj: Trajectory, step: int) -> list[float] | None:
+    def __call__(self, history: Trajectory, step: int) -> list[float] | None:
         """Scores of the blocks of ``step`` (higher = less predictable), or None if not scored."""
-        mine = sorted((s for s in self.scores(traj) if s.step == step), key=lambda s: s.block)
+        if self.context == "full":
+            # The first call of a task sees the unedited trajectory (ICLR edits a step only after scoring it).
+            mine = sorted((s for s in self.scores(history) if s.step == step), key=lambda s: s.block)
+            if len(mine) != len(history.steps[step - 1].blocks):
+                raise ValueError(f"{history.task_id} step {step}: the full-context scores were computed for another "
+                                 "version of this trajectory (use one scorer per trajectory set)")
+        else:
+            scored = step_only_history(history, step) if self.context == "step_only" else history
+            mine = self.score_step(scored, 1 if self.context == "step_only" else step)
+            mine = [replace(s, step=step) for s in mine]
+        self.records[(history.task_id, step)] = mine
         if any(s.mean_entropy_bits is None for s in mine):
             return None
         return [s.mean_entropy_bits for s in mine]
+
+    def score_step(self, history: Trajectory, step: int) -> list[BlockScore]:
+        """Scores of step ``step``'s blocks with ``history`` as given in context (one forward, prefix reused)."""
+        rendered = render(history, step, self.sensor.tokenizer)
+        spans = rendered.spans("reasoning_block", step=step)
+        end = max((s.end for s in spans), default=0)
+        ids = rendered.input_ids[:end]
+        key = (history.task_id, step, hashlib.sha1(repr(ids).encode()).hexdigest())
+        if key not in self._memo:
+            entropy = self._forward(history.task_id, ids, spans) if end <= context_limit(self.sensor, self.max_tokens) \
+                else None
+            self._memo[key] = [BlockScore(history.task_id, step, s.block, s.n_tokens,
+                                          block_mean_entropy(entropy, s) if entropy is not None else None, end)
+                               for s in spans]
+        return self._memo[key]
+
+    def _forward(self, task_id: str, ids: list[int], spans: list[Segment]) -> dict[int, float]:
+        """Next-token entropies at the blocks' positions, continuing from the best snapshot of this task."""
+        from interp.extraction.extract import lcp  # (extract imports this module)
+
+        positions = entropy_positions([s for s in spans if s.start >= 1])
+        prev = self._prefix.get(task_id) if self.reuse else None
+        shared = lcp(ids, prev.ids) if prev else 0
+        usable = [p for p in (prev.snapshots if prev else {}) if p <= min([shared, *positions]) and p < len(ids)]
+        start = prev.snapshots[max(usable)] if usable else None
+        offset = start.length if start else 0
+        marks = {min((s.start for s in spans), default=len(ids)), len(ids)} if self.reuse else set()
+        plan = Plan(entropy=positions, snapshots=sorted(p for p in marks if offset < p <= len(ids)))
+        out = run_plan(self.sensor, ids[offset:], plan, start=start)
+        self.forwards += 1
+        self.tokens_run += len(ids) - offset
+        if self.reuse:
+            kept = {offset: start} if start else {}  # still a prefix of ids; the rest are replaced
+            self._prefix = {task_id: _Prefix(list(ids), {**kept, **out.snapshots})}  # one task's snapshots held
+        return out.entropy
 
 
 def drop_table(blocks: pd.DataFrame, rho: float = ICLR_RHO) -> pd.DataFrame:
     """``blocks`` (one row per reasoning block: task_id, [domain,] step, block, n_tokens,
     mean_entropy_bits, NaN/None when unscored) plus ``n_blocks_in_step``, ``scored`` (every block
     of the step has a score) and ``dropped`` (ICLR at ``rho`` drops it: ``iclr_dropped`` on the
-    step's scores in block order; an unscored step is left whole). Rows keep their order."""
+    step's scores in block order; an unscored step is left whole). Rows keep their order; missing
+    ``DROP_TABLE_FIELDS`` columns are added (``context`` "full", the others null)."""
     iclr_dropped((), rho)  # validates rho even when no step is scored
+    blocks = blocks.copy()
+    if "context" not in blocks:
+        blocks["context"] = "full"  # e.g. extraction's in-forward scores
+    if "input_tokens" not in blocks:
+        blocks["input_tokens"] = None
     n = len(blocks)
     n_blocks, scored, dropped = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
     values = blocks["mean_entropy_bits"].to_numpy(dtype=object) if n else []
@@ -129,15 +231,47 @@ def drop_table(blocks: pd.DataFrame, rho: float = ICLR_RHO) -> pd.DataFrame:
             scored[rows] = True
             drop = iclr_dropped([float(v) for v in scores], rho)
             dropped[rows] = [i in drop for i in range(len(rows))]
-    return blocks.assign(n_blocks_in_step=n_blocks, scored=scored, dropped=dropped)
+    out = blocks.assign(n_blocks_in_step=n_blocks, scored=scored, dropped=dropped)
+    for name in ("mean_entropy_bits_full", "dropped_full"):
+        if name not in out:
+            out[name] = None
+    return out
 
 
 def entropy_table(sensor: Any, trajectories: list[Trajectory], rho: float = ICLR_RHO,
-                  max_tokens: int = DEFAULT_MAX_TOKENS) -> pd.DataFrame:
-    """One row per reasoning block: entropy (bits), tokens, and whether ICLR at ``rho`` drops it (:func:`drop_table`)."""
-    scorer = EntropyScorer(sensor, max_tokens)
-    rows = [{"task_id": traj.task_id, "domain": traj.domain, "step": s.step, "block": s.block,
-             "n_tokens": s.n_tokens, "mean_entropy_bits": s.mean_entropy_bits}
-            for traj in trajectories for s in sorted(scorer.scores(traj), key=lambda s: (s.step, s.block))]
-    columns = ["task_id", "domain", "step", "block", "n_tokens", "mean_entropy_bits"]
-    return drop_table(pd.DataFrame(rows, columns=columns), rho)
+                  max_tokens: int = DEFAULT_MAX_TOKENS, context: str = "online",
+                  full: pd.DataFrame | None | bool = True) -> pd.DataFrame:
+    """One row per reasoning block (``DROP_TABLE_FIELDS``): ICLR at ``rho`` run with a ``context`` scorer, and
+    the full-context scores/decisions beside it (``full``: True computes them, a frame of full-context block
+    entropies is used as given, False/None leaves those columns null)."""
+    scorer = EntropyScorer(sensor, max_tokens, context=context)
+    rows = []
+    for traj in trajectories:
+        apply_condition("iclr", traj, traj.n_steps, scorer=scorer, rho=rho)
+        rows += [{"task_id": traj.task_id, "domain": traj.domain, "context": context, "step": s.step,
+                  "block": s.block, "n_tokens": s.n_tokens, "input_tokens": s.input_tokens,
+                  "mean_entropy_bits": s.mean_entropy_bits}
+                 for t in range(1, traj.n_steps + 1) for s in scorer.records.get((traj.task_id, t), [])]
+    columns = ["task_id", "domain", "context", "step", "block", "n_tokens", "input_tokens", "mean_entropy_bits"]
+    table = drop_table(pd.DataFrame(rows, columns=columns), rho)
+    if full is True:
+        full_scorer = EntropyScorer(sensor, max_tokens, context="full")
+        full = pd.DataFrame([{"task_id": s.task_id, "step": s.step, "block": s.block,
+                              "mean_entropy_bits": s.mean_entropy_bits}
+                             for traj in trajectories for s in full_scorer.scores(traj)],
+                            columns=["task_id", "step", "block", "mean_entropy_bits"])
+    return with_full_context(table, full if isinstance(full, pd.DataFrame) else None, rho)
+
+
+def with_full_context(table: pd.DataFrame, full: pd.DataFrame | None, rho: float = ICLR_RHO) -> pd.DataFrame:
+    """``table`` plus ``mean_entropy_bits_full`` and ``dropped_full`` from full-context block entropies ``full``
+    (task_id, step, block, mean_entropy_bits; null columns when None)."""
+    table = table.drop(columns=["mean_entropy_bits_full", "dropped_full"], errors="ignore")
+    if full is None or full.empty:
+        return table.assign(mean_entropy_bits_full=None, dropped_full=None)
+    marked = drop_table(full[["task_id", "step", "block", "mean_entropy_bits"]], rho)
+    marked = pd.DataFrame({"task_id": marked["task_id"], "step": marked["step"], "block": marked["block"],
+                           "mean_entropy_bits_full": marked["mean_entropy_bits"],
+                           "dropped_full": marked["dropped"].astype(object).where(marked["scored"], None)})
+    return table.merge(marked[["task_id", "step", "block", "mean_entropy_bits_full", "dropped_full"]],
+                       on=["task_id", "step", "block"], how="left")

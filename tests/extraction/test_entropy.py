@@ -1,4 +1,7 @@
-"""ICLR entropy scores and the ``iclr`` condition they feed, against hand computations.
+"""ICLR entropy scores (full context) and the ``iclr`` condition they feed, against hand computations.
+
+The online scorer (the default, the study's method) is tested against a
+from-scratch loop in ``test_iclr_online.py``; here ``context="full"``.
 
 Reference for a block's score: one plain HF forward over the render of the
 whole trajectory; block tokens are located by searching the block texts in
@@ -83,7 +86,7 @@ def test_max_tokens_leaves_late_steps_unscored(tiny_sensor, mini_trajectory):
         else:
             assert c.mean_entropy_bits is None, c
     assert {c.step for c in capped if c.mean_entropy_bits is None} == {3, 4}
-    scorer = EntropyScorer(tiny_sensor, max_tokens=limit)
+    scorer = EntropyScorer(tiny_sensor, max_tokens=limit, context="full")
     assert scorer(mini_trajectory, 2) is not None and scorer(mini_trajectory, 3) is None
     edited, log = apply_condition("iclr", mini_trajectory, 4, scorer=scorer)
     assert edited.steps[2] == mini_trajectory.steps[2], "an unscored step must be left whole"
@@ -93,7 +96,7 @@ def test_max_tokens_leaves_late_steps_unscored(tiny_sensor, mini_trajectory):
 
 @pytest.mark.parametrize("rho", [0.8, 0.5])
 def test_iclr_drops_lowest_entropy_blocks(tiny_sensor, mini_trajectory, rho):
-    scorer = EntropyScorer(tiny_sensor)
+    scorer = EntropyScorer(tiny_sensor, context="full")
     scores = {(s.step, s.block): s.mean_entropy_bits for s in block_entropies(tiny_sensor, mini_trajectory)}
     counter = lambda s: len(tiny_sensor.tokenizer.encode(s, add_special_tokens=False))  # noqa: E731
     for b in range(1, mini_trajectory.n_steps + 1):
@@ -128,7 +131,7 @@ def test_scorer_scores_each_task_once(tiny_sensor, mini_trajectory, monkeypatch)
     calls = []
     real = entropy_mod.block_entropies
     monkeypatch.setattr(entropy_mod, "block_entropies", lambda *a, **k: calls.append(1) or real(*a, **k))
-    scorer = EntropyScorer(tiny_sensor)
+    scorer = EntropyScorer(tiny_sensor, context="full")
     for b in range(1, mini_trajectory.n_steps + 1):
         apply_condition("iclr", mini_trajectory, b, scorer=scorer)
     assert len(calls) == 1
@@ -183,14 +186,23 @@ def test_drop_table_applies_the_iclr_rule_per_step():
     assert empty.empty and {"n_blocks_in_step", "scored", "dropped"} <= set(empty.columns)
 
 
-def test_entropy_table_drops_what_the_iclr_condition_skips(tiny_sensor, mini_trajectory):
-    from interp.extraction.entropy import entropy_table
+@pytest.mark.parametrize("context", ["online", "full"])
+def test_entropy_table_drops_what_the_iclr_condition_skips(tiny_sensor, mini_trajectory, context):
+    from interp.extraction.entropy import DROP_TABLE_FIELDS, entropy_table
 
-    scorer = EntropyScorer(tiny_sensor)
-    table = entropy_table(tiny_sensor, [mini_trajectory], rho=0.5)
-    scores = {(s.step, s.block): s.mean_entropy_bits for s in scorer.scores(mini_trajectory)}
+    scorer = EntropyScorer(tiny_sensor, context=context)
+    table = entropy_table(tiny_sensor, [mini_trajectory], rho=0.5, context=context, full=context == "online")
+    assert list(table.columns) == [f.name for f in DROP_TABLE_FIELDS]
+    assert set(table["context"]) == {context}
+    edited, _ = apply_condition("iclr", mini_trajectory, mini_trajectory.n_steps, scorer=scorer, rho=0.5)
+    scores = {(t, s.block): s.mean_entropy_bits for (_, t), rec in scorer.records.items() for s in rec}
     assert [(r.step, r.block) for r in table.itertuples()] == sorted(scores)
     assert table["mean_entropy_bits"].tolist() == [scores[k] for k in sorted(scores)]
-    edited, _ = apply_condition("iclr", mini_trajectory, mini_trajectory.n_steps, scorer=scorer, rho=0.5)
     skipped = {(t, k) for t, step in enumerate(edited.steps, start=1) for k, blk in enumerate(step.blocks) if blk == SKIP}
     assert skipped and {(r.step, r.block) for r in table.itertuples() if r.dropped} == skipped
+    if context == "online":  # the full-context columns are the full scorer's
+        full = {(s.step, s.block): s.mean_entropy_bits for s in block_entropies(tiny_sensor, mini_trajectory)}
+        assert table["mean_entropy_bits_full"].tolist() == [full[k] for k in sorted(full)]
+        assert table["dropped_full"].notna().all()
+    else:
+        assert table["dropped_full"].isna().all()

@@ -30,8 +30,9 @@ def length_scorer(traj: Trajectory, t: int) -> list[float]:
     return [float(len(b)) for b in traj.steps[t - 1].blocks]
 
 
-PARAMS = {"iclr": {"scorer": length_scorer}, "random": {"r": 0.5, "seed": 0}}
-REASONING_ONLY = sorted(set(CONDITIONS) - {"hide_observation"})
+PARAMS = {"iclr": {"scorer": length_scorer}, "iclr_step_only": {"scorer": length_scorer}}
+ICLR_LIKE = ("iclr", "iclr_step_only")
+REASONING_ONLY = sorted(set(CONDITIONS) - {"hide_observation", "hide_stderr", "random"})  # block edits
 
 
 def step_json(step: Step) -> str:
@@ -63,21 +64,21 @@ def check_common(name: str, traj: Trajectory, b: int, edited: Trajectory, log, c
             assert step_json(s1) == step_json(s0), f"{where}: later step {t} changed"
         else:
             # the edited blocks are the original ones in order, some removed (or, under iclr, -> [SKIP])
-            if name == "iclr":
+            if name in ICLR_LIKE:
                 assert len(s1.blocks) == len(s0.blocks), where
                 assert all(x in (y, SKIP) for x, y in zip(s1.blocks, s0.blocks)), where
             else:
                 rest = iter(s0.blocks)
                 assert all(any(x == y for y in rest) for x in s1.blocks), f"{where}: step {t} gained a block"
             if s1.blocks == s0.blocks:
-                assert s1.reasoning in (s0.reasoning, "\n\n".join(s0.blocks)), where
+                assert s1.reasoning == s0.reasoning, where  # blocks are edited in place: the rest is byte-identical
     gone = removed_blocks(traj, edited, b)
     assert log.condition == name and log.after_step == b
     assert log.chars_removed == sum(len(x) * k for c in gone.values() for x, k in c.items()), where
     assert log.tokens_removed == sum(counter(x) * k for c in gone.values() for x, k in c.items()), where
     logged = {}
     for e in log.edits:
-        assert (e.what, e.op) == ("reasoning_block", "skipped" if name == "iclr" else "removed"), e
+        assert (e.what, e.op) == ("reasoning_block", "skipped" if name in ICLR_LIKE else "removed"), e
         blk = traj.steps[e.step - 1].blocks[e.block]
         assert (e.chars, e.tokens) == (len(blk), counter(blk)), e
         logged.setdefault(e.step, Counter())[blk] += 1
@@ -216,11 +217,85 @@ def test_iclr_scorer_calls_and_over_long_steps(mini_trajectory):
         return None if t == 2 else length_scorer(traj, t)
 
     e, log = apply_condition("iclr", mini_trajectory, 4, scorer=scorer)
-    assert calls == [1, 2, 3]  # step 4 has N = 1 block: never scored, untouched
+    assert calls == [1, 2, 3, 4]  # every step is scored; step 4 (N = 1) is never edited
     assert e.steps[1] == mini_trajectory.steps[1]  # not scored: left whole
     assert e.steps[3] == mini_trajectory.steps[3]
     assert len(log.notes) == 1 and log.notes[0].startswith("step 2:")
     assert [x == SKIP for x in e.steps[0].blocks] == [True, False]  # floor(0.8*2) = 1, the shorter one
+
+
+def test_iclr_scorer_sees_the_compressed_history(mini_trajectory):
+    """scorer(history, t): steps 1..t-1 already compressed ([SKIP] written back), step t and later as recorded."""
+    seen = {}
+
+    def scorer(traj, t):
+        seen[t] = traj
+        return length_scorer(traj, t)
+
+    e, _ = apply_condition("iclr", mini_trajectory, 4, scorer=scorer)
+    for t in range(1, 5):
+        assert seen[t].steps[: t - 1] == e.steps[: t - 1], t
+        assert seen[t].steps[t - 1:] == mini_trajectory.steps[t - 1:], t
+
+
+def _three_step() -> Trajectory:
+    """Three steps of two blocks; the scorer below makes step 3's decision depend on step 2's compression."""
+    raw = mini_record()
+    raw["steps"] = [{"reasoning": f"s{t} alpha\n\ns{t} beta", "action": {"tool": "run_tests", "arguments": {}},
+                     "observation": f"obs {t}"} for t in (1, 2, 3)]
+    raw["annotations"] = {"boundaries": []}
+    return Trajectory.from_json(raw)
+
+
+def context_scorer(traj: Trajectory, t: int) -> list[float]:
+    """A block scores higher when more [SKIP] markers precede it: a context-dependent hand scorer.
+
+    Step t's block 0 scores 1 + (#SKIP in steps < t), block 1 scores 2 if t is odd else 1.5.
+    """
+    skips = sum(blk == SKIP for s in traj.steps[: t - 1] for blk in s.blocks)
+    return [1.0 + skips, 2.0 if t % 2 else 1.5]
+
+
+def test_iclr_online_differs_from_full_context_and_equals_a_from_scratch_loop():
+    from interp.data.conditions import iclr_dropped
+
+    traj = _three_step()
+    online, _ = apply_condition("iclr", traj, 3, scorer=context_scorer)
+    full_scores = {t: context_scorer(traj, t) for t in (1, 2, 3)}  # every step under the uncompressed history
+    full_drops = {t: iclr_dropped(full_scores[t]) for t in (1, 2, 3)}
+    # from scratch: re-render (here: rebuild) the compressed history at every step and re-score
+    history, online_drops = traj, {}
+    for t in (1, 2, 3):
+        online_drops[t] = iclr_dropped(context_scorer(history, t))
+        blocks = [SKIP if k in online_drops[t] else b for k, b in enumerate(history.steps[t - 1].blocks)]
+        steps = list(history.steps)
+        steps[t - 1] = dataclasses.replace(steps[t - 1], reasoning="\n\n".join(blocks))
+        history = dataclasses.replace(history, steps=tuple(steps))
+    assert online == history
+    assert [{k for k, b in enumerate(s.blocks) if b == SKIP} for s in online.steps] == [online_drops[t] for t in (1, 2, 3)]
+    assert full_drops == {1: {0}, 2: {0}, 3: {0}}
+    assert online_drops == {1: {0}, 2: {1}, 3: {1}}  # the compressed history changes steps 2 and 3
+    assert online_drops != full_drops
+
+
+def test_iclr_step_only_scores_each_step_alone(mini_trajectory):
+    from interp.data.conditions import step_only_history
+
+    seen = []
+
+    def scorer(traj, t):
+        seen.append((traj, t))
+        return length_scorer(traj, t)
+
+    e, log = apply_condition("iclr_step_only", mini_trajectory, 4, scorer=scorer)
+    assert [t for _, t in seen] == [1, 1, 1, 1]
+    for k, (traj, _) in enumerate(seen):
+        assert traj.steps == (mini_trajectory.steps[k],) and traj.task == "" and traj.system_prompt == ""
+        assert traj.tools == ()
+        assert traj == step_only_history(mini_trajectory, k + 1)
+    same, _ = apply_condition("iclr", mini_trajectory, 4, scorer=length_scorer)
+    assert e == same  # a length scorer ignores context: both conditions agree
+    assert log.params == {"rho": 0.8}
 
 
 def test_iclr_errors(mini_trajectory):
@@ -236,32 +311,42 @@ def test_iclr_errors(mini_trajectory):
 # random
 
 
-def test_random_removes_at_least_r_of_reasoning_tokens(corpus, counter):
+@pytest.mark.parametrize("r", [0.05, 0.1, 0.2, 0.4])
+def test_random_removes_fraction_r_of_each_steps_tokens(corpus, tokenizer, counter, r):
+    """Per step: k = round(r * n) of its n tokens removed (within one token of r * n), chosen by
+    (seed, task, step) only, so identical at every boundary after the step; the log records k / n."""
+    from interp.data.conditions import token_spans
+
     _, trajs = corpus
     for traj in trajs:
+        first = {}
         for b in range(1, traj.n_steps + 1):
-            sizes = [counter(x) for s in traj.steps[:b] for x in s.blocks]
-            total = sum(sizes)
-            for r in (0.0, 0.3, 0.5, 1.0):
-                e, log = apply_condition("random", traj, b, counter=counter, r=r, seed=1)
-                gone = [counter(x) * k for c in removed_blocks(traj, e, b).values() for x, k in c.items()]
-                removed = sum(gone)
-                assert removed >= r * total - 1e-9, (traj.task_id, b, r)
-                if gone:  # stops as soon as the fraction is reached: without its largest block it was short
-                    assert removed - max(counter(x) for c in removed_blocks(traj, e, b).values() for x in c) \
-                        < r * total, (traj.task_id, b, r)
-                else:
-                    assert r == 0.0
-                assert log.tokens_removed == removed
-                assert log.params == {"r": r, "seed": 1}
-                if r == 1.0:
-                    assert all(not s.blocks for s in e.steps[:b])
+            e, log = apply_condition("random", traj, b, counter=counter, r=r, seed=1, tokenizer=tokenizer)
+            assert log.params == {"r": r, "seed": 1}
+            for t in range(1, traj.n_steps + 1):
+                s0, s1 = traj.steps[t - 1], e.steps[t - 1]
+                assert s1.action == s0.action and s1.observation == s0.observation
+                if t > b:
+                    assert s1 == s0
+                    continue
+                n = len(token_spans(s0.reasoning, tokenizer))
+                rec = log.per_step[t]
+                assert rec["units"] == n and abs(rec["removed"] - r * n) <= 1, (traj.task_id, t, rec)
+                assert rec["fraction"] == rec["removed"] / n
+                # the edit is a deletion: the kept text is a subsequence of the recorded reasoning
+                rest = iter(s0.reasoning)
+                assert all(c in rest for c in s1.reasoning), (traj.task_id, t)
+                first.setdefault(t, (s1.reasoning, rec))
+                assert (s1.reasoning, rec) == first[t], f"{traj.task_id} step {t} changed at boundary {b}"
+            assert log.tokens_removed == sum(log.per_step[t]["removed"] for t in range(1, b + 1))
+        again, _ = apply_condition("random", traj, traj.n_steps, r=r, seed=1, tokenizer=tokenizer)
+        assert [s.reasoning for s in again.steps] == [first[t][0] for t in range(1, traj.n_steps + 1)]
 
 
-def test_random_is_seeded(mini_trajectory, counter):
+def test_random_is_seeded(mini_trajectory, tokenizer):
     t = mini_trajectory
-    runs = {seed: apply_condition("random", t, 4, counter=counter, r=0.5, seed=seed)[0] for seed in range(6)}
-    again = apply_condition("random", t, 4, counter=counter, r=0.5, seed=3)[0]
+    runs = {seed: apply_condition("random", t, 4, r=0.2, seed=seed, tokenizer=tokenizer)[0] for seed in range(6)}
+    again = apply_condition("random", t, 4, r=0.2, seed=3, tokenizer=tokenizer)[0]
     assert again == runs[3]
     assert len({json.dumps(e.to_json(), sort_keys=True) for e in runs.values()}) > 1
 
@@ -273,26 +358,28 @@ def test_random_is_reproducible_across_processes(mini_trajectory):
             f"pkg.__path__ = [{str(ROOT / 'interp')!r}]; sys.modules['interp'] = pkg; "
             "from interp.data.trajectory import load_trajectories; from interp.data.conditions import apply_condition; "
             f"t = load_trajectories({str(ROOT / 'tests/data/mini.jsonl')!r})[0]; "
-            "e, _ = apply_condition('random', t, 4, r=0.5, seed=11); "
+            "e, _ = apply_condition('random', t, 4, r=0.4, seed=11); "
             "assert 'torch' not in sys.modules; "
-            "print(json.dumps([s.blocks for s in e.steps]))")
+            "print(json.dumps([s.reasoning for s in e.steps]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONHASHSEED": "12345"}, cwd=ROOT, timeout=120)
-    e, _ = apply_condition("random", mini_trajectory, 4, r=0.5, seed=11)
-    assert json.loads(out.stdout) == [s.blocks for s in e.steps]
+    e, _ = apply_condition("random", mini_trajectory, 4, r=0.4, seed=11)
+    assert json.loads(out.stdout) == [s.reasoning for s in e.steps]
 
 
-def test_random_without_counter_measures_characters(mini_trajectory):
-    e, log = apply_condition("random", mini_trajectory, 4, r=0.5, seed=0)
+def test_random_without_tokenizer_measures_characters(mini_trajectory):
+    e, log = apply_condition("random", mini_trajectory, 4, r=0.4, seed=0)
     assert any("characters" in n for n in log.notes)
-    total = sum(len(x) for s in mini_trajectory.steps for x in s.blocks)
-    assert log.chars_removed >= 0.5 * total
+    for t, s in enumerate(mini_trajectory.steps, start=1):
+        assert log.per_step[t]["units"] == len(s.reasoning)
+        assert len(s.reasoning) - len(e.steps[t - 1].reasoning) == log.per_step[t]["removed"]
     assert log.tokens_removed is None
 
 
-def test_random_rejects_bad_fraction(mini_trajectory):
-    with pytest.raises(ValueError, match="r must be in"):
-        apply_condition("random", mini_trajectory, 2, r=1.5)
+def test_random_rejects_fractions_outside_the_study(mini_trajectory):
+    for r in (1.5, 0.5, 0.0):
+        with pytest.raises(ValueError, match="r must be one of"):
+            apply_condition("random", mini_trajectory, 2, r=r)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -336,10 +423,10 @@ def test_unknown_condition_lists_known_ones(mini_trajectory):
     msg = str(exc.value)
     assert "delete_everything" in msg
     for name in ("full", "delete_all_reasoning", "delete_latest_reasoning", "keep_latest_reasoning", "iclr",
-                 "random", "hide_observation", "clear_after_code"):
+                 "iclr_step_only", "random", "hide_observation", "clear_after_code"):
         assert name in msg
-    assert set(CONDITIONS) == {"full", "delete_all_reasoning", "delete_latest_reasoning", "keep_latest_reasoning",
-                               "iclr", "random", "hide_observation", "clear_after_code"}
+    assert set(CONDITIONS) >= {"full", "delete_all_reasoning", "delete_latest_reasoning", "keep_latest_reasoning",
+                               "iclr", "iclr_step_only", "random", "hide_observation", "clear_after_code"}
 
 
 @pytest.mark.parametrize("b", [0, 5, -1])
@@ -391,7 +478,8 @@ def test_validate_condition():
 
     validate_condition("full")
     validate_condition("iclr", {"scorer": length_scorer, "rho": 0.5})
-    validate_condition("random", {"r": 0.3, "seed": 1})
+    validate_condition("random", {"r": 0.2, "seed": 1})
+    validate_condition("iclr_step_only", {"scorer": length_scorer})
     with pytest.raises(ValueError, match="unknown condition 'ful'.*known: full"):
         validate_condition("ful")
     with pytest.raises(ValueError, match="takes no parameter.*rh.*accepted: scorer, rho"):
@@ -401,6 +489,6 @@ def test_validate_condition():
     with pytest.raises(ValueError, match="rho"):
         validate_condition("iclr", {"scorer": length_scorer, "rho": 2})
     with pytest.raises(ValueError, match="r must be"):
-        validate_condition("random", {"r": 1.5})
+        validate_condition("random", {"r": 0.3})
     with pytest.raises(ValueError, match="takes no parameter"):
         validate_condition("full", {"rho": 0.5})

@@ -34,19 +34,20 @@ pytestmark = pytest.mark.unit
     ("one block", ["one block"]),
     ("line one\nline two", ["line one\nline two"]),  # a single newline does not split
     ("a\n\nb", ["a", "b"]),
-    ("a\n\n\n\nb", ["a", "b"]),  # several blank lines are one separator
-    ("a\n   \nb", ["a", "b"]),  # a line of spaces is blank
-    ("a\n \t \nb", ["a", "b"]),  # ... and of tabs
-    ("\n\n  \na\n\nb\n\n \n", ["a", "b"]),  # leading/trailing blank lines dropped
-    ("  padded  \n\n\tb", ["padded", "b"]),  # each block is stripped at both ends ...
-    ("def f():\n    return 1", ["def f():\n    return 1"]),  # ... but inner indentation is kept
-    ("    indented first line\n    second", ["indented first line\n    second"]),  # (the first line's is not)
+    ("a\n\n\n\nb", ["a", "b"]),  # the empty piece between two separators is not a block
+    ("a\n\n\nb", ["a", "\nb"]),  # literal split: the third newline starts the next block
+    ("a\n   \nb", ["a\n   \nb"]),  # a line of spaces does NOT split (only a literal "\n\n" does)
+    ("a\n \t \nb", ["a\n \t \nb"]),  # ... nor of tabs
+    ("a\n\n  \n\nb", ["a", "b"]),  # a whitespace-only piece is not a block
+    ("\n\n  \na\n\nb\n\n \n", ["  \na", "b"]),  # leading/trailing whitespace-only pieces dropped
+    ("  padded  \n\n\tb", ["  padded  ", "\tb"]),  # blocks are kept verbatim, never stripped
+    ("def f():\n    return 1", ["def f():\n    return 1"]),
+    ("    indented first line\n    second", ["    indented first line\n    second"]),
     ("", []),
     ("   \n\n \t\n", []),
-    # CRLF: a "\r\n\r\n" separator splits (the "\r" line is blank); single "\r\n" stays inside a block
-    ("a\r\n\r\nb", ["a", "b"]),
-    ("a\r\nb\r\n\r\nc", ["a\r\nb", "c"]),
-    # a lone "\r" is not a line break
+    # CRLF: "\r\n\r\n" holds no literal "\n\n": no split
+    ("a\r\n\r\nb", ["a\r\n\r\nb"]),
+    ("a\r\nb\n\nc", ["a\r\nb", "c"]),
     ("a\r\rb", ["a\r\rb"]),
 ])
 def test_split_blocks_hand_cases(text, blocks):
@@ -54,20 +55,26 @@ def test_split_blocks_hand_cases(text, blocks):
 
 
 def test_split_blocks_join_round_trip_seeded():
-    """split(join(blocks)) == blocks for blocks without blank lines; split is idempotent under join."""
+    """split(join(blocks)) == blocks; blocks are verbatim slices; replace_blocks keeps everything else."""
     import random
 
+    from interp.data.trajectory import block_char_spans, replace_blocks
+
     rng = random.Random(0)
-    alphabet = ["a", "b", " ", "\t", "\n", "x\ny", "é", "  "]
-    for _ in range(300):
+    alphabet = ["a", "b", " ", "\t", "\n", "\n\n", "x\ny", "é", "  ", "\r\n"]
+    for _ in range(500):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
         blocks = split_blocks(text)
-        assert all(b and b == b.strip() for b in blocks)
+        assert all(b.strip() and "\n\n" not in b for b in blocks), repr(text)
+        assert [text[s:e] for s, e in block_char_spans(text)] == blocks
         assert split_blocks(join_blocks(blocks)) == blocks
-        # no block holds a blank line, and concatenated non-blank content is preserved
-        for b in blocks:
-            assert all(line.strip() for line in b.split("\n")), repr(b)
-        assert "".join(text.split()) == "".join("".join(blocks).split())
+        assert replace_blocks(text, {}) == (text if blocks else "")
+        if blocks:
+            k = rng.randrange(len(blocks))
+            skipped = replace_blocks(text, {k: "[SKIP]"})
+            assert split_blocks(skipped) == [("[SKIP]" if i == k else b) for i, b in enumerate(blocks)]
+            removed = replace_blocks(text, {k: None})
+            assert split_blocks(removed) == [b for i, b in enumerate(blocks) if i != k]
 
 
 def test_step_blocks_and_observations(mini_trajectory):

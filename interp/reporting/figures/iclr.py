@@ -15,11 +15,12 @@ KEPT, SKIPPED = PALETTE[0], PALETTE[1]
 def iclr_figure(blocks: pd.DataFrame) -> go.Figure:
     """Block entropy distributions of kept vs skipped blocks, and the fraction of reasoning tokens removed per step.
 
-    Reads iclr_blocks.csv (interp.extraction.entropy.drop_table): one row per reasoning block,
-    columns task_id, step, n_tokens, mean_entropy_bits (bits/token, empty when not
-    scored), scored (bool: the step fit the scorer context), dropped (bool: replaced by [SKIP]).
+    Reads iclr_blocks.csv (interp.extraction.entropy.DROP_TABLE_FIELDS): one row per reasoning block,
+    columns task_id, context (online: scored on the compressed history, the study's method), step,
+    n_tokens, mean_entropy_bits (bits/token, empty when not scored), scored (bool: the step's
+    input fit the limit), dropped (bool: replaced by [SKIP]).
     """
-    blocks = blocks.assign(scored=_bool(blocks["scored"]), dropped=_bool(blocks["dropped"]))
+    blocks = blocks.assign(scored=csv_bool(blocks["scored"]), dropped=csv_bool(blocks["dropped"]))
     scored = blocks[blocks["scored"]]
     if scored.empty:
         raise ValueError("no row has scored = True (every step exceeded the scorer context?)")
@@ -51,7 +52,7 @@ def iclr_figure(blocks: pd.DataFrame) -> go.Figure:
     fig.update_layout(
         template=TEMPLATE, height=560, barmode="overlay",
         title=dict(text="ICLR: predictive entropy of reasoning blocks and what is skipped",
-                   subtitle=dict(text=f"{len(scored)} scored blocks in {len(steps)} steps; "
+                   subtitle=dict(text=f"{_context(blocks)}{len(scored)} scored blocks in {len(steps)} steps; "
                                       f"{n_unscored} steps not scored (scorer context over the limit, "
                                       "never truncated)")),
         legend=BOTTOM_LEGEND,
@@ -64,7 +65,14 @@ def iclr_figure(blocks: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def _bool(column: pd.Series) -> pd.Series:
+def _context(blocks: pd.DataFrame) -> str:
+    """``"<context> context; "`` from the table's context column (online: the study's method), or ``""``."""
+    if "context" not in blocks:
+        return ""
+    return ", ".join(sorted(set(blocks["context"].dropna().astype(str)))) + " context; "
+
+
+def csv_bool(column: pd.Series) -> pd.Series:
     """A CSV boolean column (True/False, true/false or 1/0) as bool; missing counts as False."""
     if column.dtype == bool:
         return column

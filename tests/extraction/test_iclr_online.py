@@ -1,0 +1,138 @@
+"""Online ICLR (the study's method) against a naive from-scratch loop, and the Step Only Entropy scorer.
+
+Reference: for t = 1..n, rebuild the history with steps 1..t-1 compressed
+(blocks located by splitting the recorded text on "\\n\\n" here, not by the
+code under test), render it at boundary t, run one plain unchunked HF
+forward over the tokens up to the end of step t's reasoning, average the
+float64 entropies (bits) at positions i-1 over each block's tokens i, drop the
+floor(0.8 N) lowest (ties: earlier first), write back. The scorer under test
+reuses cache snapshots across steps; in float64 the two agree to 1e-5 bits.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from interp.data.conditions import SKIP, apply_condition, step_only_history
+from interp.data.render import render
+from interp.extraction.entropy import EntropyScorer, entropy_table
+
+from ._reference import entropy_bits, hf_forward
+
+pytestmark = pytest.mark.parity
+
+
+def _write_back(history, t: int, drop: set[int]):
+    """Step t's k-th non-blank "\\n\\n" piece -> [SKIP] for k in ``drop`` (independent of replace_blocks)."""
+    pieces = history.steps[t - 1].reasoning.split("\n\n")
+    k = -1
+    for i, piece in enumerate(pieces):
+        if piece.strip():
+            k += 1
+            if k in drop:
+                pieces[i] = SKIP
+    steps = list(history.steps)
+    steps[t - 1] = replace(steps[t - 1], reasoning="\n\n".join(pieces))
+    return replace(history, steps=tuple(steps))
+
+
+def _scratch_scores(sensor, history, t: int) -> tuple[list[float], int]:
+    """Block scores of step t with ``history`` in context, from one from-scratch HF forward; input length."""
+    r = render(history, t, sensor.tokenizer)
+    spans = r.spans("reasoning_block", step=t)
+    end = max(s.end for s in spans)
+    need = sorted({i - 1 for s in spans for i in range(s.start, s.end)})
+    h = dict(zip(need, entropy_bits(hf_forward(sensor, r.input_ids[:end], keep=need).logits).tolist()))
+    return [sum(h[i - 1] for i in range(s.start, s.end)) / s.n_tokens for s in spans], end
+
+
+def _naive_online(sensor, traj, rho: float = 0.8):
+    """The from-scratch online loop: (final history, {step: scores}, {step: dropped set})."""
+    history, scores, drops = traj, {}, {}
+    for t in range(1, traj.n_steps + 1):
+        scores[t], _ = _scratch_scores(sensor, history, t)
+        n = len(scores[t])
+        drops[t] = set(sorted(range(n), key=lambda i: (scores[t][i], i))[: math.floor(rho * n)]) if n > 1 else set()
+        history = _write_back(history, t, drops[t])
+    return history, scores, drops
+
+
+@pytest.mark.parametrize("task_id", ["mini-code-1", "web-002", "code-003"])
+def test_online_with_prefix_reuse_equals_a_naive_loop(tiny_sensor_fp64, mini_trajectory, demo_trajectories, task_id):
+    traj = mini_trajectory if task_id == mini_trajectory.task_id else next(
+        t for t in demo_trajectories if t.task_id == task_id)
+    want, want_scores, want_drops = _naive_online(tiny_sensor_fp64, traj)
+    scorer = EntropyScorer(tiny_sensor_fp64)
+    got, log = apply_condition("iclr", traj, traj.n_steps, scorer=scorer)
+    assert got == want
+    assert {t: {e.block for e in log.edits if e.step == t} for t in want_drops} == want_drops
+    for t, ref in want_scores.items():
+        mine = [s.mean_entropy_bits for s in scorer.records[(traj.task_id, t)]]
+        assert len(mine) == len(ref) and max(abs(a - b) for a, b in zip(mine, ref)) < 1e-5, t
+    # prefix reuse happened: fewer tokens run than re-running every input from scratch
+    naive = EntropyScorer(tiny_sensor_fp64, reuse=False)
+    again, _ = apply_condition("iclr", traj, traj.n_steps, scorer=naive)
+    assert again == got
+    assert scorer.tokens_run < naive.tokens_run
+    # boundaries: the online condition at b is the first b steps of the full run (prefix property, no recompute)
+    before = scorer.forwards
+    for b in range(1, traj.n_steps + 1):
+        at_b, _ = apply_condition("iclr", traj, b, scorer=scorer)
+        assert at_b.steps[:b] == got.steps[:b] and at_b.steps[b:] == traj.steps[b:]
+    assert scorer.forwards == before, "repeated inputs are memoized"
+
+
+def test_online_scores_differ_from_full_context(tiny_sensor_fp64, mini_trajectory):
+    """Step 1 sees no compression (same scores); a later step's scores move once earlier steps hold [SKIP]."""
+    online = EntropyScorer(tiny_sensor_fp64)
+    full = EntropyScorer(tiny_sensor_fp64, context="full")
+    apply_condition("iclr", mini_trajectory, mini_trajectory.n_steps, scorer=online)
+    apply_condition("iclr", mini_trajectory, mini_trajectory.n_steps, scorer=full)
+    key = (mini_trajectory.task_id, 1)
+    assert [s.mean_entropy_bits for s in online.records[key]] == pytest.approx(
+        [s.mean_entropy_bits for s in full.records[key]], abs=1e-9)
+    later = (mini_trajectory.task_id, 3)
+    diff = max(abs(a.mean_entropy_bits - b.mean_entropy_bits) for a, b in zip(online.records[later], full.records[later]))
+    assert diff > 1e-6
+    assert online.records[later][0].input_tokens < full.records[later][0].input_tokens
+
+
+def test_step_only_scorer_equals_a_hand_forward(tiny_sensor_fp64, mini_trajectory):
+    """The iclr_step_only condition (context built by the condition) and the step_only scorer under iclr
+    score each step with only its reasoning in context: equal to a hand forward, same edits."""
+    scorer = EntropyScorer(tiny_sensor_fp64)
+    edited, _ = apply_condition("iclr_step_only", mini_trajectory, mini_trajectory.n_steps, scorer=scorer)
+    step_only = EntropyScorer(tiny_sensor_fp64, context="step_only")
+    same, _ = apply_condition("iclr", mini_trajectory, mini_trajectory.n_steps, scorer=step_only)
+    assert same == edited
+    for t in range(1, mini_trajectory.n_steps + 1):
+        ref, end = _scratch_scores(tiny_sensor_fp64, step_only_history(mini_trajectory, t), 1)
+        for mine in (scorer.records[(f"{mini_trajectory.task_id}@step{t}", 1)],
+                     step_only.records[(mini_trajectory.task_id, t)]):
+            assert len(mine) == len(ref) and mine[0].input_tokens == end
+            assert max(abs(s.mean_entropy_bits - r) for s, r in zip(mine, ref)) < 1e-5
+    # the context holds nothing but the template and the step: far shorter than the history
+    assert max(s.input_tokens for rec in step_only.records.values() for s in rec) < render(
+        mini_trajectory, 1, tiny_sensor_fp64.tokenizer).n_tokens
+
+
+def test_limit_applies_to_the_scorer_input(tiny_sensor, mini_trajectory):
+    """A step whose online input is over max_tokens is not scored, left whole, and recorded with its length."""
+    free = entropy_table(tiny_sensor, [mini_trajectory], full=False)
+    inputs = free.drop_duplicates("step").set_index("step")["input_tokens"]
+    limit = int(inputs[2] + inputs[3]) // 2  # steps 1-2 fit, 3-4 do not
+    capped = entropy_table(tiny_sensor, [mini_trajectory], max_tokens=limit, full=False)
+    by_step = capped.drop_duplicates("step").set_index("step")
+    assert by_step["scored"].tolist() == [True, True, False, False]
+    # recorded even when over the limit; step 4's input is longer now: step 3 was left whole, not compressed
+    assert by_step["input_tokens"].tolist()[:3] == inputs.tolist()[:3]
+    assert by_step["input_tokens"][4] > inputs[4] > limit
+    assert capped.loc[~capped["scored"], "mean_entropy_bits"].isna().all()
+    assert not capped.loc[~capped["scored"], "dropped"].any()
+    scorer = EntropyScorer(tiny_sensor, max_tokens=limit)
+    edited, log = apply_condition("iclr", mini_trajectory, 4, scorer=scorer)
+    assert edited.steps[2:] == mini_trajectory.steps[2:]
+    assert any(n.startswith("step 3:") and "not scored" in n for n in log.notes)
