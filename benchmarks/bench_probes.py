@@ -3,21 +3,30 @@
 300 boundaries (30 tasks x 10), 32 layers x 4 poolings, d = 4096 float32
 synthetic features with a weak signal planted around layer 20 of the "last"
 pooling, labels clustered within tasks. Run: python benchmarks/bench_probes.py
+
+``--permutation-cost K`` instead measures the cost per permutation of the two
+permutation statistics on the same data (`probes.stats.permutation_tests`):
+the exact one (``permutation="nested"``: the whole nested CV rerun on each of
+K permuted label vectors, joblib-parallel over permutations) against the
+fast fixed-probe scan (K vs 0 extra label vectors in one batched scan).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 from joblib.externals.loky import get_reusable_executor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable from a checkout, installed or not
-from probes import FeatureSet, ProbeConfig, run_probe  # noqa: E402
+from probes import FeatureSet, ProbeConfig, permutation_tests, run_nested_cv, run_probe  # noqa: E402
+from probes.scan import candidate_aurocs  # noqa: E402
 
 POOLINGS = ("last", "mean", "max", "first")
 
@@ -50,7 +59,12 @@ def main() -> None:
     parser.add_argument("--search", choices=["two_stage", "full"], default="two_stage")
     parser.add_argument("--strength", type=float, default=3.0, help="planted shift at the peak layer, in noise SDs")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--permutation-cost", type=int, default=0, metavar="K",
+                        help="measure the cost per permutation of the nested vs fixed statistic with K permutations")
     args = parser.parse_args()
+    if args.permutation_cost:
+        permutation_cost(args)
+        return
 
     start = time.perf_counter()
     fs = synthetic_boundaries(n_tasks=30, per_task=10, n_layers=32, d=4096, strength=args.strength, seed=args.seed)
@@ -84,6 +98,43 @@ def main() -> None:
     print(f"layer curve (last pooling, descriptive): peak layer {curve['layers'][peak]} "
           f"AUROC {curve['auroc'][peak]:.3f}; layers 0/10/20/31: "
           + ", ".join(f"{curve['auroc'][i]:.3f}" for i in (0, 10, 20, 31)))
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and its reaped children (joblib workers are reaped first)."""
+    get_reusable_executor().shutdown(wait=True)
+    return sum(resource.getrusage(who).ru_utime + resource.getrusage(who).ru_stime
+               for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+
+
+def permutation_cost(args: argparse.Namespace) -> None:
+    """Wall and CPU seconds per permutation: nested-CV statistic vs the fixed-probe scan, on the benchmark data."""
+    fs = synthetic_boundaries(n_tasks=30, per_task=10, n_layers=32, d=4096, strength=args.strength, seed=args.seed)
+    k = args.permutation_cost
+    config = ProbeConfig(n_jobs=args.n_jobs, search=args.search, seed=args.seed, n_perm=k, permutation="nested")
+    print(f"data: {len(fs.sample_ids)} samples, {fs.n_tasks} tasks, {len(fs.features)} candidates x d=4096; "
+          f"n_jobs={args.n_jobs}, search={args.search}, K={k} permutations; load average at start "
+          f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    timings = {}
+    for name, run in (
+        ("nested CV once (the observed headline)", lambda: run_nested_cv(fs, config).auroc),
+        (f"nested statistic, {k} permutations (across-task null)",
+         lambda: permutation_tests(fs, config, ("across_tasks",), observed=0.5)),
+        ("fixed scan, real labels only", lambda: candidate_aurocs(fs, fs.y[None, :], config)),
+        (f"fixed statistic, {k} permutations + real labels (one scan)",
+         lambda: permutation_tests(fs, replace(config, permutation="fixed"), ("across_tasks",))),
+    ):
+        cpu, start = _cpu(), time.perf_counter()
+        run()
+        timings[name] = (time.perf_counter() - start, _cpu() - cpu)
+        print(f"  {name}: {timings[name][0]:.1f} s wall, {timings[name][1]:.0f} s CPU")
+    names = list(timings)
+    nested = [v / k for v in timings[names[1]]]
+    fixed = [(a - b) / k for a, b in zip(timings[names[3]], timings[names[2]])]
+    print(f"per permutation: nested {nested[0]:.1f} s wall / {nested[1]:.0f} s CPU; fixed (marginal) "
+          f"{fixed[0]:.2f} s wall / {fixed[1]:.1f} s CPU; nested / fixed = {nested[1] / max(fixed[1], 1e-9):.0f}x CPU; "
+          f"nested permutation / one nested CV = {nested[0] / timings[names[0]][0]:.2f} (wall)")
+    print(f"load average at end {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -8,8 +8,36 @@ For a boundary b of a trajectory:
   residual stream entering layer l) at the boundary position(s) replaced by
   the full run's;
 - ``d = KL(P_full || P_del)`` and ``Repair(s) = 1 - KL(P_full || P_patch,s) / d``
-  for samples with ``d > min_kl`` (others are excluded, counted and listed);
+  for samples with ``d > d_threshold`` (others are excluded, counted and listed);
   ``top1(s)`` = argmax P_patch,s == argmax P_full.
+
+Per site three summaries over the kept samples: the mean Repair (with a
+task-bootstrap CI), the median Repair, and the ratio of sums
+``1 - sum KL(P_full || P_patch,s) / sum d``, which weights each boundary by its
+deletion effect d (a mean of ratios is dominated by boundaries with tiny d,
+where numerical noise in the numerator is largest relative to d).
+
+**The exclusion threshold** (:func:`d_threshold`). A computed KL carries
+numerical noise that grows with the model's precision and width, and Repair's
+error is that noise divided by d. Measured: float32 noise alone moved Repair
+by 0.015 at d = 1.8e-5 nats on a 4096-wide model, a KL noise of about
+2.7e-7 nats = 0.035 x eps(float32) x sqrt(4096). Taking KL noise ~
+eps(dtype) x sqrt(d_model) (round-off of a d_model-long dot product grows as
+its square root) and asking that noise stay below 1 % of d (a Repair error
+of at most about 0.01):
+``d_threshold = max(MIN_KL, C x eps(dtype) x sqrt(d_model))`` with ``C = 4``
+(>= 0.035 / 0.01) and ``MIN_KL = 1e-6`` nats, the fixed floor used before.
+``eps`` is the machine epsilon of the model's dtype: float32 1.19e-7
+(tiny-qwen3.5, d_model 64: 3.8e-6; SmolLM2-135M, 576: 1.1e-5; 4096 wide:
+3.1e-5), float64 2.2e-16 (the floor, 1e-6), bfloat16 7.8e-3 (4096 wide:
+2.0 nats), float16 9.8e-4 (4096 wide: 0.25 nats). The half-precision values
+extrapolate the float32 calibration linearly in eps, and a check bears that
+out: SmolLM2-135M in bfloat16 (d_model 576), fast vs reference path at two
+boundaries with d ~ 0.03 nats, differs by up to 7.0e-3 nats in KL
+(0.037 x eps(bfloat16) x sqrt(576)) and by 0.02-0.15 in Repair; its
+threshold is 0.75 nats. A reduced-precision run therefore keeps only
+boundaries whose deletion effect is large. The value used and its
+derivation are written as ``d_threshold`` and ``d_threshold_rule``.
 
 All log-softmax and KL arithmetic is float32 whatever the model dtype. The
 patched tail is the last ``n_positions`` tokens (default 1, the boundary
@@ -49,15 +77,20 @@ Fields of ``kl_repair.json`` (``FIELDS``; ``summarize`` writes them):
 | ``full_attention_layers`` | ``[n_full]`` | int | layer index | the model's full-attention layers |
 | ``repair_mean`` | ``[n_sites]`` | float | unitless | mean over kept samples of 1 - KL(P_full ‖ P_patch) / KL(P_full ‖ P_del); empty when no sample is kept |
 | ``repair_ci`` | ``[n_sites, 2]`` | float or null | unitless | 95% task-level bootstrap CI [lo, hi] of repair_mean; null entries when no sample is kept |
+| ``repair_median`` | ``[n_sites]`` | float | unitless | median over kept samples of the per-sample Repair; empty when no sample is kept |
+| ``repair_ratio`` | ``[n_sites]`` | float | unitless | ratio of sums over kept samples: 1 - sum KL(P_full ‖ P_patch) / sum d (each boundary weighted by d); empty when no sample is kept |
 | ``top1_mean`` | ``[n_sites]`` | float | fraction | fraction of kept samples whose patched argmax equals the full-history argmax; empty when none kept |
-| ``n_samples`` | ``[]`` | int | samples | kept samples: d = KL(P_full ‖ P_del) > 1e-06 nats |
-| ``n_excluded`` | ``[]`` | int | samples | samples with d <= 1e-06 nats (left out of the means) |
+| ``d_threshold`` | ``[]`` | float | nats | samples with d <= d_threshold are excluded: max(MIN_KL, C x eps(dtype) x sqrt(d_model)), see the module docstring |
+| ``d_threshold_rule`` | ``[]`` | str | - | how d_threshold was derived, with the numbers put in |
+| ``n_samples`` | ``[]`` | int | samples | kept samples: d = KL(P_full ‖ P_del) > d_threshold |
+| ``n_excluded`` | ``[]`` | int | samples | samples with d <= d_threshold (left out of every summary) |
 | ``excluded`` | ``[n_excluded]`` | str | - | the excluded samples as task_id@after_step |
-| ``per_sample`` | ``[n_rows] of {task_id, after_step, d, repair, top1, n_tokens_full, n_tokens_deleted, excluded}`` | object | d: nats; repair: unitless; n_tokens: tokens | every sample: d = KL(P_full ‖ P_del) (float32 arithmetic), repair and top1 per site (repair null when excluded), render lengths |
+| ``per_sample`` | ``[n_rows] of {task_id, after_step, d, kl_patch, repair, top1, n_tokens_full, n_tokens_deleted, excluded}`` | object | d, kl_patch: nats; repair: unitless; n_tokens: tokens | every sample: d = KL(P_full ‖ P_del) (float32 arithmetic), kl_patch = KL(P_full ‖ P_patch) per site, repair and top1 per site (repair null when excluded), render lengths |
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from collections.abc import Sequence
 from typing import Any
@@ -75,7 +108,8 @@ from interp.data.render import Rendered, render
 from interp.data.trajectory import Trajectory
 from interp.sensor.kernels.variants import run_variants
 
-MIN_KL = 1e-6
+MIN_KL = 1e-6  # nats: the floor of d_threshold
+DTYPE_NOISE_C = 4.0  # d_threshold = max(MIN_KL, C x eps(dtype) x sqrt(d_model)); see the module docstring
 
 FIELDS = fields_from_doc(__doc__, "FIELDS")
 
@@ -97,6 +131,27 @@ def default_sites(n_layers: int, site: str = "resid_pre",
     return sites
 
 
+def d_threshold(dtype: str | torch.dtype, d_model: int) -> float:
+    """The exclusion threshold on d for a model of this dtype and width: KL noise / d stays near 1 % (see module docstring)."""
+    dt = dtype if isinstance(dtype, torch.dtype) else getattr(torch, str(dtype).removeprefix("torch."), None)
+    if not isinstance(dt, torch.dtype) or not dt.is_floating_point:
+        raise ValueError(f"dtype: {dtype!r} is not a torch floating-point dtype")
+    if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model < 1:
+        raise ValueError(f"d_model must be an integer >= 1, got {d_model!r}")
+    return max(MIN_KL, DTYPE_NOISE_C * torch.finfo(dt).eps * math.sqrt(d_model))
+
+
+def threshold_for(model: dict[str, Any]) -> tuple[float, str]:
+    """``(d_threshold, how it was derived)`` from a sensor's ``describe()`` (dtype, d_model); MIN_KL when they are unknown."""
+    dtype, d_model = model.get("dtype"), model.get("d_model")
+    if dtype is None or d_model is None:
+        return MIN_KL, f"MIN_KL = {MIN_KL:g} nats (the model's dtype or d_model is unknown)"
+    value = d_threshold(dtype, d_model)
+    eps = torch.finfo(getattr(torch, str(dtype).removeprefix("torch."))).eps
+    return value, (f"max(MIN_KL, C x eps(dtype) x sqrt(d_model)) = max({MIN_KL:g}, {DTYPE_NOISE_C:g} x {eps:.3g} "
+                   f"({dtype}) x sqrt({d_model})) = {value:.3g} nats")
+
+
 def kl(p_log: torch.Tensor, q_log: torch.Tensor) -> torch.Tensor:
     """KL(P || Q) in nats from log-probs (float32 at least; last dim = vocabulary)."""
     acc = torch.promote_types(torch.promote_types(p_log.dtype, q_log.dtype), torch.float32)
@@ -106,7 +161,7 @@ def kl(p_log: torch.Tensor, q_log: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class BoundaryRepair:
-    """Repair of one boundary: ``repair[i]`` and ``top1[i]`` for ``sites[i]``."""
+    """Repair of one boundary: ``repair[i]``, ``top1[i]`` and ``kl_patch[i]`` (KL(P_full ‖ P_patch), nats) for ``sites[i]``."""
 
     task_id: str
     after_step: int
@@ -173,16 +228,19 @@ def kl_repair_trajectory(
     method: str = "fast",
     n_positions: int = 1,
     condition_params: dict[str, Any] | None = None,
-    min_kl: float = MIN_KL,
+    min_kl: float | None = None,
     source: str = "full",
 ) -> list[BoundaryRepair]:
     """Repair of every site at every requested boundary of ``traj`` (see module docstring).
 
     ``source`` is the condition whose run supplies the patched activations and
     ``P_full`` (``full``; patching from the deleted run itself gives Repair 0).
+    ``min_kl`` is the exclusion threshold on d (default: :func:`threshold_for` the sensor).
     """
     if method not in ("fast", "reference"):
         raise ValueError(f"method must be 'fast' or 'reference', got {method!r}")
+    if min_kl is None:
+        min_kl = threshold_for(sensor.describe())[0]
     boundaries = boundaries or list(range(1, traj.n_steps + 1))
     params = condition_params or {}
     full, deleted = boundary_renders(sensor, traj, condition, boundaries, params)
@@ -312,27 +370,42 @@ def _score(task_id: str, b: int, p_full: torch.Tensor, p_del: torch.Tensor, p_pa
 
 
 def summarize(rows: list[BoundaryRepair], sites: list[tuple[str, int]], condition: str, sensor: Any,
-              method: str, n_positions: int, n_boot: int = 1000) -> dict[str, Any]:
+              method: str, n_positions: int, n_boot: int = 1000, threshold: float | None = None) -> dict[str, Any]:
     """The ``kl_repair.json`` document (``FIELDS``, table in the module docstring); pure: no model is run.
 
     ``sensor`` is only asked for ``describe()`` and ``full_attention_layers``.
+    ``threshold`` (default: :func:`threshold_for` the sensor) is applied again
+    here, so rows scored under a lower threshold (e.g. resumed parts) are
+    excluded by the same rule; rows already excluded stay excluded.
     """
+    model = sensor.describe()
+    threshold, rule = (threshold_for(model) if threshold is None
+                       else (float(threshold), f"given: {float(threshold):.3g} nats"))
+    rows = [r if r.excluded or r.d > threshold else
+            BoundaryRepair(**{**vars(r), "excluded": True, "repair": [float("nan")] * len(r.repair)}) for r in rows]
     kept = [r for r in rows if not r.excluded]
     values = np.array([r.repair for r in kept], dtype=float).reshape(len(kept), len(sites))
     top1 = np.array([r.top1 for r in kept], dtype=float).reshape(len(kept), len(sites))
+    kls = np.array([r.kl_patch for r in kept], dtype=float).reshape(len(kept), len(sites))
+    d = np.array([r.d for r in kept], dtype=float)
     groups = np.array([r.task_id for r in kept])
     ci = task_bootstrap_ci(values, groups, n_boot) if kept else np.full((len(sites), 2), np.nan)
     return {
         "schema": schema_dict(FIELDS),
-        "condition": condition, "model": sensor.describe(), "method": method, "n_positions": n_positions,
+        "condition": condition, "model": model, "method": method, "n_positions": n_positions,
         "sites": [f"{s}.{layer}" for s, layer in sites], "site": sorted({s for s, _ in sites}),
         "layers": [layer for _, layer in sites],
         "full_attention_layers": sensor.full_attention_layers,
         "repair_mean": np.nanmean(values, axis=0).tolist() if kept else [],
-        "repair_ci": ci.tolist(), "top1_mean": top1.mean(axis=0).tolist() if kept else [],
+        "repair_ci": ci.tolist(),
+        "repair_median": np.median(values, axis=0).tolist() if kept else [],
+        "repair_ratio": (1.0 - kls.sum(axis=0) / d.sum()).tolist() if kept else [],
+        "top1_mean": top1.mean(axis=0).tolist() if kept else [],
+        "d_threshold": threshold, "d_threshold_rule": rule,
         "n_samples": len(kept), "n_excluded": len(rows) - len(kept),
         "excluded": [f"{r.task_id}@{r.after_step}" for r in rows if r.excluded],
-        "per_sample": [{"task_id": r.task_id, "after_step": r.after_step, "d": r.d, "repair": r.repair,
+        "per_sample": [{"task_id": r.task_id, "after_step": r.after_step, "d": r.d, "kl_patch": r.kl_patch,
+                        "repair": r.repair,
                         "top1": r.top1, "n_tokens_full": r.n_tokens_full, "n_tokens_deleted": r.n_tokens_deleted,
                         "excluded": r.excluded} for r in rows],
     }

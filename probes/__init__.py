@@ -11,26 +11,33 @@ Typical use::
 
 __version__ = "0.1.0"
 
+from probes.baselines import NUISANCE_FEATURES, compare_baselines
 from probes.config import ProbeConfig
 from probes.data import FeatureSet
 from probes.estimator import LinearProbe
 from probes.nested_cv import NestedCVResult, layer_curve, run_nested_cv
 from probes.report import oof_frame, run_probe, write_probe_results
 from probes.splits import grouped_splits
-from probes.stats import control_task, permutation_test, permute_labels_across_tasks, task_bootstrap
+from probes.stats import (control_task, paired_gain, permutation_test, permutation_tests, permute_labels_across_tasks,
+                          permute_labels_within_length, task_bootstrap)
 from probes.targets import TargetLabel, TargetLabelerConfig, label_target, label_targets, targets_command
 
 __all__ = [
     "FeatureSet",
     "LinearProbe",
+    "NUISANCE_FEATURES",
     "NestedCVResult",
     "ProbeConfig",
+    "compare_baselines",
     "control_task",
     "grouped_splits",
     "layer_curve",
     "oof_frame",
+    "paired_gain",
     "permutation_test",
+    "permutation_tests",
     "permute_labels_across_tasks",
+    "permute_labels_within_length",
     "run_nested_cv",
     "run_probe",
     "TargetLabel",

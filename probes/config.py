@@ -26,9 +26,16 @@ class ProbeConfig:
       decompositions of two_stage and len(grid) times the (cheap) small fits;
       see `probes.nested_cv` for the cost model.
 
-    The fixed probe is also the probe of the layer curve and of the
-    permutation statistic. ``n_boot = 0`` or ``n_perm = 0`` skips the
-    bootstrap or the permutation test; ``n_jobs`` follows joblib (-1: all cores).
+    The fixed probe is also the probe of the layer curve and of the default
+    permutation statistic. ``permutation`` picks the statistic of the
+    permutation tests (`probes.stats`): ``"fixed"`` (default, fast: max over
+    candidates of the fixed probe's AUROC, one batched scan) or ``"nested"``
+    (exact: the headline nested-CV AUROC, the whole nested CV rerun per
+    permutation, parallel over permutations). ``baselines`` runs the position
+    baseline and probe + baseline through the same nested CV
+    (`probes.baselines`) when the samples carry nuisance features.
+    ``n_boot = 0`` or ``n_perm = 0`` skips the bootstrap or the permutation
+    tests; ``n_jobs`` follows joblib (-1: all cores).
     """
 
     outer: Literal["kfold", "loto"] = "kfold"
@@ -43,6 +50,8 @@ class ProbeConfig:
     fixed_C: float = 1.0
     n_boot: int = 1000
     n_perm: int = 100
+    permutation: Literal["fixed", "nested"] = "fixed"
+    baselines: bool = True
     n_jobs: int = -1
 
     def __post_init__(self) -> None:
@@ -50,6 +59,10 @@ class ProbeConfig:
             raise ValueError(f"ProbeConfig.outer must be 'kfold' or 'loto', got {self.outer!r}")
         if self.search not in ("two_stage", "full"):
             raise ValueError(f"ProbeConfig.search must be 'two_stage' or 'full', got {self.search!r}")
+        if self.permutation not in ("fixed", "nested"):
+            raise ValueError(f"ProbeConfig.permutation must be 'fixed' or 'nested', got {self.permutation!r}")
+        if not isinstance(self.baselines, bool):
+            raise ValueError(f"ProbeConfig.baselines must be True or False, got {self.baselines!r}")
         if self.n_outer < 2 or self.n_inner < 2:
             raise ValueError(f"ProbeConfig needs n_outer >= 2 and n_inner >= 2, got {self.n_outer}, {self.n_inner}")
         if not (self.standardize_grid and self.pca_grid and self.C_grid):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -27,12 +27,18 @@ class FeatureSet:
        -1 = label missing (drop with `drop_missing` before CV).
     groups: str [n_samples], the task_id of each sample; all CV splits are by task.
     sample_ids: one unique id per sample, in row order.
+    nuisance: name -> float [n_samples], position/length features of each sample for the
+       baseline (`probes.baselines.NUISANCE_FEATURES`; empty: no baseline can be fitted).
+    undefined: sample_ids whose target is undefined (final boundaries, after_step == n_steps:
+       no later step); their y is -1, so `drop_missing` excludes them.
     """
 
     features: dict[CandidateKey, np.ndarray]
     y: np.ndarray
     groups: np.ndarray
     sample_ids: list[str]
+    nuisance: dict[str, np.ndarray] = field(default_factory=dict)
+    undefined: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.y = np.asarray(self.y)
@@ -56,6 +62,16 @@ class FeatureSet:
             raise ValueError("FeatureSet.features is empty; give at least one (layer, pooling) matrix")
         for key, X in self.features.items():
             self._check_matrix(key, X, n)
+        self.nuisance = {str(name): np.asarray(v, dtype=np.float64) for name, v in self.nuisance.items()}
+        for name, v in self.nuisance.items():
+            if v.shape != (n,) or not np.isfinite(v).all():
+                raise ValueError(f"FeatureSet.nuisance[{name!r}] must be {n} finite numbers (one per sample), "
+                                 f"got shape {v.shape}")
+        self.undefined = [str(s) for s in self.undefined]
+        position = {s: i for i, s in enumerate(self.sample_ids)}
+        labelled = [s for s in self.undefined if s not in position or self.y[position[s]] != MISSING]
+        if labelled:
+            raise ValueError(f"FeatureSet.undefined must list samples with y = -1; not so for {labelled[:5]}")
 
     @classmethod
     def from_store(cls, store: Store, site: str = "resid_pre", condition: str = "full",
@@ -64,19 +80,33 @@ class FeatureSet:
 
         Labels are the store's ``future_necessity`` column (the trajectories'
         annotations) unless ``labels`` maps ``(task_id, after_step)`` to 0/1;
-        boundaries absent from ``labels`` get :data:`MISSING`.
+        boundaries absent from ``labels`` get :data:`MISSING`. A final boundary
+        (``after_step == n_steps``) has no later step, so "the later trajectory
+        needed the reasoning" is undefined there: whatever its label, it gets
+        :data:`MISSING` and is listed in ``undefined``. The manifest's position
+        columns (``probes.baselines.NUISANCE_FEATURES``) become ``nuisance``.
         """
+        from probes.baselines import NUISANCE_FEATURES
+
         frame, features = store.load_features(site, condition=condition)
         if frame.empty:
             present = sorted(set(store.manifest().get("condition", [])))
             raise ValueError(f"{store.root}: no extracted samples for condition {condition!r} "
                              f"(the store has: {', '.join(present) or 'none'})")
+        absent = [c for c in NUISANCE_FEATURES if c not in frame or frame[c].isna().any()]
+        if absent:
+            raise ValueError(f"{store.root}: manifest rows lack the position columns {absent} (a store written "
+                             f"before they were recorded); re-extract into a new --store directory")
         if labels is None:
             y = frame["future_necessity"].to_numpy()
         else:
             y = np.array([labels.get((t, int(b)), MISSING) for t, b in zip(frame["task_id"], frame["after_step"])],
                          dtype=int)
-        return cls(features=features, y=y, groups=frame["task_id"].to_numpy(), sample_ids=frame["sample_id"].tolist())
+        final = (frame["after_step"] == frame["n_steps"]).to_numpy()
+        y = np.where(final, MISSING, y)
+        return cls(features=features, y=y, groups=frame["task_id"].to_numpy(), sample_ids=frame["sample_id"].tolist(),
+                   nuisance={c: frame[c].to_numpy(dtype=np.float64) for c in NUISANCE_FEATURES},
+                   undefined=frame.loc[final, "sample_id"].tolist())
 
     def _check_matrix(self, key: CandidateKey, X: np.ndarray, n: int) -> None:
         if not (isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], int | np.integer)
@@ -100,6 +130,12 @@ class FeatureSet:
         """Candidate keys in a fixed order (by layer, then pooling); selection ties go to the earlier key."""
         return sorted(self.features)
 
+    def positions(self) -> np.ndarray:
+        """Order of each sample within its task: ``nuisance["after_step"]``, else the row order (for position nulls)."""
+        if "after_step" in self.nuisance:
+            return self.nuisance["after_step"]
+        return np.arange(len(self.sample_ids), dtype=np.float64)
+
     @property
     def n_tasks(self) -> int:
         """Number of distinct tasks."""
@@ -107,11 +143,14 @@ class FeatureSet:
 
     def subset(self, rows: np.ndarray) -> FeatureSet:
         """The samples at integer positions `rows`, in that order."""
+        kept = {self.sample_ids[i] for i in rows}
         return FeatureSet(
             features={k: X[rows] for k, X in self.features.items()},
             y=self.y[rows],
             groups=self.groups[rows],
             sample_ids=[self.sample_ids[i] for i in rows],
+            nuisance={name: v[rows] for name, v in self.nuisance.items()},
+            undefined=[s for s in self.undefined if s in kept],
         )
 
     def drop_missing(self) -> tuple[FeatureSet, list[str]]:

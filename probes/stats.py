@@ -1,22 +1,56 @@
-"""Uncertainty and controls for the probe: task bootstrap CIs, a max-over-candidates permutation test, a control task.
+"""Uncertainty and controls for the probe: task bootstrap CIs, paired gains, permutation tests, a control task.
 
-All three respect the task structure: samples of one task are correlated
+All of them respect the task structure: samples of one task are correlated
 (labels are often near-constant within a task), so the effective sample size
 is closer to the number of tasks than to the number of boundaries.
+
+Permutation tests (`permutation_tests`) have two nulls (`NULLS`):
+
+- ``across_tasks`` (`permute_labels_across_tasks`): each task receives another
+  task's positive rate at random boundaries. It keeps the task clustering but
+  destroys the label-by-position structure, so a probe that only reads
+  position (step index, history length) beats it.
+- ``within_length`` (`permute_labels_within_length`): whole label sequences,
+  ordered by after_step, are swapped between tasks with the same number of
+  samples. Every task keeps a label-by-position pattern that occurs in the
+  data, so position alone does not beat it; what beats it is information
+  that ties a task's labels to its own features.
+
+and two statistics (`ProbeConfig.permutation`):
+
+- ``"fixed"`` (default, fast): the maximum over (layer, pooling) candidates of
+  the fixed probe's grouped-CV AUROC (the best point of the layer curve), all
+  label vectors scored on the real labels' folds in one batched scan;
+- ``"nested"`` (exact): the headline itself, the whole nested CV rerun on each
+  permuted label vector (folds, inner search and threshold included),
+  joblib-parallel over permutations.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
+from joblib import Parallel, delayed
 
 from interp.stats import task_resamples
 from probes.config import ProbeConfig
 from probes.data import FeatureSet
 from probes.nested_cv import NestedCVResult, run_nested_cv
 from probes.scan import candidate_aurocs
+
+NULLS = ("across_tasks", "within_length")
+"""The permutation nulls, in report order (see the module docstring)."""
+
+STATISTICS = {
+    "fixed": "max over (layer, pooling) candidates of the fixed probe's pooled grouped-CV AUROC (best point of the "
+             "layer curve), permuted labels scored on the real labels' outer folds",
+    "nested": "the headline nested-CV AUROC; the whole task-level nested CV (folds, inner search, threshold) rerun "
+              "on every permuted label vector",
+}
+"""What the permutation statistic is, per `ProbeConfig.permutation` (stored in probe_results.json)."""
 
 Metric = Callable[[np.ndarray, np.ndarray], float]
 
@@ -32,15 +66,30 @@ class BootstrapResult:
 
 @dataclass
 class PermutationResult:
-    """Observed statistic, its null distribution [n_perm] and p = (1 + #(null >= observed)) / (1 + n_perm).
+    """Observed statistic, its null distribution [n_valid] and p = (1 + #(null >= observed)) / (1 + n_valid).
 
-    candidate_auroc: the real-label AUROC per candidate (fs.keys order) whose max is `observed`.
+    candidate_auroc: the real-label AUROC per candidate (fs.keys order) whose max is `observed` (fixed
+    statistic only; None for the nested one). n_failed: permuted label vectors whose nested CV could not
+    run (an outer training fold with one class); they are left out of `null`. fixed_tasks: tasks the null
+    cannot move (alone in their length stratum under ``within_length``; 0 under ``across_tasks``).
     """
 
     observed: float
     null: np.ndarray
     p_value: float
-    candidate_auroc: np.ndarray
+    candidate_auroc: np.ndarray | None
+    n_failed: int = 0
+    fixed_tasks: int = 0
+
+
+@dataclass
+class PairedGain:
+    """Gain (probe minus baseline) per metric on the pooled out-of-fold rows, its paired task-bootstrap CI."""
+
+    estimate: dict[str, float]
+    cis: dict[str, list[float] | None]
+    n_used: int
+    n_skipped: int
 
 
 def task_bootstrap(
@@ -76,6 +125,37 @@ def task_bootstrap(
     return BootstrapResult(cis=cis, n_used=n_boot - skipped, n_skipped=skipped)
 
 
+def paired_gain(
+    y: np.ndarray,
+    score_base: np.ndarray,
+    score_new: np.ndarray,
+    groups: np.ndarray,
+    metrics: Mapping[str, Metric],
+    n_boot: int,
+    rng: np.random.Generator,
+    level: float = 0.95,
+) -> PairedGain:
+    """metric(y, score_new) - metric(y, score_base) with a percentile CI where both use the same resampled tasks.
+
+    The two scores are out-of-fold scores of the same samples (rows aligned).
+    Pairing matters: both estimates share the sampled tasks, so their
+    difference varies far less than either alone. Resamples with one class
+    are skipped and counted, as in `task_bootstrap`.
+    """
+    estimate = {name: float(m(y, score_new) - m(y, score_base)) for name, m in metrics.items()}
+    values: dict[str, list[float]] = {name: [] for name in metrics}
+    skipped = 0
+    for rows in task_resamples(groups, n_boot, rng):
+        if np.unique(y[rows]).size < 2:
+            skipped += 1
+            continue
+        for name, metric in metrics.items():
+            values[name].append(metric(y[rows], score_new[rows]) - metric(y[rows], score_base[rows]))
+    tail = (1 - level) / 2
+    cis = {name: [float(q) for q in np.quantile(v, [tail, 1 - tail])] if v else None for name, v in values.items()}
+    return PairedGain(estimate=estimate, cis=cis, n_used=n_boot - skipped, n_skipped=skipped)
+
+
 def permute_labels_across_tasks(y: np.ndarray, groups: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """One null label vector that moves label patterns between whole tasks.
 
@@ -99,31 +179,127 @@ def permute_labels_across_tasks(y: np.ndarray, groups: np.ndarray, rng: np.rando
     return permuted
 
 
-def permutation_test(fs: FeatureSet, config: ProbeConfig) -> PermutationResult:
-    """Permutation p-value for "some searched candidate carries signal", accounting for the layer search.
+def length_strata(groups: np.ndarray) -> list[np.ndarray]:
+    """Task indices (into np.unique(groups)) grouped by their number of samples: the strata of ``within_length``."""
+    tasks, counts = np.unique(groups, return_counts=True)
+    return [np.flatnonzero(counts == c) for c in np.unique(counts)]
 
-    Statistic: the maximum over all (layer, pooling) candidates of the fixed
-    probe's pooled grouped-CV AUROC (`candidate_aurocs`), i.e. the best point of
-    the layer curve. It is recomputed, with the same folds, for `config.n_perm`
-    label vectors from `permute_labels_across_tasks` (vectors with one class are
-    redrawn). p = (1 + #(null >= observed)) / (1 + n_perm); with n_perm = 19 the
-    smallest possible p is 0.05.
+
+def permute_labels_within_length(
+    y: np.ndarray, groups: np.ndarray, positions: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """One null label vector that swaps whole label sequences between tasks of equal length, keeping positions.
+
+    Tasks with the same number of samples form a stratum; within each, tasks
+    are randomly permuted and each receives its donor's labels in after_step
+    order (`positions`): the k-th boundary of the receiver gets the label of
+    the donor's k-th boundary. Every label-by-position pattern of the null
+    occurs in the data, and class balance within a stratum is kept. A task
+    alone in its stratum keeps its own labels (it can only make p larger).
     """
-    rng = config.rng("permutation")
-    labels = [fs.y]
-    while len(labels) < config.n_perm + 1:
-        permuted = permute_labels_across_tasks(fs.y, fs.groups, rng)
+    tasks, task_of = np.unique(groups, return_inverse=True)
+    ordered = [np.flatnonzero(task_of == t)[np.argsort(positions[task_of == t], kind="stable")]
+               for t in range(tasks.size)]
+    permuted = np.empty_like(y)
+    for stratum in length_strata(groups):
+        for receiver, donor in zip(stratum, rng.permutation(stratum)):
+            permuted[ordered[receiver]] = y[ordered[donor]]
+    return permuted
+
+
+def null_labels(fs: FeatureSet, null: str, n: int, rng: np.random.Generator) -> np.ndarray:
+    """`n` permuted label vectors [n, n_samples] drawn in order from `rng` under `null`; one-class draws are redrawn.
+
+    Gives up (ValueError) when 1000 draws in a row have one class: the null
+    cannot move the labels (e.g. ``within_length`` with every task alone in
+    its stratum and one class per stratum).
+    """
+    if null not in NULLS:
+        raise ValueError(f"unknown permutation null {null!r}; known: {', '.join(NULLS)}")
+    labels: list[np.ndarray] = []
+    failures = 0
+    while len(labels) < n:
+        if null == "across_tasks":
+            permuted = permute_labels_across_tasks(fs.y, fs.groups, rng)
+        else:
+            permuted = permute_labels_within_length(fs.y, fs.groups, fs.positions(), rng)
         if np.unique(permuted).size == 2:
             labels.append(permuted)
-    aurocs = candidate_aurocs(fs, np.stack(labels), config)
-    statistic = np.nanmax(aurocs, axis=1)
-    observed, null = float(statistic[0]), statistic[1:]
-    return PermutationResult(
-        observed=observed,
-        null=null,
-        p_value=float((1 + np.sum(null >= observed)) / (1 + config.n_perm)),
-        candidate_auroc=aurocs[0],
-    )
+            failures = 0
+        else:
+            failures += 1
+            if failures >= 1000:
+                raise ValueError(f"the {null!r} null drew 1000 one-class label vectors in a row")
+    return np.stack(labels) if labels else np.zeros((0, fs.y.size), dtype=fs.y.dtype)
+
+
+def permutation_test(fs: FeatureSet, config: ProbeConfig, null: str = "across_tasks") -> PermutationResult:
+    """Permutation p-value of the probe under one null (`NULLS`) with the statistic of `config.permutation`."""
+    return permutation_tests(fs, config, (null,))[null]
+
+
+def permutation_tests(
+    fs: FeatureSet, config: ProbeConfig, nulls: tuple[str, ...] = NULLS, observed: float | None = None
+) -> dict[str, PermutationResult]:
+    """p-values for "the probe carries signal" under each null, with the statistic of `config.permutation`.
+
+    ``"fixed"``: the statistic is the max over (layer, pooling) candidates of
+    the fixed probe's pooled grouped-CV AUROC (`candidate_aurocs`), which
+    accounts for the layer search but not for the inner search; all label
+    vectors of all nulls are scored in one batched scan on the real labels'
+    folds. ``"nested"``: the statistic is the nested-CV AUROC (`observed`, the
+    headline, computed here when not given); `run_nested_cv` is rerun on each
+    permuted label vector with n_jobs=1, the permutations in parallel
+    (`config.n_jobs`), so the result equals a plain loop over the same vectors.
+    Each null draws `config.n_perm` vectors from its own generator
+    (``config.rng("permutation")`` for across_tasks, ``config.rng("permutation:<null>")``
+    otherwise). p = (1 + #(null >= observed)) / (1 + n_valid); with 19 valid
+    permutations the smallest possible p is 0.05.
+    """
+    draws = {null: null_labels(fs, null, config.n_perm, config.rng(_rng_purpose(null))) for null in nulls}
+    alone = sum(stratum.size == 1 for stratum in length_strata(fs.groups))
+    fixed = {null: alone if null == "within_length" else 0 for null in nulls}
+    results = {}
+    if config.permutation == "fixed":
+        aurocs = candidate_aurocs(fs, np.vstack([fs.y[None, :], *draws.values()]), config)
+        statistic = np.nanmax(aurocs, axis=1)
+        start = 1
+        for null in nulls:
+            values = statistic[start:start + config.n_perm]
+            start += config.n_perm
+            results[null] = _result(float(statistic[0]), values, aurocs[0], 0, fixed[null])
+        return results
+    if observed is None:
+        observed = run_nested_cv(fs, config).auroc
+    inner = replace(config, n_jobs=1)
+    vectors = [(null, y) for null in nulls for y in draws[null]]
+    values = Parallel(n_jobs=config.n_jobs)(delayed(_nested_auroc)(fs, y, inner) for _, y in vectors)
+    for null in nulls:
+        got = [v for (name, _), v in zip(vectors, values) if name == null]
+        valid = np.array([v for v in got if v is not None], dtype=float)
+        results[null] = _result(observed, valid, None, len(got) - valid.size, fixed[null])
+    return results
+
+
+def _rng_purpose(null: str) -> str:
+    return "permutation" if null == "across_tasks" else f"permutation:{null}"
+
+
+def _result(observed: float, null: np.ndarray, candidate_auroc: np.ndarray | None, n_failed: int,
+            fixed_tasks: int) -> PermutationResult:
+    return PermutationResult(observed=observed, null=null,
+                             p_value=float((1 + np.sum(null >= observed)) / (1 + null.size)),
+                             candidate_auroc=candidate_auroc, n_failed=n_failed, fixed_tasks=fixed_tasks)
+
+
+def _nested_auroc(fs: FeatureSet, y: np.ndarray, config: ProbeConfig) -> float | None:
+    """The nested-CV AUROC of `fs` with labels `y`; None when the nested CV cannot run on them."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # skipped inner folds are expected under permuted labels
+        try:
+            return run_nested_cv(replace(fs, y=y), config).auroc
+        except ValueError:
+            return None
 
 
 def control_task(fs: FeatureSet, config: ProbeConfig) -> NestedCVResult:

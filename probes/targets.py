@@ -1,21 +1,83 @@
 """Future-necessity targets y_i: from annotations, a CSV, or a documented rule-based labeler.
 
-``y = 1`` at boundary b when the trajectory *after* b (steps b+1 .. b+window)
-re-derives, adds reasoning or re-plans. The rule-based labeler fires on:
+``y = 1`` at boundary b when the trajectory *after* b re-derives, adds
+reasoning or re-plans (the reference study's target: "the later trajectory
+contains re-derivation, additional reasoning or explicit replanning"). The
+steps inspected are b+1 .. n (the whole rest of the trajectory) by default,
+or b+1 .. b+window with ``TargetLabelerConfig(window=N)`` (``interp label
+--window N``).
 
-- ``rederivation``: a later action equivalent to an action at or before b is
-  re-issued (same tool, same arguments after whitespace/case normalisation);
-- ``reasoning_surge``: a later step's reasoning length (characters) exceeds
-  ``surge_factor`` x the mean length of steps 1..b (the trajectory's running norm);
-- ``replanning``: a later step's reasoning contains a replanning cue
-  (``REPLAN_CUES``, case-insensitive whole phrases).
+**Undefined boundaries.** The final boundary b = n of a trajectory has no later
+step, so nothing can re-derive or re-plan after it: its target is undefined,
+not 0. :func:`label_targets` emits no row for it; ``future_necessity_labels.json``
+counts and lists it under ``undefined``, the CSV has no row for it (no row
+means "no label" to :func:`interp.data.labels.read_labels_csv`), and agreement
+is computed on the boundaries both label sets define (annotations that label
+a final boundary are simply not compared there). :func:`label_target` on b = n
+raises ``ValueError``.
 
-Every positive records which rule fired and at which step. The last boundary
-(nothing follows) is always 0.
+The three rules (each fires once per later step that meets it; ``y = 1`` when
+any fires):
+
+- ``rederivation``: a later step re-issues a tool call already made at or
+  before b: same tool, same JSON arguments after collapsing whitespace and
+  lower-casing. Example: step 1 ``run {"cmd": "pytest -q"}``, step 5
+  ``run {"cmd": "pytest  -Q"}`` -> at b = 1..4 the evidence is
+  ``{"rule": "rederivation", "step": 5, "cue": "run", "tool": "run", "repeats_step": 1}``.
+- ``reasoning_surge``: a later step's reasoning is longer (characters) than
+  ``surge_factor`` (default 1.8) x the mean reasoning length of steps 1..b
+  (the running norm at b). Example: steps 1-2 of 30 characters each, step 3
+  of 100 -> at b = 2 the threshold is 54 and the evidence is
+  ``{"rule": "reasoning_surge", "step": 3, "cue": "100 > 1.8 x 30.0 chars", "chars": 100,
+  "running_norm": 30.0, "threshold": 54.0}``.
+- ``replanning``: a later step's reasoning contains one of the replanning
+  cues below, as a case-insensitive substring (so ``replan`` also matches
+  "replanning" and ``revisit`` "revisited"); the evidence names the cue as
+  configured and the text that matched. Example: "Wait, the config is
+  elsewhere." at step 4 -> ``{"rule": "replanning", "step": 4, "cue": "wait,", "matched": "Wait,"}``.
+
+Every evidence entry names the later ``step`` (1-based) and the ``cue``
+that fired (the tool for a re-issued call, the length comparison for a
+surge, the cue phrase for replanning). The replanning cues (``REPLAN_CUES``
+is read from this table, so it is their one home; a unit test checks that
+each example fires its cue):
+
+| cue | example reasoning that fires it |
+|---|---|
+| ``re-plan`` | I should re-plan: the API has no batch endpoint. |
+| ``replan`` | Time to replan around the missing dependency. |
+| ``let me reconsider`` | Let me reconsider the parser design. |
+| ``i need to reconsider`` | I need to reconsider which table holds the totals. |
+| ``wait,`` | Wait, the config lives in setup.cfg, not pyproject. |
+| ``actually,`` | Actually, the failing test is in utils. |
+| ``going back to`` | Going back to the original error message. |
+| ``change of plan`` | Change of plan: patch the caller instead. |
+| ``new plan`` | New plan: read the logs first. |
+| ``that didn't work`` | That didn't work; the import still fails. |
+| ``that did not work`` | That did not work, the cache is stale. |
+| ``start over`` | I will start over with a clean checkout. |
+| ``different approach`` | A different approach: bisect the commits. |
+| ``instead, i`` | Instead, I will mock the network call. |
+| ``my earlier assumption`` | My earlier assumption about the encoding was wrong. |
+| ``i was wrong`` | I was wrong about the off-by-one. |
+| ``revisit`` | Revisit the schema before writing the migration. |
 
 Reference labels (annotations or a ``task_id,after_step,future_necessity``
 CSV) are read, and compared with the rule labels, by :mod:`interp.data.labels`.
 :func:`targets_command` is the body of ``interp label``.
+
+Fields of ``future_necessity_labels.json`` (``FIELDS``; :func:`targets_command` writes them):
+
+| name | shape | dtype | units | meaning |
+|---|---|---|---|---|
+| ``schema`` | ``{...}`` | object | - | this table: {field: {shape, dtype, units, doc}} |
+| ``config`` | ``{...}`` | object | - | the labeler's settings: window (later steps inspected; null = the rest of the trajectory), surge_factor, cues |
+| ``agreement`` | ``{...}`` | object | - | rule labels vs the reference on their shared defined boundaries: n, kappa (Cohen's), confusion (rows reference 0/1, columns rule 0/1) |
+| ``n_labelled`` | ``[]`` | int | boundaries | boundaries with a defined rule label (every boundary but each trajectory's last) |
+| ``n_positive`` | ``[]`` | int | boundaries | labelled boundaries with y = 1 |
+| ``labels`` | ``[n_labelled] of {task_id, after_step, y, evidence}`` | object | - | every labelled boundary: y (0/1) and evidence, one entry per rule firing: {rule, step, cue, ...} |
+| ``n_undefined`` | ``[]`` | int | boundaries | boundaries left without a label (nothing follows them) |
+| ``undefined`` | ``[n_undefined] of {task_id, after_step, reason}`` | object | - | the boundaries left without a label, with why; absent from the CSV and from agreement |
 """
 
 from __future__ import annotations
@@ -29,25 +91,45 @@ from typing import Any
 from interp.data.labels import agreement, annotation_labels, read_labels_csv, write_labels_csv
 from interp.data.trajectory import Trajectory, load_trajectories
 from interp.io import atomic_write_json
+from interp.schema import fields_from_doc, schema_dict
 
-REPLAN_CUES = (
-    "re-plan", "replan", "let me reconsider", "i need to reconsider", "wait,", "actually,", "going back to",
-    "change of plan", "new plan", "that didn't work", "that did not work", "start over", "different approach",
-    "instead, i", "my earlier assumption", "i was wrong", "revisit",
-)
+FIELDS = fields_from_doc(__doc__, "FIELDS")
+
+
+def _cue_table(doc: str | None) -> tuple[tuple[str, str], ...]:
+    """``(cue, example)`` rows of the docstring's ``| cue | example ... |`` table (the cues' one home)."""
+    lines = (doc or "").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| cue | example"))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        cue, example = (cell.strip() for cell in line.strip().strip("|").split("|"))
+        rows.append((cue.strip("`"), example))
+    return tuple(rows)
+
+
+REPLAN_CUE_EXAMPLES = _cue_table(__doc__)
+REPLAN_CUES = tuple(cue for cue, _ in REPLAN_CUE_EXAMPLES)
+UNDEFINED_FINAL = "final boundary: no later step, so future necessity is undefined"
 
 
 @dataclass(frozen=True)
 class TargetLabelerConfig:
-    """Settings of the rule-based future-necessity labeler (see the module docstring); validated on construction."""
+    """Settings of the rule-based future-necessity labeler (see the module docstring); validated on construction.
 
-    window: int = 3
+    ``window`` is the number of later steps inspected; None (the default) inspects the whole rest of the trajectory.
+    """
+
+    window: int | None = None
     surge_factor: float = 1.8
     cues: tuple[str, ...] = REPLAN_CUES
 
     def __post_init__(self) -> None:
-        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
-            raise ValueError(f"window must be an integer >= 1 (later steps inspected), got {self.window!r}")
+        if self.window is not None and (isinstance(self.window, bool) or not isinstance(self.window, int)
+                                        or self.window < 1):
+            raise ValueError(f"window must be an integer >= 1 (later steps inspected) or None (the rest of the "
+                             f"trajectory), got {self.window!r}")
         if not self.surge_factor > 0:
             raise ValueError(f"surge_factor must be > 0, got {self.surge_factor!r}")
         if not self.cues or not all(isinstance(c, str) and c for c in self.cues):
@@ -56,7 +138,7 @@ class TargetLabelerConfig:
 
 @dataclass
 class TargetLabel:
-    """y at one boundary with the evidence of every rule that fired."""
+    """y at one boundary with the evidence of every rule that fired (each entry names its later step and cue)."""
 
     task_id: str
     after_step: int
@@ -70,33 +152,61 @@ def _call_key(tool: str, arguments: object) -> tuple[str, str]:
 
 
 def label_target(traj: Trajectory, b: int, config: TargetLabelerConfig = TargetLabelerConfig()) -> TargetLabel:
-    """Apply the three rules to the steps after boundary ``b``."""
+    """Apply the three rules to the later steps of boundary ``b`` (1 <= b < n_steps: the last boundary has no label)."""
+    if not 1 <= b < traj.n_steps:
+        raise ValueError(f"{traj.task_id}@{b}: boundaries 1..{traj.n_steps - 1} have a label "
+                         f"({'the ' + UNDEFINED_FINAL if b == traj.n_steps else 'out of range'})")
     label = TargetLabel(traj.task_id, b, 0)
-    earlier = {_call_key(c.tool, c.arguments) for s in traj.steps[:b] for c in s.action.calls}
-    norm = sum(len(s.reasoning) for s in traj.steps[:b]) / max(b, 1)
+    earlier: dict[tuple[str, str], int] = {}
+    for s, step in enumerate(traj.steps[:b], start=1):
+        for c in step.action.calls:
+            earlier.setdefault(_call_key(c.tool, c.arguments), s)
+    norm = sum(len(s.reasoning) for s in traj.steps[:b]) / b
+    cues = {c.lower(): c for c in config.cues}
     cue_re = re.compile("|".join(re.escape(c) for c in config.cues), re.I)
-    for t in range(b + 1, min(traj.n_steps, b + config.window) + 1):
+    last = traj.n_steps if config.window is None else min(traj.n_steps, b + config.window)
+    for t in range(b + 1, last + 1):
         step = traj.steps[t - 1]
         for call in step.action.calls:
-            if _call_key(call.tool, call.arguments) in earlier:
-                label.evidence.append({"rule": "rederivation", "step": t, "tool": call.tool})
-        if norm and len(step.reasoning) > config.surge_factor * norm:
-            label.evidence.append({"rule": "reasoning_surge", "step": t, "chars": len(step.reasoning),
-                                   "running_norm": round(norm, 1)})
+            first = earlier.get(_call_key(call.tool, call.arguments))
+            if first is not None:
+                label.evidence.append({"rule": "rederivation", "step": t, "cue": call.tool, "tool": call.tool,
+                                       "repeats_step": first})
+        threshold = config.surge_factor * norm
+        if norm and len(step.reasoning) > threshold:
+            label.evidence.append({"rule": "reasoning_surge", "step": t,
+                                   "cue": f"{len(step.reasoning)} > {config.surge_factor} x {norm:.1f} chars",
+                                   "chars": len(step.reasoning), "running_norm": round(norm, 1),
+                                   "threshold": round(threshold, 1)})
         match = cue_re.search(step.reasoning)
         if match:
-            label.evidence.append({"rule": "replanning", "step": t, "cue": match.group(0)})
+            label.evidence.append({"rule": "replanning", "step": t, "cue": cues.get(match.group(0).lower(),
+                                                                                    match.group(0)),
+                                   "matched": match.group(0)})
     label.y = int(bool(label.evidence))
     return label
 
 
+def undefined_boundaries(trajs: list[Trajectory]) -> list[dict[str, Any]]:
+    """The boundaries that get no rule label (each trajectory's last: nothing follows it), with the reason."""
+    return [{"task_id": t.task_id, "after_step": t.n_steps, "reason": UNDEFINED_FINAL} for t in trajs]
+
+
+# Threshold grid of the held-out evaluation of this labeler (tuned on some tasks, kappa on the others)
+TUNING_GRID = {"window": (None, 1, 2, 3, 5), "surge_factor": (1.4, 1.8, 2.2, 3.0)}
+
+
+def tuning_configs() -> list[TargetLabelerConfig]:
+    """Every config of :data:`TUNING_GRID` (window x surge factor), for held-out threshold tuning."""
+    return [TargetLabelerConfig(window=w, surge_factor=f)
+            for w in TUNING_GRID["window"] for f in TUNING_GRID["surge_factor"]]
+
+
 def label_targets(trajs: list[Trajectory], config: TargetLabelerConfig = TargetLabelerConfig()) -> list[TargetLabel]:
-    """Rule labels for every boundary 1..n of every trajectory."""
-    return [label_target(t, b, config) for t in trajs for b in range(1, t.n_steps + 1)]
+    """Rule labels for every defined boundary 1..n-1 of every trajectory (the final one is undefined: no row)."""
+    return [label_target(t, b, config) for t in trajs for b in range(1, t.n_steps)]
 
 
-TARGETS_SCHEMA = {"y": "1 when steps b+1..b+window re-derive, surge in reasoning or re-plan",
-                  "evidence": "every rule that fired, with its step"}
 AGREEMENT_KEYS = ("n", "kappa", "confusion")  # the agreement fields future_necessity_labels.json has always held
 
 
@@ -105,21 +215,27 @@ def targets_command(trajectories: Path, out: Path, labels: Path | None = None,
     """``interp label``: rule-based targets with evidence, and agreement with reference labels.
 
     The reference is ``labels`` (a CSV read by :func:`interp.data.labels.read_labels_csv`
-    against the trajectories) or else the annotations. Writes
-    ``future_necessity_labels.json`` (schema, agreement, every boundary with its
-    evidence) and ``future_necessity_labels.csv`` (``task_id,after_step,future_necessity``),
-    both atomically; returns ``{n_boundaries, n_positive, agreement}``.
+    against the trajectories) or else the annotations; agreement is on the
+    boundaries both define. Writes ``future_necessity_labels.json`` (``FIELDS``)
+    and ``future_necessity_labels.csv`` (``task_id,after_step,future_necessity``,
+    defined boundaries only), both atomically; returns ``{n_boundaries, n_positive,
+    n_undefined, agreement}`` (``n_boundaries``: labelled boundaries).
     """
     trajs = load_trajectories(trajectories)
     rows = label_targets(trajs, config)
+    undefined = undefined_boundaries(trajs)
     reference = (read_labels_csv(labels, "future_necessity", trajs) if labels is not None
                  else annotation_labels(trajs, "future_necessity"))
     full = agreement({(r.task_id, r.after_step): r.y for r in rows}, reference)
     agree = {k: full[k] for k in AGREEMENT_KEYS}
+    n_positive = sum(r.y for r in rows)
     out = Path(out)
-    atomic_write_json(out / "future_necessity_labels.json",
-                      {"schema": TARGETS_SCHEMA, "agreement": agree, "labels": [vars(r) for r in rows]})
+    atomic_write_json(out / "future_necessity_labels.json", {
+        "schema": schema_dict(FIELDS),
+        "config": {"window": config.window, "surge_factor": config.surge_factor, "cues": list(config.cues)},
+        "agreement": agree, "n_labelled": len(rows), "n_positive": n_positive, "labels": [vars(r) for r in rows],
+        "n_undefined": len(undefined), "undefined": undefined})
     write_labels_csv(out / "future_necessity_labels.csv",
                      ({"task_id": r.task_id, "after_step": r.after_step, "future_necessity": r.y} for r in rows),
                      "future_necessity")
-    return {"n_boundaries": len(rows), "n_positive": sum(r.y for r in rows), "agreement": agree}
+    return {"n_boundaries": len(rows), "n_positive": n_positive, "n_undefined": len(undefined), "agreement": agree}

@@ -19,6 +19,14 @@ Over-long renders (more than ``max_tokens``, or more positions than the model
 has; ``interp.extraction.limits``) are skipped and recorded with their length,
 never truncated.
 
+Position features. Every boundary row also records where the boundary sits
+and how long its history is, computed exactly from the condition's render
+(no re-tokenising) by :func:`position_features`: ``n_steps``,
+``rel_position = after_step / n_steps``, ``reasoning_tokens`` and
+``n_reasoning_blocks`` (reasoning-block spans in the render so far), beside
+the row's ``after_step`` and ``n_tokens``. They are the nuisance features of
+the probe's position baseline (``probes.baselines.NUISANCE_FEATURES``).
+
 ``ExtractConfig`` validates itself on construction (poolings through
 ``interp.extraction.pooling.parse_pooling``, sites against
 ``interp.sensor.hooks.SITES``, ...) and against the model in
@@ -150,6 +158,14 @@ class BoundaryFeatures:
     top1: int | None = None
     edit: dict[str, Any] = field(default_factory=dict)
     block_entropy: list[dict[str, Any]] = field(default_factory=list)  # set on the last boundary's row
+    position: dict[str, Any] = field(default_factory=dict)  # position_features of the render (manifest columns)
+
+
+def position_features(traj: Trajectory, after_step: int, r: Rendered) -> dict[str, Any]:
+    """Where boundary b sits and how much reasoning its render holds (exact spans), for the probe's position baseline."""
+    blocks = r.spans("reasoning_block")
+    return {"n_steps": traj.n_steps, "rel_position": after_step / traj.n_steps,
+            "reasoning_tokens": sum(s.n_tokens for s in blocks), "n_reasoning_blocks": len(blocks)}
 
 
 def lcp(a: list[int], b: list[int]) -> int:
@@ -199,7 +215,8 @@ def extract_trajectory(
         r = render(edited, b, tok)
         bf = BoundaryFeatures(traj.task_id, b, condition, "ok", n_tokens=r.n_tokens, segments=_segments_json(r),
                               edit={"chars_removed": log.chars_removed, "tokens_removed": log.tokens_removed,
-                                    "notes": log.notes})
+                                    "notes": log.notes},
+                              position=position_features(traj, b, r))
         if r.n_tokens > limit:
             bf.status, bf.reason = "skipped", f"context of {r.n_tokens} tokens exceeds the limit of {limit}"
         else:

@@ -16,7 +16,8 @@ Manifest columns: ``sample_id, task_id, after_step, condition, model, revision,
 n_tokens, status (ok|skipped), reason, forward, row (index into the unit's
 tensors, -1 when skipped), unit, boundary_entropy_bits, top1,
 future_necessity, externalization_gap (annotations; -1 when absent),
-chars_removed, tokens_removed, pool_count.<pooling>``.
+chars_removed, tokens_removed, n_steps, rel_position, reasoning_tokens,
+n_reasoning_blocks, pool_count.<pooling>``.
 
 Each unit is written to temporary files and renamed into place (tensors
 first, the JSON last): a unit counts as done only when its JSON exists, so a
@@ -62,6 +63,10 @@ Manifest columns (``MANIFEST_FIELDS``):
 | ``externalization_gap`` | ``[n_rows]`` | int | 0/1 | annotation G; -1 when absent |
 | ``chars_removed`` | ``[n_rows]`` | int or null | characters | removed by the condition's edit |
 | ``tokens_removed`` | ``[n_rows]`` | int or null | tokens | removed by the condition's edit |
+| ``n_steps`` | ``[n_rows]`` | int | steps | steps of the trajectory (boundary b = n_steps has no later step) |
+| ``rel_position`` | ``[n_rows]`` | float | fraction | after_step / n_steps |
+| ``reasoning_tokens`` | ``[n_rows]`` | int | tokens | tokens in the render's reasoning-block spans (reasoning so far, after the condition's edit) |
+| ``n_reasoning_blocks`` | ``[n_rows]`` | int | blocks | reasoning-block spans in the render |
 | ``pool_count.<pooling>`` | ``[n_rows]`` | int | tokens | tokens pooled, one column per pooling |
 """
 
@@ -164,6 +169,7 @@ class Store:
                 "future_necessity": ann.future_necessity if ann and ann.future_necessity is not None else -1,
                 "externalization_gap": ann.externalization_gap if ann and ann.externalization_gap is not None else -1,
                 "chars_removed": r.edit.get("chars_removed"), "tokens_removed": r.edit.get("tokens_removed"),
+                **r.position,
                 **{f"pool_count.{k}": v for k, v in r.pool_counts.items()},
             })
             segments[str(r.after_step)] = r.segments

@@ -168,3 +168,65 @@ def test_summarize_is_pure_and_writes_its_declared_fields(tmp_path):
     saved = json.loads((tmp_path / "kl_repair.json").read_text())
     assert saved["per_sample"][2]["repair"] == [None, None, None]
     check(saved, FIELDS, tmp_path / "kl_repair.json")
+
+
+def _toy_rows(rng: np.random.Generator, n: int, n_sites: int) -> list:
+    from patching.kl_repair import BoundaryRepair
+
+    rows = []
+    for i in range(n):
+        d = float(rng.gamma(1.0, 0.2)) if i % 5 else float(rng.uniform(1e-7, 2e-5))  # some tiny-d boundaries
+        kls = (d * rng.uniform(0.0, 1.5, n_sites)).astype(np.float32)
+        rows.append(BoundaryRepair(f"t{i % 4}", 1 + i // 4, d, (1.0 - torch.tensor(kls) / d).tolist(),
+                                   [bool(x) for x in rng.integers(0, 2, n_sites)], kls.tolist()))
+    return rows
+
+
+def test_median_and_ratio_of_sums_equal_numpy_on_the_per_sample_values():
+    from types import SimpleNamespace
+
+    sites = default_sites(3)
+    rows = _toy_rows(np.random.default_rng(0), 30, len(sites))
+    sensor = SimpleNamespace(describe=lambda: {"spec": "toy", "n_layers": 3, "d_model": 576, "dtype": "float32"},
+                             full_attention_layers=[])
+    doc = summarize(rows, sites, "delete_all_reasoning", sensor, "fast", 1, n_boot=20)
+    kept = [s for s in doc["per_sample"] if not s["excluded"]]
+    assert doc["n_samples"] == len(kept) and 0 < doc["n_excluded"] < 30
+    repair = np.array([s["repair"] for s in kept])
+    kls = np.array([s["kl_patch"] for s in kept])
+    d = np.array([s["d"] for s in kept])
+    assert doc["repair_median"] == pytest.approx(np.median(repair, axis=0).tolist(), abs=1e-12)
+    assert doc["repair_ratio"] == pytest.approx((1 - kls.sum(0) / d.sum()).tolist(), abs=1e-12)
+    assert doc["repair_mean"] == pytest.approx(repair.mean(0).tolist(), abs=1e-12)
+    assert all(s["d"] <= doc["d_threshold"] for s in doc["per_sample"] if s["excluded"])
+    assert all(s["d"] > doc["d_threshold"] for s in kept)
+
+
+def test_d_threshold_scales_with_the_dtype_noise():
+    from types import SimpleNamespace
+
+    from patching.kl_repair import MIN_KL, d_threshold, threshold_for
+
+    f32, bf16 = d_threshold("float32", 4096), d_threshold(torch.bfloat16, 4096)
+    assert f32 == pytest.approx(4 * torch.finfo(torch.float32).eps * 64)  # 3.05e-5 nats
+    assert f32 > 1.8e-5  # the measured case (float32 noise moved Repair by 0.015 at d = 1.8e-5) is excluded
+    assert bf16 == pytest.approx(4 * 2.0 ** -7 * 64) and bf16 / f32 == pytest.approx(2.0 ** 16)
+    assert d_threshold("float64", 4096) == MIN_KL  # the floor
+    assert d_threshold("float32", 64) == pytest.approx(3.815e-6, rel=1e-3)  # tiny-qwen3.5
+    with pytest.raises(ValueError, match="dtype"):
+        d_threshold("int8", 64)
+    with pytest.raises(ValueError, match="d_model"):
+        d_threshold("float32", 0)
+    value, rule = threshold_for({"dtype": "bfloat16", "d_model": 4096})
+    assert value == bf16 and "bfloat16" in rule and "sqrt(4096)" in rule
+    assert threshold_for({"spec": "toy"})[0] == MIN_KL  # dtype or d_model unknown: the floor
+    # the same rows: bf16 keeps only boundaries whose d clears its (larger) threshold
+    sites = default_sites(2)
+    rows = _toy_rows(np.random.default_rng(1), 20, len(sites))
+    docs = {dtype: summarize(rows, sites, "delete_all_reasoning", SimpleNamespace(
+        describe=lambda dtype=dtype: {"n_layers": 2, "d_model": 4096, "dtype": dtype}, full_attention_layers=[]),
+        "fast", 1, n_boot=10) for dtype in ("float32", "bfloat16")}
+    for dtype, doc in docs.items():
+        assert doc["d_threshold"] == d_threshold(dtype, 4096)
+        assert doc["n_excluded"] == sum(r.d <= doc["d_threshold"] for r in rows)
+    assert docs["bfloat16"]["n_excluded"] > docs["float32"]["n_excluded"]

@@ -52,7 +52,8 @@ def test_sweep_runs_and_resumes(tmp_path, demo_trajectories):
     path = tmp_path / "s.toml"
     path.write_text(CONFIG.format(traj=traj, out=tmp_path / "out"))
     summary = run_sweep(path)
-    assert len(summary) == 2 and set(summary["n_samples"]) == {sum(t.n_steps for t in demo_trajectories[:8])}
+    # every boundary but each trajectory's final one (no later step: its target is undefined, not 0)
+    assert len(summary) == 2 and set(summary["n_samples"]) == {sum(t.n_steps - 1 for t in demo_trajectories[:8])}
     assert pd.read_csv(tmp_path / "out" / "summary.csv").shape[0] == 2
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "out" / "cells").rglob("probe_results.json")}
     again = run_sweep(path)  # everything done: nothing recomputed

@@ -14,11 +14,15 @@ _FULL_ATTENTION_COLOUR = PALETTE[6]
 
 
 def kl_repair_figure(result: dict) -> go.Figure:
-    """Mean Repair per patched site with its CI band, top-1 recovery on a second axis, full-attention layers shaded.
+    """Mean Repair per site with its CI band and the ratio of sums beside it, top-1 on a second axis.
 
+    The ratio of sums (1 - sum KL_patch / sum d) weights boundaries by their
+    deletion effect d, so a gap between the two lines shows the mean being
+    pulled by small-d boundaries. Full-attention layers are shaded.
     Reads kl_repair.json: ``sites`` ("resid_pre.12", ...), ``layers``, ``repair_mean``,
-    ``repair_ci`` ([[lo, hi], ...]), ``top1_mean``, ``full_attention_layers``,
-    ``n_samples``, ``n_excluded``, ``condition``, ``model`` {spec, n_layers}.
+    ``repair_ci`` ([[lo, hi], ...]), ``repair_ratio`` (optional), ``top1_mean``,
+    ``full_attention_layers``, ``n_samples``, ``n_excluded``, ``d_threshold``,
+    ``condition``, ``model`` {spec, n_layers}.
     The x axis is the residual-stream position: resid_pre.l sits at l (the input
     of layer l) and resid_post.l at l + 1 (its output), so layer l spans [l, l + 1].
     """
@@ -27,23 +31,29 @@ def kl_repair_figure(result: dict) -> go.Figure:
         raise ValueError("field 'repair_mean' is empty (no sample kept)")
     ci = result.get("repair_ci") or [[np.nan, np.nan]] * len(sites)
     top1 = result.get("top1_mean") or [np.nan] * len(sites)
+    ratio = result.get("repair_ratio") or [np.nan] * len(sites)  # absent in files written before it existed
     model = result.get("model") or {}
     series: dict[str, list[tuple]] = {}
-    for site, layer, m, (lo, hi), t in zip(sites, result["layers"], mean, ci, top1):
+    for site, layer, m, (lo, hi), t, r in zip(sites, result["layers"], mean, ci, top1, ratio):
         kind = site.rsplit(".", 1)[0]
         x = layer + 1 if kind == "resid_post" else layer
-        series.setdefault("residual stream" if kind in _RESID else kind, []).append((x, m, lo, hi, t, site))
+        series.setdefault("residual stream" if kind in _RESID else kind, []).append((x, m, lo, hi, t, site, r))
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     if result.get("full_attention_layers"):
         fig.add_trace(legend_swatch("full-attention layer", _FULL_ATTENTION_COLOUR))
     for i, (name, points) in enumerate(series.items()):
-        x, m, lo, hi, t, label = map(list, zip(*sorted(points)))
+        x, m, lo, hi, t, label, r = map(list, zip(*sorted(points, key=lambda p: p[:6])))
         colour = PALETTE[(2 * i) % len(PALETTE)]
         if not np.all(np.isnan(np.asarray(lo, float))):
             fig.add_trace(ci_band(x, lo, hi, colour, f"95% CI, {name} (task bootstrap)"))
         fig.add_trace(go.Scatter(
             x=x, y=m, mode="lines+markers", name=f"Repair, {name}", line=dict(color=colour, width=2.5),
             marker=dict(size=7), customdata=label, hovertemplate="%{customdata}: Repair %{y:.3f}<extra></extra>"))
+        if not np.all(np.isnan(np.asarray(r, float))):
+            fig.add_trace(go.Scatter(
+                x=x, y=r, mode="lines+markers", name=f"Repair, ratio of sums, {name}",
+                line=dict(color=colour, width=1.5, dash="dot"), marker=dict(symbol="diamond-open", size=7),
+                customdata=label, hovertemplate="%{customdata}: 1 − ΣKL_patch/Σd %{y:.3f}<extra></extra>"))
         fig.add_trace(go.Scatter(
             x=x, y=t, mode="lines+markers", name=f"top-1 recovery, {name}",
             line=dict(color=PALETTE[(1 + 2 * i) % len(PALETTE)], dash="dash"),
@@ -54,7 +64,7 @@ def kl_repair_figure(result: dict) -> go.Figure:
     _label_final_site(fig, series.get("residual stream", []))
     if model.get("n_layers") == reference.N_LAYERS:
         fig.add_trace(reference_markers(list(reference.KL_REPAIR), list(reference.KL_REPAIR.values())))
-    values = [v for v in [*mean, *np.ravel(ci), *top1] if v is not None and np.isfinite(v)]
+    values = [v for v in [*mean, *np.ravel(ci), *top1, *ratio] if v is not None and np.isfinite(v)]
     y_range = [min(0.0, min(values)) - 0.05, max(1.0, max(values)) + 0.08]
     fig.update_yaxes(title_text="Repair (unitless)", range=y_range, secondary_y=False)
     fig.update_yaxes(title_text="top-1 recovery (fraction of samples)", range=y_range, showgrid=False, secondary_y=True)
@@ -71,7 +81,7 @@ def kl_repair_figure(result: dict) -> go.Figure:
 
 def _label_final_site(fig: go.Figure, points: list[tuple]) -> None:
     """Annotate the final resid_post site (patching it must restore the output exactly: Repair 1)."""
-    for x, m, *_, site in points:
+    for x, m, _lo, _hi, _t, site, _ratio in points:
         if site.startswith("resid_post"):
             fig.add_annotation(x=x, y=m, text=f"final {site}", showarrow=True, arrowhead=2, ax=-70, ay=35,
                                bgcolor="rgba(255,255,255,0.85)", font=dict(size=12))
@@ -79,8 +89,10 @@ def _label_final_site(fig: go.Figure, points: list[tuple]) -> None:
 
 def _subtitle(result: dict) -> str:
     """Condition, samples kept and excluded."""
-    parts = ["Repair = 1 − KL(P_full‖P_patched) / KL(P_full‖P_del)",
+    parts = ["Repair = 1 − KL(P_full‖P_patched) / KL(P_full‖P_del); mean over boundaries, ratio of sums dotted",
              f"P_del from condition {result.get('condition', '?')}", f"n = {result.get('n_samples', '?')} boundaries"]
     if result.get("n_excluded"):
-        parts.append(f"{result['n_excluded']} excluded (KL(full‖deleted) ≈ 0)")
+        threshold = result.get("d_threshold")
+        parts.append(f"{result['n_excluded']} excluded (KL(full‖deleted) ≤ "
+                     + (f"{threshold:.2g} nats, the dtype's noise floor)" if threshold is not None else "noise)"))
     return "; ".join(parts)

@@ -12,13 +12,19 @@ from sklearn.metrics import average_precision_score, precision_recall_curve, roc
 
 from interp.reporting.figures.theme import BOTTOM_LEGEND, GREY, PALETTE, TEMPLATE, ci_band
 
+BASELINE_COLOUR = "#8B4513"
+"""The position baseline's band and line (outside PALETTE, which colours the poolings)."""
+
 
 def probe_figure(result: dict) -> go.Figure:
-    """AUROC by layer per pooling (descriptive), the nested-CV headline AUROC with its CI, each fold's chosen layer.
+    """AUROC by layer per pooling (descriptive), the nested-CV headline with its CI, the position baseline as a
+    reference band, each fold's chosen layer.
 
     Reads probe_results.json: ``layer_curve`` {pooling: {layers, auroc}}, ``auroc``,
-    ``auroc_ci`` ([lo, hi] or null), ``folds`` [{fold, layer, pooling}], and for the
-    subtitle ``n_samples``, ``n_tasks``, ``n_positive``, ``permutation_p`` when present.
+    ``auroc_ci`` ([lo, hi] or null), ``folds`` [{fold, layer, pooling}], ``baseline``
+    and ``probe_plus_baseline`` ({auroc, auroc_ci} or null) and ``gain`` ({auroc, auroc_ci})
+    when present, and for the subtitle ``n_samples``, ``n_tasks``, ``n_positive``,
+    ``permutation_p`` and ``permutation_p_position`` when present.
     """
     curve = result["layer_curve"]
     if not curve:
@@ -32,6 +38,9 @@ def probe_figure(result: dict) -> go.Figure:
     if ci:
         fig.add_trace(ci_band(x, [ci[0]] * 2, [ci[1]] * 2, "#000000", "95% CI (task bootstrap)"))
     fig.add_trace(go.Scatter(x=x, y=[auroc] * 2, mode="lines", line=dict(color="black", width=2), name=headline))
+    references = _baseline_traces(result, x)
+    for trace in references:
+        fig.add_trace(trace)
     fig.add_trace(go.Scatter(x=x, y=[0.5, 0.5], mode="lines", line=dict(color=GREY, dash="dot"), name="chance (0.5)"))
     for pooling, entry in curve.items():
         fig.add_trace(go.Scatter(
@@ -42,6 +51,7 @@ def probe_figure(result: dict) -> go.Figure:
         ))
     fig.add_trace(_fold_choices(result.get("folds", []), curve, colours, auroc))
     values = [v for entry in curve.values() for v in entry["auroc"]] + [auroc, *(ci or [])]
+    values += [v for trace in references for v in trace.y if v is not None]
     fig.update_layout(
         template=TEMPLATE, height=560,
         title=dict(text="Future-necessity probe: AUROC by layer and pooling", subtitle=dict(text=_subtitle(result))),
@@ -119,12 +129,37 @@ def _fold_choices(folds: list[dict], curve: dict, colours: dict, fallback: float
     )
 
 
+def _baseline_traces(result: dict, x: list[float]) -> list[go.Scatter]:
+    """The position baseline as a reference band (its CI) and line, and probe + baseline as a dashed line."""
+    traces = []
+    base = result.get("baseline")
+    if base:
+        ci = base.get("auroc_ci")
+        if ci:
+            traces.append(ci_band(x, [ci[0]] * 2, [ci[1]] * 2, BASELINE_COLOUR, "position baseline 95% CI"))
+        traces.append(go.Scatter(x=x, y=[base["auroc"]] * 2, mode="lines", line=dict(color=BASELINE_COLOUR, width=2),
+                                 name=f"position baseline AUROC {base['auroc']:.3f} (same nested CV)"))
+    both = result.get("probe_plus_baseline")
+    if both:
+        traces.append(go.Scatter(x=x, y=[both["auroc"]] * 2, mode="lines", line=dict(color="black", dash="dash"),
+                                 name=f"probe + baseline AUROC {both['auroc']:.3f}"))
+    return traces
+
+
 def _subtitle(result: dict) -> str:
-    """Sample counts and permutation p-value, where the file has them."""
-    parts = [f"{result[key]} {label}" for key, label in
-             (("n_samples", "boundaries"), ("n_tasks", "tasks"), ("n_positive", "positive")) if key in result]
+    """Gain over the position baseline, sample counts and permutation p-values, where the file has them."""
+    parts = []
+    gain = result.get("gain")
+    if gain:
+        ci = gain.get("auroc_ci")
+        parts.append(f"gain over position baseline {gain['auroc']:+.3f}"
+                     + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else ""))
+    parts += [f"{result[key]} {label}" for key, label in
+              (("n_samples", "boundaries"), ("n_tasks", "tasks"), ("n_positive", "positive")) if key in result]
     if result.get("permutation_p") is not None:
-        parts.append(f"permutation p = {result['permutation_p']:.3g}")
+        parts.append(f"permutation p = {result['permutation_p']:.3g} (across tasks)")
+    if result.get("permutation_p_position") is not None:
+        parts.append(f"{result['permutation_p_position']:.3g} (position kept)")
     return "; ".join(parts + ["curves are descriptive, the headline is the nested CV"])
 
 
