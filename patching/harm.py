@@ -3,50 +3,85 @@
 At boundary b the recorded next output ``y`` is step b+1's assistant turn as
 the agent produced it (its reasoning and action, in the template's own
 format), taken from the render at b+1 between the end of the prompt at b and
-the end of step b+1's last action span. For a set ``A`` of history blocks
-(reasoning blocks of steps 1..b):
+the end of step b+1's last action span. For a set ``A`` of history units of
+steps 1..b (``interp.data.deletions``: reasoning blocks, observations, tool
+exchanges = a call with its result, whole steps; any mix, chosen by ``units``),
+deleted so that the history stays protocol-valid:
 
     NLL(y | H)     = mean over y's tokens of -log p(token | everything before it)   [nats/token]
     harm(A)        = NLL(y | H \\ A) - NLL(y | H)
     interaction(A) = harm(A) - sum of harm({a}) over a in A
 
-Sets: every singleton, plus seeded samples of pairs and triples (up to
-cardinality ``max_k``) within a ``budget`` per cardinality. The render of
-``H \\ A`` shares every token before the earliest deleted block with the
-full render, so one forward of the full render snapshots the cache at each
-such point and each set only runs its suffix (exact; tested against
-recomputation from scratch with ``share_prefix=False``).
+The tokens of ``y`` are the same under every deletion (checked: a template
+that re-renders the next turn differently raises). Sets: every singleton unit,
+plus ``budget`` seeded samples per cardinality 2..``max_k`` of sets of
+non-overlapping units; with ``max_k >= 3`` every pair inside a sampled triple
+is measured as well (after the sampled pairs), so each triple can be
+reconstructed from its pairs. The render of ``H \\ A`` shares every token
+before the earliest deleted unit with the full render, so one forward of the
+full render snapshots the cache at each such point and each set only runs its
+suffix (exact; tested against recomputation from scratch with
+``share_prefix=False``).
+
+Aggregates (``summarize_harm``, no model). A set's harm is predicted from its
+members' singleton harms by each ``AGGREGATORS`` rule: ``sum`` (the additive
+prediction), ``mean``, ``max``, ``min``. For each aggregator and each
+cardinality k >= 2 (and ``all``: every set of two or more units, sizes mixed):
+
+- ``pair_accuracy``: pairs of distinct sets of the same boundary (both of size
+  k, or both of size >= 2 for ``all``); a pair is counted when its exact harms
+  differ by at least the margin, ``abs(harm_a - harm_b) >= margin`` and
+  ``harm_a != harm_b`` (default ``MARGIN`` = 0.020 nats/token); it scores 1
+  when the predictions differ with the sign of the harm difference, 0.5 when
+  the predictions tie, 0 otherwise; accuracy = score / counted pairs, pooled
+  over boundaries (null when no pair is counted);
+- ``mae``: mean over those sets of ``abs(harm - prediction)``.
+
+Reconstruction of a triple from singletons plus pairwise interactions:
+``harm(abc) ~ h(a) + h(b) + h(c) + I(ab) + I(ac) + I(bc)`` with I the measured
+pairs' interactions; ``mae_pairwise`` is its mean absolute error over triples
+whose three pairs were measured (the additive reconstruction is the ``sum``
+aggregator's ``mae``).
 
 Fields of ``harm.json`` (``FIELDS``; ``summarize_harm`` writes them):
 
 | name | shape | dtype | units | meaning |
 |---|---|---|---|---|
 | ``schema`` | ``{...}`` | object | - | this table: {field: {shape, dtype, units, doc}} |
-| ``per_cardinality`` | ``{k: {mean_interaction, n_sets, pair_ordering_accuracy}}`` | object | interaction: nats/token; accuracy: fraction | per set size k >= 2 (keys are strings): mean interaction over sets (null without sets), n_sets (sets with an interaction), pair_ordering_accuracy = mean over boundaries of the fraction of same-size set pairs the additive prediction orders like the true harm (null when undefined) |
-| ``boundaries`` | ``[n_boundaries] of {task_id, after_step, nll_full, sets}`` | object | nats/token | one boundary_harm record per boundary: nll_full = NLL(y given H); sets = [{members: [[step, block], ...], tokens_removed, nll, harm, interaction}], harm = NLL(y given H minus A) - NLL(y given H), interaction = harm - sum of its singleton harms (null for singletons) |
+| ``units`` | ``[n_kinds]`` | str | - | the unit kinds the candidate sets were drawn from (reasoning, observation, tool_exchange, step), in that order |
+| ``cardinalities`` | ``[n_cardinalities]`` | int | units per set | the set sizes measured (1 = singletons) |
+| ``margin`` | ``[]`` | float | nats/token | pairs of sets whose exact harms differ by less than this are not counted in pair_accuracy |
+| ``aggregates`` | ``[n_aggregates] of {aggregator, cardinality, n_sets, n_pairs, pair_accuracy, mae}`` | object | accuracy: fraction; mae: nats/token | one row per aggregator (sum, mean, max, min) and cardinality ("2", "3", ... and "all" = sets of size >= 2): n_sets with all singletons measured, n_pairs counted at the margin, pair_accuracy (null without a counted pair), mae of predicting set harm by the aggregate of singleton harms (null without sets) |
+| ``per_cardinality`` | ``{k: {mean_interaction, n_sets, mae_pairwise, n_pairwise}}`` | object | interaction, mae: nats/token | per set size k >= 2 (keys are strings): mean interaction over sets (null without sets), n_sets (sets with an interaction); for k = 3 mae_pairwise of the reconstruction from singletons plus pairwise interactions over the n_pairwise triples with all three pairs measured (null otherwise) |
+| ``boundaries`` | ``[n_boundaries] of {task_id, after_step, units, target, target_tokens, nll_full, sets}`` | object | nats/token | one boundary_harm record per boundary: units = kinds drawn from; target = the recorded next output y (text) and target_tokens its token count; nll_full = NLL(y given H); sets = [{members: [[kind, step, index], ...], tokens_removed, nll, harm, interaction}] (index null for a step unit), harm = NLL(y given H minus A) - NLL(y given H), interaction = harm - sum of its singleton harms (null for singletons) |
 | ``model`` | ``{...}`` | object or null | - | the sensor's describe() (null when not given) |
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from interp.data.conditions import EditLog, drop_blocks
+from interp.data.deletions import UNIT_KINDS, Unit, delete_units, history_units, parse_unit_kinds, units_overlap
 from interp.extraction.extract import lcp
 from interp.schema import fields_from_doc, schema_dict
 from interp.sensor.forward import Plan, run_plan
 from interp.data.render import Rendered, render
 from interp.data.trajectory import Trajectory
 
-Block = tuple[int, int]  # (step, block index)
-
 FIELDS = fields_from_doc(__doc__, "FIELDS")
+MARGIN = 0.020  # nats/token: the reference study's pair-ordering margin
+AGGREGATORS: dict[str, Callable[[Sequence[float]], float]] = {
+    "sum": lambda h: float(np.sum(h)), "mean": lambda h: float(np.mean(h)),
+    "max": lambda h: float(np.max(h)), "min": lambda h: float(np.min(h)),
+}
+_ENUMERATE = 50_000  # up to this many combinations of one size are enumerated and shuffled; above, sampled
 
 
 def default_boundaries(trajectories: Iterable[Trajectory]) -> list[str]:
@@ -63,27 +98,24 @@ def default_boundaries(trajectories: Iterable[Trajectory]) -> list[str]:
 
 @dataclass
 class SetHarm:
-    """Harm of deleting one set of blocks."""
+    """Harm of deleting one set of units."""
 
-    members: tuple[Block, ...]
+    members: tuple[Unit, ...]
     tokens_removed: int
     nll: float
     harm: float
     interaction: float | None = None
 
 
-def _target(traj: Trajectory, b: int, blocks: set[Block], tok: Any) -> tuple[Rendered, int, int]:
-    """Render H minus ``blocks`` at b+1; return it with y's token range ``[y0, y1)``."""
-    drop: dict[int, set[int]] = {}
-    for step, k in blocks:
-        drop.setdefault(step, set()).add(k)
-    edited = drop_blocks(traj, EditLog("harm", b), drop, None, None) if drop else traj
-    prompt = render(edited, b, tok)
-    nxt = render(edited, b + 1, tok)
+def _target(traj: Trajectory, b: int, units: Iterable[Unit], tok: Any) -> tuple[Rendered, int, int]:
+    """Render H minus ``units`` at its boundary + 1; return it with y's token range ``[y0, y1)``."""
+    edited, b2, _ = delete_units(traj, b, units)
+    prompt = render(edited, b2, tok)
+    nxt = render(edited, b2 + 1, tok)
     if nxt.input_ids[: prompt.n_tokens] != prompt.input_ids:
         raise ValueError(f"{traj.task_id}@{b}: the prompt at b is not a token prefix of the render at b+1; "
                          "the recorded next output cannot be teacher-forced exactly with this template")
-    y1 = max(s.end for s in nxt.spans("action", step=b + 1))
+    y1 = max(s.end for s in nxt.spans("action", step=b2 + 1))
     return nxt, prompt.n_tokens, y1
 
 
@@ -91,43 +123,73 @@ def _nll(out_logprob: dict[int, float], y0: int, y1: int) -> float:
     return -sum(out_logprob[p - 1] for p in range(y0, y1)) / (y1 - y0)
 
 
-def candidate_sets(traj: Trajectory, b: int, max_k: int = 3, budget: int = 20, seed: int = 0) -> list[tuple[Block, ...]]:
-    """All singletons of reasoning blocks in steps 1..b, plus up to ``budget`` sampled sets per size 2..max_k."""
-    blocks = [(t, k) for t in range(1, b + 1) for k in range(len(traj.steps[t - 1].blocks))]
-    sets: list[tuple[Block, ...]] = [(x,) for x in blocks]
+def _disjoint(units: Sequence[Unit]) -> bool:
+    return not any(units_overlap(a, c) for a, c in itertools.combinations(units, 2))
+
+
+def _sample(units: list[Unit], size: int, budget: int, rng: random.Random) -> list[tuple[Unit, ...]]:
+    """Up to ``budget`` distinct sets of ``size`` non-overlapping units (enumerated and shuffled when few)."""
+    if math.comb(len(units), size) <= _ENUMERATE:
+        combos = [c for c in itertools.combinations(units, size) if _disjoint(c)]
+        rng.shuffle(combos)
+        return combos[:budget]
+    chosen: dict[tuple[Unit, ...], None] = {}
+    for _ in range(50 * budget):
+        if len(chosen) >= budget:
+            break
+        combo = tuple(units[i] for i in sorted(rng.sample(range(len(units)), size)))
+        if _disjoint(combo):
+            chosen.setdefault(combo, None)
+    return list(chosen)
+
+
+def candidate_sets(traj: Trajectory, b: int, max_k: int = 3, budget: int = 20, seed: int = 0,
+                   units: Sequence[str] = ("reasoning",)) -> list[tuple[Unit, ...]]:
+    """Every singleton unit of steps 1..b, ``budget`` sampled sets per size 2..max_k, and the pairs inside sampled triples."""
+    pool = history_units(traj, b, units)
+    sets: list[tuple[Unit, ...]] = [(x,) for x in pool]
     rng = random.Random(f"{seed}:{traj.task_id}:{b}")
     for size in range(2, max_k + 1):
-        combos = list(itertools.combinations(blocks, size))
-        rng.shuffle(combos)
-        sets.extend(combos[:budget])
+        sets.extend(_sample(pool, size, budget, rng))
+    have = set(sets)
+    for s in [s for s in sets if len(s) == 3]:
+        for pair in itertools.combinations(s, 2):
+            if pair not in have:
+                have.add(pair)
+                sets.append(pair)
     return sets
 
 
-def set_harms(sensor: Any, traj: Trajectory, b: int, sets: list[tuple[Block, ...]],
+def set_harms(sensor: Any, traj: Trajectory, b: int, sets: list[tuple[Unit, ...]],
               share_prefix: bool = True) -> tuple[float, list[SetHarm]]:
     """``NLL(y | H)`` and the harm of every set at boundary ``b`` (b < n_steps)."""
     if not 1 <= b < traj.n_steps:
         raise ValueError(f"{traj.task_id}: harm needs a recorded next step: b in 1..{traj.n_steps - 1}, got {b}")
     tok = sensor.tokenizer
-    full, y0, y1 = _target(traj, b, set(), tok)
-    edited = {s: _target(traj, b, set(s), tok) for s in sets}
-    starts = {s: lcp(r.input_ids, full.input_ids[:y1]) if share_prefix else 0 for s, (r, _, _) in edited.items()}
+    full, y0, y1 = _target(traj, b, (), tok)
+    edited = {s: _target(traj, b, s, tok) for s in sets}
+    for s, (r, e0, e1) in edited.items():
+        if r.input_ids[e0:e1] != full.input_ids[y0:y1]:
+            raise ValueError(f"{traj.task_id}@{b}: deleting {list(s)} changes the tokens of the recorded next output")
+    shared = {s: lcp(r.input_ids, full.input_ids[:y1]) if share_prefix else 0 for s, (r, _, _) in edited.items()}
+    # nothing of y's context changed (e.g. the empty set): harm is exactly 0
+    same = {s for s, (r, e0, e1) in edited.items() if (e0, e1) == (y0, y1) and shared[s] >= e1}
+    # the suffix starts at the first changed token, or earlier at y's first target position: a deletion that shifts
+    # y (a whole step) can leave the shared prefix running into y, where the full run has no target log-probs
+    starts = {s: min(shared[s], e0 - 1) for s, (_, e0, _) in edited.items()}
     plan = Plan(targets={p - 1: full.input_ids[p] for p in range(y0, y1)},
-                snapshots=sorted({n for n in starts.values() if 0 < n < y1}))
+                snapshots=sorted({starts[s] for s in edited if s not in same and starts[s] > 0}))
     base = run_plan(sensor, full.input_ids[:y1], plan)
     nll_full = _nll(base.target_logprob, y0, y1)
     results = []
     for s, (r, e0, e1) in edited.items():
-        n = starts[s]
-        if share_prefix and n >= e1:  # nothing of y's context changed (e.g. the empty set): harm is exactly 0
+        if s in same:
             results.append(SetHarm(s, full.n_tokens - r.n_tokens, nll_full, 0.0))
             continue
-        snap = base.snapshots.get(n)
-        targets = {p - 1: r.input_ids[p] for p in range(e0, e1)}
-        out = run_plan(sensor, r.input_ids[n:e1] if snap else r.input_ids[:e1],
-                       Plan(targets={p: t for p, t in targets.items() if p >= (n if snap else 0)}), start=snap)
-        logp = {**{p: base.target_logprob[p] for p in targets if snap and p < n}, **out.target_logprob}
-        nll = _nll(logp, e0, e1)
+        snap = base.snapshots.get(starts[s])
+        out = run_plan(sensor, r.input_ids[starts[s]:e1] if snap else r.input_ids[:e1],
+                       Plan(targets={p - 1: r.input_ids[p] for p in range(e0, e1)}), start=snap)
+        nll = _nll(out.target_logprob, e0, e1)
         results.append(SetHarm(s, full.n_tokens - r.n_tokens, nll, nll - nll_full))
     single = {h.members[0]: h.harm for h in results if len(h.members) == 1}
     for h in results:
@@ -137,50 +199,101 @@ def set_harms(sensor: Any, traj: Trajectory, b: int, sets: list[tuple[Block, ...
 
 
 def boundary_harm(sensor: Any, traj: Trajectory, b: int, max_k: int = 3, budget: int = 20,
-                  seed: int = 0) -> dict[str, Any]:
-    """One boundary's ``harm.json`` record: NLL of the recorded next output and every candidate set's harm."""
-    nll, sets = set_harms(sensor, traj, b, candidate_sets(traj, b, max_k, budget, seed))
-    return {"task_id": traj.task_id, "after_step": b, "nll_full": nll,
+                  seed: int = 0, units: Sequence[str] = ("reasoning",)) -> dict[str, Any]:
+    """One boundary's ``harm.json`` record: the recorded next output, its NLL and every candidate set's harm."""
+    kinds = parse_unit_kinds(units)
+    nll, sets = set_harms(sensor, traj, b, candidate_sets(traj, b, max_k, budget, seed, kinds))
+    full, y0, y1 = _target(traj, b, (), sensor.tokenizer)
+    return {"task_id": traj.task_id, "after_step": b, "units": list(kinds),
+            "target": full.text[full.offsets[y0][0]:full.offsets[y1 - 1][1]], "target_tokens": y1 - y0,
+            "nll_full": nll,
             "sets": [{"members": [list(m) for m in h.members], "tokens_removed": h.tokens_removed,
                       "nll": h.nll, "harm": h.harm, "interaction": h.interaction} for h in sets]}
 
 
-def pair_ordering_accuracy(harms: list[SetHarm], single: dict[Block, float]) -> float | None:
-    """Fraction of set pairs (same cardinality) that the additive prediction orders like the true harm."""
-    agree = total = 0
+def pair_ordering_accuracy(harms: list[SetHarm], single: dict[Unit, float], aggregator: str = "sum",
+                           margin: float = 0.0) -> tuple[float, int]:
+    """Score and count of set pairs the aggregate prediction orders like the exact harm (rule: module docstring)."""
+    agg = AGGREGATORS[aggregator]
+    score, counted = 0.0, 0
     for a, c in itertools.combinations(harms, 2):
-        pred = sum(single[m] for m in a.members) - sum(single[m] for m in c.members)
         true = a.harm - c.harm
-        if pred != 0 and true != 0:
-            total += 1
-            agree += (pred > 0) == (true > 0)
-    return agree / total if total else None
+        if true == 0 or abs(true) < margin:
+            continue
+        pred = agg([single[m] for m in a.members]) - agg([single[m] for m in c.members])
+        counted += 1
+        score += 0.5 if pred == 0 else float((pred > 0) == (true > 0))
+    return score, counted
 
 
-def summarize_harm(per_boundary: list[dict[str, Any]], model: dict[str, Any] | None = None) -> dict[str, Any]:
+def _pairwise_errors(sets: list[SetHarm], single: dict[Unit, float]) -> list[float]:
+    """abs(harm - reconstruction from singletons + pairwise interactions) of each triple with its three pairs measured."""
+    pair = {frozenset(h.members): h.harm - sum(single[m] for m in h.members) for h in sets if len(h.members) == 2}
+    errors = []
+    for h in sets:
+        pairs = [frozenset(p) for p in itertools.combinations(h.members, 2)]
+        if len(h.members) == 3 and all(p in pair for p in pairs):
+            errors.append(abs(h.harm - sum(single[m] for m in h.members) - sum(pair[p] for p in pairs)))
+    return errors
+
+
+def _sets(row: dict[str, Any]) -> list[SetHarm]:
+    return [SetHarm(tuple(tuple(m) for m in s["members"]), s["tokens_removed"], s["nll"], s["harm"], s["interaction"])
+            for s in row["sets"]]
+
+
+def summarize_harm(per_boundary: list[dict[str, Any]], model: dict[str, Any] | None = None,
+                   margin: float = MARGIN) -> dict[str, Any]:
     """The ``harm.json`` document (``FIELDS``) from boundary_harm records; pure: no model is run.
 
-    Per cardinality: mean interaction and pair-ordering accuracy of the
-    additive prediction. ``model`` is the sensor's ``describe()``.
+    Per aggregator and cardinality: pair-ordering accuracy at ``margin`` and
+    MAE; per cardinality: mean interaction and the pairwise reconstruction of
+    triples. ``model`` is the sensor's ``describe()``.
     """
-    by_k: dict[int, list[float]] = {}
-    acc: dict[int, list[float]] = {}
+    kinds: set[str] = set()
+    sizes: set[int] = set()
+    interactions: dict[int, list[float]] = {}
+    pairwise: dict[int, list[float]] = {}
+    tally: dict[tuple[str, str], list[float]] = {}  # (aggregator, cardinality) -> [score, counted, n_sets, abs err sum]
     for row in per_boundary:
-        sets = [SetHarm(tuple(map(tuple, s["members"])), s["tokens_removed"], s["nll"], s["harm"], s["interaction"])
-                for s in row["sets"]]
+        sets = _sets(row)
+        kinds.update(row.get("units") or [m[0] for h in sets for m in h.members])
+        sizes.update(len(h.members) for h in sets)
         single = {h.members[0]: h.harm for h in sets if len(h.members) == 1}
-        for k in sorted({len(h.members) for h in sets}):
-            mine = [h for h in sets if len(h.members) == k]
-            if k > 1:
-                by_k.setdefault(k, []).extend(h.interaction for h in mine if h.interaction is not None)
-            value = pair_ordering_accuracy(mine, single) if k > 1 else None
-            if value is not None:
-                acc.setdefault(k, []).append(value)
+        multi = [h for h in sets if len(h.members) > 1 and all(m in single for m in h.members)]
+        groups = {str(k): [h for h in multi if len(h.members) == k] for k in sorted({len(h.members) for h in multi})}
+        groups["all"] = multi
+        for name, mine in groups.items():
+            for aggregator, agg in AGGREGATORS.items():
+                score, counted = pair_ordering_accuracy(mine, single, aggregator, margin)
+                err = sum(abs(h.harm - agg([single[m] for m in h.members])) for h in mine)
+                t = tally.setdefault((aggregator, name), [0.0, 0, 0, 0.0])
+                t[0] += score
+                t[1] += counted
+                t[2] += len(mine)
+                t[3] += err
+        for h in sets:
+            if len(h.members) > 1:
+                interactions.setdefault(len(h.members), [])
+                if h.interaction is not None:
+                    interactions[len(h.members)].append(h.interaction)
+        pairwise.setdefault(3, []).extend(_pairwise_errors(sets, single))
+    order = {name: i for i, name in enumerate(sorted((n for _, n in tally if n != "all"), key=int) + ["all"])}
+    aggregates = [{"aggregator": aggregator, "cardinality": name, "n_sets": int(n), "n_pairs": int(counted),
+                   "pair_accuracy": score / counted if counted else None, "mae": err / n if n else None}
+                  for (aggregator, name), (score, counted, n, err)
+                  in sorted(tally.items(), key=lambda kv: (list(AGGREGATORS).index(kv[0][0]), order[kv[0][1]]))]
     return {
         "schema": schema_dict(FIELDS),
+        "units": [k for k in UNIT_KINDS if k in kinds],
+        "cardinalities": sorted(sizes),
+        "margin": margin,
+        "aggregates": aggregates,
         "per_cardinality": {str(k): {"mean_interaction": float(np.mean(v)) if v else None, "n_sets": len(v),
-                                     "pair_ordering_accuracy": float(np.mean(acc[k])) if acc.get(k) else None}
-                            for k, v in sorted(by_k.items())},
+                                     "mae_pairwise": (float(np.mean(pairwise[3])) if k == 3 and pairwise.get(3)
+                                                      else None),
+                                     "n_pairwise": len(pairwise.get(3, [])) if k == 3 else 0}
+                            for k, v in sorted(interactions.items())},
         "boundaries": per_boundary,
         "model": model,
     }
