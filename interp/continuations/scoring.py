@@ -21,11 +21,16 @@ be read is scored 0 with ``parse_failure`` true, never dropped. The
 (nested keys dotted, list items ``key[i]``, non-strings as JSON); patterns are
 Python regexes applied with ``re.search`` (use ``(?i)``, ``(?m)``, ``(?s)`` inline).
 
-*Re-acquisition*: the turn re-issues the action whose observation
-``hide_observation`` hides (step ``hide_step``, default b): a call with the
-same tool and equivalent arguments (the same leaves, whitespace collapsed,
-empty values dropped). It is computed under every condition, so ``full``
-gives the base rate to compare ``hide_observation`` with.
+*Re-acquisition*: the turn re-runs a command or re-reads a file whose output
+``hide_observation`` / ``hide_stderr`` removed (the calls of step ``hide_step``,
+default b). A call of the turn matches a hidden call when it has the same tool
+and either equivalent arguments (the same leaves, whitespace collapsed, empty
+values dropped) or the same *target*: the first of ``TARGET_KEYS``
+(``command``, ``cmd``, ``path``, ``file``, ``file_path``, ``filename``,
+``url``) the hidden call has, with the same value (whitespace collapsed), so
+re-reading the file with another line range, or re-running the command with
+another timeout, counts. It is computed under every condition, so ``full``
+(nothing removed) gives the base rate to compare the hiding conditions with.
 """
 
 from __future__ import annotations
@@ -79,8 +84,20 @@ def equivalent_calls(a: ToolCall, b: ToolCall) -> bool:
     return _canonical(a) == _canonical(b)
 
 
+TARGET_KEYS = ("command", "cmd", "path", "file", "file_path", "filename", "url")
+
+
+def same_target(a: ToolCall, hidden: ToolCall) -> bool:
+    """Same tool, and the same value of the first ``TARGET_KEYS`` argument ``hidden`` has (False when it has none)."""
+    key = next((k for k in TARGET_KEYS if k in hidden.arguments), None)
+    if a.tool != hidden.tool or key is None or key not in a.arguments:
+        return False
+    norm = [" ".join(str(c.arguments[key]).split()) for c in (a, hidden)]
+    return norm[0] == norm[1] != ""
+
+
 def reacquires(turn: ParsedTurn, hidden: Action) -> bool | None:
-    """True when the turn re-issues a call of ``hidden`` (None when ``hidden`` has no tool call)."""
+    """True when the turn re-runs or re-reads a call of ``hidden`` (module docstring; None when it has no tool call)."""
     if hidden.is_text or not hidden.calls:
         return None
-    return any(equivalent_calls(c, h) for c in turn.calls for h in hidden.calls)
+    return any(equivalent_calls(c, h) or same_target(c, h) for c in turn.calls for h in hidden.calls)

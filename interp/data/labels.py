@@ -33,6 +33,13 @@ all problems of a file are reported at once):
 after the label), atomically. :func:`agreement` compares a predicted label set
 with a reference on their shared boundaries: Cohen's kappa (scikit-learn),
 accuracy, confusion matrix and positive rates.
+
+Honest agreement of a rule labeler whose thresholds are tuned on annotations:
+:func:`task_split` splits the tasks (seeded, stratified, disjoint),
+:func:`held_out_agreement` tunes a labeler (any ``config -> labels`` function
+and a config grid) on the tuning tasks only and reports its kappa on the
+held-out tasks, with :func:`kappa_ci` (a task-bootstrap CI of kappa, the
+resampling rule of ``interp.stats``).
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from __future__ import annotations
 import csv
 import io
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -174,3 +181,118 @@ def agreement(predicted: Mapping[tuple[str, int], int],
             "confusion": confusion_matrix(ref, pred, labels=[0, 1]).tolist(),
             "predicted_positive_rate": round(sum(pred) / len(pred), 4),
             "reference_positive_rate": round(sum(ref) / len(ref), 4)}
+
+
+def task_split(task_ids: Iterable[str], strata: Mapping[str, str] | None = None, tune_fraction: float = 0.5,
+               seed: int = 0) -> tuple[list[str], list[str]]:
+    """``(tune_tasks, eval_tasks)``: a seeded split of the distinct tasks, disjoint, stratified by ``strata[task]``.
+
+    Within each stratum (e.g. the trajectory domain) the tasks are shuffled with
+    ``random.Random(f"{seed}:{stratum}")`` and the first ``round(tune_fraction * n)``
+    go to tuning (at least one task to each side when the stratum has two or more).
+    """
+    import random
+
+    if not 0.0 < tune_fraction < 1.0:
+        raise ValueError(f"tune_fraction must be in (0, 1), got {tune_fraction!r}")
+    tasks = sorted(set(task_ids))
+    groups: dict[str, list[str]] = {}
+    for task in tasks:
+        groups.setdefault((strata or {}).get(task, ""), []).append(task)
+    tune: list[str] = []
+    held: list[str] = []
+    for stratum in sorted(groups):
+        members = groups[stratum]
+        random.Random(f"{seed}:{stratum}").shuffle(members)
+        k = round(tune_fraction * len(members))
+        if len(members) >= 2:
+            k = min(max(k, 1), len(members) - 1)
+        tune += members[:k]
+        held += members[k:]
+    return sorted(tune), sorted(held)
+
+
+def kappa_ci(predicted: Mapping[tuple[str, int], int], reference: Mapping[tuple[str, int], int],
+             n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
+    """:func:`agreement` plus ``kappa_ci``: a task-bootstrap percentile CI of Cohen's kappa (``interp.stats``).
+
+    Resamples tasks with replacement (all boundaries of a drawn task); resamples
+    where kappa is undefined (one class only) are left out, ``n_boot_defined``
+    counts the others. ``kappa_ci`` is None without two tasks or a defined kappa.
+    """
+    import numpy as np
+    from sklearn.exceptions import UndefinedMetricWarning
+    from sklearn.metrics import cohen_kappa_score
+
+    from interp.stats import task_resamples
+
+    out = agreement(predicted, reference)
+    keys = sorted(set(predicted) & set(reference))
+    groups = np.array([k[0] for k in keys])
+    out.update(kappa_ci=None, n_tasks=len(set(groups.tolist())), n_boot=n_boot, n_boot_defined=0)
+    if out["kappa"] is None or out["n_tasks"] < 2:
+        return out
+    pred = np.array([int(predicted[k]) for k in keys])
+    ref = np.array([int(reference[k]) for k in keys])
+    kappas = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for rows in task_resamples(groups, n_boot, np.random.default_rng(seed)):
+            k = float(cohen_kappa_score(ref[rows], pred[rows], labels=[0, 1]))
+            if k == k:
+                kappas.append(k)
+    out["n_boot_defined"] = len(kappas)
+    if kappas:
+        lo, hi = np.percentile(kappas, [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
+        out["kappa_ci"] = [round(float(lo), 4), round(float(hi), 4)]
+    return out
+
+
+def held_out_agreement(label_fn: Callable[[Any], Mapping[tuple[str, int], int]], grid: Sequence[Any],
+                       reference: Mapping[tuple[str, int], int], split: tuple[Sequence[str], Sequence[str]],
+                       default: Any = None, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """Tune a rule labeler on some tasks, report its agreement on other tasks (held-out kappa with a task-bootstrap CI).
+
+    ``label_fn(config)`` labels every boundary under one config of ``grid``;
+    ``split = (tune_tasks, eval_tasks)`` must be disjoint (else ValueError). The
+    config with the highest kappa against ``reference`` on the tuning tasks is
+    chosen (ties: the earlier in ``grid``); its agreement on the evaluation tasks
+    is ``held_out`` (:func:`kappa_ci`). With ``default`` (the labeler's shipped
+    config), its agreement on the evaluation tasks is ``default_held_out``.
+    Configs are recorded with ``dataclasses.asdict`` when they are dataclasses.
+    """
+    import dataclasses
+
+    tune, held = set(split[0]), set(split[1])
+    if tune & held:
+        raise ValueError(f"tuning and evaluation tasks overlap: {sorted(tune & held)[:5]}")
+    if not tune or not held:
+        raise ValueError("the split needs at least one tuning task and one evaluation task")
+    if not grid:
+        raise ValueError("the config grid is empty")
+
+    def describe(config: Any) -> Any:
+        return dataclasses.asdict(config) if dataclasses.is_dataclass(config) else repr(config)
+
+    def part(labels: Mapping[tuple[str, int], int], tasks: set[str]) -> dict[tuple[str, int], int]:
+        return {k: v for k, v in labels.items() if k[0] in tasks}
+
+    scored = []
+    for config in grid:
+        labels = label_fn(config)
+        tuned = agreement(part(labels, tune), part(reference, tune))
+        scored.append((config, labels, tuned))
+    best = max(range(len(scored)), key=lambda i: (-1.0 if scored[i][2]["kappa"] is None else scored[i][2]["kappa"], -i))
+    config, labels, tuned = scored[best]
+    out = {
+        "tune_tasks": sorted(tune), "eval_tasks": sorted(held),
+        "grid": [{"config": describe(c), "tune_kappa": a["kappa"]} for c, _, a in scored],
+        "chosen": describe(config), "tune": tuned,
+        "held_out": kappa_ci(part(labels, held), part(reference, held), n_boot, seed),
+        "default": None, "default_held_out": None,
+    }
+    if default is not None:
+        out["default"] = describe(default)
+        out["default_held_out"] = kappa_ci(part(label_fn(default), held), part(reference, held), n_boot, seed)
+    return out

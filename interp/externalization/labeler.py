@@ -5,12 +5,17 @@ Definitions (the reference study's):
 - *Derived state* at boundary b: task-specific plans, relations, constraints,
   syntheses or conclusions in the reasoning of steps 1..b, not copies of the
   task text or of raw observations.
-- *Carriers*: where state is materialized outside reasoning, at steps 1..b::
+- *Carriers*: where state is materialized outside reasoning, at steps 1..b.
+  The study's list, used by default (``STUDY_CARRIERS``)::
 
-      written_file   content-like arguments of write-like tools (``interp.data.actions.writes_code``)
-      tool_argument  every other tool-call argument (one carrier per leaf value)
+      written_file   content-like arguments of write-like tools (``interp.data.actions.writes_code``): code, files
       tool_output    the observation of a tool-call step
       feedback       the observation after a plain-text action (environment / user feedback)
+
+  and two opt-in kinds (``GapLabelerConfig.carriers``, ``interp externalize label
+  --carriers``), which the study does not count as externalization::
+
+      tool_argument  every other tool-call argument (one carrier per leaf value)
       text_action    the text of a plain-text action
 
 - ``G_i = 1`` when some derived state is not externalized (in no carrier at or before b).
@@ -56,15 +61,28 @@ carriers): none -> ``given``/``copied``; fewer than ``min_novel_words`` ->
 ``externalized`` when at least ``min_overlap`` of them occur in the carriers of
 steps t..b. ``G = 1`` when some item in scope is ``not_externalized``.
 
-Scope. ``"all"`` takes the reasoning of steps 1..b, the definition read
-literally; ``"since_code"`` steps k..b after the latest step k <= b that wrote
-code or a file (the premise of ``clear_after_code``); ``"latest"`` (default)
-step b only. Lexical rules cannot tell state that was superseded or already
-acted on from live state, so ``"all"`` marks almost every boundary G=1 (on
-the demo set: 99 % positive, Cohen's kappa -0.01 against the annotations);
-``"latest"``: 75 % positive, kappa 0.33; ``"since_code"``: 95 %, kappa 0.09.
-The thresholds (``min_overlap=0.34``, ``min_novel_words=5``) were picked on
-that same demo set, so its kappa is optimistic.
+Scope. ``"all"`` (default) takes the reasoning of steps 1..b, the study's
+definition read literally ("derived state produced in reasoning up to b");
+``"since_code"`` steps k..b after the latest step k <= b that wrote code or a
+file (the premise of ``clear_after_code``); ``"latest"`` step b only, a
+*proxy* (``SCOPE_NOTES``; the output names it as such). Lexical rules cannot
+tell state that was superseded or already acted on from live state, so
+``"all"`` marks almost every boundary G=1. On the demo set (193 boundaries,
+111 annotated G=1) with the study's carriers: ``"all"`` 99.5 % positive,
+Cohen's kappa -0.01 against the annotations (in-sample); ``"latest"`` (proxy)
+77 %, 0.28; ``"since_code"`` 95 %, 0.09 (with every carrier kind: 99.5 %,
+-0.01; 75 %, 0.33; 95 %, 0.09). Held out (seed 0: 89 boundaries of 12 tasks,
+thresholds tuned on the other 13): ``"all"`` kappa 0.00 [0.00, 0.00] (the
+tuned labeler calls every boundary G=1), ``"latest"`` 0.30 [0.03, 0.56].
+
+Agreement is reported honestly (:func:`held_out_report`): the thresholds are
+tuned over ``TUNING_GRID`` on half of the annotated tasks (a seeded split
+stratified by domain, ``interp.data.labels.task_split``) and kappa is reported
+on the other, held-out half with a task-bootstrap CI
+(``interp.data.labels.held_out_agreement``). The shipped thresholds
+(``min_overlap=0.34``, ``min_novel_words=5``) were picked on the whole demo
+set, so their whole-set kappa is optimistic; ``default_held_out`` gives them
+on the held-out tasks only.
 """
 
 from __future__ import annotations
@@ -73,19 +91,34 @@ import csv
 import io
 import json
 import re
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from interp.data.actions import CODE_ARG_KEYS, argument_leaves, writes_code
-from interp.data.labels import agreement, annotation_labels, read_labels_csv, write_labels_csv
+from interp.data.labels import (
+    agreement,
+    annotation_labels,
+    held_out_agreement,
+    read_labels_csv,
+    task_split,
+    write_labels_csv,
+)
 from interp.data.trajectory import Action, Step, Trajectory, load_trajectories
 from interp.io import atomic_write_bytes, atomic_write_json
 
 ITEM_KINDS = ("url", "email", "path", "code_symbol", "quoted", "number", "identifier", "cue")
 STATUSES = ("given", "copied", "minor", "externalized", "not_externalized")
 SCOPES = ("all", "latest", "since_code")
+SCOPE_NOTES = {
+    "all": "steps 1..b: the study's definition (derived state produced in reasoning up to b)",
+    "latest": "PROXY: step b's reasoning only, not the study's definition (state of earlier steps is ignored)",
+    "since_code": "PROXY: steps k..b after the latest code/file write k, not the study's definition",
+}
+CARRIER_KINDS = ("written_file", "tool_output", "feedback", "tool_argument", "text_action")
+STUDY_CARRIERS = ("written_file", "tool_output", "feedback")  # the study's list: code and files, tool output, feedback
+TUNING_GRID = {"min_overlap": (0.2, 0.34, 0.5, 0.75), "min_novel_words": (2, 3, 5, 8)}
 
 _EXT = (r"py|pyi|js|ts|tsx|jsx|go|rs|java|rb|php|c|h|cpp|md|rst|txt|csv|tsv|json|jsonl|ya?ml|toml|ini|cfg|env|"
         r"html?|j2|sql|sh|xlsx|xls|docx|pdf|log|lock|xml|conf")
@@ -183,14 +216,18 @@ class BoundaryLabel:
 class GapLabelerConfig:
     """Settings of the rule-based externalization-gap labeler (see the module docstring); validated on construction."""
 
-    scope: str = "latest"
+    scope: str = "all"
     min_overlap: float = 0.34
     min_novel_words: int = 5
     kinds: tuple[str, ...] = ITEM_KINDS
+    carriers: tuple[str, ...] = STUDY_CARRIERS
 
     def __post_init__(self) -> None:
         if self.scope not in SCOPES:
             raise ValueError(f"scope: unknown scope {self.scope!r}; use one of {', '.join(SCOPES)}")
+        bad = sorted(set(self.carriers) - set(CARRIER_KINDS))
+        if bad or not self.carriers:
+            raise ValueError(f"carriers: unknown or no carrier kinds {bad}; known: {', '.join(CARRIER_KINDS)}")
         unknown = sorted(set(self.kinds) - set(ITEM_KINDS))
         if unknown:
             raise ValueError(f"kinds: unknown item kinds {unknown}; known: {', '.join(ITEM_KINDS)}")
@@ -281,11 +318,12 @@ class Sources:
     carriers: list[tuple[Carrier, str, set[str]]]  # (carrier, normalized text, words)
 
     @classmethod
-    def of(cls, traj: Trajectory) -> Sources:
-        """Index every step's carriers (all steps: each item only looks at those up to its boundary)."""
+    def of(cls, traj: Trajectory, kinds: Iterable[str] = STUDY_CARRIERS) -> Sources:
+        """Index every step's carriers of ``kinds`` (all steps: each item only looks at those up to its boundary)."""
         given_texts = [("task", traj.task), ("system_prompt", traj.system_prompt),
                        ("tools", json.dumps([dict(t) for t in traj.tools], ensure_ascii=False))]
-        carriers = [c for t, step in enumerate(traj.steps, start=1) for c in step_carriers(step, t)]
+        kinds = set(kinds)
+        carriers = [c for t, step in enumerate(traj.steps, start=1) for c in step_carriers(step, t) if c.kind in kinds]
         return cls([(w, _normalize(x), _words(x)) for w, x in given_texts],
                    [(c, _normalize(c.text), _words(c.text)) for c in carriers])
 
@@ -313,9 +351,6 @@ def _judge_cue(item: Item, ev: ItemEvidence, sources: Sources, before: list[tupl
     if not novel:
         ev.status = "given" if words <= given_words else "copied"
         return ev
-    if len(novel) < config.min_novel_words:
-        ev.status = "minor"
-        return ev
     found: dict[tuple[int, str, str], list[str]] = {}
     for c, _, cw in window:
         for w in novel:
@@ -325,9 +360,17 @@ def _judge_cue(item: Item, ev: ItemEvidence, sources: Sources, before: list[tupl
     ev.overlap = round(len(hit) / len(novel), 4)
     ev.found_in = [{"source": kind, "step": step, "where": where, "words": ws}
                    for (step, where, kind), ws in found.items()]
-    if ev.overlap >= config.min_overlap:
-        ev.status = "externalized"
+    ev.status = cue_status(ev, config)
     return ev
+
+
+def cue_status(ev: ItemEvidence, config: GapLabelerConfig) -> str:
+    """The thresholds' verdict on a cue judged by novel words (other items: their status, unchanged)."""
+    if ev.kind != "cue" or not ev.novel_words or ev.overlap is None:
+        return ev.status
+    if len(ev.novel_words) < config.min_novel_words:
+        return "minor"
+    return "externalized" if ev.overlap >= config.min_overlap else "not_externalized"
 
 
 def judge_item(item: Item, sources: Sources, after_step: int, config: GapLabelerConfig) -> ItemEvidence:
@@ -370,7 +413,7 @@ def label_gap(traj: Trajectory, after_step: int, config: GapLabelerConfig = GapL
     """Rule label G of boundary ``after_step`` with the evidence of every item in scope."""
     if not 1 <= after_step <= traj.n_steps:
         raise ValueError(f"{traj.task_id}: boundary {after_step} out of range 1..{traj.n_steps}")
-    sources = sources or Sources.of(traj)
+    sources = sources or Sources.of(traj, config.carriers)
     seen: set[tuple[str, str]] = set()
     evidence = []
     for t in scope_steps(traj, after_step, config.scope):
@@ -392,19 +435,57 @@ def label_gaps(trajectories: Iterable[Trajectory],
     """Rule labels of every boundary 1..n_steps of every trajectory."""
     out = []
     for traj in trajectories:
-        sources = Sources.of(traj)
+        sources = Sources.of(traj, config.carriers)
         out.extend(label_gap(traj, b, config, sources) for b in range(1, traj.n_steps + 1))
     return out
+
+
+def tuning_grid(base: GapLabelerConfig = GapLabelerConfig()) -> list[GapLabelerConfig]:
+    """``base`` with every threshold pair of ``TUNING_GRID`` (scope, kinds and carriers kept)."""
+    return [replace(base, min_overlap=o, min_novel_words=n)
+            for o in TUNING_GRID["min_overlap"] for n in TUNING_GRID["min_novel_words"]]
+
+
+def grid_labeler(trajectories: list[Trajectory]) -> Callable[[GapLabelerConfig], dict[tuple[str, int], int]]:
+    """A ``config -> {(task_id, after_step): G}`` function for threshold grids: items are judged once per
+    (scope, kinds, carriers) and only the thresholds' verdict on cues (:func:`cue_status`) is redone."""
+    judged: dict[tuple[Any, ...], list[BoundaryLabel]] = {}
+
+    def label(config: GapLabelerConfig) -> dict[tuple[str, int], int]:
+        key = (config.scope, config.kinds, config.carriers)
+        if key not in judged:
+            judged[key] = label_gaps(trajectories, config)
+        return {(lab.task_id, lab.after_step): int(any(cue_status(it, config) == "not_externalized"
+                                                       for it in lab.items)) for lab in judged[key]}
+    return label
+
+
+def held_out_report(trajectories: list[Trajectory], reference: dict[tuple[str, int], int],
+                    config: GapLabelerConfig = GapLabelerConfig(), seed: int = 0,
+                    n_boot: int = 1000) -> dict[str, Any]:
+    """Thresholds tuned on half the tasks (split by task, stratified by domain), kappa with CI on the other half."""
+    tasks = sorted({k[0] for k in reference})
+    split = task_split(tasks, {t.task_id: t.domain for t in trajectories}, seed=seed)
+    return held_out_agreement(grid_labeler(trajectories), tuning_grid(config), reference, split,
+                              default=config, n_boot=n_boot, seed=seed)
 
 
 LABEL_COLUMNS = ["task_id", "after_step", "externalization_gap", "reference_gap",
                  *(f"n_{status}" for status in STATUSES), "missing"]
 EVIDENCE_COLUMNS = ["task_id", "after_step", "kind", "text", "step", "block", "status", "overlap", "found_in"]
 LABELS_SCHEMA = {
-    "config": "LabelerConfig of the run: scope, min_overlap, min_novel_words, item kinds",
+    "config": "GapLabelerConfig of the run: scope, min_overlap, min_novel_words, item kinds, carrier kinds",
+    "scope_note": "what the scope means; 'PROXY: ...' when it is not the study's definition (steps 1..b)",
     "reference": "where reference labels came from: 'annotations', a CSV path, or null",
     "agreement": "rule labels vs reference on boundaries with both: n, Cohen's kappa (sklearn), accuracy, "
-                 "confusion [[ref0-pred0, ref0-pred1], [ref1-pred0, ref1-pred1]], positive rates",
+                 "confusion [[ref0-pred0, ref0-pred1], [ref1-pred0, ref1-pred1]], positive rates; in-sample: "
+                 "the shipped thresholds were picked on the demo annotations",
+    "held_out": "{labeler: report} (null without reference labels of two tasks or more): 'externalization_gap' (this labeler, thresholds "
+                "of TUNING_GRID) and any other rule labeler passed in (e.g. 'future_necessity', probes.targets, "
+                "reference = annotations). Report (interp.data.labels.held_out_agreement): tune_tasks, eval_tasks "
+                "(disjoint, split by task, stratified by domain), grid [{config, tune_kappa}], chosen config, tune "
+                "(its agreement on the tuning tasks), held_out (its agreement on the evaluation tasks with kappa_ci: "
+                "95% task-bootstrap CI), default and default_held_out (the shipped config on the evaluation tasks)",
     "agreement_by_domain": "the same per trajectory domain",
     "boundaries": "one record per boundary: task_id, domain, after_step, externalization_gap (rule G, 0/1), "
                   "reference_gap (0/1 or null), counts (items per status), items (evidence)",
@@ -434,16 +515,31 @@ def _csv_text(rows: list[dict[str, Any]], columns: list[str]) -> bytes:
     return buf.getvalue().encode()
 
 
+# Another rule labeler evaluated the same way: (config -> labels, grid, shipped config, annotation field of its reference)
+OtherLabeler = tuple[Callable[[Any], Mapping[tuple[str, int], int]], list[Any], Any, str]
+
+
 def label_command(trajectories: Path, out: Path, labels_csv: Path | None = None,
-                  config: GapLabelerConfig = GapLabelerConfig()) -> dict[str, Any]:
+                  config: GapLabelerConfig = GapLabelerConfig(), others: Mapping[str, OtherLabeler] | None = None,
+                  seed: int = 0, n_boot: int = 1000) -> dict[str, Any]:
     """``interp externalize label``: rule labels with evidence, and agreement with reference labels when present.
 
-    Writes ``externalization_labels.json`` (schema, agreement, every boundary with
-    its evidence), ``externalization_labels.csv`` (one row per boundary) and
+    Writes ``externalization_labels.json`` (schema, agreement, held-out agreement
+    of this and the ``others`` labelers, every boundary with its evidence),
+    ``externalization_labels.csv`` (one row per boundary) and
     ``externalization_evidence.csv`` (one row per item); returns the agreement summary.
     """
     trajs = load_trajectories(trajectories)
     reference, ref_source = _reference(trajs, labels_csv)
+    held_out: dict[str, Any] | None = None
+    if len({k[0] for k in reference}) >= 2:  # a split needs a tuning and an evaluation task
+        held_out = {"externalization_gap": held_out_report(trajs, reference, config, seed, n_boot)}
+        strata = {t.task_id: t.domain for t in trajs}
+        for name, (label_fn, grid, default, field_name) in (others or {}).items():
+            ref = annotation_labels(trajs, field_name)
+            if len({k[0] for k in ref}) >= 2:
+                split = task_split(sorted({k[0] for k in ref}), strata, seed=seed)
+                held_out[name] = held_out_agreement(label_fn, grid, ref, split, default, n_boot, seed)
     labels = label_gaps(trajs, config)
     for lab in labels:
         lab.reference_gap = reference.get((lab.task_id, lab.after_step))
@@ -456,7 +552,8 @@ def label_command(trajectories: Path, out: Path, labels_csv: Path | None = None,
                                       {k: v for k, v in reference.items() if k in keys})
     doc = {
         "schema": LABELS_SCHEMA, "trajectories": str(trajectories), "config": asdict(config),
-        "reference": ref_source, "agreement": overall, "agreement_by_domain": by_domain,
+        "scope_note": SCOPE_NOTES[config.scope],
+        "reference": ref_source, "agreement": overall, "agreement_by_domain": by_domain, "held_out": held_out,
         "n_boundaries": len(labels), "rule_positive_rate": round(sum(predicted.values()) / max(len(labels), 1), 4),
         "boundaries": [{"task_id": lab.task_id, "domain": lab.domain, "after_step": lab.after_step,
                         "externalization_gap": lab.externalization_gap, "reference_gap": lab.reference_gap,
@@ -475,4 +572,4 @@ def label_command(trajectories: Path, out: Path, labels_csv: Path | None = None,
     write_labels_csv(out / "externalization_labels.csv", label_rows, "externalization_gap", LABEL_COLUMNS[3:])
     atomic_write_json(out / "externalization_labels.json", doc)
     return {"n_boundaries": len(labels), "rule_positive_rate": doc["rule_positive_rate"], "reference": ref_source,
-            "agreement": overall}
+            "agreement": overall, "scope_note": doc["scope_note"], "held_out": held_out}

@@ -9,6 +9,8 @@ import pytest
 
 from interp.data.labels import read_labels_csv
 from interp.externalization.labeler import (
+    CARRIER_KINDS,
+    STUDY_CARRIERS,
     GapLabelerConfig,
     extract_items,
     label_command,
@@ -42,11 +44,18 @@ def test_written_file_content_externalizes():
     assert label.externalization_gap == 0
 
 
-def test_tool_argument_externalizes():
+def test_defaults_are_the_studys_definition():
+    config = GapLabelerConfig()
+    assert config.scope == "all" and config.carriers == STUDY_CARRIERS == ("written_file", "tool_output", "feedback")
+
+
+def test_tool_argument_externalizes_only_when_opted_in():
     traj = make_trajectory("The nightly CI job is red; find out why.", [
         {"reasoning": "The failing job is build-4711 on runner eu-3, so I will fetch its log.",
          "action": _call("run_shell", command="ci logs build-4711 --runner eu-3"), "observation": "log fetched"}])
-    label = label_gap(traj, 1)
+    default = label_gap(traj, 1)  # the study's carriers: a tool argument does not externalize
+    assert _item(default, "build-4711").status == "not_externalized" and default.externalization_gap == 1
+    label = label_gap(traj, 1, GapLabelerConfig(carriers=CARRIER_KINDS))
     item = _item(label, "build-4711")
     assert (item.kind, item.status) == ("identifier", "externalized")
     assert item.found_in == [{"source": "tool_argument", "step": 1, "where": "action.arguments.command"}]
@@ -75,8 +84,10 @@ def test_environment_feedback_and_text_action_externalize():
     room = _item(label_gap(traj, 1), "B2")
     assert room.status == "externalized"
     assert room.found_in == [{"source": "feedback", "step": 1, "where": "observation"}]
-    total = _item(label_gap(traj, 2), "1,289.60")  # thousands separators are ignored when matching
+    opt_in = GapLabelerConfig(carriers=STUDY_CARRIERS + ("text_action",))
+    total = _item(label_gap(traj, 2, opt_in), "1,289.60")  # thousands separators are ignored when matching
     assert total.found_in == [{"source": "text_action", "step": 2, "where": "action.text"}]
+    assert _item(label_gap(traj, 2), "1,289.60").status == "not_externalized"  # text actions are opt-in
 
 
 def test_copies_of_task_and_observation_are_not_derived_state():
@@ -185,6 +196,7 @@ def test_label_gaps_labels_every_boundary_like_label_gap(mini_trajectory):
     ({"scope": "everything"}, "scope: unknown scope 'everything'"), ({"kinds": ("cue", "emoji")}, "kinds: unknown"),
     ({"min_overlap": 0.0}, "min_overlap must"), ({"min_overlap": 1.5}, "min_overlap must"),
     ({"min_novel_words": -1}, "min_novel_words must"), ({"min_novel_words": 2.5}, "min_novel_words must"),
+    ({"carriers": ("tool_output", "stdout")}, "carriers: unknown"), ({"carriers": ()}, "carriers: unknown"),
 ])
 def test_gap_config_validates_on_construction(kwargs, start):
     with pytest.raises(ValueError) as exc:
