@@ -29,6 +29,9 @@ err = Console(stderr=True, soft_wrap=True, emoji=False, highlight=False, width=_
 ModelOpt = Annotated[str, typer.Option("--model", help="Model spec (see `interp models`) or a local HF directory.")]
 ModelPathOpt = Annotated[Optional[Path], typer.Option("--model-path", help="Local checkpoint directory for the spec.")]
 TrajectoriesOpt = Annotated[Path, typer.Option("--trajectories", help="Trajectory file (JSON Lines).")]
+LAYERS_0_BASED = ("Layers are 0-based (resid_pre of layer l = hidden_states[l]); the reference study numbers them "
+                  "from 1 (its full-attention layers 4, 8, ..., 32 are 3, 7, ..., 31 here): write 1based:4,8,32 "
+                  "for its numbering. `interp models` lists each model's full-attention layers in both.")
 
 
 @app.command()
@@ -86,18 +89,35 @@ def render(
 
 @app.command()
 def models() -> None:
-    """List model specs and whether each is available offline."""
+    """List model specs, whether each is available offline and (from its config) its full-attention layers."""
     from interp.sensor.models import SPECS
 
     table = Table(title="model specs")
-    for col in ("spec", "offline", "description", "how to get"):
+    for col in ("spec", "offline", "full-attention layers (0-based | 1-based)", "description", "how to get"):
         table.add_column(col)
     for spec in SPECS.values():
         path = spec.resolve()
-        table.add_row(spec.name, f"yes ({path})" if path else "no", spec.description,
-                      "" if path else spec.how_to_get)
+        table.add_row(spec.name, f"yes ({path})" if path else "no", _full_attention_both(path) if path else "",
+                      spec.description, "" if path else spec.how_to_get)
     console.print(table)
-    console.print("Any local HF directory with config.json is also a valid spec.")
+    console.print("Any local HF directory with config.json is also a valid spec. Layers are 0-based everywhere in "
+                  "this toolkit; the reference study numbers them from 1 (--layers 1based:4,8,32).")
+
+
+def _full_attention_both(path: Path) -> str:
+    """Full-attention layers of the checkpoint at ``path`` from its config (no weights), 0-based | 1-based."""
+    from transformers import AutoConfig
+
+    try:
+        cfg = AutoConfig.from_pretrained(path).get_text_config()
+    except (OSError, ValueError, KeyError) as exc:
+        return f"(config unreadable: {exc.__class__.__name__})"
+    n = cfg.num_hidden_layers
+    full = [i for i, t in enumerate(getattr(cfg, "layer_types", None) or ["full_attention"] * n)
+            if t == "full_attention"]
+    if full == list(range(n)):
+        return f"all {n}: 0-{n - 1} | 1-{n}"
+    return f"{','.join(map(str, full))} | {','.join(str(i + 1) for i in full)} (of {n})"
 
 
 @app.command()
@@ -129,12 +149,13 @@ def extract(
     store: Annotated[Path, typer.Option("--store", help="Activation store directory (created or resumed).")],
     model: ModelOpt = "smollm2-135m",
     model_path: ModelPathOpt = None,
-    layers: Annotated[str, typer.Option(help="all | full_attention | 0,4,8 | 0-7")] = "all",
+    layers: Annotated[str, typer.Option(help="all | full_attention | 0,4,8 | 0-7 | 1based:4,8,32. " + LAYERS_0_BASED)] = "all",
     sites: Annotated[str, typer.Option(help="Comma list of resid_pre, resid_post, attn_out, mlp_out.")] = "resid_pre",
     pooling: Annotated[str, typer.Option(help="Comma list: last, mean_last:N, mean_latest_step, mean_reasoning, "
                                                 "mean_generation_prompt.")] = "last",
     conditions: Annotated[str, typer.Option(help="Comma list of history conditions.")] = "full",
-    attention: Annotated[str, typer.Option(help="Boundary attention at: full_attention | none | layer list.")] = "full_attention",
+    attention: Annotated[str, typer.Option(help="Boundary attention at: full_attention | none | layer list. "
+                                                + LAYERS_0_BASED)] = "full_attention",
     boundaries: Annotated[Optional[str], typer.Option(help="Comma list of boundaries b (default: 1..last step).")] = None,
     max_tokens: Annotated[int, typer.Option(help="Longer contexts are skipped and recorded, never truncated.")] = DEFAULT_MAX_TOKENS,
     shard: Annotated[Optional[str], typer.Option(help="I/N: this process takes units I, I+N, ...")] = None,
@@ -181,14 +202,29 @@ def entropy(
     model: ModelOpt = "smollm2-135m",
     model_path: ModelPathOpt = None,
     rho: Annotated[float, typer.Option(help="ICLR drop fraction per step.")] = ICLR_RHO,
-    max_tokens: Annotated[int, typer.Option(help="Scorer context limit (over it: step not scored).")] = DEFAULT_MAX_TOKENS,
+    context: Annotated[str, typer.Option(help="Scorer context: online (the study: step t on the history with steps "
+                                              "1..t-1 already compressed) | full (departure: the uncompressed "
+                                              "trajectory) | step_only (only the step's reasoning).")] = "online",
+    compare_full: Annotated[bool, typer.Option(help="Add full-context scores and drops (one more forward per "
+                                                    "trajectory) for the online-vs-full agreement.")] = True,
+    max_tokens: Annotated[int, typer.Option(help="Scorer input limit in tokens (over it: step not scored, its "
+                                                 "length recorded; never truncated).")] = DEFAULT_MAX_TOKENS,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "fp32",
 ) -> None:
-    """Write per-block ICLR entropy scores (bits) and which blocks ICLR drops at rho."""
+    """Write per-block ICLR entropy scores (bits) and which blocks ICLR drops at rho (online by default)."""
     trajs = stages.trajectories(trajectories, strict=False)
-    table = stages.entropy(stages.sensor(model, model_path, device, dtype), trajs, out, rho, max_tokens)
-    console.print(f"{out}: {len(table)} blocks, {int(table['dropped'].sum())} dropped at rho={rho}")
+    table = stages.entropy(stages.sensor(model, model_path, device, dtype), trajs, out, rho, max_tokens,
+                           context=context, full=compare_full)
+    steps = table.drop_duplicates(["task_id", "step"])
+    line = (f"{out}: {len(table)} blocks, {int(table['dropped'].sum())} dropped at rho={rho} ({context}); "
+            f"{int((~steps['scored']).sum())} steps not scored (over {max_tokens} tokens)")
+    if compare_full:
+        multi = table[table["n_blocks_in_step"] > 1]
+        differ = multi.groupby(["task_id", "step"]).apply(
+            lambda g: bool((g["dropped"] != g["dropped_full"].astype(bool)).any()), include_groups=False)
+        line += f"; drop decisions differ from full context in {int(differ.sum())} of {len(differ)} steps with >1 block"
+    console.print(line, markup=False)
 
 
 @app.command()
@@ -198,7 +234,8 @@ def patch(
     condition: Annotated[str, typer.Option(help="Deletion condition giving P_del.")] = "delete_all_reasoning",
     model: ModelOpt = "smollm2-135m",
     model_path: ModelPathOpt = None,
-    layers: Annotated[str, typer.Option(help="all | full_attention | 0,4,8 | 0-7 (resid_pre; 'all' adds the final resid_post).")] = "all",
+    layers: Annotated[str, typer.Option(help="all | full_attention | 0,4,8 | 0-7 | 1based:4,8,32 (resid_pre; 'all' adds "
+                                             "the final resid_post). " + LAYERS_0_BASED)] = "all",
     site: Annotated[str, typer.Option(help="resid_pre, attn_out or mlp_out.")] = "resid_pre",
     positions: Annotated[int, typer.Option("--positions", help="Patch the last n positions (1 = boundary token).")] = 1,
     method: Annotated[str, typer.Option(help="fast (shared prefix, batched sites, sdpa) or reference (TransformerLens bridge run_with_hooks, one whole forward per site).")] = "fast",
@@ -229,14 +266,21 @@ def harm(
     max_k: Annotated[int, typer.Option("--max-k", help="Largest set cardinality.")] = 3,
     budget: Annotated[int, typer.Option(help="Sampled sets per cardinality >= 2.")] = 10,
     seed: int = 0,
+    units: Annotated[str, typer.Option(help="Comma list of deletion unit kinds, any mix of reasoning, observation, "
+                                            "tool_exchange (a call with its result), step.")] = "reasoning",
+    margin: Annotated[Optional[float], typer.Option(help="Pair-ordering margin in nats/token (default 0.020).")] = None,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "fp32",
 ) -> None:
-    """Set-level deletion harm (DRSR): joint vs additive harm of deleting history blocks."""
+    """Set-level deletion harm (DRSR): exact vs additive harm of deleting history units jointly."""
+    from interp.data.deletions import parse_unit_kinds
+
+    kinds = parse_unit_kinds(units)  # a typo fails before the model loads
     trajs = stages.trajectories(trajectories, strict=False)
     keys = _split(boundaries) if boundaries else None
-    result = stages.harm(stages.sensor(model, model_path, device, dtype), trajs, out, keys, max_k, budget, seed)
-    console.print(f"{out / 'harm.json'}: {len(result['boundaries'])} boundaries")
+    result = stages.harm(stages.sensor(model, model_path, device, dtype), trajs, out, keys, max_k, budget, seed,
+                         kinds, margin)
+    console.print(f"{out / 'harm.json'}: {len(result['boundaries'])} boundaries; units {', '.join(result['units'])}")
 
 
 @app.command()
@@ -245,7 +289,8 @@ def label(
     out: Annotated[Path, typer.Option("--out", help="Directory for future_necessity_labels.json and .csv.")],
     labels: Annotated[Optional[Path], typer.Option(help="Reference CSV task_id,after_step,future_necessity "
                                                         "(default: the annotations).")] = None,
-    window: Annotated[int, typer.Option(help="Later steps inspected after each boundary.")] = 3,
+    window: Annotated[Optional[int], typer.Option(help="Later steps inspected after each boundary (default: "
+                                                  "the whole rest of the trajectory).")] = None,
     surge_factor: Annotated[float, typer.Option("--surge-factor", help="Reasoning surge: length over this "
                                                 "multiple of the running mean.")] = 1.8,
 ) -> None:
@@ -268,16 +313,28 @@ def probe(
     n_perm: Annotated[int, typer.Option("--n-perm", help="Permutations for the p-value.")] = 100,
     n_boot: Annotated[int, typer.Option("--n-boot", help="Task-bootstrap resamples for CIs.")] = 1000,
     search: Annotated[str, typer.Option(help="two_stage or full inner search.")] = "two_stage",
-    n_jobs: Annotated[int, typer.Option("--n-jobs", help="Parallel outer folds (joblib).")] = -1,
+    permutation: Annotated[str, typer.Option(help="Permutation statistic: fixed (fast: max over candidates of the "
+                                                  "fixed probe's AUROC) or nested (exact: the whole nested CV rerun "
+                                                  "per permutation).")] = "fixed",
+    baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="Also run the position baseline "
+                                            "and probe + baseline through the same nested CV.")] = True,
+    n_jobs: Annotated[int, typer.Option("--n-jobs", help="Parallel outer folds / permutations (joblib).")] = -1,
 ) -> None:
-    """Task-level nested-CV future-necessity probes on a store: AUROC, AP, balanced accuracy, CIs, p."""
+    """Task-level nested-CV future-necessity probes on a store: gain over the position baseline, AUROC, AP, CIs, p."""
     from probes.config import ProbeConfig
 
-    config = ProbeConfig(outer=outer, n_perm=n_perm, n_boot=n_boot, search=search, n_jobs=n_jobs)
+    config = ProbeConfig(outer=outer, n_perm=n_perm, n_boot=n_boot, search=search, permutation=permutation,
+                         baselines=baselines, n_jobs=n_jobs)
     result = stages.probe(store, out, config, labels, condition, site)
-    console.print(f"AUROC {result['auroc']:.3f} {result['auroc_ci']}, AP {result['ap']:.3f}, "
-                  f"balanced acc {result['balanced_accuracy']:.3f}, p={result['permutation_p']} "
-                  f"-> {out / 'probe_results.json'}")
+    gain = result["gain"]
+    ci = gain and gain["auroc_ci"]
+    lead = (f"gain over position baseline {gain['auroc']:+.3f}" + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "")
+            + f" (baseline AUROC {result['baseline']['auroc']:.3f}); " if gain else "")
+    console.print(f"{lead}AUROC {result['auroc']:.3f} {result['auroc_ci']}, AP {result['ap']:.3f}, "
+                  f"balanced acc {result['balanced_accuracy']:.3f}, p={result['permutation_p']} (across tasks), "
+                  f"p={result['permutation_p_position']} (position kept), {permutation} statistic; "
+                  f"{result['n_excluded_final']} final boundaries excluded -> {out / 'probe_results.json'}",
+                  markup=False, highlight=False)
 
 
 externalize_app = typer.Typer(help="State externalization: rule-based G labels with evidence, and future risk by G.",
@@ -292,25 +349,38 @@ def externalize_label(
                                                     "externalization_evidence.csv.")],
     labels: Annotated[Optional[Path], typer.Option("--labels", help="Reference CSV task_id,after_step,"
                                                    "externalization_gap (default: the annotations).")] = None,
-    scope: Annotated[str, typer.Option(help="Reasoning that holds derived state: latest (step b), all "
-                                            "(steps 1..b) or since_code.")] = "latest",
+    scope: Annotated[str, typer.Option(help="Reasoning that holds derived state: all (steps 1..b, the study's "
+                                            "definition), latest (step b only: a proxy) or since_code (a proxy).")] = "all",
+    carriers: Annotated[str, typer.Option(help="Comma list of carrier kinds: the study's written_file,tool_output,"
+                                               "feedback; opt-in tool_argument, text_action.")] = (
+        "written_file,tool_output,feedback"),
     min_overlap: Annotated[float, typer.Option("--min-overlap", help="Cue sentences: fraction of their novel "
                                                "words a carrier must hold.")] = 0.34,
     min_novel_words: Annotated[int, typer.Option("--min-novel-words", help="Cue sentences with fewer novel "
                                                  "words count as minor.")] = 5,
+    seed: Annotated[int, typer.Option(help="Seed of the tuning/evaluation task split and the bootstrap.")] = 0,
+    n_boot: Annotated[int, typer.Option("--n-boot", help="Task-bootstrap resamples for the kappa CIs.")] = 1000,
 ) -> None:
-    """Rule-based G labels with per-item evidence, and Cohen's kappa / confusion matrix against reference labels."""
+    """Rule-based G labels with per-item evidence; Cohen's kappa against reference labels, in-sample and held out by task."""
     from interp.externalization.labeler import GapLabelerConfig
 
-    config = GapLabelerConfig(scope=scope, min_overlap=min_overlap, min_novel_words=min_novel_words)
-    summary = stages.externalize(trajectories, out, labels, config)
-    line = f"{out}: {summary['n_boundaries']} boundaries, rule G=1 for {summary['rule_positive_rate']:.1%}"
+    config = GapLabelerConfig(scope=scope, min_overlap=min_overlap, min_novel_words=min_novel_words,
+                              carriers=tuple(_split(carriers)))
+    summary = stages.externalize(trajectories, out, labels, config, seed, n_boot)
+    line = (f"{out}: {summary['n_boundaries']} boundaries, scope {scope} ({summary['scope_note']}), "
+            f"rule G=1 for {summary['rule_positive_rate']:.1%}")
     agreement = summary["agreement"]
     if agreement["n"]:
-        line += (f"; vs {summary['reference']} (n={agreement['n']}): kappa {agreement['kappa']}, accuracy "
+        line += (f"; vs {summary['reference']} (n={agreement['n']}): kappa {agreement['kappa']} (in-sample), accuracy "
                  f"{agreement['accuracy']}, confusion [[ref0 rule0, ref0 rule1], [ref1 rule0, ref1 rule1]] "
                  f"{agreement['confusion']}")
     console.print(line, markup=False, highlight=False)
+    for name, report in (summary["held_out"] or {}).items():
+        held, ci = report["held_out"], report["held_out"]["kappa_ci"]
+        console.print(f"held-out kappa, {name} labeler: {held['kappa']} [{ci[0] if ci else '-'}, "
+                      f"{ci[1] if ci else '-'}] on {held['n']} boundaries of {len(report['eval_tasks'])} tasks "
+                      f"(thresholds tuned on {len(report['tune_tasks'])} other tasks: {report['chosen']})",
+                      markup=False, highlight=False)
 
 
 @externalize_app.command("risk")
@@ -366,9 +436,12 @@ def intervene(
     model: ModelOpt = "smollm2-135m",
     model_path: ModelPathOpt = None,
     conditions: Annotated[str, typer.Option(help="Comma list of history conditions.")] = (
-        "full,keep_latest_reasoning,delete_latest_reasoning,delete_all_reasoning,clear_after_code,hide_observation"),
+        "full,keep_latest_reasoning,delete_latest_reasoning,delete_all_reasoning,clear_after_code,hide_observation,"
+        "hide_stderr"),
     samples: Annotated[int, typer.Option(help="Sampled continuations per state x condition, besides the greedy one.")] = 2,
-    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Tokens generated per continuation.")] = 128,
+    max_new_tokens: Annotated[Optional[int], typer.Option(
+        "--max-new-tokens", help="Token limit per continuation (each stops at the end of its first action); default: "
+                                 "p95 of the recorded turns in the sensor's tokens, rounded up to 64.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the sampled continuations (greedy ones do not depend on it).")] = 0,
     temperature: Annotated[float, typer.Option(help="Sampling temperature of the sampled continuations.")] = 0.7,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Longer prompts are skipped and recorded, "
@@ -376,7 +449,7 @@ def intervene(
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "fp32",
 ) -> None:
-    """Controlled continuations: each state continued under each condition, scored with its rubric."""
+    """Controlled continuations: one next turn per state x condition, generated by the sensor and rubric-scored."""
     from interp.continuations.run import RunSettings
     from interp.continuations.states import load_states
 
@@ -390,9 +463,11 @@ def intervene(
     for name, row in summary.items():
         ci, reacq = row["ci"], row["reacquisition_rate"]
         score = "-" if row["mean_score"] is None else f"{row['mean_score']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
-        console.print(f"{name}: score {score} over {row['n_states']} states ({row['n_generations']} generations, "
-                      f"{row['parse_failures']} parse failures), re-acquisition "
-                      f"{'-' if reacq is None else f'{reacq:.0%}'}", markup=False)
+        console.print(f"{name}: score {score} over {row['n_scored_states']} states ({row['n_generations']} "
+                      f"generations, {row['truncated']} truncated, {row['parse_failures']} parse failures), "
+                      f"re-acquisition {'-' if reacq is None else f'{reacq:.0%}'}", markup=False)
+    console.print(f"{doc['what']} max_new_tokens={doc['settings']['max_new_tokens']} "
+                  f"({doc['settings']['max_new_tokens_source']})", markup=False)
     console.print(f"-> {out / 'interventions.json'}, {out / 'interventions.md'}", markup=False)
 
 

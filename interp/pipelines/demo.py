@@ -46,7 +46,7 @@ class DemoConfig:
     harm_budget: int = 2
     intervention_states: int = 2
     intervention_samples: int = 0
-    max_new_tokens: int = 48
+    max_new_tokens: int = 96  # CPU subset only; --full uses the measured limit (continuations.generation)
     png: bool = True
 
     def __post_init__(self) -> None:
@@ -105,7 +105,8 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> Path:
     run("extract boundary features", store / "DONE.json", extract)
     run("boundary attention summary", out / "attention" / "attention.json",
         lambda: stages.attention(store, out / "attention"))
-    run("ICLR block entropies", out / "iclr" / "iclr_blocks.csv", lambda: stages.iclr(store, out / "iclr"))
+    run("ICLR block entropies (online; full context from the store)", out / "iclr" / "iclr_blocks.csv",
+        lambda: stages.iclr(sensor, trajs, store, out / "iclr"))
     probe_config = ProbeConfig(n_boot=1000, n_perm=100 if config.full else 20, n_jobs=2)
     run("future-necessity probes (nested CV)", out / "probe" / "probe_results.json",
         lambda: stages.probe(store, out / "probe", probe_config))
@@ -133,10 +134,11 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> Path:
     if not config.full:
         subsets["controlled continuations"] = (
             f"first {config.intervention_states} of {len(states)} states in {config.states.name}, greedy only, "
-            f"{config.max_new_tokens} new tokens")
+            f"at most {config.max_new_tokens} new tokens (CPU budget; --full uses the measured limit, p95 of the "
+            f"recorded turns); cut-off turns are counted as truncated, not scored")
         states = states[: config.intervention_states]
     settings = RunSettings(samples=2 if config.full else config.intervention_samples,
-                           max_new_tokens=128 if config.full else config.max_new_tokens)
+                           max_new_tokens=None if config.full else config.max_new_tokens)
     run("controlled continuations", out / "interventions" / "interventions.json",
         lambda: stages.intervene(sensor, states, trajs, out / "interventions", settings))
     return _figures_and_report(console, config, out, subsets, run.timings)

@@ -12,8 +12,8 @@ stage               result                                        writer / schem
 ==================  ===========================================  ==========================================
 :func:`extract`     activation store (units, manifest)            ``interp.extraction.store``
 :func:`attention`   ``attention.json``                             ``interp.extraction.attention_summary``
-:func:`iclr`        ``iclr_blocks.csv`` (from the store)           ``interp.extraction.entropy.drop_table``
-:func:`entropy`     per-block CSV (own forward per trajectory)     ``interp.extraction.entropy.entropy_table``
+:func:`iclr`        ``iclr_blocks.csv`` (online; full from store)  ``interp.extraction.entropy.entropy_table``
+:func:`entropy`     per-block CSV (online ICLR scoring forwards)   ``interp.extraction.entropy.entropy_table``
 :func:`label`       ``future_necessity_labels.json/.csv``          ``probes.targets``
 :func:`probe`       ``probe_results.json``, ``oof_predictions.csv`` ``probes.report``
 :func:`patch`       ``kl_repair.json``                             ``patching.kl_repair``
@@ -70,10 +70,9 @@ def sensor(spec: str, model_path: Path | None = None, device: str = "cpu", dtype
 def extract(sensor: Sensor, trajs: list[Trajectory], conditions: list[str], config: ExtractConfig, store: Path,
             shard: tuple[int, int] = (0, 1), boundaries: list[int] | None = None) -> dict[str, int]:
     """Boundary features of every (trajectory, condition) unit into the store (resumable); unit counts."""
-    from interp.extraction.batch import extract_to_store
-    from interp.extraction.entropy import EntropyScorer
+    from interp.extraction.batch import condition_params, extract_to_store
 
-    params = {"iclr": {"scorer": EntropyScorer(sensor, config.max_tokens)}} if "iclr" in conditions else None
+    params = condition_params(sensor, conditions, config.max_tokens) or None
     return extract_to_store(sensor, trajs, conditions, config, store, shard, boundaries, params)
 
 
@@ -86,26 +85,28 @@ def attention(store: Path, out: Path, condition: str = "full") -> Path:
     return out / "attention.json"
 
 
-def iclr(store: Path, out: Path, rho: float | None = None) -> Path:
-    """ICLR drop table from the block entropies recorded during extraction (``iclr_blocks.csv``)."""
-    from interp.data.conditions import ICLR_RHO
-    from interp.extraction.entropy import drop_table
+def iclr(sensor: Sensor, trajs: list[Trajectory], store: Path, out: Path, rho: float | None = None,
+         max_tokens: int | None = None) -> Path:
+    """Online ICLR drop table (``iclr_blocks.csv``), beside the full-context decisions from the block
+    entropies extraction recorded in ``store`` (no second full-context forward)."""
     from interp.extraction.store import Store
 
-    table = drop_table(Store(store).block_entropy("full"), ICLR_RHO if rho is None else rho)
-    atomic_write_bytes(out / "iclr_blocks.csv", table.to_csv(index=False).encode())
+    full = Store(store).block_entropy("full")
+    entropy(sensor, trajs, out / "iclr_blocks.csv", rho, max_tokens, full=full if not full.empty else True)
     return out / "iclr_blocks.csv"
 
 
 def entropy(sensor: Sensor, trajs: list[Trajectory], out: Path, rho: float | None = None,
-            max_tokens: int | None = None) -> pd.DataFrame:
-    """Per-block ICLR entropy (bits) with one scoring forward per trajectory, and what ICLR drops at ``rho``."""
+            max_tokens: int | None = None, context: str = "online", full: pd.DataFrame | bool = True) -> pd.DataFrame:
+    """Per-block ICLR entropy (bits) scored in ``context`` (online: on the compressed history, as the study),
+    what ICLR drops at ``rho``, and the full-context decisions beside them (``full``: True computes them)."""
     from interp.data.conditions import ICLR_RHO
     from interp.extraction.entropy import entropy_table
     from interp.extraction.limits import DEFAULT_MAX_TOKENS
 
     table = entropy_table(sensor, trajs, rho=ICLR_RHO if rho is None else rho,
-                          max_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens)
+                          max_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
+                          context=context, full=full)
     atomic_write_bytes(out, table.to_csv(index=False).encode())
     return table
 
@@ -120,7 +121,10 @@ def label(trajectories: Path, out: Path, labels: Path | None = None,
 
 def probe(store: Path, out: Path, config: ProbeConfig, labels: Path | None = None, condition: str = "full",
           site: str = "resid_pre") -> dict[str, Any]:
-    """Task-level nested-CV future-necessity probe on a store (``probe_results.json``, ``oof_predictions.csv``)."""
+    """Nested-CV future-necessity probe on a store, with its position baseline and both nulls (``probe_results.json``).
+
+    Final boundaries (no later step) are left out as undefined targets by ``FeatureSet.from_store``.
+    """
     from interp.data.labels import read_labels_csv
     from interp.extraction.store import Store
     from probes.data import FeatureSet
@@ -158,9 +162,13 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, condition: str = "
 
 
 def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[str] | None = None,
-         max_k: int = 3, budget: int = 10, seed: int = 0) -> dict[str, Any]:
-    """Set-level deletion harm at ``task_id@b`` boundaries (``harm.json``); one resumable part per boundary."""
-    from patching.harm import boundary_harm, default_boundaries, summarize_harm
+         max_k: int = 3, budget: int = 10, seed: int = 0, units: tuple[str, ...] | list[str] | str = ("reasoning",),
+         margin: float | None = None) -> dict[str, Any]:
+    """Set-level deletion harm of ``units`` at ``task_id@b`` boundaries (``harm.json``); one resumable part per boundary."""
+    from interp.data.deletions import parse_unit_kinds
+    from patching.harm import MARGIN, boundary_harm, default_boundaries, summarize_harm
+
+    kinds = parse_unit_kinds(units)  # checked before any forward
 
     by_id = {t.task_id: t for t in trajs}
     keys = boundaries or default_boundaries(trajs)
@@ -174,20 +182,29 @@ def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[st
 
     def compute(key: str) -> dict[str, Any]:
         task_id, _, b = key.rpartition("@")
-        return boundary_harm(sensor, by_id[task_id], int(b), max_k, budget, seed)
+        return boundary_harm(sensor, by_id[task_id], int(b), max_k, budget, seed, kinds)
 
-    parts = run_units(keys, compute, out / "parts" / f"harm.k{max_k}.n{budget}.s{seed}", "harm")
-    result = summarize_harm([parts[k] for k in keys], model=sensor.describe())
+    parts = run_units(keys, compute, out / "parts" / f"harm.{'+'.join(kinds)}.k{max_k}.n{budget}.s{seed}", "harm")
+    result = summarize_harm([parts[k] for k in keys], model=sensor.describe(),
+                            margin=MARGIN if margin is None else margin)
     atomic_write_json(out / "harm.json", result)
     return result
 
 
 def externalize(trajectories: Path, out: Path, labels: Path | None = None,
-                config: GapLabelerConfig | None = None) -> dict[str, Any]:
-    """Rule-based externalization-gap labels G with evidence, and agreement with reference labels."""
+                config: GapLabelerConfig | None = None, seed: int = 0, n_boot: int = 1000) -> dict[str, Any]:
+    """Rule-based G labels with evidence; agreement with reference labels, held out by task for G and y's labelers."""
+    from interp.data.trajectory import load_trajectories
     from interp.externalization.labeler import GapLabelerConfig, label_command
+    from probes.targets import TargetLabelerConfig, label_targets, tuning_configs
 
-    return label_command(trajectories, out, labels, config or GapLabelerConfig())
+    trajs = load_trajectories(trajectories)
+
+    def targets(cfg: TargetLabelerConfig) -> dict[tuple[str, int], int]:
+        return {(lab.task_id, lab.after_step): lab.y for lab in label_targets(trajs, cfg)}
+
+    others = {"future_necessity": (targets, tuning_configs(), TargetLabelerConfig(), "future_necessity")}
+    return label_command(trajectories, out, labels, config or GapLabelerConfig(), others, seed, n_boot)
 
 
 def risk(out: Path, labels: Path | None = None, probe_results: Path | None = None,

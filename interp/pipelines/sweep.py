@@ -109,7 +109,11 @@ def run_sweep(path: Path) -> pd.DataFrame:
                      "layers": cell["layers"], "poolings": "+".join(cell["poolings"]), "auroc": res["auroc"],
                      "auroc_lo": (res["auroc_ci"] or [None, None])[0], "auroc_hi": (res["auroc_ci"] or [None, None])[1],
                      "ap": res["ap"], "balanced_accuracy": res["balanced_accuracy"],
-                     "permutation_p": res["permutation_p"], "n_samples": res["n_samples"], "n_tasks": res["n_tasks"]})
+                     "gain_auroc": (res.get("gain") or {}).get("auroc"),
+                     "gain_lo": ((res.get("gain") or {}).get("auroc_ci") or [None, None])[0],
+                     "gain_hi": ((res.get("gain") or {}).get("auroc_ci") or [None, None])[1],
+                     "permutation_p": res["permutation_p"], "permutation_p_position": res.get("permutation_p_position"),
+                     "n_samples": res["n_samples"], "n_tasks": res["n_tasks"]})
     summary = pd.DataFrame(rows)
     atomic_write_bytes(out / "summary.csv", summary.to_csv(index=False).encode())
     header = "| " + " | ".join(summary.columns) + " |\n|" + "---|" * len(summary.columns) + "\n"

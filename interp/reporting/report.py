@@ -17,6 +17,7 @@ from interp.io import atomic_write_bytes
 from interp.reporting import reference as ref
 from interp.reporting.figures import load_result
 from interp.reporting.figures.externalization import externalization_sections
+from interp.reporting.figures.iclr import csv_bool
 from interp.reporting.figures.interventions import intervention_conditions
 from interp.schema import SchemaError
 
@@ -46,14 +47,40 @@ def _probe_section(out: Path) -> list[str]:
     if res is None:
         return ["_not run_"]
     chosen = ", ".join(f"L{f.get('layer')}/{f.get('pooling')}" for f in res.get("folds", []))
+    gain, base, both = res.get("gain"), res.get("baseline"), res.get("probe_plus_baseline")
+    if gain:
+        lead = (f"**Gain of the hidden-state probe over the position baseline: {gain['auroc']:+.3f} AUROC "
+                f"{_ci(gain.get('auroc_ci'))}** (AP {gain['ap']:+.3f} {_ci(gain.get('ap_ci'))}); the baseline is a "
+                f"probe on {', '.join(res.get('nuisance_features', []))} through the same task-level nested CV, the "
+                "CI a paired task bootstrap (both scored on the same resampled tasks). A CI that covers 0 means "
+                "the hidden state adds nothing measurable beyond position.")
+    else:
+        lead = ("_No position baseline (the samples carry no position features): the AUROC below may be "
+                "position alone._")
+    p_line = "Permutation tests: not run."
+    if res.get("permutation_p") is not None:
+        fixed = res.get("permutation_position_fixed_tasks", 0)
+        p_line = (f"Permutation tests of *{res.get('permutation_statistic')}* "
+                  f"(`--permutation {res.get('config', {}).get('permutation', 'fixed')}`): "
+                  f"p = {_fmt(res['permutation_p'])} under the across-task null (destroys position structure), "
+                  f"p = {_fmt(res.get('permutation_p_position'))} under the position-keeping null (whole label "
+                  f"sequences swapped between tasks of equal length; {fixed} task(s) alone in their length keep "
+                  "their labels).")
+    rows = [("hidden-state probe (headline)", res["auroc"], res.get("auroc_ci"), res["ap"], res.get("ap_ci"),
+             res["balanced_accuracy"], ref.PROBE["auroc"])]
+    rows += [(name, e["auroc"], e.get("auroc_ci"), e["ap"], e.get("ap_ci"), e["balanced_accuracy"], None)
+             for name, e in (("position baseline", base), ("probe + baseline", both)) if e]
     return [
+        lead, "",
         f"n = {res['n_samples']} boundaries from {res['n_tasks']} tasks ({res['n_positive']} positive); "
-        f"permutation p = {_fmt(res.get('permutation_p'))}; control-task AUROC = {_fmt(res.get('control_auroc'))}.",
-        "", "| metric | this run | 95% CI (task bootstrap) | reference study |", "|---|---|---|---|",
-        f"| AUROC | {_fmt(res['auroc'])} | {_ci(res.get('auroc_ci'))} | {ref.PROBE['auroc']} |",
-        f"| AP | {_fmt(res['ap'])} | {_ci(res.get('ap_ci'))} | {ref.PROBE['ap']} |",
-        f"| balanced accuracy | {_fmt(res['balanced_accuracy'])} | | {ref.PROBE['balanced_accuracy']} |",
-        "", f"Layer/pooling chosen per outer fold: {chosen}. Reference setting: {ref.MODEL}, "
+        f"{res.get('n_excluded_final', 0)} final boundaries left out (no later step: target undefined); "
+        f"control-task AUROC = {_fmt(res.get('control_auroc'))}.", "", p_line,
+        "", "| estimate | AUROC | 95% CI (task bootstrap) | AP | 95% CI | balanced accuracy | reference study AUROC |",
+        "|---|---|---|---|---|---|---|",
+        *(f"| {name} | {_fmt(a)} | {_ci(aci)} | {_fmt(ap)} | {_ci(apci)} | {_fmt(bacc)} | "
+          f"{'' if r is None else r} |" for name, a, aci, ap, apci, bacc, r in rows),
+        "", f"Reference study: AP {ref.PROBE['ap']}, balanced accuracy {ref.PROBE['balanced_accuracy']} (no position "
+        f"baseline reported). Layer/pooling chosen per outer fold: {chosen}. Reference setting: {ref.MODEL}, "
         f"{ref.PROBE['n_tasks']} tasks, {ref.PROBE['n_samples']} boundaries ({ref.PROBE['n_positive']} positive), "
         "task-level nested CV.",
         "", "Figures: [probe](figures/fig1_probe.html), [ROC/PR](figures/fig1b_probe_roc_pr.html).",
@@ -64,15 +91,22 @@ def _repair_section(out: Path) -> list[str]:
     res = _load(out / "patching" / "kl_repair.json")
     if res is None:
         return ["_not run_"]
+    threshold = res.get("d_threshold")
     lines = [f"Condition `{res['condition']}`, {res['n_samples']} boundaries ({res['n_excluded']} excluded with "
-             f"KL(P_full||P_del) below threshold), method `{res['method']}`.", "",
-             "| site | Repair | 95% CI | top-1 recovery |", "|---|---|---|---|"]
+             f"KL(P_full||P_del) <= " + (f"{threshold:.3g} nats" if threshold is not None else "the threshold")
+             + f"), method `{res['method']}`."
+             + (f" Threshold: {res['d_threshold_rule']}." if res.get("d_threshold_rule") else ""),
+             "Ratio of sums = 1 - sum KL(P_full||P_patch) / sum KL(P_full||P_del): boundaries weighted by their "
+             "deletion effect, unlike the mean of per-boundary ratios.", "",
+             "| site | Repair (mean) | 95% CI | median | ratio of sums | top-1 recovery |", "|---|---|---|---|---|---|"]
     n = len(res["sites"])
     picks = sorted({0, n // 4, n // 2, (3 * n) // 4, n - 2, n - 1} & set(range(n)))
     mean, top1 = res["repair_mean"] or [None] * n, res["top1_mean"] or [None] * n  # empty: no sample kept
+    median, ratio = res.get("repair_median") or [None] * n, res.get("repair_ratio") or [None] * n
     ci = res["repair_ci"] or [None] * n
     for i in picks:
-        lines.append(f"| {res['sites'][i]} | {_fmt(mean[i])} | {_ci(ci[i])} | {_fmt(top1[i])} |")
+        lines.append(f"| {res['sites'][i]} | {_fmt(mean[i])} | {_ci(ci[i])} | {_fmt(median[i])} | {_fmt(ratio[i])} "
+                     f"| {_fmt(top1[i])} |")
     points = ", ".join(f"layer {k}: {v}" for k, v in ref.KL_REPAIR.items())
     return lines + ["", f"Reference study ({ref.MODEL}): {points}.", "", "Figure: [KL Repair](figures/fig2_kl_repair.html)."]
 
@@ -82,24 +116,57 @@ def _iclr_section(out: Path) -> list[str]:
     if not path.exists():
         return ["_not run_"]
     frame = load_result(path)
+    frame = frame.assign(scored=csv_bool(frame["scored"]), dropped=csv_bool(frame["dropped"]))
     dropped = frame[frame["dropped"]]
-    return [f"{len(frame)} reasoning blocks in {frame.groupby(['task_id', 'step']).ngroups} steps; mean entropy "
-            f"{frame['mean_entropy_bits'].mean():.3f} bits/token (sd {frame['mean_entropy_bits'].std():.3f}). "
-            f"At rho = {ICLR_RHO} ICLR drops {len(dropped)} blocks ({len(dropped) / max(len(frame), 1):.1%}), "
-            f"{int(dropped['n_tokens'].sum())} of {int(frame['n_tokens'].sum())} reasoning tokens "
-            f"({dropped['n_tokens'].sum() / max(frame['n_tokens'].sum(), 1):.1%}).",
-            "", "Figure: [ICLR](figures/fig6_iclr.html)."]
+    steps = frame.groupby(["task_id", "step"], sort=False).agg(
+        n=("block", "size"), scored=("scored", "all"), drops=("dropped", "sum"), input_tokens=("input_tokens", "max"))
+    multi = steps[steps["n"] > 1]
+    skipped = steps[~steps["scored"]]
+    context = ", ".join(sorted(set(frame["context"].astype(str))))
+    lines = [f"Scorer context: **{context}** (online = the study's method: step t scored on the history with steps "
+             f"1..t-1 already compressed). {len(frame)} reasoning blocks in {len(steps)} steps; mean entropy "
+             f"{frame['mean_entropy_bits'].mean():.3f} bits/token (sd {frame['mean_entropy_bits'].std():.3f}).", "",
+             "| ICLR statistic (rho = " + f"{ICLR_RHO}) | value |", "|---|---|",
+             f"| reasoning tokens removed | {int(dropped['n_tokens'].sum())} of {int(frame['n_tokens'].sum())} "
+             f"({dropped['n_tokens'].sum() / max(frame['n_tokens'].sum(), 1):.1%}) |",
+             f"| blocks dropped | {len(dropped)} of {len(frame)} ({len(dropped) / max(len(frame), 1):.1%}) |",
+             f"| blocks dropped per step (steps with > 1 block) | mean {multi['drops'].mean():.2f}, "
+             f"max {int(multi['drops'].max()) if len(multi) else 0} over {len(multi)} steps |",
+             f"| steps not scored (input over the 42K-token rule; left whole) | {len(skipped)}"
+             + (f", inputs {int(skipped['input_tokens'].min())}..{int(skipped['input_tokens'].max())} tokens"
+                if len(skipped) else "") + " |"]
+    if "dropped_full" in frame and frame["dropped_full"].notna().any():
+        both = frame[frame["scored"] & frame["dropped_full"].notna()]
+        full = csv_bool(both["dropped_full"])
+        agree = (both["dropped"] == full)
+        per_step = both.assign(differ=~agree).groupby(["task_id", "step"])["differ"].any()
+        per_step = per_step[steps.loc[per_step.index, "n"] > 1]
+        lines += [f"| online vs full-context drop decisions: blocks agreeing | {int(agree.sum())} of {len(both)} "
+                  f"({agree.mean():.1%}) |",
+                  f"| online vs full-context: steps (> 1 block) whose drop set differs | {int(per_step.sum())} of "
+                  f"{len(per_step)} |"]
+    return lines + ["", "Figure: [ICLR](figures/fig6_iclr.html)."]
 
 
 def _harm_section(out: Path) -> list[str]:
     res = _load(out / "harm" / "harm.json")
     if res is None:
         return ["_not run_"]
-    lines = [f"{len(res['boundaries'])} boundaries.", "",
-             "| cardinality | mean interaction (nats/token) | sets | pair-ordering accuracy of the additive prediction |",
+    tokens = [b["target_tokens"] for b in res["boundaries"]]
+    lines = [f"{len(res['boundaries'])} boundaries; units: {', '.join(res['units']) or '-'}; set sizes "
+             f"{', '.join(map(str, res['cardinalities'])) or '-'}; recorded next output: "
+             f"{min(tokens, default=0)}-{max(tokens, default=0)} tokens. Pairs of sets whose exact harms differ by "
+             f"less than {_fmt(res['margin'])} nats/token are not counted.", "",
+             "| set size | mean interaction (nats/token) | sets | MAE, singletons + pairwise interactions (triples) |",
              "|---|---|---|---|"]
     for k, row in res["per_cardinality"].items():
-        lines.append(f"| {k} | {_fmt(row['mean_interaction'])} | {row['n_sets']} | {_fmt(row['pair_ordering_accuracy'])} |")
+        lines.append(f"| {k} | {_fmt(row['mean_interaction'])} | {row['n_sets']} | "
+                     f"{_fmt(row['mae_pairwise']) if row['n_pairwise'] else ''} |")
+    lines += ["", "| aggregator of singleton harms | set size | sets | pairs counted | pair-ordering accuracy | "
+              "MAE (nats/token) |", "|---|---|---|---|---|---|"]
+    for row in res["aggregates"]:
+        lines.append(f"| {row['aggregator']} | {row['cardinality']} | {row['n_sets']} | {row['n_pairs']} | "
+                     f"{_fmt(row['pair_accuracy'])} | {_fmt(row['mae'])} |")
     return lines + ["", "Figure: [set-level harm](figures/fig7_harm.html)."]
 
 
@@ -112,10 +179,24 @@ def _risk_section(out: Path) -> list[str]:
     g1, g0 = risk.get("G1", {}), risk.get("G0", {})
     labels = _load(out / "externalization" / "externalization_labels.json") or {}
     agree = labels.get("agreement") or {}
-    kappa = (f"Rule-based G labeler vs hand annotations: Cohen's kappa {agree.get('kappa')}, accuracy "
-             f"{agree.get('accuracy')}, n = {agree.get('n')}, confusion {agree.get('confusion')}. "
-             "The risk below uses the annotations' G and y." if agree.get("n") else "")
-    return [kappa, "", "| quantity | this run | 95% CI | n | reference study |", "|---|---|---|---|---|",
+    scope = (labels.get("config") or {}).get("scope")
+    kappa = (f"Rule-based G labeler (scope {scope}: {labels.get('scope_note')}; carriers "
+             f"{', '.join((labels.get('config') or {}).get('carriers') or [])}) vs hand annotations, in-sample: "
+             f"Cohen's kappa {agree.get('kappa')}, accuracy {agree.get('accuracy')}, n = {agree.get('n')}, "
+             f"confusion {agree.get('confusion')}. The risk below uses the annotations' G and y."
+             if agree.get("n") else "")
+    held = []
+    for name, report in (labels.get("held_out") or {}).items():
+        h, d = report["held_out"], report.get("default_held_out") or {}
+        held.append(f"| {name} | {h.get('kappa')} | {_ci(h.get('kappa_ci'))} | {h.get('n')} boundaries, "
+                    f"{len(report['eval_tasks'])} tasks | {len(report['tune_tasks'])} tasks | {_tuned(report)} | "
+                    f"{d.get('kappa')} {_ci(d.get('kappa_ci'))} |")
+    if held:
+        held = ["", "Held-out agreement: thresholds tuned on some tasks, kappa on the other (disjoint) tasks, "
+                "95% task-bootstrap CI.", "",
+                "| rule labeler | held-out kappa | 95% CI | evaluated on | tuned on | chosen config | "
+                "shipped config, held-out kappa |", "|---|---|---|---|---|---|---|", *held]
+    return [kappa, *held, "", "| quantity | this run | 95% CI | n | reference study |", "|---|---|---|---|---|",
             f"| P(y=1 given G=1) | {_fmt(g1.get('p'))} | {_ci(g1.get('ci'))} | {g1.get('n')} | {ref.RISK['G1']} |",
             f"| P(y=1 given G=0) | {_fmt(g0.get('p'))} | {_ci(g0.get('ci'))} | {g0.get('n')} | {ref.RISK['G0']} |",
             f"| within-task gap | {_fmt(within.get('gap'))} | {_ci(within.get('ci'))} | {within.get('n_tasks')} tasks | "
@@ -124,14 +205,27 @@ def _risk_section(out: Path) -> list[str]:
             "", "Figure: [externalization](figures/fig3_externalization.html)."]
 
 
+def _tuned(report: dict[str, Any]) -> str:
+    """The chosen config of a held-out report, only the settings its grid varies."""
+    chosen, grid = report["chosen"], [g["config"] for g in report["grid"]]
+    if not isinstance(chosen, dict) or not all(isinstance(g, dict) for g in grid):
+        return str(chosen)
+    return ", ".join(f"{k}={chosen[k]}" for k in chosen if len({repr(g.get(k)) for g in grid}) > 1)
+
+
 def _continuation_section(out: Path) -> list[str]:
     res = _load(out / "interventions" / "interventions.json")
     if res is None:
         return ["_not run_"]
-    lines = ["| condition | mean score | 95% CI | n | parse failures | re-acquisition | reference study |",
-             "|---|---|---|---|---|---|---|"]
+    settings = res.get("settings") or {}
+    lines = [f"{res.get('what', '')} Token limit {settings.get('max_new_tokens')} "
+             f"({settings.get('max_new_tokens_source', 'given')}); each turn stops at the end of its first action; "
+             "turns cut off by the limit are counted as truncated, not scored.", "",
+             "| condition | mean score | 95% CI | n | truncated | parse failures | re-acquisition | reference study |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, row in intervention_conditions(res).items():
         lines.append(f"| {name} | {_fmt(row.get('mean'))} | {_ci(row.get('ci'))} | {row.get('n')} | "
+                     f"{row.get('truncated', 0)} of {row.get('n_generations')} | "
                      f"{row.get('parse_failures')} | {_fmt(row.get('reacquisition_rate'))} | "
                      f"{ref.CONTINUATIONS.get(name, '')} |")
     return lines + ["", "Figure: [continuations](figures/fig4_interventions.html)."]

@@ -4,7 +4,7 @@
 ones ``interp.reporting.figures`` reads, checked by its ``load_result``
 against the writers' ``FIELDS``) and writes ``tables/<name>.md`` and
 ``tables/<name>.tex`` for each: probe, kl_repair, externalization,
-interventions. Cells are preformatted strings; a missing value is "—" in
+interventions, harm. Cells are preformatted strings; a missing value is "—" in
 Markdown and "---" in LaTeX. Probabilities are shown in %, gaps in
 percentage points (pp), Repair and AUROC unitless.
 """
@@ -27,23 +27,40 @@ REFERENCE = f"reference study ({reference.MODEL})"
 
 
 def probe_table(result: dict) -> pd.DataFrame:
-    """AUROC, AP (with task-bootstrap CIs), balanced accuracy and sample counts of the nested-CV probe."""
+    """Gain over the position baseline first, then AUROCs, AP (task-bootstrap CIs), balanced accuracy, counts, p."""
     ref = reference.PROBE
-    rows = [
-        ("AUROC", _num(result["auroc"]), _ci(result.get("auroc_ci")), _num(ref["auroc"])),
+    gain, base, both = result.get("gain"), result.get("baseline"), result.get("probe_plus_baseline")
+    rows = []
+    if gain:
+        rows.append(("AUROC gain over position baseline", _signed(gain["auroc"]), _ci(gain.get("auroc_ci")), None))
+    rows.append(("AUROC", _num(result["auroc"]), _ci(result.get("auroc_ci")), _num(ref["auroc"])))
+    rows += [(name, _num(estimate["auroc"]), _ci(estimate.get("auroc_ci")), None)
+             for name, estimate in (("AUROC, position baseline", base), ("AUROC, probe + baseline", both)) if estimate]
+    rows += [
         ("average precision", _num(result.get("ap")), _ci(result.get("ap_ci")), _num(ref["ap"])),
         ("balanced accuracy", _num(result.get("balanced_accuracy")), None, _num(ref["balanced_accuracy"])),
         ("boundaries (positive)", f"{result.get('n_samples', '?')} ({result.get('n_positive', '?')})", None,
          f"{ref['n_samples']} ({ref['n_positive']})"),
         ("tasks", str(result.get("n_tasks", "?")), None, str(ref["n_tasks"])),
     ]
+    if result.get("n_excluded_final"):
+        rows.append(("final boundaries left out (undefined target)", str(result["n_excluded_final"]), None, None))
+    how = (result.get("config") or {}).get("permutation", "fixed")
     if result.get("permutation_p") is not None:
-        rows.append(("permutation p", f"{result['permutation_p']:.3g}", None, None))
+        rows.append((f"permutation p, across-task null ({how})", f"{result['permutation_p']:.3g}", None, None))
+    if result.get("permutation_p_position") is not None:
+        rows.append((f"permutation p, position-keeping null ({how})", f"{result['permutation_p_position']:.3g}",
+                     None, None))
     return pd.DataFrame(rows, columns=["quantity", "ours", "95% CI", REFERENCE])
 
 
+def _signed(value: float | None) -> str | None:
+    """value with three decimals and an explicit sign (a gain)."""
+    return None if value is None else ("+" if value >= 0 else "") + _num(value)
+
+
 def kl_repair_table(result: dict) -> pd.DataFrame:
-    """Repair and top-1 at the sites nearest the reference study's layers (same relative depth), and the final site."""
+    """Repair (mean, median, ratio of sums) and top-1 at the sites nearest the reference study's layers, and the final site."""
     sites, layers = result["sites"], result["layers"]
     n_layers = (result.get("model") or {}).get("n_layers") or max(layers) + 1
     resid = [i for i, site in enumerate(sites) if site.startswith("resid_pre")] or list(range(len(sites)))
@@ -58,9 +75,12 @@ def kl_repair_table(result: dict) -> pd.DataFrame:
     # resid_post.l after resid_pre.l: it is the output of layer l
     order = sorted(chosen, key=lambda i: (layers[i], sites[i].startswith("resid_post")))
     mean = result["repair_mean"] or [None] * len(sites)  # empty when no sample was kept
-    rows = [(sites[i], str(layers[i]), _num(mean[i]), _ci(ci[i]), _num(top1[i]), chosen[i])
-            for i in order]
-    return pd.DataFrame(rows, columns=["site", "layer", "Repair", "95% CI", "top-1 recovery", REFERENCE])
+    median = result.get("repair_median") or [None] * len(sites)
+    ratio = result.get("repair_ratio") or [None] * len(sites)  # 1 - sum KL_patch / sum d
+    rows = [(sites[i], str(layers[i]), _num(mean[i]), _ci(ci[i]), _num(median[i]), _num(ratio[i]), _num(top1[i]),
+             chosen[i]) for i in order]
+    return pd.DataFrame(rows, columns=["site", "layer", "Repair (mean)", "95% CI", "median", "ratio of sums",
+                                       "top-1 recovery", REFERENCE])
 
 
 def externalization_table(result: dict) -> pd.DataFrame:
@@ -84,14 +104,29 @@ def externalization_table(result: dict) -> pd.DataFrame:
 
 
 def interventions_table(result: dict) -> pd.DataFrame:
-    """Mean continuation score per history condition with CI, n, parse failures and re-acquisition rate."""
-    rows = [(name, _num(c["mean"]), _ci(c.get("ci")), str(c.get("n", "?")), str(c.get("parse_failures", "?")),
-             _pct(c.get("reacquisition_rate")), _num(reference.CONTINUATIONS.get(name)))
+    """Mean continuation score per history condition with CI, n, truncated turns, parse failures, re-acquisition."""
+    rows = [(name, _num(c["mean"]), _ci(c.get("ci")), str(c.get("n", "?")), str(c.get("truncated", 0)),
+             str(c.get("parse_failures", "?")), _pct(c.get("reacquisition_rate")),
+             _num(reference.CONTINUATIONS.get(name)))
             for name, c in intervention_conditions(result).items()]
     if not rows:
-        raise ValueError("no condition with a score in 'summary'")
-    return pd.DataFrame(rows, columns=["condition", "score", "95% CI", "n", "parse failures", "re-acquisition",
-                                       REFERENCE])
+        raise ValueError("no condition with a score or a truncated generation in 'summary'")
+    return pd.DataFrame(rows, columns=["condition", "score", "95% CI", "n", "truncated", "parse failures",
+                                       "re-acquisition", REFERENCE])
+
+
+def harm_table(result: dict) -> pd.DataFrame:
+    """Per aggregator of singleton harms and set size: pair-ordering accuracy at the margin, pairs counted, MAE."""
+    rows = [(row["aggregator"], row["cardinality"], str(row["n_sets"]), str(row["n_pairs"]),
+             _num(row["pair_accuracy"]), _num(row["mae"], 4)) for row in result["aggregates"]]
+    rows += [("sum + pairwise interactions", k, str(entry["n_pairwise"]), None, None, _num(entry["mae_pairwise"], 4))
+             for k, entry in result["per_cardinality"].items() if entry.get("n_pairwise")]
+    if not rows:
+        raise ValueError("no set of two or more units in 'aggregates'")
+    margin = result.get("margin")
+    return pd.DataFrame(rows, columns=["aggregator", "set size", "sets",
+                                       f"pairs (margin {margin if margin is not None else '?'})",
+                                       "pair-ordering accuracy", "MAE (nats/token)"])
 
 
 TABLES: tuple[tuple[str, str, Callable[[dict], pd.DataFrame], str], ...] = (
@@ -102,7 +137,10 @@ TABLES: tuple[tuple[str, str, Callable[[dict], pd.DataFrame], str], ...] = (
     ("externalization", "externalization/externalization.json", externalization_table,
      "State externalization G and future behavioural risk."),
     ("interventions", "interventions/interventions.json", interventions_table,
-     "Controlled continuations: mean rubric score by history condition."),
+     "Controlled continuations: one next turn by the sensor under each edited history (not a final task score); "
+     "mean rubric score, truncated turns counted apart."),
+    ("harm", "harm/harm.json", harm_table,
+     "Set-level deletion harm (DRSR): set harm predicted from singleton harms, by aggregator and set size."),
 )
 
 

@@ -505,7 +505,9 @@ def test_sweep_runs_the_grid(ws, tmp_path):
     summary = pd.read_csv(tmp_path / "out" / "summary.csv")
     assert len(summary) == 1
     row = summary.iloc[0]
-    assert row["n_samples"] == ws.n_boundaries and row["n_tasks"] == len(ws.ids)
+    # final boundaries have no label (nothing follows): one fewer sample per task
+    assert row["n_samples"] == ws.n_boundaries - len(ws.ids) and row["n_tasks"] == len(ws.ids)
+    assert -1 <= row["gain_auroc"] <= 1 and 0 < row["permutation_p_position"] <= 1
     assert 0 <= row["auroc"] <= 1
     assert (tmp_path / "out" / "summary.md").read_text().count("\n") == 3
     cell = tmp_path / "out" / "cells" / row["cell"]

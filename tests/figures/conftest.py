@@ -31,7 +31,8 @@ from probes.config import ProbeConfig
 from probes.data import FeatureSet
 from probes.nested_cv import OOF_COLUMNS, NestedCVResult
 from probes.report import oof_frame, probe_document, write_probe_results
-from probes.stats import BootstrapResult, PermutationResult
+from probes.baselines import BaselineComparison
+from probes.stats import BootstrapResult, PairedGain, PermutationResult
 
 KINDS = ["system", "tools", "task", "reasoning_block", "action", "observation", "glue"]
 MODEL = {"spec": "qwen3.5-toy", "revision": "synthetic", "n_layers": 32, "layer_types": ["linear_attention"] * 32}
@@ -46,7 +47,7 @@ def write_results(root: Path, seed: int = 0) -> Path:
     write_interventions(_interventions(), root / "interventions")
     _json(root / "attention" / "attention.json", _attention(rng))
     _iclr(rng).to_csv(_mkdir(root / "iclr") / "iclr_blocks.csv", index=False)
-    atomic_write_json(root / "harm" / "harm.json", summarize_harm(_harm_boundaries(rng), model=MODEL))
+    atomic_write_json(root / "harm" / "harm.json", summarize_harm(_harm_boundaries(rng), model=MODEL, margin=0.0))
     return root
 
 
@@ -85,7 +86,20 @@ def _probe(out: Path, rng: np.random.Generator) -> None:
     boot = BootstrapResult(cis={"auroc": [0.751, 0.868], "ap": [0.70, 0.84]}, n_used=1000, n_skipped=0)
     null = rng.uniform(0.45, 0.7, 249)
     perm = PermutationResult(observed=0.83, null=null, p_value=0.004, candidate_auroc=np.full(len(fs.keys), 0.7))
-    doc = probe_document(cv, boot, perm, curve, 0.52, fs, [], ProbeConfig(), {"nested_cv": 1.0})
+    # The position baseline (AUROC 0.700 [0.640, 0.760]), probe + baseline (0.825) and the paired gain (+0.112).
+    base_folds = [{**f, "layer": -1, "pooling": "nuisance"} for f in folds]
+    comparison = BaselineComparison(
+        names=["after_step", "n_steps", "rel_position"],
+        baseline=NestedCVResult(folds=base_folds, oof=oof, auroc=0.700, ap=0.61, balanced_accuracy=0.65),
+        baseline_boot=BootstrapResult(cis={"auroc": [0.640, 0.760], "ap": [0.5, 0.7]}, n_used=1000, n_skipped=0),
+        combined=NestedCVResult(folds=folds, oof=oof, auroc=0.825, ap=0.78, balanced_accuracy=0.74),
+        combined_boot=BootstrapResult(cis={"auroc": [0.77, 0.88], "ap": [0.7, 0.85]}, n_used=1000, n_skipped=0),
+        gain=PairedGain(estimate={"auroc": 0.112, "ap": 0.164}, cis={"auroc": [0.051, 0.170], "ap": [0.08, 0.25]},
+                        n_used=1000, n_skipped=0))
+    position = PermutationResult(observed=0.83, null=rng.uniform(0.6, 0.8, 249), p_value=0.036,
+                                 candidate_auroc=None, fixed_tasks=1)
+    doc = probe_document(cv, boot, perm, curve, 0.52, fs, [], ProbeConfig(), {"nested_cv": 1.0},
+                         comparison=comparison, position=position)
     write_probe_results(doc, oof_frame(doc), out)
 
 
@@ -102,8 +116,9 @@ def kl_repair_doc(rng: np.random.Generator, n_layers: int = 32) -> dict:
             base + rng.normal(0, 0.08, len(sites)), -0.2, 1.0).tolist()
         if not excluded:
             repair[-1] = 1.0  # the final resid_post restores the output exactly
-        rows.append(BoundaryRepair(f"t{i % 10}", 1 + i // 10, 0.0 if excluded else float(rng.gamma(2.0, 0.3)),
-                                   repair=repair, top1=[bool(r > 0.6) for r in repair], kl_patch=[0.0] * len(sites),
+        d = 0.0 if excluded else float(rng.gamma(2.0, 0.3))
+        rows.append(BoundaryRepair(f"t{i % 10}", 1 + i // 10, d, repair=repair, top1=[bool(r > 0.6) for r in repair],
+                                   kl_patch=[0.0 if excluded else d * (1.0 - r) for r in repair],  # Repair = 1 - kl / d
                                    excluded=excluded, n_tokens_full=400, n_tokens_deleted=300))
     sensor = SimpleNamespace(describe=lambda: MODEL, full_attention_layers=list(range(3, n_layers, 4)))
     return summarize(rows, sites, "delete_all_reasoning", sensor, "fast", 1, n_boot=200)
@@ -229,7 +244,7 @@ def _iclr(rng: np.random.Generator) -> pd.DataFrame:
 # ---------------------------------------------------------------- harm
 
 # Orders of the true joint harms of five same-size sets, by rank of their additive prediction:
-# two inverted pairs of ten (pair-ordering accuracy 0.8) for k = 2, three (0.7) for k = 3.
+# two inverted pairs of ten (pair-ordering accuracy 0.8 at margin 0) for k = 2, three (0.7) for k = 3.
 _ORDER = {2: [1, 0, 3, 2, 4], 3: [2, 0, 1, 4, 3]}
 
 
@@ -237,7 +252,7 @@ def _harm_boundaries(rng: np.random.Generator) -> list[dict]:
     """boundary_harm records of 4 boundaries: 6 singletons and 5 sets each of size 2 and 3."""
     boundaries = []
     for task in range(4):
-        blocks = [(s, b) for s in (1, 2) for b in range(3)]
+        blocks = [("reasoning", s, b) for s in (1, 2) for b in range(3)]
         single = {m: float(rng.gamma(2.0, 0.02)) for m in blocks}
         sets = [{"members": [list(m)], "tokens_removed": 20, "nll": 1.0 + h, "harm": h, "interaction": None}
                 for m, h in single.items()]
@@ -252,5 +267,6 @@ def _harm_boundaries(rng: np.random.Generator) -> list[dict]:
                 joint = factor * predicted[ranked[order[rank]]]
                 sets.append({"members": [list(m) for m in members[j]], "tokens_removed": 20 * k, "nll": 1.0 + joint,
                              "harm": joint, "interaction": joint - predicted[j]})
-        boundaries.append({"task_id": f"t{task}", "after_step": 3, "nll_full": 1.0, "sets": sets})
+        boundaries.append({"task_id": f"t{task}", "after_step": 3, "units": ["reasoning"], "target": "y",
+                           "target_tokens": 12, "nll_full": 1.0, "sets": sets})
     return boundaries

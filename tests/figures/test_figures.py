@@ -24,10 +24,13 @@ NAMES = [spec.name for spec in FIGURES]
 EXPECTED = {
     "fig1_probe": ["Future-necessity probe: AUROC by layer and pooling", "nested-CV AUROC 0.812 [0.751, 0.868]",
                    "last pooling (fixed probe, per layer)", "layer chosen by an outer fold (label: how many)",
-                   "4/5 folds", "held-out AUROC (unitless)"],
+                   "4/5 folds", "held-out AUROC (unitless)", "position baseline AUROC 0.700 (same nested CV)",
+                   "position baseline 95% CI", "probe + baseline AUROC 0.825",
+                   "gain over position baseline +0.112 [+0.051, +0.170]", "0.036 (position kept)"],
     "fig1b_probe_roc_pr": ["out-of-fold ROC and precision-recall", "false positive rate (fraction of y=0)",
                            "precision (fraction of predicted 1)", "operating point (each fold's threshold)"],
     "fig2_kl_repair": ["KL Repair by layer: qwen3.5-toy", "Repair, residual stream", "top-1 recovery, residual stream",
+                       "Repair, ratio of sums, residual stream", "ratio of sums dotted",
                        "full-attention layer", "final resid_post.31", REFERENCE_LABEL, "Repair (unitless)",
                        "top-1 recovery (fraction of samples)"],
     "fig3_externalization": ["State externalization", "future behavioural risk (% of boundaries)", "one task",
@@ -41,8 +44,10 @@ EXPECTED = {
                   "mean token predictive entropy of the block (bits",
                   "reasoning tokens replaced (fraction of the step)",
                   "2 steps not scored"],
-    "fig7_harm": ["Set-level deletion harm is not additive", "y = x (additive)", "k = 2 blocks", "k = 3 blocks",
-                  "sum of singleton harms (nats", "mean interaction", "pair-order acc. 0.80"],
+    "fig7_harm": ["Set-level deletion harm is not additive", "y = x (additive)", "k = 2 units", "k = 3 units",
+                  "additive prediction: sum of singleton harms (nats", "exact harm of the set (nats",
+                  "mean interaction", "pair-order acc. 0.80", "additive MAE", "units: reasoning",
+                  "margin of 0.000 nats"],
 }
 
 
@@ -140,7 +145,14 @@ def test_kl_repair_sites_of_other_kinds_get_their_own_series():
     fig = kl_repair_figure({"sites": sites, "layers": layers, "repair_mean": [0.1] * 7, "top1_mean": [0.5] * 7,
                             "repair_ci": [[0.0, 0.2]] * 7, "model": {"n_layers": 2}})
     repair = {trace.name: list(trace.x) for trace in fig.data if trace.name.startswith("Repair")}
-    assert repair == {"Repair, attn_out": [0, 1], "Repair, mlp_out": [0, 1], "Repair, residual stream": [0, 1, 2]}
+    assert repair == {"Repair, attn_out": [0, 1], "Repair, mlp_out": [0, 1], "Repair, residual stream": [0, 1, 2]}  # no repair_ratio: no ratio line
+
+
+def test_kl_repair_ratio_of_sums_is_drawn_beside_the_mean(tmp_path):
+    result = json.loads((write_results(tmp_path) / "patching" / "kl_repair.json").read_text())
+    traces = {trace.name: trace for trace in kl_repair_figure(result).data}
+    ratio, mean = traces["Repair, ratio of sums, residual stream"], traces["Repair, residual stream"]
+    assert list(ratio.x) == list(mean.x) and list(ratio.y) == pytest.approx(result["repair_ratio"])
 
 
 def test_externalization_draws_the_panels_present(tmp_path):

@@ -22,12 +22,14 @@ def tables(tmp_path_factory):
 def test_one_markdown_and_one_latex_table_per_analysis(tables):
     root, paths = tables
     assert sorted(p.name for p in paths) == sorted(f"{n}.{s}" for n in ("probe", "kl_repair", "externalization",
-                                                                         "interventions") for s in ("md", "tex"))
+                                                                         "interventions", "harm") for s in ("md", "tex"))
     assert all(p.parent == root / "tables" for p in paths)
 
 
 @pytest.mark.parametrize("name, ours, ref", [
-    ("probe", ["0.812", "[0.751, 0.868]", "0.774", "0.731", "120 (50)"], ["0.844", "0.811", "0.760", "265 (112)"]),
+    ("probe", ["0.812", "[0.751, 0.868]", "0.774", "0.731", "120 (50)", "AUROC gain over position baseline",
+               "+0.112", "[0.051, 0.170]", "AUROC, position baseline", "[0.640, 0.760]", "0.825",
+               "permutation p, position-keeping null (fixed)", "0.036"], ["0.844", "0.811", "0.760", "265 (112)"]),
     ("kl_repair", ["resid_pre.4", "resid_pre.20", "resid_pre.28", "resid_pre.31", "resid_post.31"],
      ["0.047 (layer 4)", "0.459 (layer 20)", "0.724 (layer 28)", "0.978 (layer 31)"]),
     ("externalization", ["64.0%", "38.0%", "21.0 pp", "0.270"], ["67.3%", "36.2%", "19.8 pp", "0.283"]),
@@ -53,6 +55,7 @@ def test_missing_inputs_write_no_table(tmp_path):
     write_results(tmp_path)
     (tmp_path / "externalization" / "externalization.json").unlink()
     (tmp_path / "interventions" / "interventions.json").unlink()
+    (tmp_path / "harm" / "harm.json").unlink()
     assert sorted(p.stem for p in write_tables(tmp_path)) == ["kl_repair", "kl_repair", "probe", "probe"]
     assert write_tables(tmp_path / "nothing-here") == []
 
@@ -64,6 +67,18 @@ def test_a_malformed_file_is_named(tmp_path):
     with pytest.raises(ValueError, match=f"{path}: missing field 'auroc'"):
         write_tables(tmp_path)
     assert (tmp_path / "tables" / "kl_repair.md").exists(), "the other tables are still written"
+
+
+def test_kl_repair_table_lists_mean_median_and_ratio_of_sums(tables):
+    root, _ = tables
+    result = json.loads((root / "patching" / "kl_repair.json").read_text())
+    table = kl_repair_table(result)
+    assert list(table.columns[2:6]) == ["Repair (mean)", "95% CI", "median", "ratio of sums"]
+    last = result["sites"].index("resid_pre.20")
+    row = table[table["site"] == "resid_pre.20"].iloc[0]
+    assert (row["Repair (mean)"], row["median"], row["ratio of sums"]) == tuple(
+        f"{result[k][last]:.3f}" for k in ("repair_mean", "repair_median", "repair_ratio"))
+    assert "ratio of sums" in (root / "tables" / "kl_repair.md").read_text()
 
 
 def test_kl_layers_are_matched_by_relative_depth_on_other_models():
@@ -84,3 +99,25 @@ def test_tables_read_the_layouts_of_interp_risk_and_interp_interventions(tmp_pat
     assert continuations["condition"].tolist() == ["full", "delete_all_reasoning", "hide_observation"]
     assert continuations["re-acquisition"].fillna("—").tolist() == ["10.0%", "—", "75.0%"]
     assert continuations.iloc[:, -1].fillna("—").tolist() == ["0.872", "0.675", "—"]
+
+
+def test_report_repair_section_lists_mean_median_ratio_and_threshold(tables):
+    from interp.reporting.report import _repair_section
+
+    root, _ = tables
+    result = json.loads((root / "patching" / "kl_repair.json").read_text())
+    text = "\n".join(_repair_section(root))
+    assert "| site | Repair (mean) | 95% CI | median | ratio of sums | top-1 recovery |" in text
+    assert f"{result['n_excluded']} excluded with KL(P_full||P_del) <= 1e-06 nats" in text
+    assert result["d_threshold_rule"] in text
+
+
+def test_harm_table_lists_every_aggregate(tables):
+    root, _ = tables
+    md = (root / "tables" / "harm.md").read_text()
+    doc = json.loads((root / "harm" / "harm.json").read_text())
+    for aggregator in ("sum", "mean", "max", "min"):
+        assert f"| {aggregator} | 2 |" in md and f"| {aggregator} | all |" in md
+    assert "| sum | 2 | 20 | 40 | 0.800 |" in md and "pairs (margin 0.0)" in md
+    pairwise = sum(1 for entry in doc["per_cardinality"].values() if entry["n_pairwise"])
+    assert md.count("\n| ") == 2 + len(doc["aggregates"]) + pairwise  # header, rule, one row per aggregate, triples
