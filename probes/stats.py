@@ -92,15 +92,8 @@ class PairedGain:
     n_skipped: int
 
 
-def task_bootstrap(
-    y: np.ndarray,
-    score: np.ndarray,
-    groups: np.ndarray,
-    metrics: Mapping[str, Metric],
-    n_boot: int,
-    rng: np.random.Generator,
-    level: float = 0.95,
-) -> BootstrapResult:
+def task_bootstrap(y: np.ndarray, score: np.ndarray, groups: np.ndarray, metrics: Mapping[str, Metric], n_boot: int,
+                   rng: np.random.Generator, level: float = 0.95) -> BootstrapResult:
     """Task-level percentile bootstrap CIs of metrics of pooled out-of-fold scores.
 
     Each resample draws as many tasks as there are, with replacement, takes all
@@ -109,32 +102,33 @@ def task_bootstrap(
     counted. The scores are not refit: the CI covers which tasks were sampled,
     not the variability of the selection.
     """
-    values: dict[str, list[float]] = {name: [] for name in metrics}
+    cis, skipped = _task_percentile_cis(
+        y, groups, lambda rows: {name: m(y[rows], score[rows]) for name, m in metrics.items()}, list(metrics),
+        n_boot, rng, level)
+    return BootstrapResult(cis=cis, n_used=n_boot - skipped, n_skipped=skipped)
+
+
+def _task_percentile_cis(y: np.ndarray, groups: np.ndarray, statistic: Callable[[np.ndarray], dict[str, float]],
+                         names: list[str], n_boot: int, rng: np.random.Generator,
+                         level: float) -> tuple[dict[str, list[float] | None], int]:
+    """Percentile CIs of ``statistic(rows)`` over task resamples; resamples with one class are skipped (counted)."""
+    values: dict[str, list[float]] = {}
     skipped = 0
     for rows in task_resamples(groups, n_boot, rng):
         if np.unique(y[rows]).size < 2:
             skipped += 1
             continue
-        for name, metric in metrics.items():
-            values[name].append(metric(y[rows], score[rows]))
+        for name, value in statistic(rows).items():
+            values.setdefault(name, []).append(value)
     tail = (1 - level) / 2
-    cis = {
-        name: [float(q) for q in np.quantile(v, [tail, 1 - tail])] if v else None
-        for name, v in values.items()
-    }
-    return BootstrapResult(cis=cis, n_used=n_boot - skipped, n_skipped=skipped)
+    cis = {name: [float(q) for q in np.quantile(values[name], [tail, 1 - tail])] if values.get(name) else None
+           for name in names}
+    return cis, skipped
 
 
-def paired_gain(
-    y: np.ndarray,
-    score_base: np.ndarray,
-    score_new: np.ndarray,
-    groups: np.ndarray,
-    metrics: Mapping[str, Metric],
-    n_boot: int,
-    rng: np.random.Generator,
-    level: float = 0.95,
-) -> PairedGain:
+def paired_gain(y: np.ndarray, score_base: np.ndarray, score_new: np.ndarray, groups: np.ndarray,
+                metrics: Mapping[str, Metric], n_boot: int, rng: np.random.Generator,
+                level: float = 0.95) -> PairedGain:
     """metric(y, score_new) - metric(y, score_base) with a percentile CI where both use the same resampled tasks.
 
     The two scores are out-of-fold scores of the same samples (rows aligned).
@@ -143,16 +137,9 @@ def paired_gain(
     are skipped and counted, as in `task_bootstrap`.
     """
     estimate = {name: float(m(y, score_new) - m(y, score_base)) for name, m in metrics.items()}
-    values: dict[str, list[float]] = {name: [] for name in metrics}
-    skipped = 0
-    for rows in task_resamples(groups, n_boot, rng):
-        if np.unique(y[rows]).size < 2:
-            skipped += 1
-            continue
-        for name, metric in metrics.items():
-            values[name].append(metric(y[rows], score_new[rows]) - metric(y[rows], score_base[rows]))
-    tail = (1 - level) / 2
-    cis = {name: [float(q) for q in np.quantile(v, [tail, 1 - tail])] if v else None for name, v in values.items()}
+    cis, skipped = _task_percentile_cis(
+        y, groups, lambda rows: {name: m(y[rows], score_new[rows]) - m(y[rows], score_base[rows])
+                                 for name, m in metrics.items()}, list(metrics), n_boot, rng, level)
     return PairedGain(estimate=estimate, cis=cis, n_used=n_boot - skipped, n_skipped=skipped)
 
 

@@ -263,24 +263,35 @@ def _check_random(r: float = 0.1, seed: int = 0, tokenizer: Any | None = None) -
         raise ValueError(f"random: r must be one of the study's fractions {', '.join(map(str, RANDOM_R))}; got {r}")
 
 
-def hide_observation(traj: Trajectory, after_step: int, log: EditLog, counter: TokenCounter | None = None,
-                     step: int | None = None) -> Trajectory:
-    """Replace the observation of ``step`` (default: b) with ``[output hidden]``."""
+def _edit_observations(traj: Trajectory, after_step: int, step: int | None, log: EditLog, name: str,
+                       edit: Callable[[int, int, str], str]) -> Trajectory:
+    """The observations of ``step`` (default: b), each replaced by ``edit(step, index, text)``; the one
+    home of the step check and of writing a step's observations back (string or list form kept)."""
     k = after_step if step is None else step
     if not 1 <= k <= after_step:
-        raise ValueError(f"hide_observation: step {k} is not in the history 1..{after_step}")
+        raise ValueError(f"{name}: step {k} is not in the history 1..{after_step}")
     log.params["step"] = k
     target = traj.steps[k - 1]
     obs = target.observations
     if not obs:
         log.notes.append(f"step {k} has no observation; nothing hidden")
         return traj
-    for i, o in enumerate(obs):
-        log.edits.append(Edit(k, i, "observation", "hidden", len(o), _count(counter, o)))
-    new_obs: str | tuple[str, ...] = HIDDEN if isinstance(target.observation, str) else tuple(HIDDEN for _ in obs)
+    new_obs = [edit(k, i, o) for i, o in enumerate(obs)]
+    if new_obs == list(obs):
+        return traj
     steps = list(traj.steps)
-    steps[k - 1] = replace(target, observation=new_obs)
+    steps[k - 1] = replace(target, observation=new_obs[0] if isinstance(target.observation, str) else tuple(new_obs))
     return replace(traj, steps=tuple(steps))
+
+
+def hide_observation(traj: Trajectory, after_step: int, log: EditLog, counter: TokenCounter | None = None,
+                     step: int | None = None) -> Trajectory:
+    """Replace the observation of ``step`` (default: b) with ``[output hidden]``."""
+    def hide(k: int, i: int, o: str) -> str:
+        log.edits.append(Edit(k, i, "observation", "hidden", len(o), _count(counter, o)))
+        return HIDDEN
+
+    return _edit_observations(traj, after_step, step, log, "hide_observation", hide)
 
 
 HIDDEN_STDERR = "[stderr hidden]"
@@ -346,17 +357,7 @@ def hide_stderr(traj: Trajectory, after_step: int, log: EditLog, counter: TokenC
     the JSON string ``"[stderr hidden]"``. An observation without a recognised
     error stream is kept whole and noted in the log.
     """
-    k = after_step if step is None else step
-    if not 1 <= k <= after_step:
-        raise ValueError(f"hide_stderr: step {k} is not in the history 1..{after_step}")
-    log.params["step"] = k
-    target = traj.steps[k - 1]
-    obs = target.observations
-    if not obs:
-        log.notes.append(f"step {k} has no observation; nothing hidden")
-        return traj
-    new_obs = []
-    for i, o in enumerate(obs):
+    def hide(k: int, i: int, o: str) -> str:
         edits = _stderr_edits(o)
         if not edits:
             log.notes.append(f"step {k} observation {i}: no error stream recognised (no STDERR: section, no JSON "
@@ -364,12 +365,9 @@ def hide_stderr(traj: Trajectory, after_step: int, log: EditLog, counter: TokenC
         log.edits += [Edit(k, i, "stderr", "hidden", b - a, _count(counter, o[a:b])) for a, b, _ in edits]
         for a, b, placeholder in reversed(edits):
             o = o[:a] + placeholder + o[b:]
-        new_obs.append(o)
-    if not log.edits:
-        return traj
-    steps = list(traj.steps)
-    steps[k - 1] = replace(target, observation=new_obs[0] if isinstance(target.observation, str) else tuple(new_obs))
-    return replace(traj, steps=tuple(steps))
+        return o
+
+    return _edit_observations(traj, after_step, step, log, "hide_stderr", hide)
 
 
 def clear_after_code(traj: Trajectory, after_step: int, log: EditLog,

@@ -58,8 +58,7 @@ def render(
     task_id: Annotated[str, typer.Option("--task-id", help="Trajectory to render.")],
     after_step: Annotated[int, typer.Option("--after-step", help="Boundary b: history = steps 1..b.")],
     condition: Annotated[str, typer.Option(help="History condition applied before rendering.")] = "full",
-    model: ModelOpt = "smollm2-135m",
-    model_path: ModelPathOpt = None,
+    model: ModelOpt = "smollm2-135m", model_path: ModelPathOpt = None,
 ) -> None:
     """Print the rendered prompt with segment boundaries marked and token counts per segment kind."""
     from interp.data.conditions import apply_condition
@@ -147,8 +146,7 @@ def _split(value: str) -> list[str]:
 def extract(
     trajectories: TrajectoriesOpt,
     store: Annotated[Path, typer.Option("--store", help="Activation store directory (created or resumed).")],
-    model: ModelOpt = "smollm2-135m",
-    model_path: ModelPathOpt = None,
+    model: ModelOpt = "smollm2-135m", model_path: ModelPathOpt = None,
     layers: Annotated[str, typer.Option(help="all | full_attention | 0,4,8 | 0-7 | 1based:4,8,32. " + LAYERS_0_BASED)] = "all",
     sites: Annotated[str, typer.Option(help="Comma list of resid_pre, resid_post, attn_out, mlp_out.")] = "resid_pre",
     pooling: Annotated[str, typer.Option(help="Comma list: last, mean_last:N, mean_latest_step, mean_reasoning, "
@@ -199,8 +197,7 @@ def merge(
 def entropy(
     trajectories: TrajectoriesOpt,
     out: Annotated[Path, typer.Option("--out", help="CSV of per-block scores to write.")],
-    model: ModelOpt = "smollm2-135m",
-    model_path: ModelPathOpt = None,
+    model: ModelOpt = "smollm2-135m", model_path: ModelPathOpt = None,
     rho: Annotated[float, typer.Option(help="ICLR drop fraction per step.")] = ICLR_RHO,
     context: Annotated[str, typer.Option(help="Scorer context: online (the study: step t on the history with steps "
                                               "1..t-1 already compressed) | full (departure: the uncompressed "
@@ -232,8 +229,7 @@ def patch(
     trajectories: TrajectoriesOpt,
     out: Annotated[Path, typer.Option("--out", help="Directory for kl_repair.json (and per-trajectory parts).")],
     condition: Annotated[str, typer.Option(help="Deletion condition giving P_del.")] = "delete_all_reasoning",
-    model: ModelOpt = "smollm2-135m",
-    model_path: ModelPathOpt = None,
+    model: ModelOpt = "smollm2-135m", model_path: ModelPathOpt = None,
     layers: Annotated[str, typer.Option(help="all | full_attention | 0,4,8 | 0-7 | 1based:4,8,32 (resid_pre; 'all' adds "
                                              "the final resid_post). " + LAYERS_0_BASED)] = "all",
     site: Annotated[str, typer.Option(help="resid_pre, attn_out or mlp_out.")] = "resid_pre",
@@ -260,9 +256,8 @@ def patch(
 def harm(
     trajectories: TrajectoriesOpt,
     out: Annotated[Path, typer.Option("--out", help="Directory for harm.json.")],
-    model: ModelOpt = "smollm2-135m",
-    model_path: ModelPathOpt = None,
     boundaries: Annotated[Optional[str], typer.Option(help="Comma list of task_id@b (default: middle boundary of each).")] = None,
+    model: ModelOpt = "smollm2-135m", model_path: ModelPathOpt = None,
     max_k: Annotated[int, typer.Option("--max-k", help="Largest set cardinality.")] = 3,
     budget: Annotated[int, typer.Option(help="Sampled sets per cardinality >= 2.")] = 10,
     seed: int = 0,
@@ -433,8 +428,7 @@ def intervene(
     trajectories: Annotated[Path, typer.Option("--trajectories", help="Trajectory file the states refer to.")],
     out: Annotated[Path, typer.Option("--out", help="Directory for interventions.json, interventions.md and "
                                                     "the resumable generation cache units/.")],
-    model: ModelOpt = "smollm2-135m",
-    model_path: ModelPathOpt = None,
+    model: ModelOpt = "smollm2-135m", model_path: ModelPathOpt = None,
     conditions: Annotated[str, typer.Option(help="Comma list of history conditions.")] = (
         "full,keep_latest_reasoning,delete_latest_reasoning,delete_all_reasoning,clear_after_code,hide_observation,"
         "hide_stderr"),
@@ -483,8 +477,7 @@ def sweep(config: Annotated[Path, typer.Argument(help="Sweep config (TOML; forma
 @app.command()
 def demo(
     out: Annotated[Path, typer.Option(help="Results directory.")] = Path("results/demo"),
-    model: ModelOpt = "smollm2-135m",
-    model_path: ModelPathOpt = None,
+    model: ModelOpt = "smollm2-135m", model_path: ModelPathOpt = None,
     full: Annotated[bool, typer.Option(help="Run every analysis on everything (no CPU subsets).")] = False,
     png: Annotated[bool, typer.Option(help="Export PNG figures (needs Debian's chromium).")] = True,
     device: DeviceOpt = "cpu",

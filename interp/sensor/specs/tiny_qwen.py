@@ -106,20 +106,11 @@ def tiny_config(vocab_size: int):
     from transformers import Qwen3_5TextConfig
 
     return Qwen3_5TextConfig(
-        vocab_size=vocab_size,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=8,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        linear_num_key_heads=2,
-        linear_num_value_heads=4,
-        linear_key_head_dim=16,
-        linear_value_head_dim=16,
-        full_attention_interval=4,
-        max_position_embeddings=65536,
-        tie_word_embeddings=False,
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=8,
+        # full attention: 4 heads sharing 2 KV heads; Gated-DeltaNet: 2 key heads, 4 value heads
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+        full_attention_interval=4, max_position_embeddings=65536, tie_word_embeddings=False,
         # Larger than the default 0.02 so the random model has peaked next-token
         # distributions: deletions then move them by O(1) nats, not 1e-5.
         initializer_range=0.25,
