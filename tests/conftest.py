@@ -24,6 +24,29 @@ def _seed_and_threads():
 
 
 @pytest.fixture(scope="session")
+def sweep_config():
+    """``sweep_config(path, traj, out, poolings) -> path``: a small sweep on the tiny model (one home for its TOML)."""
+    def write(path: Path, traj: Path, out: Path, poolings: str = '[["last"]]') -> Path:
+        path.write_text(f"""
+trajectories = "{traj}"
+out = "{out}"
+[grid]
+models = ["tiny-qwen3.5"]
+conditions = ["full"]
+layers = ["3,7"]
+poolings = {poolings}
+[probe]
+n_outer = 3
+n_inner = 2
+n_perm = 3
+n_boot = 20
+n_jobs = 1
+""")
+        return path
+    return write
+
+
+@pytest.fixture(scope="session")
 def demo_trajectories():
     from interp.data.trajectory import load_trajectories
 

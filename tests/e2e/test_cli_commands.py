@@ -481,26 +481,8 @@ def test_intervene_refuses_an_unknown_condition(ws, interp_main, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # sweep
 
-SWEEP = """
-trajectories = "{traj}"
-out = "{out}"
-[grid]
-models = ["tiny-qwen3.5"]
-conditions = ["full"]
-layers = ["3,7"]
-poolings = [["last"]]
-[probe]
-n_outer = 3
-n_inner = 2
-n_perm = 3
-n_boot = 20
-n_jobs = 1
-"""
-
-
-def test_sweep_runs_the_grid(ws, tmp_path):
-    config = tmp_path / "sweep.toml"
-    config.write_text(SWEEP.format(traj=ws.traj, out=tmp_path / "out"))
+def test_sweep_runs_the_grid(ws, tmp_path, sweep_config):
+    config = sweep_config(tmp_path / "sweep.toml", ws.traj, tmp_path / "out")
     result = cli("sweep", config)
     summary = pd.read_csv(tmp_path / "out" / "summary.csv")
     assert len(summary) == 1
@@ -515,9 +497,9 @@ def test_sweep_runs_the_grid(ws, tmp_path):
     assert row["cell"] in result.output
 
 
-def test_sweep_names_an_unknown_key(ws, interp_main, tmp_path):
-    config = tmp_path / "sweep.toml"
-    config.write_text(SWEEP.format(traj=ws.traj, out=tmp_path / "out") + "\n[extract]\ndevices = 'cpu'\n")
+def test_sweep_names_an_unknown_key(ws, interp_main, tmp_path, sweep_config):
+    config = sweep_config(tmp_path / "sweep.toml", ws.traj, tmp_path / "out")
+    config.write_text(config.read_text() + "\n[extract]\ndevices = 'cpu'\n")
     line = one_error_line(*interp_main("sweep", config)[::2])
     assert str(config) in line and "devices" in line
     assert not (tmp_path / "out").exists()

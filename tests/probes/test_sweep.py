@@ -11,23 +11,6 @@ from interp.pipelines.sweep import cells, load_sweep, run_sweep
 
 pytestmark = pytest.mark.e2e
 
-CONFIG = """
-trajectories = "{traj}"
-out = "{out}"
-[grid]
-models = ["tiny-qwen3.5"]
-conditions = ["full"]
-layers = ["3,7"]
-poolings = [["last"], ["last", "mean_latest_step"]]
-[probe]
-n_outer = 3
-n_inner = 2
-n_perm = 3
-n_boot = 20
-n_jobs = 1
-"""
-
-
 def test_unknown_keys_and_missing_grid_are_named(tmp_path):
     bad = tmp_path / "s.toml"
     bad.write_text('trajectories = "x"\nout = "y"\n[grid]\nmodels = ["m"]\n')
@@ -46,11 +29,10 @@ def test_cells_are_the_product_of_the_grid():
 
 
 @pytest.mark.slow
-def test_sweep_runs_and_resumes(tmp_path, demo_trajectories):
+def test_sweep_runs_and_resumes(tmp_path, demo_trajectories, sweep_config):
     traj = tmp_path / "t.jsonl"
     traj.write_text("".join(json.dumps(t.to_json()) + "\n" for t in demo_trajectories[:8]))
-    path = tmp_path / "s.toml"
-    path.write_text(CONFIG.format(traj=traj, out=tmp_path / "out"))
+    path = sweep_config(tmp_path / "s.toml", traj, tmp_path / "out", '[["last"], ["last", "mean_latest_step"]]')
     summary = run_sweep(path)
     # every boundary but each trajectory's final one (no later step: its target is undefined, not 0)
     assert len(summary) == 2 and set(summary["n_samples"]) == {sum(t.n_steps - 1 for t in demo_trajectories[:8])}
