@@ -52,6 +52,36 @@ def validate(
     console.print(report.summary(), markup=False, highlight=False)
 
 
+@app.command("import")
+def import_(
+    fmt: Annotated[str, typer.Argument(metavar="FORMAT", help="openai, anthropic, swe-agent, map (with --map or "
+                                                              "--hook) or auto (sniffed per run).")],
+    source: Annotated[Path, typer.Argument(metavar="INPUT", help="JSON Lines (one run per line), a JSON file "
+                                                                 "(one run or an array of runs) or a directory "
+                                                                 "of .traj files.")],
+    out: Annotated[Path, typer.Option("--out", help="Trajectory file to write (JSON Lines, atomically).")],
+    field_map: Annotated[Optional[Path], typer.Option("--map", help="JSON field map (dotted paths; format in "
+                                                                    "interp/data/importers/mapping.py).")] = None,
+    hook: Annotated[Optional[str], typer.Option("--hook", help="module:function or file.py:function returning "
+                                                               "trajectory dicts per record.")] = None,
+    strict: Annotated[bool, typer.Option(help="Write nothing if any run has a problem.")] = False,
+    domain: Annotated[Optional[str], typer.Option(help="Domain of every run (default: the run's own, else "
+                                                       "code for swe-agent, unknown otherwise).")] = None,
+) -> None:
+    """Convert agent runs from a framework's format into a validated trajectory file.
+
+    Problems print as FILE:LINE: field: message and skip their run. Exit 0: every
+    run converted; 1: some run skipped (the others written unless --strict) or
+    none converted; 2: bad FORMAT, option or INPUT.
+    """
+    report = stages.imports(fmt, source, out, field_map, hook, strict, domain)
+    for line in report.problems:
+        err.print(line, markup=False, highlight=False)
+    console.print(report.summary(), markup=False, highlight=False)
+    if report.problems or not report.converted:
+        raise typer.Exit(1)
+
+
 @app.command()
 def render(
     file: Annotated[Path, typer.Argument(help="Trajectory file (JSON Lines).")],

@@ -10,6 +10,7 @@ fraction) live in the analysis modules, never here.
 ==================  ===========================================  ==========================================
 stage               result                                        writer / schema
 ==================  ===========================================  ==========================================
+:func:`imports`     trajectory file (``interp import``)           ``interp.data.importers.registry``
 :func:`extract`     activation store (units, manifest)            ``interp.extraction.store``
 :func:`attention`   ``attention.json``                             ``interp.extraction.attention_summary``
 :func:`iclr`        ``iclr_blocks.csv`` (online; full from store)  ``interp.extraction.entropy.entropy_table``
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 
     from interp.continuations.run import RunSettings
     from interp.continuations.states import State
+    from interp.data.importers.registry import ImportReport
     from interp.data.trajectory import Trajectory
     from interp.externalization.labeler import GapLabelerConfig
     from interp.extraction.extract import ExtractConfig
@@ -55,6 +57,14 @@ def trajectories(path: Path, strict: bool = True) -> list[Trajectory]:
         if report.problems:
             raise TrajectoryError(report.problems)
     return load_trajectories(path)
+
+
+def imports(fmt: str, source: Path, out: Path, field_map: Path | None = None, hook: str | None = None,
+            strict: bool = False, domain: str | None = None) -> ImportReport:
+    """Agent runs in a framework's format -> a validated trajectory file (``interp import``); the import report."""
+    from interp.data.importers.registry import import_runs as run_import
+
+    return run_import(fmt, source, out, field_map, hook, strict, domain)
 
 
 def sensor(spec: str, model_path: Path | None = None, device: str = "cpu", dtype: str = "fp32",

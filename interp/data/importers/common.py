@@ -1,0 +1,293 @@
+"""What every importer shares: the run context, problems with a field path, and the text rules.
+
+An importer is a function ``convert(record, ctx) -> dict`` from one run as the
+framework wrote it (a parsed JSON value) to one trajectory record (the shape of
+``data/README.md``). It raises :class:`RunProblem` naming the field of the
+*input* record (``messages[3].tool_calls[0].function.arguments``) when the run
+cannot be converted, and counts what it leaves out in ``ctx.dropped`` (shown in
+the import summary). The text rules below are the one home of choices that
+several formats share:
+
+* content given as a list of parts keeps the text parts, joined with ``"\\n"``
+  (:data:`PART_JOIN`); other parts (images, audio, documents) are dropped and counted;
+* several reasoning pieces of one turn (thinking blocks, ``reasoning_content``
+  and ``<think>`` sections) are joined with ``"\\n\\n"``, so each stays a
+  reasoning block of its own;
+* tool-call arguments given as a JSON string are parsed; the result must be a
+  JSON object (an empty string is ``{}``);
+* ``<think>...</think>`` sections are cut out of message text (:func:`split_think`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+PART_JOIN = "\n"  # between the text parts of one content list
+REASONING_JOIN = "\n\n"  # between reasoning pieces of one turn: each stays a block
+DEFAULT_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
+ID_FIELDS = ("task_id", "instance_id", "id")  # a run's own id, first found wins
+
+
+class RunProblem(ValueError):
+    """One run cannot be converted: ``where`` is the field path in the input record."""
+
+    def __init__(self, where: str, message: str):
+        self.where, self.message = where, message
+        super().__init__(f"{where}: {message}")
+
+
+@dataclass
+class RunContext:
+    """Where a run comes from, the defaults for what it lacks, and what its conversion dropped."""
+
+    file: str
+    line: int
+    stem: str  # the input file's name without suffix: default task id (with the line for multi-run files)
+    single: bool = False  # the file holds this one run (a .traj file): the task id is the stem alone
+    domain: str | None = None  # --domain: overrides the run's own and the format's default
+    dropped: Counter = field(default_factory=Counter)
+
+    def task_id(self, record: Any) -> str:
+        """The run's own id (``task_id``, ``instance_id`` or ``id``) or one made from the file and line."""
+        if isinstance(record, Mapping):
+            for key in ID_FIELDS:
+                if isinstance(record.get(key), (str, int)) and str(record[key]):
+                    return str(record[key])
+        return self.stem if self.single else f"{self.stem}-{self.line}"
+
+    def domain_of(self, record: Any, default: str) -> str:
+        """``--domain``, else the run's ``domain`` field, else the format's default."""
+        if self.domain:
+            return self.domain
+        own = record.get("domain") if isinstance(record, Mapping) else None
+        return own if isinstance(own, str) and own else default
+
+    def drop(self, what: str, n: int = 1) -> None:
+        """Count something the trajectory format does not keep (listed in the summary)."""
+        self.dropped[what] += n
+
+
+def expect(value: Any, kind: type | tuple[type, ...], where: str, what: str) -> Any:
+    """``value`` if it has type ``kind``; a :class:`RunProblem` naming ``where`` otherwise."""
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise RunProblem(where, f"expected {what}, got {_json_type(value)}")
+    return value
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
+
+
+def text_of(content: Any, where: str, ctx: RunContext, text_types: tuple[str, ...] = ("text",)) -> str:
+    """Text of a message content: a string as is, a list of parts as its text parts joined (others dropped)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    expect(content, list, where, "a string or a list of content parts")
+    texts = []
+    for i, part in enumerate(content):
+        if isinstance(part, str):
+            texts.append(part)
+            continue
+        expect(part, dict, f"{where}[{i}]", "a content part object")
+        if part.get("type") in text_types or ("type" not in part and "text" in part):
+            texts.append(expect(part.get("text"), str, f"{where}[{i}].text", "a string"))
+        else:
+            ctx.drop(f"{part.get('type', 'untyped')} content parts")
+    return PART_JOIN.join(texts)
+
+
+def parse_arguments(raw: Any, where: str) -> dict[str, Any]:
+    """Tool-call arguments as an object: a JSON string is parsed (``""`` is ``{}``), an object is kept."""
+    if raw is None:
+        return {}
+    if isinstance(raw, str):
+        if not raw.strip():
+            return {}
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise RunProblem(where, f"invalid JSON arguments: {exc.msg} at character {exc.pos + 1} "
+                                    f"of {raw[:60]!r}{'...' if len(raw) > 60 else ''}") from None
+    if not isinstance(raw, dict):
+        raise RunProblem(where, f"arguments must be a JSON object, got {_json_type(raw)}")
+    return raw
+
+
+THINK = re.compile(r"<think>\n?(.*?)\n?</think>\n*", re.DOTALL)
+
+
+def split_think(text: str) -> tuple[str, str]:
+    """``(reasoning, rest)``: the ``<think>`` sections of ``text`` and the text without them.
+
+    One newline inside each tag and the newlines after ``</think>`` are template
+    formatting and go; the rest is verbatim. A leading section without
+    ``<think>`` (templates that open it in the generation prompt) ends at the
+    first ``</think>``; an unclosed ``<think>`` (a cut-off turn) runs to the end.
+    """
+    if "</think>" in text and "<think>" not in text.split("</think>", 1)[0]:
+        head, text = text.split("</think>", 1)
+        text = "<think>" + head + "</think>" + text
+    if "<think>" in text and "</think>" not in text.rsplit("<think>", 1)[1]:
+        text += "</think>"
+    pieces = [m.group(1) for m in THINK.finditer(text)]
+    return REASONING_JOIN.join(p for p in pieces if p.strip()), THINK.sub("", text)
+
+
+def join_reasoning(pieces: list[str]) -> str:
+    """Reasoning pieces of one turn joined so each stays a block; blank pieces left out."""
+    return REASONING_JOIN.join(p for p in pieces if p and p.strip())
+
+
+def tool_spec(name: Any, description: Any, parameters: Any, where: str) -> dict[str, Any]:
+    """One declared tool in the trajectory shape ``{name, description, parameters}``."""
+    return {"name": expect(name, str, f"{where}.name", "a tool name string"),
+            "description": description if isinstance(description, str) else "",
+            "parameters": parameters if isinstance(parameters, dict) else dict(DEFAULT_PARAMETERS)}
+
+
+def outcome_of(record: Any) -> dict[str, Any]:
+    """``{reward, success}`` from the run's ``outcome`` object or its top-level ``reward``/``success``."""
+    if not isinstance(record, Mapping):
+        return {}
+    src = record.get("outcome") if isinstance(record.get("outcome"), Mapping) else record
+    out = {}
+    if isinstance(src.get("reward"), (int, float)) and not isinstance(src.get("reward"), bool):
+        out["reward"] = src["reward"]
+    if isinstance(src.get("success"), bool):
+        out["success"] = src["success"]
+    return out
+
+
+def call_action(calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """The step action for tool calls: ``{"tool", "arguments"}`` for one, ``{"calls": [...]}`` for several."""
+    return calls[0] if len(calls) == 1 else {"calls": calls}
+
+
+def observation_of(results: list[str | None], where: str) -> str | list[str] | None:
+    """The step observation for the results of its calls (None: no result recorded).
+
+    One call: its result or null; several: one string per call, or null when no
+    call has a result (a run cut off after the turn). Some but not all answered
+    is an error naming the first unanswered call.
+    """
+    if len(results) == 1:
+        return results[0]
+    if all(r is None for r in results):
+        return None
+    missing = [i for i, r in enumerate(results) if r is None]
+    if missing:
+        raise RunProblem(where, f"no result for parallel call {missing[0]} of {len(results)} "
+                                f"(the others have results)")
+    return list(results)
+
+
+def metadata_of(record: Any, used: set[str]) -> dict[str, Any]:
+    """The run's top-level fields the importer did not map, kept under ``metadata`` (passed through)."""
+    if not isinstance(record, Mapping):
+        return {}
+    return {k: v for k, v in record.items() if k not in used}
+
+
+@dataclass
+class _Call:
+    id: str | None
+    call: dict[str, Any]
+    result: str | None = None
+    is_error: bool = False
+
+
+@dataclass
+class _Step:
+    reasoning: str
+    calls: list[_Call]
+    text: str | None
+    extra: dict[str, Any]
+    reply: str | None = None  # the user's answer to a text action
+    where: str = ""
+
+
+class ChatSteps:
+    """Builds steps from a chat: each assistant turn is one step, tool results and user replies attach to it.
+
+    The rules both chat formats follow (documented per format in ``data/README.md``):
+
+    * user text before the first assistant turn is the task (several pieces joined with ``"\\n\\n"``);
+    * an assistant turn is one step: its tool calls (several: one parallel
+      ``{"calls": [...]}`` action), or its text as a ``{"text"}`` action;
+    * a tool result answers the call with its id among the calls still open in
+      the latest step (in order when the result carries no id);
+    * user text after a text action is that step's observation (the user's
+      reply); after tool calls it is dropped and counted.
+    """
+
+    def __init__(self, ctx: RunContext):
+        self.ctx = ctx
+        self.task: list[str] = []
+        self.steps: list[_Step] = []
+
+    def user_text(self, text: str) -> None:
+        """Text from the user (or the environment speaking as the user)."""
+        if not self.steps:
+            if text.strip():
+                self.task.append(text)
+        elif self.steps[-1].text is not None and self.steps[-1].reply is None:
+            self.steps[-1].reply = text
+        elif text.strip():
+            self.ctx.drop("user messages after tool results or a user reply")
+
+    def assistant(self, reasoning: str, text: str, calls: list[tuple[str | None, dict[str, Any]]], where: str,
+                  extra: dict[str, Any] | None = None) -> None:
+        """One assistant turn: reasoning, visible text and tool calls ``[(id, {"tool", "arguments"})]``.
+
+        With tool calls and no reasoning, the visible text is the step's reasoning
+        (the thought a ReAct agent writes before acting); with both, the text is
+        kept in the step's ``assistant_text`` field (passed through, not rendered).
+        """
+        extra = dict(extra or {})
+        if calls and not reasoning.strip():
+            reasoning, text = text, ""
+        if calls and text.strip():
+            extra["assistant_text"] = text
+        self.steps.append(_Step(reasoning=reasoning, calls=[_Call(i, c) for i, c in calls],
+                                text=None if calls else text, extra=extra, where=where))
+
+    def tool_result(self, call_id: str | None, result: str, where: str, is_error: bool = False) -> None:
+        """The result of an open call of the latest step."""
+        open_calls = [c for c in self.steps[-1].calls if c.result is None] if self.steps else []
+        match = next((c for c in open_calls if call_id is not None and c.id == call_id), None)
+        if match is None and call_id is None and open_calls:
+            match = open_calls[0]
+        if match is None:
+            ids = ", ".join(repr(c.id) for c in open_calls) or "none"
+            raise RunProblem(where, f"tool result for call id {call_id!r} answers no open call of the preceding "
+                                    f"assistant turn (open: {ids})")
+        match.result, match.is_error = result, is_error
+
+    def trajectory(self, record: Any, where: str) -> dict[str, Any]:
+        """Task and steps in the trajectory shape (the caller adds the other fields)."""
+        if not self.steps:
+            raise RunProblem(where, "no assistant turn: a trajectory needs at least one step")
+        if not self.task:
+            raise RunProblem(where, "no user text before the first assistant turn (the task)")
+        steps = []
+        for s in self.steps:
+            if s.calls:
+                action = call_action([c.call for c in s.calls])
+                observation = observation_of([c.result for c in s.calls], s.where)
+                errors = [c.is_error for c in s.calls]
+                if any(errors):
+                    s.extra["is_error"] = errors[0] if len(errors) == 1 else errors
+            else:
+                action, observation = {"text": s.text}, s.reply
+            steps.append({"reasoning": s.reasoning, "action": action, "observation": observation, **s.extra})
+        last = self.steps[-1]
+        return {"task": REASONING_JOIN.join(self.task), "steps": steps,
+                "final_answer": last.text if last.text is not None else None}

@@ -1,0 +1,113 @@
+"""OpenAI-style chat runs: ``system``/``user``/``assistant`` messages with ``tool_calls`` and ``tool`` results.
+
+A run is an object ``{"messages": [...], "tools": [...]?, ...}`` or a bare list
+of messages. What is mapped (``data/README.md`` lists it with what is dropped):
+
+* ``system`` and ``developer`` messages before the first assistant turn: the
+  system prompt (joined with ``"\\n\\n"``); later ones are dropped and counted;
+* ``user`` text before the first assistant turn: the task; later user text
+  is the reply to a text action (its observation), see :class:`ChatSteps`;
+* each ``assistant`` message: one step. Reasoning from ``reasoning_content``
+  (or ``reasoning``) and ``<think>`` sections of its text; ``tool_calls``
+  (``function.arguments`` as a JSON string or an object; the legacy
+  ``function_call`` too) become the action, one call or a parallel
+  ``{"calls": [...]}``; with no call its text (or ``refusal``) is a text action;
+* ``tool`` messages (and legacy ``function`` ones) answer the calls by
+  ``tool_call_id``;
+* ``tools`` (``{"type": "function", "function": {...}}`` or plain
+  ``{name, description, parameters}``): the declared tools;
+* ``task_id``/``instance_id``/``id``, ``domain``, ``reward``/``success``
+  (or ``outcome``) of the run; its other top-level fields go to ``metadata``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from interp.data.importers.common import (
+    REASONING_JOIN, ChatSteps, RunContext, RunProblem, expect, join_reasoning, metadata_of, outcome_of, parse_arguments,
+    split_think, text_of, tool_spec,
+)
+
+FORMAT = "openai"
+DEFAULT_DOMAIN = "unknown"
+USED = {"messages", "tools", "task_id", "instance_id", "id", "domain", "reward", "success", "outcome"}
+
+
+def looks_like(record: Any) -> bool:
+    """Sniff (``interp import auto``): a message list with ``tool_calls``, ``tool`` roles or string contents."""
+    messages = record.get("messages") if isinstance(record, dict) else record
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        return False
+    return all("role" in m for m in messages)
+
+
+def convert(record: Any, ctx: RunContext) -> dict[str, Any]:
+    """One OpenAI-style chat run as a trajectory record (see the module docstring)."""
+    messages = record.get("messages") if isinstance(record, dict) else record
+    base = "messages" if isinstance(record, dict) else "(record)"
+    expect(messages, list, base, "a list of chat messages")
+    system: list[str] = []
+    chat = ChatSteps(ctx)
+    for i, msg in enumerate(messages):
+        where = f"{base}[{i}]" if base == "messages" else f"[{i}]"
+        expect(msg, dict, where, "a message object")
+        role = msg.get("role")
+        if role in ("system", "developer"):
+            if chat.steps:
+                ctx.drop("system messages after the first assistant turn")
+            else:
+                system.append(text_of(msg.get("content"), f"{where}.content", ctx))
+        elif role == "user":
+            chat.user_text(text_of(msg.get("content"), f"{where}.content", ctx))
+        elif role == "assistant":
+            _assistant(chat, msg, where, ctx)
+        elif role in ("tool", "function"):
+            result = text_of(msg.get("content"), f"{where}.content", ctx)
+            chat.tool_result(msg.get("tool_call_id"), result, where)
+        else:
+            raise RunProblem(f"{where}.role", f"unknown role {role!r}; expected system, developer, user, "
+                                              f"assistant, tool or function")
+    out = {"task_id": ctx.task_id(record), "domain": ctx.domain_of(record, DEFAULT_DOMAIN),
+           "system_prompt": REASONING_JOIN.join(system),
+           "tools": _tools(record.get("tools") if isinstance(record, dict) else None),
+           **chat.trajectory(record, base), "outcome": outcome_of(record)}
+    meta = metadata_of(record, USED)
+    return {**out, "metadata": meta} if meta else out
+
+
+def _assistant(chat: ChatSteps, msg: dict[str, Any], where: str, ctx: RunContext) -> None:
+    text = text_of(msg.get("content"), f"{where}.content", ctx)
+    if not text and isinstance(msg.get("refusal"), str):
+        text = msg["refusal"]
+    thought, text = split_think(text)
+    own = msg.get("reasoning_content", msg.get("reasoning"))
+    own = text_of(own, f"{where}.reasoning_content", ctx) if own is not None else ""
+    calls = []
+    raw_calls = msg.get("tool_calls") or ([msg["function_call"]] if msg.get("function_call") else [])
+    field = "tool_calls" if msg.get("tool_calls") else "function_call"
+    expect(raw_calls, list, f"{where}.{field}", "a list of tool calls")
+    for j, call in enumerate(raw_calls):
+        at = f"{where}.{field}[{j}]" if field == "tool_calls" else f"{where}.{field}"
+        expect(call, dict, at, "a tool call object")
+        fn = call.get("function", call) if field == "tool_calls" else call
+        fn_at = f"{at}.function" if fn is not call else at
+        expect(fn, dict, fn_at, "a function object")
+        name = expect(fn.get("name"), str, f"{fn_at}.name", "the tool name as a string")
+        calls.append((call.get("id"), {"tool": name, "arguments": parse_arguments(fn.get("arguments"),
+                                                                                   f"{fn_at}.arguments")}))
+    chat.assistant(join_reasoning([own, thought]), text, calls, where)
+
+
+def _tools(raw: Any) -> list[dict[str, Any]]:
+    if raw is None:
+        return []
+    expect(raw, list, "tools", "a list of tool declarations")
+    out = []
+    for i, tool in enumerate(raw):
+        expect(tool, dict, f"tools[{i}]", "a tool object")
+        fn = tool.get("function", tool)
+        where = f"tools[{i}].function" if "function" in tool else f"tools[{i}]"
+        expect(fn, dict, where, "a function object")
+        out.append(tool_spec(fn.get("name"), fn.get("description"), fn.get("parameters"), where))
+    return out

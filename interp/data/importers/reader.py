@@ -1,0 +1,106 @@
+"""Reading runs from an input path, each with the file and line it starts on (for ``FILE:LINE`` errors).
+
+* a directory: every ``*.traj`` file under it (recursively, sorted), one run each;
+* ``.jsonl``/``.ndjson``: one run per line, streamed line by line (a huge file
+  is never held whole);
+* ``.json``/``.traj``: one JSON value: an array of runs (each item with the line
+  it starts on), or one run (an object, or an array of chat messages);
+* another suffix: JSON Lines when its first non-blank line is a JSON value on
+  its own, else one JSON value.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+LINE_SUFFIXES = (".jsonl", ".ndjson")
+WHOLE_SUFFIXES = (".json", ".traj")
+
+
+@dataclass(frozen=True)
+class Record:
+    """One parsed input value, or the reason it could not be parsed (``problem``)."""
+
+    file: Path
+    line: int
+    value: Any = None
+    single: bool = False  # the file holds only this run
+    problem: str | None = None
+
+
+def read_records(path: Path) -> Iterator[Record]:
+    """Every record under ``path`` (a file or a directory of ``.traj`` files), in order."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(path.rglob("*.traj"))
+        if not files:
+            raise FileNotFoundError(f"{path}: directory holds no *.traj files")
+        for file in files:
+            yield from _whole(file)
+    elif not path.is_file():
+        raise FileNotFoundError(f"{path}: input not found")
+    elif path.suffix in LINE_SUFFIXES or (path.suffix not in WHOLE_SUFFIXES and _first_line_is_json(path)):
+        yield from _lines(path)
+    else:
+        yield from _whole(path)
+
+
+def _first_line_is_json(path: Path) -> bool:
+    with path.open("rb") as fh:
+        for raw in fh:
+            if raw.strip():
+                try:
+                    json.loads(raw)
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    return False
+                return True
+    return True
+
+
+def _lines(path: Path) -> Iterator[Record]:
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                yield Record(path, lineno, json.loads(raw.decode("utf-8")))
+            except UnicodeDecodeError as exc:
+                yield Record(path, lineno, problem=f"(line): not UTF-8 (byte {exc.start + 1} of the line)")
+            except json.JSONDecodeError as exc:
+                yield Record(path, lineno, problem=f"(line): invalid JSON: {exc.msg} at column {exc.colno}")
+
+
+def _whole(path: Path) -> Iterator[Record]:
+    try:
+        text = path.read_text(encoding="utf-8")
+        value = json.loads(text)
+    except UnicodeDecodeError as exc:
+        yield Record(path, 1, problem=f"(file): not UTF-8 (byte {exc.start + 1})")
+        return
+    except json.JSONDecodeError as exc:
+        yield Record(path, exc.lineno, problem=f"(file): invalid JSON: {exc.msg} at column {exc.colno}")
+        return
+    if isinstance(value, list) and value and not (isinstance(value[0], dict) and "role" in value[0]):
+        for line, item in _array_items(text):  # an array of runs (not one run's message list)
+            yield Record(path, line, item)
+    else:
+        yield Record(path, 1, value, single=True)
+
+
+def _array_items(text: str) -> Iterator[tuple[int, Any]]:
+    """``(line, item)`` for each item of the (valid) JSON array ``text``."""
+    decoder, pos, line, counted = json.JSONDecoder(), text.index("[") + 1, 1, 0
+    while True:
+        while text[pos] in " \t\r\n,":
+            pos += 1
+        if text[pos] == "]":
+            return
+        item, end = decoder.raw_decode(text, pos)
+        line += text.count("\n", counted, pos)
+        counted = pos
+        yield line, item
+        pos = end

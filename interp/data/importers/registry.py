@@ -1,0 +1,172 @@
+"""The importer registry and ``interp import``: runs in a framework's format -> a validated trajectory file.
+
+:func:`import_runs` streams the input (:mod:`interp.data.importers.reader`),
+converts each run with the format's importer, and checks every converted
+trajectory with the validator of ``interp validate``
+(:func:`interp.data.trajectory.iter_records`, duplicate task ids included).
+A run with a problem is reported as ``FILE:LINE: field.path: message`` (the
+input's file and line, the field of the input record, or of the converted
+trajectory for a validator problem) and skipped; with ``strict`` any problem
+means nothing is written. The output is written atomically (a reader never
+sees half a file), one trajectory per line, text verbatim (UTF-8, non-ASCII as is).
+
+==============  ======================================  =============================
+format          input                                   importer
+==============  ======================================  =============================
+``openai``      chat messages with ``tool_calls``       :mod:`.openai`
+``anthropic``   messages with content blocks            :mod:`.anthropic`
+``swe-agent``   ``.traj`` files (``trajectory`` list)   :mod:`.swe_agent`
+``map``         anything, via ``--map`` or ``--hook``   :mod:`.mapping`
+``auto``        sniffed per run: swe-agent, anthropic, openai (in that order)
+==============  ======================================  =============================
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from interp.data.importers import anthropic, mapping, openai, swe_agent
+from interp.data.importers.common import RunContext, RunProblem
+from interp.data.importers.reader import read_records
+from interp.io import atomic_path
+
+IMPORTERS = {m.FORMAT: m for m in (openai, anthropic, swe_agent)}
+SNIFF_ORDER = (swe_agent, anthropic, openai)
+FORMATS = (*IMPORTERS, mapping.FORMAT, "auto")
+
+
+@dataclass
+class ImportReport:
+    """What :func:`import_runs` did: runs converted and skipped, why, and what the formats could not keep."""
+
+    input: Path
+    out: Path
+    converted: int = 0
+    skipped: int = 0
+    written: bool = False
+    problems: list[str] = field(default_factory=list)  # FILE:LINE: field: message, in input order
+    reasons: Counter = field(default_factory=Counter)  # why runs were skipped: problem kind -> runs
+    formats: Counter = field(default_factory=Counter)  # converted runs per format (auto tells them apart)
+    dropped: Counter = field(default_factory=Counter)  # what the importers left out, summed over runs
+
+    def summary(self) -> str:
+        """A few lines: converted, skipped and why, formats, dropped, where the output went."""
+        where = f"-> {self.out}" if self.written else "(nothing written)"
+        lines = [f"{self.input}: {self.converted} runs converted, {self.skipped} skipped {where}"]
+        if self.reasons:
+            lines.append("skipped: " + "; ".join(f"{r} ({n})" for r, n in self.reasons.most_common()))
+        if self.formats:
+            lines.append("formats: " + ", ".join(f"{f} {n}" for f, n in sorted(self.formats.items())))
+        if self.dropped:
+            lines.append("dropped: " + ", ".join(f"{d} {n}" for d, n in sorted(self.dropped.items())))
+        return "\n".join(lines)
+
+
+def _reason(message: str) -> str:
+    """The kind of a problem, for the summary: names and numbers masked, cut before details."""
+    kind = re.sub(r"'[^']*'|\"[^\"]*\"|\d+", "_", message)
+    return re.split(r"[:(;]", kind, maxsplit=1)[0].strip()
+
+
+def converter(fmt: str, field_map: Path | None = None, hook: str | None = None) -> Callable[[Any, RunContext], tuple[str, list[dict]]]:
+    """``convert(record, ctx) -> (format used, trajectory dicts)`` for ``fmt``; option errors raise ``ValueError``."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown import format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if fmt == mapping.FORMAT:
+        if (field_map is None) == (hook is None):
+            raise ValueError("format map needs exactly one of --map MAP.json or --hook module:function")
+        if hook is not None:
+            fn = mapping.load_hook(hook)
+            return lambda record, ctx: ("hook", mapping.run_hook(fn, record))
+        spec = mapping.load_map(field_map)
+        return lambda record, ctx: ("map", mapping.convert(record, ctx, spec))
+    if field_map is not None or hook is not None:
+        raise ValueError(f"--map and --hook go with format map, not {fmt}")
+    if fmt != "auto":
+        module = IMPORTERS[fmt]
+        return lambda record, ctx: (module.FORMAT, [module.convert(record, ctx)])
+
+    def sniffed(record: Any, ctx: RunContext) -> tuple[str, list[dict]]:
+        module = next((m for m in SNIFF_ORDER if m.looks_like(record)), None)
+        if module is None:
+            raise RunProblem("(record)", "format not recognised (auto): expected a .traj object, or chat messages "
+                                         "(openai, anthropic); name the format or use map")
+        return module.FORMAT, [module.convert(record, ctx)]
+    return sniffed
+
+
+def import_runs(fmt: str, source: Path, out: Path, field_map: Path | None = None, hook: str | None = None,
+                strict: bool = False, domain: str | None = None) -> ImportReport:
+    """Convert every run of ``source`` to a trajectory file ``out``; see the module docstring."""
+    from interp.data.trajectory import ValidationReport, iter_records
+
+    source, out = Path(source), Path(out)
+    convert = converter(fmt, field_map, hook)  # option errors before any work
+    if not source.exists():
+        raise FileNotFoundError(f"{source}: input not found")
+    if out.exists() and out.resolve() == source.resolve():
+        raise ValueError(f"--out {out}: is the input file; write the trajectories elsewhere")
+    report = ImportReport(source, out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".candidates")
+    candidates, origins = Path(name), []  # origins[k]: (file, line, format) of candidate line k + 1
+    found: list[tuple[str, int, str]] = []
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            for rec in read_records(source):
+                ctx = RunContext(file=str(rec.file), line=rec.line, stem=_stem(rec.file),
+                                 single=rec.single, domain=domain)
+                try:
+                    if rec.problem:
+                        raise RunProblem(*rec.problem.split(": ", 1))
+                    used, runs = convert(rec.value, ctx)
+                except RunProblem as exc:
+                    found.append((str(rec.file), rec.line, f"{exc.where}: {exc.message}"))
+                    report.skipped += 1
+                    report.reasons[_reason(exc.message)] += 1
+                    continue
+                report.dropped.update(ctx.dropped)
+                for run in runs:
+                    fh.write(json.dumps(run, ensure_ascii=False) + "\n")
+                    origins.append((rec.file, rec.line, used))
+        checked = ValidationReport(candidates)
+        valid = {line for line, _ in iter_records(candidates, checked)}
+        failed: dict[int, list[str]] = {}
+        for problem in checked.problems:  # "CANDIDATES:LINE: where: message"
+            line, rest = problem[len(str(candidates)) + 1:].split(": ", 1)
+            failed.setdefault(int(line), []).append(rest)
+        for k, (file, line, used) in enumerate(origins, start=1):
+            if k in valid:
+                report.converted += 1
+                report.formats[used] += 1
+                continue
+            rests = failed.get(k, ["(record): invalid converted trajectory"])
+            found += [(str(file), line, f"{rest} (in the converted trajectory)") for rest in rests]
+            report.skipped += 1
+            report.reasons[_reason(rests[0].split(": ", 1)[-1])] += 1
+        report.problems = [f"{file}:{line}: {text}" for file, line, text in sorted(found, key=lambda p: p[:2])]
+        if report.converted and not (strict and report.problems):
+            with atomic_path(out) as tmp, candidates.open("rb") as src, tmp.open("wb") as dst:
+                for k, raw in enumerate(src, start=1):
+                    if k in valid:
+                        dst.write(raw)
+            report.written = True
+    finally:
+        candidates.unlink(missing_ok=True)
+    return report
+
+
+def _stem(file: Path) -> str:
+    """The file name without its data suffixes (``a-1.2.traj`` -> ``a-1.2``): the default task id."""
+    name = file.name
+    while (suffix := next((s for s in (".json", ".jsonl", ".ndjson", ".traj") if name.endswith(s)), None)):
+        name = name[: -len(suffix)]
+    return name or file.name
