@@ -16,7 +16,6 @@ import json
 import math
 import sys
 import traceback
-from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd

@@ -134,3 +134,14 @@ def test_the_converter_is_the_formats_own():
 
     used, (run,) = converter("auto")(record, RunContext("f", 1, "f"))
     assert used == "openai" and run["task_id"] == "oa-code-1"
+
+
+def test_a_hook_result_that_is_not_plain_json_skips_its_record(tmp_path):
+    hook = tmp_path / "hook.py"
+    hook.write_text("def convert(record):\n    return {'task_id': 'x', 'tags': {1, 2}}\n")
+    source = tmp_path / "runs.jsonl"
+    source.write_text("{}\n")
+    report = import_runs("map", source, tmp_path / "t.jsonl", hook=f"{hook}:convert")
+    assert report.problems == [f"{source}:1: (record): converted run is not plain JSON (Object of type set is not "
+                               f"JSON serializable)"]
+    assert not report.written and not (tmp_path / "t.jsonl").exists()

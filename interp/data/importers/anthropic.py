@@ -74,7 +74,7 @@ def convert(record: Any, ctx: RunContext) -> dict[str, Any]:
     out = {"task_id": ctx.task_id(record), "domain": ctx.domain_of(record, DEFAULT_DOMAIN),
            "system_prompt": text_of(system, "system", ctx),
            "tools": _tools(record.get("tools") if isinstance(record, dict) else None),
-           **chat.trajectory(record, base), "outcome": outcome_of(record)}
+           **chat.trajectory(base), "outcome": outcome_of(record)}
     meta = metadata_of(record, USED)
     return {**out, "metadata": meta} if meta else out
 

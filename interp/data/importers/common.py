@@ -271,7 +271,7 @@ class ChatSteps:
                                     f"assistant turn (open: {ids})")
         match.result, match.is_error = result, is_error
 
-    def trajectory(self, record: Any, where: str) -> dict[str, Any]:
+    def trajectory(self, where: str) -> dict[str, Any]:
         """Task and steps in the trajectory shape (the caller adds the other fields)."""
         if not self.steps:
             raise RunProblem(where, "no assistant turn: a trajectory needs at least one step")

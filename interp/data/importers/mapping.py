@@ -120,7 +120,7 @@ def _run(run: Any, ctx: RunContext, spec: dict[str, Any], prefix: str, default_i
     domain = _field(run, spec, "domain", prefix)
     tools = _field(run, spec, "tools", prefix) or []
     expect(tools, list, f"{prefix}{spec.get('tools')}", "a list of tool declarations")
-    out = {
+    return {
         "task_id": str(task_id) if task_id not in (None, "") else default_id,
         "domain": ctx.domain or (domain if isinstance(domain, str) and domain else DEFAULT_DOMAIN),
         "system_prompt": _text(_field(run, spec, "system_prompt", prefix), f"{prefix}{spec.get('system_prompt')}"),
@@ -131,7 +131,6 @@ def _run(run: Any, ctx: RunContext, spec: dict[str, Any], prefix: str, default_i
         "outcome": outcome_of({"reward": _field(run, spec, "reward", prefix),
                                "success": _field(run, spec, "success", prefix)}),
     }
-    return out
 
 
 def _text(value: Any, where: str) -> str:

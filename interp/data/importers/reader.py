@@ -23,13 +23,13 @@ WHOLE_SUFFIXES = (".json", ".traj")
 
 @dataclass(frozen=True)
 class Record:
-    """One parsed input value, or the reason it could not be parsed (``problem``)."""
+    """One parsed input value, or why it could not be parsed (``problem``: field, message)."""
 
     file: Path
     line: int
     value: Any = None
     single: bool = False  # the file holds only this run
-    problem: str | None = None
+    problem: tuple[str, str] | None = None
 
 
 def read_records(path: Path) -> Iterator[Record]:
@@ -69,9 +69,9 @@ def _lines(path: Path) -> Iterator[Record]:
             try:
                 yield Record(path, lineno, json.loads(raw.decode("utf-8")))
             except UnicodeDecodeError as exc:
-                yield Record(path, lineno, problem=f"(line): not UTF-8 (byte {exc.start + 1} of the line)")
+                yield Record(path, lineno, problem=("(line)", f"not UTF-8 (byte {exc.start + 1} of the line)"))
             except json.JSONDecodeError as exc:
-                yield Record(path, lineno, problem=f"(line): invalid JSON: {exc.msg} at column {exc.colno}")
+                yield Record(path, lineno, problem=("(line)", f"invalid JSON: {exc.msg} at column {exc.colno}"))
 
 
 def _whole(path: Path) -> Iterator[Record]:
@@ -79,10 +79,10 @@ def _whole(path: Path) -> Iterator[Record]:
         text = path.read_text(encoding="utf-8")
         value = json.loads(text)
     except UnicodeDecodeError as exc:
-        yield Record(path, 1, problem=f"(file): not UTF-8 (byte {exc.start + 1})")
+        yield Record(path, 1, problem=("(file)", f"not UTF-8 (byte {exc.start + 1})"))
         return
     except json.JSONDecodeError as exc:
-        yield Record(path, exc.lineno, problem=f"(file): invalid JSON: {exc.msg} at column {exc.colno}")
+        yield Record(path, exc.lineno, problem=("(file)", f"invalid JSON: {exc.msg} at column {exc.colno}"))
         return
     if isinstance(value, list) and value and not (isinstance(value[0], dict) and "role" in value[0]):
         for line, item in _array_items(text):  # an array of runs (not one run's message list)

@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from interp.data.importers import anthropic, mapping, openai, swe_agent
 from interp.data.importers.common import RunContext, RunProblem
@@ -76,7 +76,10 @@ def _reason(message: str) -> str:
     return re.split(r"[:(;]", kind, maxsplit=1)[0].strip()
 
 
-def converter(fmt: str, field_map: Path | None = None, hook: str | None = None) -> Callable[[Any, RunContext], tuple[str, list[dict]]]:
+Converter = Callable[[Any, RunContext], tuple[str, list[dict[str, Any]]]]
+
+
+def converter(fmt: str, field_map: Path | None = None, hook: str | None = None) -> Converter:
     """``convert(record, ctx) -> (format used, trajectory dicts)`` for ``fmt``; option errors raise ``ValueError``."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown import format {fmt!r}; expected one of {', '.join(FORMATS)}")
@@ -94,7 +97,7 @@ def converter(fmt: str, field_map: Path | None = None, hook: str | None = None) 
         module = IMPORTERS[fmt]
         return lambda record, ctx: (module.FORMAT, [module.convert(record, ctx)])
 
-    def sniffed(record: Any, ctx: RunContext) -> tuple[str, list[dict]]:
+    def sniffed(record: Any, ctx: RunContext) -> tuple[str, list[dict[str, Any]]]:
         module = next((m for m in SNIFF_ORDER if m.looks_like(record)), None)
         if module is None:
             raise RunProblem("(record)", "format not recognised (auto): expected a .traj object, or chat messages "
@@ -106,8 +109,6 @@ def converter(fmt: str, field_map: Path | None = None, hook: str | None = None) 
 def import_runs(fmt: str, source: Path, out: Path, field_map: Path | None = None, hook: str | None = None,
                 strict: bool = False, domain: str | None = None) -> ImportReport:
     """Convert every run of ``source`` to a trajectory file ``out``; see the module docstring."""
-    from interp.data.trajectory import ValidationReport, iter_records
-
     source, out = Path(source), Path(out)
     convert = converter(fmt, field_map, hook)  # option errors before any work
     if not source.exists():
@@ -115,43 +116,14 @@ def import_runs(fmt: str, source: Path, out: Path, field_map: Path | None = None
     if out.exists() and out.resolve() == source.resolve():
         raise ValueError(f"--out {out}: is the input file; write the trajectories elsewhere")
     report = ImportReport(source, out)
+    found: list[tuple[str, int, str]] = []  # (file, line, "where: message") of every problem
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".candidates")
-    candidates, origins = Path(name), []  # origins[k]: (file, line, format) of candidate line k + 1
-    found: list[tuple[str, int, str]] = []
+    candidates = Path(name)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            for rec in read_records(source):
-                ctx = RunContext(file=str(rec.file), line=rec.line, stem=_stem(rec.file),
-                                 single=rec.single, domain=domain)
-                try:
-                    if rec.problem:
-                        raise RunProblem(*rec.problem.split(": ", 1))
-                    used, runs = convert(rec.value, ctx)
-                except RunProblem as exc:
-                    found.append((str(rec.file), rec.line, f"{exc.where}: {exc.message}"))
-                    report.skipped += 1
-                    report.reasons[_reason(exc.message)] += 1
-                    continue
-                report.dropped.update(ctx.dropped)
-                for run in runs:
-                    fh.write(json.dumps(run, ensure_ascii=False) + "\n")
-                    origins.append((rec.file, rec.line, used))
-        checked = ValidationReport(candidates)
-        valid = {line for line, _ in iter_records(candidates, checked)}
-        failed: dict[int, list[str]] = {}
-        for problem in checked.problems:  # "CANDIDATES:LINE: where: message"
-            line, rest = problem[len(str(candidates)) + 1:].split(": ", 1)
-            failed.setdefault(int(line), []).append(rest)
-        for k, (file, line, used) in enumerate(origins, start=1):
-            if k in valid:
-                report.converted += 1
-                report.formats[used] += 1
-                continue
-            rests = failed.get(k, ["(record): invalid converted trajectory"])
-            found += [(str(file), line, f"{rest} (in the converted trajectory)") for rest in rests]
-            report.skipped += 1
-            report.reasons[_reason(rests[0].split(": ", 1)[-1])] += 1
+            origins = _convert_all(convert, source, fh, domain, report, found)
+        valid = _check(candidates, origins, report, found)
         report.problems = [f"{file}:{line}: {text}" for file, line, text in sorted(found, key=lambda p: p[:2])]
         if report.converted and not (strict and report.problems):
             with atomic_path(out) as tmp, candidates.open("rb") as src, tmp.open("wb") as dst:
@@ -162,6 +134,55 @@ def import_runs(fmt: str, source: Path, out: Path, field_map: Path | None = None
     finally:
         candidates.unlink(missing_ok=True)
     return report
+
+
+def _convert_all(convert: Converter, source: Path, fh: TextIO, domain: str | None, report: ImportReport,
+                 found: list[tuple[str, int, str]]) -> list[tuple[str, int, str]]:
+    """Each record of ``source`` converted and written to ``fh`` (one candidate per line), problems to ``found``;
+    returns the (file, line, format) of each candidate line."""
+    origins = []
+    for rec in read_records(source):
+        ctx = RunContext(file=str(rec.file), line=rec.line, stem=_stem(rec.file), single=rec.single, domain=domain)
+        try:
+            if rec.problem:
+                raise RunProblem(*rec.problem)
+            used, runs = convert(rec.value, ctx)
+            try:
+                lines = [json.dumps(run, ensure_ascii=False, allow_nan=False) + "\n" for run in runs]
+            except (TypeError, ValueError) as exc:
+                raise RunProblem("(record)", f"converted run is not plain JSON ({exc})") from None
+        except RunProblem as exc:
+            found.append((str(rec.file), rec.line, f"{exc.where}: {exc.message}"))
+            report.skipped += 1
+            report.reasons[_reason(exc.message)] += 1
+            continue
+        report.dropped.update(ctx.dropped)
+        fh.writelines(lines)
+        origins += [(str(rec.file), rec.line, used)] * len(lines)
+    return origins
+
+
+def _check(candidates: Path, origins: list[tuple[str, int, str]], report: ImportReport,
+           found: list[tuple[str, int, str]]) -> set[int]:
+    """Validate the candidate lines as ``interp validate`` does (streaming); problems go back to the input's lines."""
+    from interp.data.trajectory import ValidationReport, iter_records
+
+    checked = ValidationReport(candidates)
+    valid = {line for line, _ in iter_records(candidates, checked)}
+    failed: dict[int, list[str]] = {}
+    for problem in checked.problems:  # "CANDIDATES:LINE: where: message"
+        line, rest = problem[len(str(candidates)) + 1:].split(": ", 1)
+        failed.setdefault(int(line), []).append(rest)
+    for k, (file, line, used) in enumerate(origins, start=1):
+        if k in valid:
+            report.converted += 1
+            report.formats[used] += 1
+            continue
+        rests = failed.get(k, ["(record): invalid converted trajectory"])
+        found += [(file, line, f"{rest} (in the converted trajectory)") for rest in rests]
+        report.skipped += 1
+        report.reasons[_reason(rests[0].split(": ", 1)[-1])] += 1
+    return valid
 
 
 def _stem(file: Path) -> str:
