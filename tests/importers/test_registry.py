@@ -145,3 +145,13 @@ def test_a_hook_result_that_is_not_plain_json_skips_its_record(tmp_path):
     assert report.problems == [f"{source}:1: (record): converted run is not plain JSON (Object of type set is not "
                                f"JSON serializable)"]
     assert not report.written and not (tmp_path / "t.jsonl").exists()
+
+
+def test_importing_loads_no_model_code():
+    import subprocess
+    import sys
+
+    code = ("import sys; from interp.data.importers.registry import import_runs; "
+            "print(sorted(m for m in ('torch', 'transformers', 'transformer_lens') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
