@@ -170,9 +170,9 @@ def _check(candidates: Path, origins: list[tuple[str, int, str]], report: Import
     checked = ValidationReport(candidates)
     valid = {line for line, _ in iter_records(candidates, checked)}
     failed: dict[int, list[str]] = {}
-    for problem in checked.problems:  # "CANDIDATES:LINE: where: message"
-        line, rest = problem[len(str(candidates)) + 1:].split(": ", 1)
-        failed.setdefault(int(line), []).append(rest)
+    for problem in checked.problems:
+        line, rest = _candidate_line(candidates, problem)
+        failed.setdefault(line, []).append(rest)
     for k, (file, line, used) in enumerate(origins, start=1):
         if k in valid:
             report.converted += 1
@@ -183,6 +183,12 @@ def _check(candidates: Path, origins: list[tuple[str, int, str]], report: Import
         report.skipped += 1
         report.reasons[_reason(rests[0].split(": ", 1)[-1])] += 1
     return valid
+
+
+def _candidate_line(candidates: Path, problem: str) -> tuple[int, str]:
+    """``(line, "where: message")`` of a validator line ``CANDIDATES:LINE: where: message``."""
+    line, rest = problem[len(str(candidates)) + 1:].split(": ", 1)
+    return int(line), rest
 
 
 def _stem(file: Path) -> str:
