@@ -12,8 +12,8 @@ process at the call):
   (``json.loads`` of every line into one list), for the memory comparison.
 
 Prints a Markdown table per N: runs, input MB, seconds, runs/s, MB/s, and peak
-RSS added. Streaming shows as an ``import`` peak that stays flat while ``load``
-grows with N. No asserts on time.
+RSS added. Streaming shows as an ``import`` peak that grows with the number of
+runs by a few tuples each, while ``load`` grows with the bytes. No asserts on time.
 
 Run: python benchmarks/bench_import.py [--runs 2000,16000]
 """
