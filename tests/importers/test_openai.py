@@ -155,3 +155,11 @@ def test_malformed_runs_name_the_field(record, where, message):
 ])
 def test_split_think(text, reasoning, rest):
     assert split_think(text) == (reasoning, rest)
+
+
+def test_reasoning_field_and_output_text_parts():
+    record = _run({"role": "assistant", "reasoning_content": None, "reasoning": "think first",
+                   "content": [{"type": "output_text", "text": "done"}, {"type": "input_audio", "input_audio": {}}]})
+    out, ctx = convert(record)
+    assert out["steps"] == [{"reasoning": "think first", "action": {"text": "done"}, "observation": None}]
+    assert ctx.dropped == {"input_audio content parts": 1}

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 PART_JOIN = "\n"  # between the text parts of one content list
+TEXT_PARTS = ("text", "input_text", "output_text")  # part types that hold text (the last two: OpenAI Responses)
 REASONING_JOIN = "\n\n"  # between reasoning pieces of one turn: each stays a block
 DEFAULT_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 ID_FIELDS = ("task_id", "instance_id", "id")  # a run's own id, first found wins
@@ -84,7 +85,7 @@ def _json_type(value: Any) -> str:
     return names.get(type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
 
 
-def text_of(content: Any, where: str, ctx: RunContext, text_types: tuple[str, ...] = ("text",)) -> str:
+def text_of(content: Any, where: str, ctx: RunContext) -> str:
     """Text of a message content: a string as is, a list of parts as its text parts joined (others dropped)."""
     if content is None:
         return ""
@@ -97,7 +98,7 @@ def text_of(content: Any, where: str, ctx: RunContext, text_types: tuple[str, ..
             texts.append(part)
             continue
         expect(part, dict, f"{where}[{i}]", "a content part object")
-        if part.get("type") in text_types or ("type" not in part and "text" in part):
+        if part.get("type") in TEXT_PARTS or ("type" not in part and "text" in part):
             texts.append(expect(part.get("text"), str, f"{where}[{i}].text", "a string"))
         else:
             ctx.drop(f"{part.get('type', 'untyped')} content parts")

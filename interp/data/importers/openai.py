@@ -81,8 +81,8 @@ def _assistant(chat: ChatSteps, msg: dict[str, Any], where: str, ctx: RunContext
     if not text and isinstance(msg.get("refusal"), str):
         text = msg["refusal"]
     thought, text = split_think(text)
-    own = msg.get("reasoning_content", msg.get("reasoning"))
-    own = text_of(own, f"{where}.reasoning_content", ctx) if own is not None else ""
+    key = "reasoning_content" if msg.get("reasoning_content") is not None else "reasoning"
+    own = text_of(msg.get(key), f"{where}.{key}", ctx)
     calls = []
     raw_calls = msg.get("tool_calls") or ([msg["function_call"]] if msg.get("function_call") else [])
     field = "tool_calls" if msg.get("tool_calls") else "function_call"
