@@ -62,9 +62,9 @@ def trajectories(path: Path, strict: bool = True) -> list[Trajectory]:
 def imports(fmt: str, source: Path, out: Path, field_map: Path | None = None, hook: str | None = None,
             strict: bool = False, domain: str | None = None) -> ImportReport:
     """Agent runs in a framework's format -> a validated trajectory file (``interp import``); the import report."""
-    from interp.data.importers.registry import import_runs as run_import
+    from interp.data.importers.registry import import_runs
 
-    return run_import(fmt, source, out, field_map, hook, strict, domain)
+    return import_runs(fmt, source, out, field_map, hook, strict, domain)
 
 
 def sensor(spec: str, model_path: Path | None = None, device: str = "cpu", dtype: str = "fp32",
