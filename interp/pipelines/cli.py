@@ -496,7 +496,7 @@ def figures(
     png: Annotated[bool, typer.Option(help="Also export PNGs (needs a Chromium: apt-get install chromium).")] = True,
     tables: Annotated[bool, typer.Option(help="Also write the headline tables, tables/*.md and *.tex.")] = True,
 ) -> None:
-    """Figures (self-contained HTML + PNG) and headline tables from the result files in RESULTS_DIR; no model needed."""
+    """Figures (HTML sharing one plotly.min.js, + PNG) and headline tables from the result files in RESULTS_DIR; no model needed."""
     from interp.reporting.figures import summary
 
     report = stages.figures(results_dir, png=png, tables=tables)

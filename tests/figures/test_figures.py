@@ -67,11 +67,24 @@ def test_every_figure_is_made_from_a_full_results_dir(made):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_html_is_self_contained(made, name):
+def test_html_loads_the_one_plotlyjs_beside_it(made, name):
     text = (made[0] / "figures" / f"{name}.html").read_text(encoding="utf-8")
-    assert re.search(r"plotly\.js v\d+\.\d+\.\d+", text), "the plotly.js bundle is inlined"
+    assert re.search(r"<script[^>]*\bsrc\s*=\s*[\"']plotly\.min\.js[\"']", text), "plotly.js from the directory"
     assert not re.search(r"<script[^>]*\bsrc\s*=\s*[\"']?(https?:)?//", text), "no script loaded from the network"
-    assert len(text) > 1_000_000
+    assert len(text) < 200_000, "plotly.js is not inlined"
+    library = (made[0] / "figures" / "plotly.min.js").read_text(encoding="utf-8")
+    assert re.search(r"plotly\.js v\d+\.\d+\.\d+", library) and len(library) > 1_000_000
+
+
+def test_template_is_registered_for_users():
+    import plotly.graph_objects as go
+    import plotly.io as pio
+
+    from interp.reporting.figures.theme import TEMPLATE
+
+    assert pio.templates["interp"] == TEMPLATE
+    fig = go.Figure(go.Scatter(y=[1, 2]), layout=dict(template="interp"))
+    assert fig.layout.template.layout.colorway == PALETTE
 
 
 @pytest.mark.parametrize("name", NAMES)

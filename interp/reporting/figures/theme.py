@@ -1,7 +1,14 @@
 """The one look of every figure: a white Plotly template with an Okabe-Ito palette, and shared trace styles.
 
 Every figure passes ``template=TEMPLATE`` itself; the global ``plotly.io``
-default is left alone so a notebook's own plots are not restyled.
+default is left alone so a notebook's own plots are not restyled. Importing
+this module registers the template as ``plotly.io.templates["interp"]``, so
+your own figures can take the house style::
+
+    import plotly.io as pio
+    import interp.reporting.figures  # registers "interp"
+    fig.update_layout(template="interp")          # one figure
+    pio.templates.default = "interp"              # or every figure of the session
 """
 
 from __future__ import annotations
@@ -9,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
+import plotly.io as pio
 
 # Okabe & Ito (2008), "Color Universal Design": distinguishable under the common colour-vision deficiencies.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
@@ -34,6 +42,17 @@ TEMPLATE = go.layout.Template(layout=go.Layout(
     hoverlabel=dict(font=dict(family=FONT)),
     bargap=0.25,
 ))
+
+TEMPLATE_NAME = "interp"
+
+
+def register_template(name: str = TEMPLATE_NAME) -> str:
+    """Register the house template as ``plotly.io.templates[name]`` (idempotent); return the name."""
+    pio.templates[name] = TEMPLATE
+    return name
+
+
+register_template()
 
 REFERENCE_LABEL = "reference study (Qwen3.5-9B)"
 
