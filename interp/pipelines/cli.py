@@ -418,7 +418,7 @@ def externalize_risk(
             console.print(f"hidden-score gap {logodds['estimate']:.3f} log-odds [{logodds['ci'][0]:.3f}, "
                           f"{logodds['ci'][1]:.3f}], {prob['estimate']:.3f} probability [{prob['ci'][0]:.3f}, "
                           f"{prob['ci'][1]:.3f}] over {logodds['n_tasks']} tasks; reference "
-                          f"{reference.HIDDEN_SCORE_GAP}", markup=False)
+                          f"{reference.HIDDEN_SCORE_GAP} (probability)", markup=False)
     console.print(f"-> {out / 'externalization.json'}", markup=False)
 
 
