@@ -10,7 +10,9 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score, roc_curve
 
-from interp.reporting.figures.theme import BOTTOM_LEGEND, GREY, PALETTE, TEMPLATE, ci_band
+from interp.reporting import reference
+from interp.reporting.figures.theme import (BOTTOM_LEGEND, GREY, PALETTE, REFERENCE_LABEL, TEMPLATE, ci_band, note,
+                                           titled)
 
 BASELINE_COLOUR = "#8B4513"
 """The position baseline's band and line (outside PALETTE, which colours the poolings)."""
@@ -36,30 +38,38 @@ def probe_figure(result: dict) -> go.Figure:
     fig = go.Figure()
     headline = f"nested-CV AUROC {auroc:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
     if ci:
-        fig.add_trace(ci_band(x, [ci[0]] * 2, [ci[1]] * 2, "#000000", "95% CI (task bootstrap)"))
+        fig.add_trace(ci_band(x, [ci[0]] * 2, [ci[1]] * 2, "#000000", "95% CI of the nested-CV AUROC (task bootstrap)"))
     fig.add_trace(go.Scatter(x=x, y=[auroc] * 2, mode="lines", line=dict(color="black", width=2), name=headline))
     references = _baseline_traces(result, x)
     for trace in references:
         fig.add_trace(trace)
     fig.add_trace(go.Scatter(x=x, y=[0.5, 0.5], mode="lines", line=dict(color=GREY, dash="dot"), name="chance (0.5)"))
+    fig.add_trace(go.Scatter(x=x, y=[reference.PROBE["auroc"]] * 2, mode="lines", line=dict(color=GREY, dash="dash"),
+                             name=f"{REFERENCE_LABEL}: AUROC {reference.PROBE['auroc']}"))
     for pooling, entry in curve.items():
+        if entry.get("auroc_ci"):
+            lo, hi = zip(*entry["auroc_ci"])
+            fig.add_trace(ci_band(entry["layers"], lo, hi, colours[pooling], f"95% CI, {pooling} pooling",
+                                  legendgroup=pooling))
         fig.add_trace(go.Scatter(
             x=entry["layers"], y=entry["auroc"], mode="lines+markers",
-            name=f"{pooling} pooling (fixed probe, per layer)",
+            name=f"{pooling} pooling (fixed probe, per layer)", legendgroup=pooling,
             line=dict(color=colours[pooling], width=2), marker=dict(size=7),
             hovertemplate=f"{pooling}, layer %{{x}}: AUROC %{{y:.3f}}<extra></extra>",
         ))
     fig.add_trace(_fold_choices(result.get("folds", []), curve, colours, auroc))
-    values = [v for entry in curve.values() for v in entry["auroc"]] + [auroc, *(ci or [])]
+    if not any(entry.get("auroc_ci") for entry in curve.values()):
+        note(fig, "per-layer points: descriptive, no CI in this file; the band is the headline's CI")
+    values = [v for entry in curve.values() for v in entry["auroc"]] + [auroc, *(ci or []), reference.PROBE["auroc"]]
     values += [v for trace in references for v in trace.y if v is not None]
     fig.update_layout(
-        template=TEMPLATE, height=560,
-        title=dict(text="Future-necessity probe: AUROC by layer and pooling", subtitle=dict(text=_subtitle(result))),
+        template=TEMPLATE, height=620,
         xaxis=dict(title="layer (index of the probed residual stream)", range=x, dtick=_dtick(x)),
         yaxis=dict(title="held-out AUROC (unitless)",
                    range=[min(0.4, min(values) - 0.03), min(1.0, max(values) + 0.05)]),
-        legend=dict(x=1.02, xanchor="left", y=1, yanchor="top"),
+        legend=BOTTOM_LEGEND, margin=dict(b=230),
     )
+    titled(fig, "Future-necessity probe: held-out AUROC by layer and pooling", _subtitle(result))
     return fig
 
 
@@ -146,7 +156,7 @@ def _baseline_traces(result: dict, x: list[float]) -> list[go.Scatter]:
     return traces
 
 
-def _subtitle(result: dict) -> str:
+def _subtitle(result: dict) -> list[str]:
     """Gain over the position baseline, sample counts and permutation p-values, where the file has them."""
     parts = []
     gain = result.get("gain")
@@ -156,11 +166,13 @@ def _subtitle(result: dict) -> str:
                      + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else ""))
     parts += [f"{result[key]} {label}" for key, label in
               (("n_samples", "boundaries"), ("n_tasks", "tasks"), ("n_positive", "positive")) if key in result]
+    n_perm = (result.get("config") or {}).get("n_perm")
+    perms = f"{n_perm} permutations, smallest possible p {1 / (n_perm + 1):.3g}" if n_perm else "permutations: ?"
     if result.get("permutation_p") is not None:
-        parts.append(f"permutation p = {result['permutation_p']:.3g} (across tasks)")
-    if result.get("permutation_p_position") is not None:
-        parts.append(f"{result['permutation_p_position']:.3g} (position kept)")
-    return "; ".join(parts + ["curves are descriptive, the headline is the nested CV"])
+        parts.append(f"permutation p = {result['permutation_p']:.3g} (across tasks)"
+                     + (f", {result['permutation_p_position']:.3g} (position kept)"
+                        if result.get("permutation_p_position") is not None else "") + f" ({perms})")
+    return parts + ["curves are descriptive, the headline is the nested CV"]
 
 
 def _dtick(x_range: list[float]) -> int:
