@@ -91,9 +91,10 @@ def externalization_table(result: dict) -> pd.DataFrame:
     if within := sections.get("within_task"):
         rows.append(("within-task gap", f"{100 * within['gap']:.1f} pp", _ci(within.get("ci"), 100, " pp"),
                      f"{within.get('n_tasks', '?')} tasks", f"{100 * reference.WITHIN_TASK_GAP:.1f} pp"))
-    if (hidden := sections.get("hidden_score")) and hidden.get("gap") is not None:
-        rows.append(("hidden-score gap (log-odds)", _num(hidden["gap"]), _ci(hidden.get("ci")),
-                     f"{hidden.get('n_tasks')} tasks", _num(reference.HIDDEN_SCORE_GAP)))
+    logodds = (result.get("hidden_score_gap") or {}).get("logodds") or {}
+    if logodds.get("estimate") is not None:  # the reference value is a probability difference: not beside log-odds
+        rows.append(("hidden-score gap (log-odds)", _num(logodds["estimate"]), _ci(logodds.get("ci")),
+                     f"{logodds.get('n_tasks')} tasks", None))
     probability = (result.get("hidden_score_gap") or {}).get("probability") or {}
     if probability.get("estimate") is not None:
         rows.append(("hidden-score gap (probability)", _num(probability["estimate"]), _ci(probability.get("ci")),

@@ -94,7 +94,7 @@ def _risk(fig: go.Figure, risk: dict, col: int) -> None:
     p = [100 * risk[g]["p"] for g in groups]
     ci = [risk[g].get("ci") for g in groups]
     fig.add_trace(go.Bar(
-        x=labels, y=p, marker_color=[GROUP_COLOUR[g] for g in groups], name="risk (ours)", showlegend=False,
+        x=labels, y=p, marker_color=[GROUP_COLOUR[g] for g in groups], name="risk by G (ours, 95% CI)",
         error_y=dict(type="data", symmetric=False, color="#333333", thickness=1.5, width=8,
                      array=[100 * c[1] - v if c else 0 for c, v in zip(ci, p)],
                      arrayminus=[v - 100 * c[0] if c else 0 for c, v in zip(ci, p)]),
@@ -117,7 +117,8 @@ def _paired_panel(fig: go.Figure, section: dict, col: int, scale: float, unit: s
         hovertext=[str(row.get("task_id")) for row in per_task], hovertemplate="%{hovertext}: %{y:.3g}<extra></extra>",
     ), 1, col)
     fig.add_trace(go.Scatter(
-        x=[mean_x], y=[gap], mode="markers", name="mean (95% CI)", showlegend=False,
+        x=[mean_x], y=[gap], mode="markers", name="mean (95% CI)",
+        showlegend=not any(trace.name == "mean (95% CI)" for trace in fig.data),
         marker=dict(symbol="square", size=11, color="black"),
         error_y=dict(type="data", symmetric=False, color="black", thickness=2, width=8,
                      array=[scale * ci[1] - gap] if ci else [0], arrayminus=[gap - scale * ci[0]] if ci else [0]),

@@ -7,7 +7,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from interp.reporting import reference
-from interp.reporting.figures.theme import BOTTOM_LEGEND, PALETTE, TEMPLATE, ci_band, legend_swatch, reference_markers, rgba
+from interp.reporting.figures.theme import (BOTTOM_LEGEND, PALETTE, TEMPLATE, ci_band, legend_swatch,
+                                           reference_markers, rgba, titled)
 
 _RESID = ("resid_pre", "resid_post")
 _FULL_ATTENTION_COLOUR = "#B0B0B0"  # grey: a coloured shade would tint the CI bands away from their legend colours
@@ -80,13 +81,8 @@ def kl_repair_figure(result: dict) -> go.Figure:
     fig.update_yaxes(title_text="Repair (unitless)", range=y_range, secondary_y=False)
     fig.update_yaxes(title_text="top-1 recovery (fraction of samples)", range=y_range, showgrid=False, secondary_y=True)
     fig.update_xaxes(title_text="layer l (the residual stream entering layer l is patched; last point: final output)")
-    fig.update_layout(
-        template=TEMPLATE, height=600,
-        title=dict(text=f"KL Repair by layer: {model.get('spec', 'model')}, boundary token patched",
-                   subtitle=dict(text=_subtitle(result))),
-        legend=BOTTOM_LEGEND,
-        margin=dict(b=170),
-    )
+    fig.update_layout(template=TEMPLATE, height=620, legend=BOTTOM_LEGEND, margin=dict(b=170))
+    titled(fig, f"KL Repair by layer: {model.get('spec', 'model')}, boundary token patched", _subtitle(result))
     return fig
 
 
@@ -98,12 +94,12 @@ def _label_final_site(fig: go.Figure, points: list[tuple]) -> None:
                                bgcolor="rgba(255,255,255,0.85)", font=dict(size=12))
 
 
-def _subtitle(result: dict) -> str:
+def _subtitle(result: dict) -> list[str]:
     """Condition, samples kept and excluded."""
-    parts = ["Repair = 1 − KL(P_full‖P_patched) / KL(P_full‖P_del); mean over boundaries, ratio of sums dotted",
+    parts = ["Repair = 1 − KL(P_full‖P_patched) / KL(P_full‖P_del)", "mean over boundaries, ratio of sums dotted",
              f"P_del from condition {result.get('condition', '?')}", f"n = {result.get('n_samples', '?')} boundaries"]
     if result.get("n_excluded"):
         threshold = result.get("d_threshold")
         parts.append(f"{result['n_excluded']} excluded (KL(full‖deleted) ≤ "
                      + (f"{threshold:.2g} nats, the dtype's noise floor)" if threshold is not None else "noise)"))
-    return "; ".join(parts)
+    return parts
