@@ -133,7 +133,7 @@ def _iclr_section(out: Path) -> list[str]:
              f"max {int(multi['drops'].max()) if len(multi) else 0} over {len(multi)} steps |",
              f"| steps not scored (input over the 42K-token rule; left whole) | {len(skipped)}"
              + (f", inputs {int(skipped['input_tokens'].min())}..{int(skipped['input_tokens'].max())} tokens"
-                if len(skipped) else "") + " |"]
+                if len(skipped) and skipped["input_tokens"].notna().all() else "") + " |"]
     if "dropped_full" in frame and frame["dropped_full"].notna().any():
         both = frame[frame["scored"] & frame["dropped_full"].notna()]
         full = csv_bool(both["dropped_full"])
