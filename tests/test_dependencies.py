@@ -127,7 +127,7 @@ def scan(paths: list[Path]) -> dict[str, dict[str, set[str]]]:
 
 LIBRARY = sorted(p for pkg in ("interp", "probes", "patching") for p in (ROOT / pkg).rglob("*.py"))
 DEV = sorted([*(ROOT / "tests").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py"),
-              *(ROOT / "notebooks").glob("*.ipynb")])
+              *(ROOT / "notebooks").glob("*.ipynb"), *(ROOT / "notebooks").glob("*.py")])
 
 
 def _missing(found: dict[str, set[str]], allowed: set[str], skip_unknown: bool) -> list[str]:
