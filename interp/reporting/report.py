@@ -15,6 +15,7 @@ from interp.data.conditions import ICLR_RHO
 from interp.io import atomic_write_bytes
 
 from interp.reporting import reference as ref
+from interp.reporting.numbers import ci_text, num
 from interp.reporting.figures import load_result
 from interp.reporting.figures.externalization import externalization_sections
 from interp.reporting.figures.iclr import csv_bool
@@ -35,11 +36,11 @@ def _section(build: Callable[[Path], list[str]], out: Path) -> list[str]:
 
 
 def _ci(ci: Any) -> str:
-    return f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci and None not in ci else "n/a"
+    return ci_text(ci) or "n/a"
 
 
 def _fmt(x: Any) -> str:
-    return "n/a" if x is None else f"{x:.3f}"
+    return num(x) or "n/a"
 
 
 def _probe_section(out: Path) -> list[str]:

@@ -11,6 +11,7 @@ from plotly.subplots import make_subplots
 from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score, roc_curve
 
 from interp.reporting import reference
+from interp.reporting.numbers import ci_text
 from interp.reporting.figures.theme import (BOTTOM_LEGEND, GREY, PALETTE, REFERENCE_LABEL, TEMPLATE, ci_band, note,
                                            titled)
 
@@ -36,7 +37,7 @@ def probe_figure(result: dict) -> go.Figure:
     x = [min(layers) - 0.5, max(layers) + 0.5]
     auroc, ci = result["auroc"], result.get("auroc_ci")
     fig = go.Figure()
-    headline = f"nested-CV AUROC {auroc:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+    headline = f"nested-CV AUROC {auroc:.3f}" + (f" {ci_text(ci)}" if ci_text(ci) else "")
     if ci:
         fig.add_trace(ci_band(x, [ci[0]] * 2, [ci[1]] * 2, "#000000", "95% CI of the nested-CV AUROC (task bootstrap)"))
     fig.add_trace(go.Scatter(x=x, y=[auroc] * 2, mode="lines", line=dict(color="black", width=2), name=headline))
