@@ -162,3 +162,29 @@ def test_harm_title_claims_nothing_for_additive_sets_or_too_few_tasks(tmp_path):
     fig = harm_figure(few)
     assert additivity_test(few)["verdict"] is None and not CLAIM.search(fig.layout.title.text)
     assert any("too few for a CI" in a.text for a in fig.layout.annotations)
+
+
+@pytest.fixture(scope="module")
+def tiny_results(tmp_path_factory, tiny_sensor, mini_trajectory) -> Path:
+    """attention.json and iclr_blocks.csv written by the demo's own stages from a tiny-qwen3.5 store of mini.jsonl."""
+    from interp.extraction.extract import ExtractConfig
+    from interp.pipelines import stages
+
+    root = tmp_path_factory.mktemp("tiny")
+    config = ExtractConfig(layers=[0], sites=["resid_pre"], poolings=["last"],
+                           attention_layers=tiny_sensor.full_attention_layers, block_entropy=True)
+    stages.extract(tiny_sensor, [mini_trajectory], ["full", "delete_all_reasoning"], config, root / "store")
+    stages.attention(root / "store", root / "attention")
+    stages.iclr(tiny_sensor, [mini_trajectory], root / "store", root / "iclr")
+    return root
+
+
+@pytest.mark.slow
+@needs_chromium
+@pytest.mark.parametrize("name", ["fig5_attention", "fig6_iclr"])
+def test_figures_from_a_real_tiny_model_store(tiny_results, name):
+    spec = next(spec for spec in FIGURES if spec.name == name)
+    fig = spec.build(load_result(tiny_results / spec.source))
+    assert not overprinted(fig) and not unlabelled(fig) and not CLAIM.search(fig.layout.title.text)
+    if name == "fig5_attention":
+        assert [a.text.split(":")[0] for a in fig.layout.annotations[:2]] == ["a  full", "b  delete_all_reasoning"]
