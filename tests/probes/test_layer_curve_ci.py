@@ -29,3 +29,21 @@ def test_no_bootstrap_no_ci(make_features, fast_config):
     fs = make_features(n_tasks=8, seed=2)
     curve = layer_curve(fs, dataclasses.replace(fast_config, n_boot=0))
     assert all(ci is None for entry in curve.values() for ci in entry["auroc_ci"])
+
+
+def test_vectorised_bootstrap_equals_the_per_candidate_loop(make_features, fast_config):
+    import numpy as np
+
+    from interp.stats import task_resamples
+    from probes.metrics import auroc
+    from probes.nested_cv import _candidate_cis
+
+    fs = make_features(n_tasks=10, seed=3)
+    scores = np.random.default_rng(0).normal(size=(5, fs.y.size))
+    draws = []
+    for rows in task_resamples(fs.groups, fast_config.n_boot, fast_config.rng("layer_curve_bootstrap")):
+        values = [auroc(fs.y[rows], s[rows]) for s in scores]
+        if all(v is not None for v in values):
+            draws.append(values)
+    expected = np.percentile(np.array(draws), [2.5, 97.5], axis=0).T
+    np.testing.assert_allclose(np.array(_candidate_cis(fs, scores, fast_config)), expected, atol=1e-12)

@@ -47,22 +47,22 @@ def probe_figure(result: dict) -> go.Figure:
     fig.add_trace(go.Scatter(x=x, y=[0.5, 0.5], mode="lines", line=dict(color=GREY, dash="dot"), name="chance (0.5)"))
     fig.add_trace(go.Scatter(x=x, y=[reference.PROBE["auroc"]] * 2, mode="lines", line=dict(color=GREY, dash="dash"),
                              name=f"{REFERENCE_LABEL}: AUROC {reference.PROBE['auroc']}"))
+    shift = {pooling: 0.08 * (i - (len(curve) - 1) / 2) for i, pooling in enumerate(curve)}  # whiskers side by side
     for pooling, entry in curve.items():
-        if entry.get("auroc_ci"):
-            lo, hi = zip(*entry["auroc_ci"])
-            fig.add_trace(ci_band(entry["layers"], lo, hi, colours[pooling], f"95% CI, {pooling} pooling",
-                                  legendgroup=pooling))
         fig.add_trace(go.Scatter(
-            x=entry["layers"], y=entry["auroc"], mode="lines+markers",
-            name=f"{pooling} pooling (fixed probe, per layer)", legendgroup=pooling,
+            x=[layer + shift[pooling] for layer in entry["layers"]], y=entry["auroc"], mode="lines+markers",
+            error_y=_whiskers(entry),
+            name=f"{pooling} pooling (fixed probe, per layer" + (", 95% CI)" if entry.get("auroc_ci") else ")"),
+            legendgroup=pooling,
             line=dict(color=colours[pooling], width=2), marker=dict(size=7),
-            hovertemplate=f"{pooling}, layer %{{x}}: AUROC %{{y:.3f}}<extra></extra>",
+            customdata=entry["layers"], hovertemplate=f"{pooling}, layer %{{customdata}}: AUROC %{{y:.3f}}<extra></extra>",
         ))
-    fig.add_trace(_fold_choices(result.get("folds", []), curve, colours, auroc))
-    if not any(entry.get("auroc_ci") for entry in curve.values()):
+    fig.add_trace(_fold_choices(result.get("folds", []), curve, colours, auroc, shift))
+    if not any(ci for entry in curve.values() for ci in entry.get("auroc_ci") or []):
         note(fig, "per-layer points: descriptive, no CI in this file; the band is the headline's CI")
     values = [v for entry in curve.values() for v in entry["auroc"]] + [auroc, *(ci or []), reference.PROBE["auroc"]]
     values += [v for trace in references for v in trace.y if v is not None]
+    values += [v for entry in curve.values() for c in entry.get("auroc_ci") or [] if c for v in c]
     fig.update_layout(
         template=TEMPLATE, height=620,
         xaxis=dict(title="layer (index of the probed residual stream)", range=x, dtick=_dtick(x)),
@@ -120,7 +120,18 @@ def roc_pr_figure(oof: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def _fold_choices(folds: list[dict], curve: dict, colours: dict, fallback: float) -> go.Scatter:
+def _whiskers(entry: dict) -> dict | None:
+    """Thin error bars of a layer curve's per-point CIs (task bootstrap), or None when the file has none."""
+    cis = entry.get("auroc_ci") or []
+    if not any(cis):
+        return None
+    return dict(type="data", symmetric=False, thickness=1, width=3,
+                array=[c[1] - v if c else None for c, v in zip(cis, entry["auroc"])],
+                arrayminus=[v - c[0] if c else None for c, v in zip(cis, entry["auroc"])])
+
+
+def _fold_choices(folds: list[dict], curve: dict, colours: dict, fallback: float,
+                  shift: dict[str, float]) -> go.Scatter:
     """A star per distinct (layer, pooling) chosen by the outer folds, on its curve; labelled when chosen 2+ times."""
     chosen: dict[tuple[int, str], list[int]] = defaultdict(list)
     for i, fold in enumerate(folds):
@@ -129,7 +140,7 @@ def _fold_choices(folds: list[dict], curve: dict, colours: dict, fallback: float
     for (layer, pooling), indices in sorted(chosen.items()):
         entry = curve.get(pooling, {"layers": [], "auroc": []})
         y.append(dict(zip(entry["layers"], entry["auroc"])).get(layer, fallback))
-        x.append(layer)
+        x.append(layer + shift.get(pooling, 0.0))
         colour.append(colours.get(pooling, "black"))
         text.append(f"{len(indices)}/{len(folds)} folds" if len(indices) > 1 else "")  # one fold: no label clutter
         hover.append(f"layer {layer}, {pooling} pooling: chosen in outer fold(s) {', '.join(map(str, indices))}")
