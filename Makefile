@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 # resolving a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: install demo test figures-deps clean
+.PHONY: install demo test figures-deps notebooks clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ figures-deps:
 
 demo: install figures-deps
 	$(VENV)/bin/interp demo
+
+# Re-execute every notebook (tiny-qwen3.5 unless INTERP_NB_MODEL is set) and commit-size its outputs.
+notebooks: install figures-deps
+	$(PY) notebooks/refresh.py
 
 test: install
 	$(PY) -m pytest -n 2 -q -ra tests

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from interp.progress import track
+
 
 def to_strict_json(obj: Any) -> Any:
     """``obj`` with NaN/Infinity replaced by None and numpy values by plain Python ones (JSON-safe)."""
@@ -85,17 +86,13 @@ def run_units(keys: Sequence[str], compute: Callable[[str], Any], cache_dir: Pat
     cache_dir = Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {}
-    columns = [TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[key]}"),
-               TimeElapsedColumn(), TimeRemainingColumn()]
-    with Progress(*columns, disable=not progress) as bar:
-        task = bar.add_task(label, total=len(keys), key="")
+    with track(label, total=len(keys), unit="units", enabled=progress) as bar:
         for key in keys:
             path = cache_dir / f"{key}.json"
-            bar.update(task, key=key)
             if path.exists():
                 results[key] = json.loads(path.read_text())
             else:
                 results[key] = compute(key)
                 atomic_write_json(path, results[key])
-            bar.advance(task)
+            bar.advance(info=key)
     return results

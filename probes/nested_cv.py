@@ -33,14 +33,16 @@ from typing import TypeVar
 import numpy as np
 import pandas as pd
 from joblib import Parallel, delayed
+from scipy.stats import rankdata
 from sklearn.metrics import average_precision_score, balanced_accuracy_score, roc_auc_score
 from threadpoolctl import threadpool_limits
 
+from interp.stats import task_resamples
 from probes.config import ProbeConfig, ProbeParams
 from probes.data import CandidateKey, FeatureSet
 from probes.estimator import LinearProbe
 from probes.metrics import auroc, balanced_accuracy_threshold
-from probes.scan import candidate_aurocs
+from probes.scan import candidate_scores
 from probes.span import span_scores
 from probes.splits import grouped_splits
 
@@ -206,20 +208,43 @@ def _argmax(options: list[T], value: Callable[[T], float]) -> T:
 
 
 def layer_curve(fs: FeatureSet, config: ProbeConfig, aurocs: np.ndarray | None = None) -> dict[str, dict[str, list]]:
-    """Descriptive AUROC per (pooling, layer) of the fixed probe under outer-style grouped CV; NOT the headline.
+    """Descriptive AUROC per (pooling, layer) of the fixed probe under outer-style grouped CV, with a task-bootstrap
+    95% CI per point; NOT the headline.
 
     No selection happens here, so each point is an honest single-candidate
     estimate, but reading off the best layer of the curve is optimistic
     (that is what the nested CV and the permutation test account for).
     `aurocs` (per candidate in fs.keys order, e.g. PermutationResult.candidate_auroc,
-    which is the same scan) skips recomputing. Returns
-    {pooling: {"layers": [...], "auroc": [...]}}, layers ascending.
+    which is the same scan) are used as the points; the CIs resample tasks
+    (``interp.stats.task_resamples``, ``config.n_boot`` draws; none when 0) on
+    the out-of-fold scores of one scan of the real labels. Returns
+    {pooling: {"layers": [...], "auroc": [...], "auroc_ci": [[lo, hi] or None, ...]}}, layers ascending.
     """
+    scores = candidate_scores(fs, fs.y[None, :], config)[0]
     if aurocs is None:
-        aurocs = candidate_aurocs(fs, fs.y[None, :], config)[0]
+        aurocs = np.array([np.nan if (v := auroc(fs.y, s)) is None else v for s in scores])
+    cis = _candidate_cis(fs, scores, config)
     curve: dict[str, dict[str, list]] = {}
-    for (layer, pooling), value in zip(fs.keys, aurocs):
-        entry = curve.setdefault(pooling, {"layers": [], "auroc": []})
+    for (layer, pooling), value, ci in zip(fs.keys, aurocs, cis):
+        entry = curve.setdefault(pooling, {"layers": [], "auroc": [], "auroc_ci": []})
         entry["layers"].append(int(layer))
         entry["auroc"].append(float(value))
+        entry["auroc_ci"].append(ci)
     return curve
+
+
+def _candidate_cis(fs: FeatureSet, scores: np.ndarray, config: ProbeConfig) -> list[list[float] | None]:
+    """95% percentile CI of each candidate's AUROC over task resamples (the same draws for every candidate)."""
+    if not config.n_boot:
+        return [None] * len(scores)
+    draws = []
+    for rows in task_resamples(fs.groups, config.n_boot, config.rng("layer_curve_bootstrap")):
+        y = fs.y[rows] == 1
+        n_pos = int(y.sum())
+        if 0 < n_pos < y.size:  # Mann-Whitney AUROC of every candidate at once (probes.metrics.auroc, vectorised)
+            ranks = rankdata(scores[:, rows], axis=1)
+            draws.append((ranks[:, y].sum(axis=1) - n_pos * (n_pos + 1) / 2) / (n_pos * (y.size - n_pos)))
+    if not draws:
+        return [None] * len(scores)
+    lo, hi = np.percentile(np.array(draws), [2.5, 97.5], axis=0)
+    return [[float(a), float(b)] for a, b in zip(lo, hi)]

@@ -45,7 +45,7 @@ Fields of probe_results.json (``FIELDS``; ``probe_document`` builds them):
 | ``excluded_final`` | ``[n_excluded_final]`` | str | - | their sample_ids |
 | ``candidates`` | ``[n_candidates, 2]`` | any | - | [layer, pooling] feature candidates searched, in selection order (ties go to the earlier) |
 | ``folds`` | ``[n_folds] of {fold, test_tasks, n_train, n_test, layer, pooling, standardize, pca, C, threshold, inner_auroc, auroc, n_inner_skipped}`` | object | threshold: log-odds; auroc: unitless | per outer fold: chosen layer, pooling, standardize, pca (requested components or null), C (inverse L2 strength), threshold, inner_auroc (mean inner AUROC of the chosen configuration), auroc (null if one class), n_inner_skipped (inner folds without both classes) |
-| ``layer_curve`` | ``{pooling: {layers, auroc}}`` | object | AUROC | DESCRIPTIVE, not the headline: pooled out-of-fold AUROC of the fixed probe (config fixed_standardize, no PCA, fixed_C) per candidate under the outer grouped folds, no selection |
+| ``layer_curve`` | ``{pooling: {layers, auroc, auroc_ci}}`` | object | AUROC | DESCRIPTIVE, not the headline: pooled out-of-fold AUROC of the fixed probe (config fixed_standardize, no PCA, fixed_C) per candidate under the outer grouped folds, no selection; auroc_ci: 95% task-bootstrap CI per point ([lo, hi] or null) |
 | ``config`` | ``{...}`` | object | - | the ProbeConfig of the run |
 | ``elapsed_s`` | ``{phase: seconds}`` | object | s | wall-clock seconds per phase (nested_cv, bootstrap, baselines, permutation_and_layer_curve, control_task) |
 | ``schema_version`` | ``[]`` | int | - | version of this layout |

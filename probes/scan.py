@@ -25,6 +25,14 @@ def candidate_aurocs(fs: FeatureSet, labels: np.ndarray, config: ProbeConfig) ->
     vector has one class.
     """
     labels = np.atleast_2d(labels)
+    scores = candidate_scores(fs, labels, config)
+    values = [[auroc(y, s) for s in column] for y, column in zip(labels, scores)]
+    return np.array([[np.nan if v is None else v for v in row] for row in values])
+
+
+def candidate_scores(fs: FeatureSet, labels: np.ndarray, config: ProbeConfig) -> np.ndarray:
+    """Out-of-fold scores [n_label_vectors, n_candidates, n_samples] of the fixed probe (see ``candidate_aurocs``)."""
+    labels = np.atleast_2d(labels)
     splits = grouped_splits(fs.y, fs.groups, config.outer_splits, config.split_seed("outer"))
     columns = Parallel(n_jobs=config.n_jobs)(
         delayed(_scan_candidate)(fs.features[key], labels, splits, config.fixed_standardize, config.fixed_C)
@@ -45,5 +53,4 @@ def _scan_candidate(
             fittable = np.flatnonzero(labels[:, train].min(axis=1) < labels[:, train].max(axis=1))
             if fittable.size:
                 scores[np.ix_(fittable, test)] = logreg_scores(Z_train, labels[np.ix_(fittable, train)], Z_test, C)
-        values = [auroc(y, s) for y, s in zip(labels, scores)]
-    return np.array([np.nan if v is None else v for v in values])
+    return scores

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import time
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
-
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from interp import __version__
 from interp.data.conditions import CONDITIONS, validate_condition
 from interp.data.trajectory import Trajectory
 from interp.extraction.extract import ExtractConfig, extract_trajectory
 from interp.extraction.store import Store
+from interp.progress import track
 
 
 def parse_layers(spec: str, n_layers: int, full_attention: list[int]) -> list[int]:
@@ -148,19 +146,15 @@ def extract_to_store(
     mine = [u for k, u in enumerate(units) if k % shard[1] == shard[0]]
     todo = [(t, c) for t, c in mine if not store.is_done(t.task_id, c)]
     counts = {"units": len(mine), "skipped_done": len(mine) - len(todo), "samples": 0, "skipped_long": 0, "tokens": 0}
-    columns = [TextColumn("[bold]extract"), BarColumn(), MofNCompleteColumn(), TextColumn("units"),
-               TextColumn("{task.fields[rate]}"), TimeRemainingColumn()]
-    started = time.perf_counter()
-    with Progress(*columns, disable=not progress, transient=False) as bar:
-        task = bar.add_task("extract", total=len(todo), rate="")
+    with track("extract", total=len(todo), unit="units", enabled=progress) as bar:
         for traj, cond in todo:
             rows = extract_trajectory(sensor, traj, cond, config, boundaries,
                                       (condition_params or {}).get(cond))
             store.write_unit(traj, cond, rows, settings)
             counts["samples"] += sum(r.status == "ok" for r in rows)
             counts["skipped_long"] += sum(r.status == "skipped" for r in rows)
-            counts["tokens"] += sum(r.n_tokens for r in rows if r.status == "ok")
-            elapsed = time.perf_counter() - started
-            bar.update(task, advance=1, rate=f"{counts['samples']} samples, {counts['tokens'] / elapsed:,.0f} tok/s")
+            tokens = sum(r.n_tokens for r in rows if r.status == "ok")
+            counts["tokens"] += tokens
+            bar.advance(tokens=tokens, info=f"{counts['samples']} samples, last {traj.task_id}/{cond}")
     store.finalize()
     return counts

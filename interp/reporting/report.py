@@ -15,6 +15,7 @@ from interp.data.conditions import ICLR_RHO
 from interp.io import atomic_write_bytes
 
 from interp.reporting import reference as ref
+from interp.reporting.numbers import ci_text, num
 from interp.reporting.figures import load_result
 from interp.reporting.figures.externalization import externalization_sections
 from interp.reporting.figures.iclr import csv_bool
@@ -35,11 +36,11 @@ def _section(build: Callable[[Path], list[str]], out: Path) -> list[str]:
 
 
 def _ci(ci: Any) -> str:
-    return f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci and None not in ci else "n/a"
+    return ci_text(ci) or "n/a"
 
 
 def _fmt(x: Any) -> str:
-    return "n/a" if x is None else f"{x:.3f}"
+    return num(x) or "n/a"
 
 
 def _probe_section(out: Path) -> list[str]:
@@ -83,7 +84,6 @@ def _probe_section(out: Path) -> list[str]:
         f"baseline reported). Layer/pooling chosen per outer fold: {chosen}. Reference setting: {ref.MODEL}, "
         f"{ref.PROBE['n_tasks']} tasks, {ref.PROBE['n_samples']} boundaries ({ref.PROBE['n_positive']} positive), "
         "task-level nested CV.",
-        "", "Figures: [probe](figures/fig1_probe.html), [ROC/PR](figures/fig1b_probe_roc_pr.html).",
     ]
 
 
@@ -108,7 +108,7 @@ def _repair_section(out: Path) -> list[str]:
         lines.append(f"| {res['sites'][i]} | {_fmt(mean[i])} | {_ci(ci[i])} | {_fmt(median[i])} | {_fmt(ratio[i])} "
                      f"| {_fmt(top1[i])} |")
     points = ", ".join(f"layer {k}: {v}" for k, v in ref.KL_REPAIR.items())
-    return lines + ["", f"Reference study ({ref.MODEL}): {points}.", "", "Figure: [KL Repair](figures/fig2_kl_repair.html)."]
+    return lines + ["", f"Reference study ({ref.MODEL}): {points}."]
 
 
 def _iclr_section(out: Path) -> list[str]:
@@ -134,7 +134,7 @@ def _iclr_section(out: Path) -> list[str]:
              f"max {int(multi['drops'].max()) if len(multi) else 0} over {len(multi)} steps |",
              f"| steps not scored (input over the 42K-token rule; left whole) | {len(skipped)}"
              + (f", inputs {int(skipped['input_tokens'].min())}..{int(skipped['input_tokens'].max())} tokens"
-                if len(skipped) else "") + " |"]
+                if len(skipped) and skipped["input_tokens"].notna().all() else "") + " |"]
     if "dropped_full" in frame and frame["dropped_full"].notna().any():
         both = frame[frame["scored"] & frame["dropped_full"].notna()]
         full = csv_bool(both["dropped_full"])
@@ -145,7 +145,7 @@ def _iclr_section(out: Path) -> list[str]:
                   f"({agree.mean():.1%}) |",
                   f"| online vs full-context: steps (> 1 block) whose drop set differs | {int(per_step.sum())} of "
                   f"{len(per_step)} |"]
-    return lines + ["", "Figure: [ICLR](figures/fig6_iclr.html)."]
+    return lines
 
 
 def _harm_section(out: Path) -> list[str]:
@@ -167,7 +167,7 @@ def _harm_section(out: Path) -> list[str]:
     for row in res["aggregates"]:
         lines.append(f"| {row['aggregator']} | {row['cardinality']} | {row['n_sets']} | {row['n_pairs']} | "
                      f"{_fmt(row['pair_accuracy'])} | {_fmt(row['mae'])} |")
-    return lines + ["", "Figure: [set-level harm](figures/fig7_harm.html)."]
+    return lines
 
 
 def _risk_section(out: Path) -> list[str]:
@@ -175,7 +175,7 @@ def _risk_section(out: Path) -> list[str]:
     if res is None:
         return ["_not run_"]
     sec = externalization_sections(res)
-    risk, within, hidden = sec.get("risk", {}), sec.get("within_task", {}), sec.get("hidden_score", {})
+    risk, within = sec.get("risk", {}), sec.get("within_task", {})
     g1, g0 = risk.get("G1", {}), risk.get("G0", {})
     labels = _load(out / "externalization" / "externalization_labels.json") or {}
     agree = labels.get("agreement") or {}
@@ -201,8 +201,19 @@ def _risk_section(out: Path) -> list[str]:
             f"| P(y=1 given G=0) | {_fmt(g0.get('p'))} | {_ci(g0.get('ci'))} | {g0.get('n')} | {ref.RISK['G0']} |",
             f"| within-task gap | {_fmt(within.get('gap'))} | {_ci(within.get('ci'))} | {within.get('n_tasks')} tasks | "
             f"{ref.WITHIN_TASK_GAP} |",
-            f"| hidden-score gap | {_fmt(hidden.get('gap'))} | {_ci(hidden.get('ci'))} | | {ref.HIDDEN_SCORE_GAP} |",
-            "", "Figure: [externalization](figures/fig3_externalization.html)."]
+            *_hidden_rows(res)]
+
+
+def _hidden_rows(res: dict[str, Any]) -> list[str]:
+    """The probe-score gap rows: log-odds without a reference, probability beside the reference (its units)."""
+    gap = res.get("hidden_score_gap") or {}
+    rows = []
+    for units, reference in (("log-odds", ""), ("probability", ref.HIDDEN_SCORE_GAP)):
+        entry = gap.get(units.replace("-", "")) or {}
+        if entry.get("estimate") is not None:
+            rows.append(f"| hidden-score gap ({units}) | {_fmt(entry['estimate'])} | {_ci(entry.get('ci'))} | "
+                        f"{entry.get('n_tasks')} tasks | {reference} |")
+    return rows
 
 
 def _tuned(report: dict[str, Any]) -> str:
@@ -228,19 +239,33 @@ def _continuation_section(out: Path) -> list[str]:
                      f"{row.get('truncated', 0)} of {row.get('n_generations')} | "
                      f"{row.get('parse_failures')} | {_fmt(row.get('reacquisition_rate'))} | "
                      f"{ref.CONTINUATIONS.get(name, '')} |")
-    return lines + ["", "Figure: [continuations](figures/fig4_interventions.html)."]
+    return lines
+
+
+def _pictures(out: Path, names: tuple[str, ...]) -> list[str]:
+    """Each figure as an embedded PNG (relative link) with its interactive HTML linked below; nothing when absent."""
+    lines = []
+    for name in names:
+        png, html = out / "figures" / f"{name}.png", out / "figures" / f"{name}.html"
+        if png.is_file():
+            lines += [f"![{name}](figures/{name}.png)", ""]
+        if html.is_file():
+            lines += [f"[{name}: interactive HTML](figures/{name}.html)" + ("" if png.is_file() else
+                      " (no PNG: see the figures step's message)"), ""]
+    return lines
 
 
 def write_report(out: Path, subsets: dict[str, str], timings: dict[str, float], settings: dict[str, Any]) -> Path:
     """Write ``out/report.md`` from the result files present; return its path."""
     out = Path(out)
     sections = [
-        ("Future-necessity probe", _section(_probe_section, out)),
-        ("KL Repair (activation patching)", _section(_repair_section, out)),
-        ("ICLR block entropy", _section(_iclr_section, out)),
-        ("Set-level deletion harm (DRSR)", _section(_harm_section, out)),
-        ("State externalization", _section(_risk_section, out)),
-        ("Controlled continuations", _section(_continuation_section, out)),
+        ("Future-necessity probe", ("fig1_probe", "fig1b_probe_roc_pr"), _section(_probe_section, out)),
+        ("KL Repair (activation patching)", ("fig2_kl_repair",), _section(_repair_section, out)),
+        ("ICLR block entropy", ("fig6_iclr",), _section(_iclr_section, out)),
+        ("Set-level deletion harm (DRSR)", ("fig7_harm",), _section(_harm_section, out)),
+        ("State externalization", ("fig3_externalization",), _section(_risk_section, out)),
+        ("Controlled continuations", ("fig4_interventions",), _section(_continuation_section, out)),
+        ("Attention", ("fig5_attention",), ["Boundary attention by segment kind; data in `attention/attention.json`."]),
     ]
     lines = ["# Reasoning persistence: mechanistic analyses", "",
              f"Model `{settings.get('model')}`; full run: {settings.get('full')}. "
@@ -249,10 +274,8 @@ def write_report(out: Path, subsets: dict[str, str], timings: dict[str, float], 
     if subsets:
         lines += ["## Subsets (run with `--full` for everything)", ""]
         lines += [f"- **{name}**: {what}" for name, what in subsets.items()] + [""]
-    for title, body in sections:
-        lines += [f"## {title}", "", *body, ""]
-    lines += ["## Attention", "", "Boundary attention mass by segment kind: [figure](figures/fig5_attention.html), "
-              "data in `attention/attention.json`.", ""]
+    for title, figures, body in sections:
+        lines += [f"## {title}", "", *_pictures(out, figures), *body, ""]
     if timings:
         lines += ["## Stage timings (this run, seconds)", "", "| stage | s |", "|---|---|"]
         lines += [f"| {k} | {v} |" for k, v in timings.items()] + [""]

@@ -17,6 +17,9 @@ from pathlib import Path
 import pandas as pd
 
 from interp.reporting import reference
+from interp.reporting.numbers import ci_text as _ci
+from interp.reporting.numbers import num as _num
+from interp.reporting.numbers import pct as _pct
 from interp.reporting.figures import load_result
 from interp.reporting.figures.externalization import externalization_sections
 from interp.reporting.figures.interventions import intervention_conditions
@@ -91,9 +94,10 @@ def externalization_table(result: dict) -> pd.DataFrame:
     if within := sections.get("within_task"):
         rows.append(("within-task gap", f"{100 * within['gap']:.1f} pp", _ci(within.get("ci"), 100, " pp"),
                      f"{within.get('n_tasks', '?')} tasks", f"{100 * reference.WITHIN_TASK_GAP:.1f} pp"))
-    if (hidden := sections.get("hidden_score")) and hidden.get("gap") is not None:
-        rows.append(("hidden-score gap (log-odds)", _num(hidden["gap"]), _ci(hidden.get("ci")),
-                     f"{hidden.get('n_tasks')} tasks", _num(reference.HIDDEN_SCORE_GAP)))
+    logodds = (result.get("hidden_score_gap") or {}).get("logodds") or {}
+    if logodds.get("estimate") is not None:  # the reference value is a probability difference: not beside log-odds
+        rows.append(("hidden-score gap (log-odds)", _num(logodds["estimate"]), _ci(logodds.get("ci")),
+                     f"{logodds.get('n_tasks')} tasks", None))
     probability = (result.get("hidden_score_gap") or {}).get("probability") or {}
     if probability.get("estimate") is not None:
         rows.append(("hidden-score gap (probability)", _num(probability["estimate"]), _ci(probability.get("ci")),
@@ -189,23 +193,3 @@ def to_latex(frame: pd.DataFrame, caption: str, name: str) -> str:
     caption = caption.replace("%", r"\%")  # the cells are escaped by pandas, the caption is not
     return frame.to_latex(index=False, escape=True, na_rep="---", caption=caption, label=f"tab:{name}",
                           column_format="l" + "r" * (frame.shape[1] - 1), position="t")
-
-
-def _num(value: float | None, digits: int = 3) -> str | None:
-    """value with fixed decimals; a negative value that rounds to zero prints without its sign."""
-    if value is None:
-        return None
-    text = f"{value:.{digits}f}"
-    return text.removeprefix("-") if float(text) == 0 else text
-
-
-def _pct(value: float | None) -> str | None:
-    return None if value is None else f"{100 * value:.1f}%"
-
-
-def _ci(ci: list[float] | None, scale: float = 1.0, unit: str = "") -> str | None:
-    """'[lo, hi]' with three decimals, or one decimal and a unit when scaled to % / pp."""
-    if not ci or ci[0] is None:
-        return None
-    digits = 3 if scale == 1.0 else 1
-    return f"[{_num(scale * ci[0], digits)}, {_num(scale * ci[1], digits)}]{unit}"

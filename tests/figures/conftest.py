@@ -22,7 +22,7 @@ import pandas as pd
 
 from interp.continuations.run import RunSettings, interventions_document, write_results as write_interventions
 from interp.externalization.risk import risk_command
-from interp.extraction.attention_summary import attention_document
+from interp.extraction.attention_summary import attention_document, condition_summary
 from interp.extraction.entropy import drop_table
 from interp.io import atomic_write_json
 from patching.harm import summarize_harm
@@ -224,8 +224,10 @@ def summary_layout_interventions() -> dict:
 
 def _attention(rng: np.random.Generator) -> dict:
     layers = list(range(3, 32, 4))
-    mass = rng.dirichlet(np.ones(len(KINDS)), size=len(layers))
-    return attention_document(mass, layers, "full", 40)  # the real writer's document
+    per_boundary = {c: rng.dirichlet(np.ones(len(KINDS)), size=(40, len(layers))) for c in ("full", "delete_all_reasoning")}
+    tokens = rng.integers(0, 400, size=(40, len(KINDS))).astype(float)
+    conditions = {c: condition_summary(m, tokens) for c, m in per_boundary.items()}
+    return attention_document(per_boundary["full"].mean(axis=0), layers, "full", 40, conditions)  # the real writer's
 
 
 def _iclr(rng: np.random.Generator) -> pd.DataFrame:

@@ -22,7 +22,7 @@ NAMES = [spec.name for spec in FIGURES]
 
 # Strings each HTML must contain (JSON in the page escapes non-ASCII and "/", so these are plain ASCII).
 EXPECTED = {
-    "fig1_probe": ["Future-necessity probe: AUROC by layer and pooling", "nested-CV AUROC 0.812 [0.751, 0.868]",
+    "fig1_probe": ["Future-necessity probe: held-out AUROC by layer and pooling", "nested-CV AUROC 0.812 [0.751, 0.868]",
                    "last pooling (fixed probe, per layer)", "layer chosen by an outer fold (label: how many)",
                    "4/5 folds", "held-out AUROC (unitless)", "position baseline AUROC 0.700 (same nested CV)",
                    "position baseline 95% CI", "probe + baseline AUROC 0.825",
@@ -31,20 +31,21 @@ EXPECTED = {
                            "precision (fraction of predicted 1)", "operating point (each fold's threshold)"],
     "fig2_kl_repair": ["KL Repair by layer: qwen3.5-toy", "Repair, residual stream", "top-1 recovery, residual stream",
                        "Repair, ratio of sums, residual stream", "ratio of sums dotted",
-                       "full-attention layer", "final resid_post.31", REFERENCE_LABEL, "Repair (unitless)",
+                       "final resid_post.31", REFERENCE_LABEL, "Repair (unitless)",
                        "top-1 recovery (fraction of samples)"],
     "fig3_externalization": ["State externalization", "future behavioural risk (% of boundaries)", "one task",
                              "risk difference, G=1", "(percentage points)", "probe-score difference, G=1",
-                             "(log-odds)", "c  probe score on the boundary by G"],
-    "fig4_interventions": ["Controlled continuations", "ours (mean, 95% CI)", "continuation score (rubric, 0",
-                           "re-acquisition rate", "re-running the hidden command (% of continuations)", "keep latest"],
-    "fig5_attention": ["Boundary-token attention mass by segment kind", "reasoning block", "observation",
-                       "full-attention layer (index)", "attention mass from the boundary token (fraction)"],
+                             "(probability)", "c  probe score on the boundary by G"],
+    "fig4_interventions": ["Controlled continuations", "ours (mean, 95% CI where there is one)", "score (rubric, 0",
+                           "re-acquisition rate", "% of generations", "keep latest"],
+    "fig5_attention": ["Boundary-token attention by segment kind, layer and history condition",
+                       "observation", "full-attention layer", "mass (fraction of the row)", "mass per token (log)",
+                       "delete_all_reasoning: mass per token of the kind", "25th-75th percentile"],
     "fig6_iclr": ["ICLR: predictive entropy of reasoning blocks", "kept (", "replaced by [SKIP] (",
                   "mean token predictive entropy of the block (bits",
                   "reasoning tokens replaced (fraction of the step)",
-                  "2 steps not scored"],
-    "fig7_harm": ["Set-level deletion harm is not additive", "y = x (additive)", "k = 2 units", "k = 3 units",
+                  "2 steps not scored", "rho = 0.8"],
+    "fig7_harm": ["Set-level deletion harm is not additive over single units", "y = x (additive)", "k = 2 units", "k = 3 units",
                   "additive prediction: sum of singleton harms (nats", "exact harm of the set (nats",
                   "mean interaction", "pair-order acc. 0.80", "additive MAE", "units: reasoning",
                   "margin of 0.000 nats"],
@@ -67,11 +68,24 @@ def test_every_figure_is_made_from_a_full_results_dir(made):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_html_is_self_contained(made, name):
+def test_html_loads_the_one_plotlyjs_beside_it(made, name):
     text = (made[0] / "figures" / f"{name}.html").read_text(encoding="utf-8")
-    assert re.search(r"plotly\.js v\d+\.\d+\.\d+", text), "the plotly.js bundle is inlined"
+    assert re.search(r"<script[^>]*\bsrc\s*=\s*[\"']plotly\.min\.js[\"']", text), "plotly.js from the directory"
     assert not re.search(r"<script[^>]*\bsrc\s*=\s*[\"']?(https?:)?//", text), "no script loaded from the network"
-    assert len(text) > 1_000_000
+    assert len(text) < 200_000, "plotly.js is not inlined"
+    library = (made[0] / "figures" / "plotly.min.js").read_text(encoding="utf-8")
+    assert re.search(r"plotly\.js v\d+\.\d+\.\d+", library) and len(library) > 1_000_000
+
+
+def test_template_is_registered_for_users():
+    import plotly.graph_objects as go
+    import plotly.io as pio
+
+    from interp.reporting.figures.theme import TEMPLATE
+
+    assert pio.templates["interp"] == TEMPLATE
+    fig = go.Figure(go.Scatter(y=[1, 2]), layout=dict(template="interp"))
+    assert fig.layout.template.layout.colorway == PALETTE
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -171,12 +185,18 @@ def test_externalization_reads_the_interp_risk_layout(tmp_path):
     tasks = [trace for trace in fig.data if trace.name == "one task"]
     assert [len(trace.y) for trace in tasks] == [4, 4] and [trace.showlegend for trace in tasks] == [True, False]
     assert list(tasks[0].y) == pytest.approx([10, 20, 30, 40])  # risk differences in percentage points, sorted
+    assert fig.layout.yaxis3.title.text == "probe-score difference, G=1 − G=0 (probability)"  # the reference's units
+    logodds_only = risk_layout_externalization(tmp_path)
+    logodds_only["hidden_score_gap"]["probability"] = None
+    fig = externalization_figure(logodds_only)
     assert fig.layout.yaxis3.title.text == "probe-score difference, G=1 − G=0 (log-odds)"
+    assert [trace.name for trace in fig.data if trace.xaxis == "x3"] == ["one task", "mean (95% CI)"]  # no reference
 
 
 def test_interventions_reads_the_summary_layout():
     fig = interventions_figure(summary_layout_interventions())
-    scores, _, rates = fig.data
+    traces = {trace.name: trace for trace in fig.data}
+    scores, rates = traces["ours (mean, 95% CI where there is one)"], traces["re-acquisition rate (of n generations)"]
     assert [x.split("<br>")[0] for x in scores.x] == ["full", "delete all", "hide"]  # no score: left out
     assert list(scores.y) == [0.9, 0.61, 0.5] and list(rates.y) == [10, 75]
 

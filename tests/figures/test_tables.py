@@ -94,7 +94,7 @@ def test_tables_read_the_layouts_of_interp_risk_and_interp_interventions(tmp_pat
     assert risk["quantity"].tolist() == ["risk, G = 1", "risk, G = 0", "within-task gap", "hidden-score gap (log-odds)",
                                          "hidden-score gap (probability)"]
     assert risk["ours"].tolist() == ["60.0%", "30.0%", "25.0 pp", "0.900", "0.150"]
-    assert risk.iloc[:, -1].tolist() == ["67.3%", "36.2%", "19.8 pp", "0.283", "0.283"]
+    assert risk.iloc[:, -1].fillna("—").tolist() == ["67.3%", "36.2%", "19.8 pp", "—", "0.283"]  # no ref on log-odds
     continuations = interventions_table(summary_layout_interventions())
     assert continuations["condition"].tolist() == ["full", "delete_all_reasoning", "hide_observation"]
     assert continuations["re-acquisition"].fillna("—").tolist() == ["10.0%", "—", "75.0%"]

@@ -1,4 +1,5 @@
-"""The exploratory notebooks: committed without outputs, and each runs top to bottom with figures.
+"""The exploratory notebooks: committed with small outputs (readable on a code host), and each runs top to
+bottom with figures. ``make notebooks`` (notebooks/refresh.py) re-executes them and slims the outputs.
 
 Execution uses nbclient with a ``python3`` kernelspec written for this interpreter
 (so the kernel is this venv's Python whatever ``jupyter kernelspec list`` says),
@@ -31,13 +32,19 @@ def test_expected_notebooks_exist():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_is_stripped(path):
+def test_notebook_is_committed_with_small_outputs(path):
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
-    dirty = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
-             and (cell.get("outputs") or cell.get("execution_count") is not None)]
-    assert not dirty, f"{path.name}: code cells {dirty} have outputs or an execution count; strip them before committing"
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    missing = [i for i, cell in enumerate(code) if cell.get("execution_count") is None]
+    assert not missing, f"{path.name}: code cells {missing} have no outputs; run `make notebooks`"
     assert "widgets" not in nb.metadata, f"{path.name}: widget state in the notebook metadata"
+    big = [(i, mime) for i, cell in enumerate(code) for out in cell.get("outputs", [])
+           for mime, value in out.get("data", {}).items() if mime != "image/png" and len(json.dumps(value)) > 100_000]
+    assert not big, f"{path.name}: outputs over 100 kB (inlined plotly.js?): {big}; run `make notebooks`"
+    plotly = [out for cell in code for out in cell.get("outputs", []) if PLOTLY_MIME in out.get("data", {})]
+    assert plotly and all("image/png" in out["data"] for out in plotly), f"{path.name}: a figure without its PNG"
+    assert path.stat().st_size < 3 * 2 ** 20
 
 
 @pytest.fixture(scope="module")

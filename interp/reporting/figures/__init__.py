@@ -4,7 +4,7 @@ Each figure is a pure function of one result file (``probe_figure(dict)``,
 ``iclr_figure(DataFrame)``, ...) returning a ``plotly.graph_objects.Figure``
 in the one template of ``interp.reporting.figures.theme``; ``make_figures`` finds the
 files of a results directory, makes every figure whose input exists and
-writes ``figures/<name>.html`` (self-contained, offline) and ``.png``::
+writes ``figures/<name>.html`` (offline; all load the one ``figures/plotly.min.js``) and ``.png``::
 
     from interp.reporting.figures import make_figures, kl_repair_figure
     report = make_figures(Path("results/demo"))      # HTML + PNG of what exists

@@ -4,8 +4,10 @@ The layout is ``interp.externalization.risk.FIELDS``: ``p_y_given_g1``/``p_y_giv
 {"estimate", "ci", "n", ...}, ``within_task_gap`` {"estimate", "ci", "n_tasks", "per_task":
 {task_id: diff}}, ``hidden_score_gap`` {"logodds": {same as within_task_gap}, "probability": {...}}
 or null. ``externalization_sections`` turns it into the panels' sections "risk", "within_task",
-"hidden_score" (per-task paired gaps on the log-odds scale). Reference values come from
-``interp.reporting.reference``.
+"hidden_score" (per-task paired gaps of the probe score in probability units, the reference
+study's, when the file has them; else on the log-odds scale, ``units`` says which). Reference
+values come from ``interp.reporting.reference`` and are drawn only in their own units
+(probability), never on a log-odds axis.
 
 Probabilities, risk differences and CIs are fractions, plotted in % and percentage points.
 """
@@ -31,7 +33,7 @@ def externalization_sections(result: dict) -> dict:
     sections = {
         "risk": risk,
         "within_task": _paired(result.get("within_task_gap")),
-        "hidden_score": _paired((result.get("hidden_score_gap") or {}).get("logodds")),
+        "hidden_score": _hidden_score(result.get("hidden_score_gap") or {}),
     }
     return {key: value for key, value in sections.items() if value}
 
@@ -52,9 +54,11 @@ def externalization_figure(result: dict) -> go.Figure:
         elif key == "within_task":
             _paired_panel(fig, section, col, 100, "pp", reference.WITHIN_TASK_GAP,
                           "risk difference, G=1 − G=0 (percentage points)")
-        else:
+        elif section["units"] == "probability":
             _paired_panel(fig, section, col, 1, "", reference.HIDDEN_SCORE_GAP,
-                          "probe-score difference, G=1 − G=0 (log-odds)")
+                          "probe-score difference, G=1 − G=0 (probability)")
+        else:  # the reference value is a probability difference: not drawn on a log-odds axis
+            _paired_panel(fig, section, col, 1, "", None, "probe-score difference, G=1 − G=0 (log-odds)")
     fig.update_xaxes(tickangle=0)
     fig.update_layout(
         template=TEMPLATE, height=560,
@@ -65,6 +69,14 @@ def externalization_figure(result: dict) -> go.Figure:
         margin=dict(b=160),
     )
     return fig
+
+
+def _hidden_score(gap: dict) -> dict | None:
+    """The probe-score gap in probability units when present (the reference's), else log-odds; ``units`` says which."""
+    for units in ("probability", "logodds"):
+        if section := _paired(gap.get(units)):
+            return {**section, "units": units}
+    return None
 
 
 def _paired(entry: dict | None) -> dict | None:
@@ -82,7 +94,7 @@ def _risk(fig: go.Figure, risk: dict, col: int) -> None:
     p = [100 * risk[g]["p"] for g in groups]
     ci = [risk[g].get("ci") for g in groups]
     fig.add_trace(go.Bar(
-        x=labels, y=p, marker_color=[GROUP_COLOUR[g] for g in groups], name="risk (ours)", showlegend=False,
+        x=labels, y=p, marker_color=[GROUP_COLOUR[g] for g in groups], name="risk by G (ours, 95% CI)",
         error_y=dict(type="data", symmetric=False, color="#333333", thickness=1.5, width=8,
                      array=[100 * c[1] - v if c else 0 for c, v in zip(ci, p)],
                      arrayminus=[v - 100 * c[0] if c else 0 for c, v in zip(ci, p)]),
@@ -92,8 +104,9 @@ def _risk(fig: go.Figure, risk: dict, col: int) -> None:
     fig.update_yaxes(title_text="future behavioural risk (% of boundaries)", rangemode="tozero", row=1, col=col)
 
 
-def _paired_panel(fig: go.Figure, section: dict, col: int, scale: float, unit: str, ref: float, y_title: str) -> None:
-    """Per-task paired differences sorted, then their mean with its CI and the reference value beside it."""
+def _paired_panel(fig: go.Figure, section: dict, col: int, scale: float, unit: str, ref: float | None,
+                  y_title: str) -> None:
+    """Per-task paired differences sorted, then their mean with its CI and the reference value (same units) beside it."""
     per_task = sorted(section.get("per_task") or [], key=lambda row: row["diff"])
     mean_x = len(per_task) + 2
     gap, ci = scale * section["gap"], section.get("ci")
@@ -104,12 +117,14 @@ def _paired_panel(fig: go.Figure, section: dict, col: int, scale: float, unit: s
         hovertext=[str(row.get("task_id")) for row in per_task], hovertemplate="%{hovertext}: %{y:.3g}<extra></extra>",
     ), 1, col)
     fig.add_trace(go.Scatter(
-        x=[mean_x], y=[gap], mode="markers", name="mean (95% CI)", showlegend=False,
+        x=[mean_x], y=[gap], mode="markers", name="mean (95% CI)",
+        showlegend=not any(trace.name == "mean (95% CI)" for trace in fig.data),
         marker=dict(symbol="square", size=11, color="black"),
         error_y=dict(type="data", symmetric=False, color="black", thickness=2, width=8,
                      array=[scale * ci[1] - gap] if ci else [0], arrayminus=[gap - scale * ci[0]] if ci else [0]),
     ), 1, col)
-    fig.add_trace(reference_markers([mean_x], [scale * ref], showlegend=False), 1, col)
+    if ref is not None:
+        fig.add_trace(reference_markers([mean_x], [scale * ref], showlegend=False), 1, col)
     fig.add_hline(y=0, line=dict(color=GREY, width=1), row=1, col=col)
     digits = 1 if unit else 3
     fig.update_xaxes(title_text=f"tasks (n = {section.get('n_tasks') or len(per_task)}), sorted by difference",

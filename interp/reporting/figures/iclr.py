@@ -7,9 +7,12 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from interp.reporting.figures.theme import BOTTOM_LEGEND, GREY, PALETTE, TEMPLATE
+from interp.data.conditions import ICLR_RHO
+from interp.reporting.figures.theme import BOTTOM_LEGEND, GREY, PALETTE, TEMPLATE, titled
 
 KEPT, SKIPPED = PALETTE[0], PALETTE[1]
+MIN_TASKS_MEAN = 3
+"""A step's mean over tasks is drawn only when at least this many tasks reach the step."""
 
 
 def iclr_figure(blocks: pd.DataFrame) -> go.Figure:
@@ -35,7 +38,7 @@ def iclr_figure(blocks: pd.DataFrame) -> go.Figure:
                 size=max((float(entropy.max()) - float(entropy.min())) / 30, 1e-3))
     for name, colour, mask in (("kept", KEPT, ~scored["dropped"]), ("replaced by [SKIP]", SKIPPED, scored["dropped"])):
         fig.add_trace(go.Histogram(x=entropy[mask], xbins=bins, name=f"{name} ({int(mask.sum())} blocks)",
-                                   marker=dict(color=colour, line=dict(color="white", width=0.5)), opacity=0.7), 1, 1)
+                                   marker=dict(color=colour, line=dict(color="white", width=0.5))), 1, 1)
     rng = np.random.default_rng(0)  # fixed jitter: the figure is reproducible
     fig.add_trace(go.Scatter(
         x=steps["step"] + rng.uniform(-0.15, 0.15, len(steps)), y=steps["fraction"], mode="markers",
@@ -43,21 +46,23 @@ def iclr_figure(blocks: pd.DataFrame) -> go.Figure:
         hovertext=[f"{t} step {s}" for t, s in zip(steps["task_id"], steps["step"])],
         hovertemplate="%{hovertext}: %{y:.2f}<extra></extra>",
     ), 1, 2)
-    per_step = steps.groupby("step")["fraction"].mean()
-    fig.add_trace(go.Scatter(x=per_step.index, y=per_step.values, mode="lines+markers", name="mean over tasks",
-                             line=dict(color="black", width=2), marker=dict(symbol="diamond", size=9)), 1, 2)
+    per_step = steps.groupby("step")["fraction"].agg(["mean", "size"])
+    shown = per_step[per_step["size"] >= MIN_TASKS_MEAN]
+    fig.add_trace(go.Scatter(
+        x=shown.index, y=shown["mean"], mode="lines+markers", customdata=shown["size"],
+        name=f"mean over tasks (steps reached by ≥ {MIN_TASKS_MEAN} tasks; n in the hover)",
+        hovertemplate="step %{x}: mean %{y:.2f} over %{customdata} tasks<extra></extra>",
+        line=dict(color="black", width=2), marker=dict(symbol="diamond", size=9)), 1, 2)
     total = steps["removed"].sum() / max(steps["n_tokens"].sum(), 1)
-    fig.add_hline(y=total, line=dict(color=GREY, dash="dot"), row=1, col=2, annotation_text=f"overall {total:.0%}",
-                  annotation_position="top left")
-    fig.update_layout(
-        template=TEMPLATE, height=560, barmode="overlay",
-        title=dict(text="ICLR: predictive entropy of reasoning blocks and what is skipped",
-                   subtitle=dict(text=f"{_context(blocks)}{len(scored)} scored blocks in {len(steps)} steps; "
-                                      f"{n_unscored} steps not scored (scorer context over the limit, "
-                                      "never truncated)")),
-        legend=BOTTOM_LEGEND,
-        margin=dict(b=160),
-    )
+    x_range = [float(steps["step"].min()) - 0.5, float(steps["step"].max()) + 0.5]
+    fig.add_trace(go.Scatter(x=x_range, y=[total, total], mode="lines", line=dict(color=GREY, dash="dot"),
+                             name=f"all steps pooled: {total:.0%} of reasoning tokens replaced"), 1, 2)
+    fig.update_layout(template=TEMPLATE, height=600, barmode="group", legend=BOTTOM_LEGEND, margin=dict(b=170))
+    titled(fig, "ICLR: predictive entropy of reasoning blocks and the blocks replaced by [SKIP]",
+           [f"{_context(blocks)}rho = {ICLR_RHO}", f"{len(scored)} scored blocks in {len(steps)} steps of "
+            f"{steps['task_id'].nunique()} tasks", f"{n_unscored} steps not scored (scorer context over the limit, "
+            "never truncated)", f"{int((per_step['size'] < MIN_TASKS_MEAN).sum())} late steps without a mean "
+            f"(fewer than {MIN_TASKS_MEAN} tasks)"])
     fig.update_xaxes(title_text="mean token predictive entropy of the block (bits/token)", row=1, col=1)
     fig.update_yaxes(title_text="reasoning blocks (count)", row=1, col=1)
     fig.update_xaxes(title_text="step t (1-based)", dtick=1, row=1, col=2)
@@ -69,7 +74,7 @@ def _context(blocks: pd.DataFrame) -> str:
     """``"<context> context; "`` from the table's context column (online: the study's method), or ``""``."""
     if "context" not in blocks:
         return ""
-    return ", ".join(sorted(set(blocks["context"].dropna().astype(str)))) + " context; "
+    return ", ".join(sorted(set(blocks["context"].dropna().astype(str)))) + " context, "
 
 
 def csv_bool(column: pd.Series) -> pd.Series:

@@ -7,10 +7,11 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from interp.reporting import reference
-from interp.reporting.figures.theme import BOTTOM_LEGEND, PALETTE, TEMPLATE, ci_band, legend_swatch, reference_markers, rgba
+from interp.reporting.figures.theme import (BOTTOM_LEGEND, PALETTE, TEMPLATE, ci_band, legend_swatch,
+                                           reference_markers, rgba, titled)
 
 _RESID = ("resid_pre", "resid_post")
-_FULL_ATTENTION_COLOUR = PALETTE[6]
+_FULL_ATTENTION_COLOUR = "#B0B0B0"  # grey: a coloured shade would tint the CI bands away from their legend colours
 
 
 def kl_repair_figure(result: dict) -> go.Figure:
@@ -18,7 +19,9 @@ def kl_repair_figure(result: dict) -> go.Figure:
 
     The ratio of sums (1 - sum KL_patch / sum d) weights boundaries by their
     deletion effect d, so a gap between the two lines shows the mean being
-    pulled by small-d boundaries. Full-attention layers are shaded.
+    pulled by small-d boundaries. Full-attention layers are shaded only on a hybrid model (some layers
+    linear attention). Top-1 recovery has the unpatched baseline beside it: patching resid_pre.0 of the
+    boundary token writes the same token embedding back (a no-op), so its top-1 is the deleted history's.
     Reads kl_repair.json: ``sites`` ("resid_pre.12", ...), ``layers``, ``repair_mean``,
     ``repair_ci`` ([[lo, hi], ...]), ``repair_ratio`` (optional), ``top1_mean``,
     ``full_attention_layers``, ``n_samples``, ``n_excluded``, ``d_threshold``,
@@ -39,8 +42,10 @@ def kl_repair_figure(result: dict) -> go.Figure:
         x = layer + 1 if kind == "resid_post" else layer
         series.setdefault("residual stream" if kind in _RESID else kind, []).append((x, m, lo, hi, t, site, r))
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    if result.get("full_attention_layers"):
-        fig.add_trace(legend_swatch("full-attention layer", _FULL_ATTENTION_COLOUR))
+    full_attention = result.get("full_attention_layers") or []
+    hybrid = bool(full_attention) and len(full_attention) < (model.get("n_layers") or len(result["layers"]) + 1)
+    if hybrid:
+        fig.add_trace(legend_swatch("full-attention layer (the others: linear attention)", _FULL_ATTENTION_COLOUR))
     for i, (name, points) in enumerate(series.items()):
         x, m, lo, hi, t, label, r = map(list, zip(*sorted(points, key=lambda p: p[:6])))
         colour = PALETTE[(2 * i) % len(PALETTE)]
@@ -59,9 +64,16 @@ def kl_repair_figure(result: dict) -> go.Figure:
             line=dict(color=PALETTE[(1 + 2 * i) % len(PALETTE)], dash="dash"),
             marker=dict(symbol="circle-open", size=7), customdata=label,
             hovertemplate="%{customdata}: top-1 %{y:.2f}<extra></extra>"), secondary_y=True)
-    for layer in result.get("full_attention_layers", []):  # after the traces: plotly skips shapes on empty subplots
+    for layer in full_attention if hybrid else []:  # after the traces: plotly skips shapes on empty subplots
         fig.add_vrect(x0=layer, x1=layer + 1, fillcolor=rgba(_FULL_ATTENTION_COLOUR, 0.35), line_width=0, layer="below")
     _label_final_site(fig, series.get("residual stream", []))
+    if "resid_pre.0" in sites and result.get("top1_mean"):
+        base = result["top1_mean"][sites.index("resid_pre.0")]
+        x_all = [p[0] for points in series.values() for p in points]
+        fig.add_trace(go.Scatter(x=[min(x_all), max(x_all)], y=[base, base], mode="lines",
+                                 line=dict(color=PALETTE[1], width=1.5, dash="dot"),
+                                 name=f"top-1, unpatched deleted history ({base:.2f}; = no-op patch at resid_pre.0)"),
+                      secondary_y=True)
     if model.get("n_layers") == reference.N_LAYERS:
         fig.add_trace(reference_markers(list(reference.KL_REPAIR), list(reference.KL_REPAIR.values())))
     values = [v for v in [*mean, *np.ravel(ci), *top1, *ratio] if v is not None and np.isfinite(v)]
@@ -69,13 +81,8 @@ def kl_repair_figure(result: dict) -> go.Figure:
     fig.update_yaxes(title_text="Repair (unitless)", range=y_range, secondary_y=False)
     fig.update_yaxes(title_text="top-1 recovery (fraction of samples)", range=y_range, showgrid=False, secondary_y=True)
     fig.update_xaxes(title_text="layer l (the residual stream entering layer l is patched; last point: final output)")
-    fig.update_layout(
-        template=TEMPLATE, height=600,
-        title=dict(text=f"KL Repair by layer: {model.get('spec', 'model')}, boundary token patched",
-                   subtitle=dict(text=_subtitle(result))),
-        legend=BOTTOM_LEGEND,
-        margin=dict(b=170),
-    )
+    fig.update_layout(template=TEMPLATE, height=620, legend=BOTTOM_LEGEND, margin=dict(b=170))
+    titled(fig, f"KL Repair by layer: {model.get('spec', 'model')}, boundary token patched", _subtitle(result))
     return fig
 
 
@@ -87,12 +94,12 @@ def _label_final_site(fig: go.Figure, points: list[tuple]) -> None:
                                bgcolor="rgba(255,255,255,0.85)", font=dict(size=12))
 
 
-def _subtitle(result: dict) -> str:
+def _subtitle(result: dict) -> list[str]:
     """Condition, samples kept and excluded."""
-    parts = ["Repair = 1 − KL(P_full‖P_patched) / KL(P_full‖P_del); mean over boundaries, ratio of sums dotted",
+    parts = ["Repair = 1 − KL(P_full‖P_patched) / KL(P_full‖P_del)", "mean over boundaries, ratio of sums dotted",
              f"P_del from condition {result.get('condition', '?')}", f"n = {result.get('n_samples', '?')} boundaries"]
     if result.get("n_excluded"):
         threshold = result.get("d_threshold")
         parts.append(f"{result['n_excluded']} excluded (KL(full‖deleted) ≤ "
                      + (f"{threshold:.2g} nats, the dtype's noise floor)" if threshold is not None else "noise)"))
-    return "; ".join(parts)
+    return parts

@@ -10,7 +10,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score, roc_curve
 
-from interp.reporting.figures.theme import BOTTOM_LEGEND, GREY, PALETTE, TEMPLATE, ci_band
+from interp.reporting import reference
+from interp.reporting.numbers import ci_text
+from interp.reporting.figures.theme import (BOTTOM_LEGEND, GREY, PALETTE, REFERENCE_LABEL, TEMPLATE, ci_band, note,
+                                           titled)
 
 BASELINE_COLOUR = "#8B4513"
 """The position baseline's band and line (outside PALETTE, which colours the poolings)."""
@@ -34,32 +37,40 @@ def probe_figure(result: dict) -> go.Figure:
     x = [min(layers) - 0.5, max(layers) + 0.5]
     auroc, ci = result["auroc"], result.get("auroc_ci")
     fig = go.Figure()
-    headline = f"nested-CV AUROC {auroc:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+    headline = f"nested-CV AUROC {auroc:.3f}" + (f" {ci_text(ci)}" if ci_text(ci) else "")
     if ci:
-        fig.add_trace(ci_band(x, [ci[0]] * 2, [ci[1]] * 2, "#000000", "95% CI (task bootstrap)"))
+        fig.add_trace(ci_band(x, [ci[0]] * 2, [ci[1]] * 2, "#000000", "95% CI of the nested-CV AUROC (task bootstrap)"))
     fig.add_trace(go.Scatter(x=x, y=[auroc] * 2, mode="lines", line=dict(color="black", width=2), name=headline))
     references = _baseline_traces(result, x)
     for trace in references:
         fig.add_trace(trace)
     fig.add_trace(go.Scatter(x=x, y=[0.5, 0.5], mode="lines", line=dict(color=GREY, dash="dot"), name="chance (0.5)"))
+    fig.add_trace(go.Scatter(x=x, y=[reference.PROBE["auroc"]] * 2, mode="lines", line=dict(color=GREY, dash="dash"),
+                             name=f"{REFERENCE_LABEL}: AUROC {reference.PROBE['auroc']}"))
+    shift = {pooling: 0.08 * (i - (len(curve) - 1) / 2) for i, pooling in enumerate(curve)}  # whiskers side by side
     for pooling, entry in curve.items():
         fig.add_trace(go.Scatter(
-            x=entry["layers"], y=entry["auroc"], mode="lines+markers",
-            name=f"{pooling} pooling (fixed probe, per layer)",
+            x=[layer + shift[pooling] for layer in entry["layers"]], y=entry["auroc"], mode="lines+markers",
+            error_y=_whiskers(entry),
+            name=f"{pooling} pooling (fixed probe, per layer" + (", 95% CI)" if entry.get("auroc_ci") else ")"),
+            legendgroup=pooling,
             line=dict(color=colours[pooling], width=2), marker=dict(size=7),
-            hovertemplate=f"{pooling}, layer %{{x}}: AUROC %{{y:.3f}}<extra></extra>",
+            customdata=entry["layers"], hovertemplate=f"{pooling}, layer %{{customdata}}: AUROC %{{y:.3f}}<extra></extra>",
         ))
-    fig.add_trace(_fold_choices(result.get("folds", []), curve, colours, auroc))
-    values = [v for entry in curve.values() for v in entry["auroc"]] + [auroc, *(ci or [])]
+    fig.add_trace(_fold_choices(result.get("folds", []), curve, colours, auroc, shift))
+    if not any(ci for entry in curve.values() for ci in entry.get("auroc_ci") or []):
+        note(fig, "per-layer points: descriptive, no CI in this file; the band is the headline's CI")
+    values = [v for entry in curve.values() for v in entry["auroc"]] + [auroc, *(ci or []), reference.PROBE["auroc"]]
     values += [v for trace in references for v in trace.y if v is not None]
+    values += [v for entry in curve.values() for c in entry.get("auroc_ci") or [] if c for v in c]
     fig.update_layout(
-        template=TEMPLATE, height=560,
-        title=dict(text="Future-necessity probe: AUROC by layer and pooling", subtitle=dict(text=_subtitle(result))),
+        template=TEMPLATE, height=620,
         xaxis=dict(title="layer (index of the probed residual stream)", range=x, dtick=_dtick(x)),
         yaxis=dict(title="held-out AUROC (unitless)",
                    range=[min(0.4, min(values) - 0.03), min(1.0, max(values) + 0.05)]),
-        legend=dict(x=1.02, xanchor="left", y=1, yanchor="top"),
+        legend=BOTTOM_LEGEND, margin=dict(b=230),
     )
+    titled(fig, "Future-necessity probe: held-out AUROC by layer and pooling", _subtitle(result))
     return fig
 
 
@@ -109,7 +120,18 @@ def roc_pr_figure(oof: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def _fold_choices(folds: list[dict], curve: dict, colours: dict, fallback: float) -> go.Scatter:
+def _whiskers(entry: dict) -> dict | None:
+    """Thin error bars of a layer curve's per-point CIs (task bootstrap), or None when the file has none."""
+    cis = entry.get("auroc_ci") or []
+    if not any(cis):
+        return None
+    return dict(type="data", symmetric=False, thickness=1, width=3,
+                array=[c[1] - v if c else None for c, v in zip(cis, entry["auroc"])],
+                arrayminus=[v - c[0] if c else None for c, v in zip(cis, entry["auroc"])])
+
+
+def _fold_choices(folds: list[dict], curve: dict, colours: dict, fallback: float,
+                  shift: dict[str, float]) -> go.Scatter:
     """A star per distinct (layer, pooling) chosen by the outer folds, on its curve; labelled when chosen 2+ times."""
     chosen: dict[tuple[int, str], list[int]] = defaultdict(list)
     for i, fold in enumerate(folds):
@@ -118,7 +140,7 @@ def _fold_choices(folds: list[dict], curve: dict, colours: dict, fallback: float
     for (layer, pooling), indices in sorted(chosen.items()):
         entry = curve.get(pooling, {"layers": [], "auroc": []})
         y.append(dict(zip(entry["layers"], entry["auroc"])).get(layer, fallback))
-        x.append(layer)
+        x.append(layer + shift.get(pooling, 0.0))
         colour.append(colours.get(pooling, "black"))
         text.append(f"{len(indices)}/{len(folds)} folds" if len(indices) > 1 else "")  # one fold: no label clutter
         hover.append(f"layer {layer}, {pooling} pooling: chosen in outer fold(s) {', '.join(map(str, indices))}")
@@ -146,7 +168,7 @@ def _baseline_traces(result: dict, x: list[float]) -> list[go.Scatter]:
     return traces
 
 
-def _subtitle(result: dict) -> str:
+def _subtitle(result: dict) -> list[str]:
     """Gain over the position baseline, sample counts and permutation p-values, where the file has them."""
     parts = []
     gain = result.get("gain")
@@ -156,11 +178,13 @@ def _subtitle(result: dict) -> str:
                      + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else ""))
     parts += [f"{result[key]} {label}" for key, label in
               (("n_samples", "boundaries"), ("n_tasks", "tasks"), ("n_positive", "positive")) if key in result]
+    n_perm = (result.get("config") or {}).get("n_perm")
+    perms = f"{n_perm} permutations, smallest possible p {1 / (n_perm + 1):.3g}" if n_perm else "permutations: ?"
     if result.get("permutation_p") is not None:
-        parts.append(f"permutation p = {result['permutation_p']:.3g} (across tasks)")
-    if result.get("permutation_p_position") is not None:
-        parts.append(f"{result['permutation_p_position']:.3g} (position kept)")
-    return "; ".join(parts + ["curves are descriptive, the headline is the nested CV"])
+        parts.append(f"permutation p = {result['permutation_p']:.3g} (across tasks)"
+                     + (f", {result['permutation_p_position']:.3g} (position kept)"
+                        if result.get("permutation_p_position") is not None else "") + f" ({perms})")
+    return parts + ["curves are descriptive, the headline is the nested CV"]
 
 
 def _dtick(x_range: list[float]) -> int:

@@ -1,7 +1,14 @@
 """The one look of every figure: a white Plotly template with an Okabe-Ito palette, and shared trace styles.
 
 Every figure passes ``template=TEMPLATE`` itself; the global ``plotly.io``
-default is left alone so a notebook's own plots are not restyled.
+default is left alone so a notebook's own plots are not restyled. Importing
+this module registers the template as ``plotly.io.templates["interp"]``, so
+your own figures can take the house style::
+
+    import plotly.io as pio
+    import interp.reporting.figures  # registers "interp"
+    fig.update_layout(template="interp")          # one figure
+    pio.templates.default = "interp"              # or every figure of the session
 """
 
 from __future__ import annotations
@@ -9,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
+import plotly.io as pio
 
 # Okabe & Ito (2008), "Color Universal Design": distinguishable under the common colour-vision deficiencies.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
@@ -34,6 +42,17 @@ TEMPLATE = go.layout.Template(layout=go.Layout(
     hoverlabel=dict(font=dict(family=FONT)),
     bargap=0.25,
 ))
+
+TEMPLATE_NAME = "interp"
+
+
+def register_template(name: str = TEMPLATE_NAME) -> str:
+    """Register the house template as ``plotly.io.templates[name]`` (idempotent); return the name."""
+    pio.templates[name] = TEMPLATE
+    return name
+
+
+register_template()
 
 REFERENCE_LABEL = "reference study (Qwen3.5-9B)"
 
@@ -65,6 +84,52 @@ def legend_swatch(name: str, color: str) -> go.Scatter:
     """A legend-only entry (no data) for shapes such as shaded layer bands."""
     return go.Scatter(x=[None], y=[None], mode="markers", name=name,
                       marker=dict(symbol="square", size=14, color=rgba(color, 0.35)))
+
+
+def has_ci(ci: Sequence[float | None] | None) -> bool:
+    """True for an interval with two finite ends and positive width (a bootstrap over 1 task gives lo == hi)."""
+    return bool(ci) and all(v is not None and v == v for v in ci[:2]) and ci[1] > ci[0]
+
+
+def ci_whiskers(x: Sequence, values: Sequence[float | None], cis: Sequence, scale: float = 1.0, name: str = "95% CI",
+                legendgroup: str | None = None, color: str = "#333333") -> go.Scatter | None:
+    """Error bars (an invisible-marker trace) at the points that have a CI (``has_ci``), none elsewhere; None if none."""
+    keep = [i for i, (c, v) in enumerate(zip(cis, values)) if has_ci(c) and v is not None]
+    if not keep:
+        return None
+    return go.Scatter(
+        x=[x[i] for i in keep], y=[values[i] for i in keep], mode="markers", marker=dict(size=1, opacity=0),
+        name=name, legendgroup=legendgroup, showlegend=legendgroup is None, hoverinfo="skip",
+        error_y=dict(type="data", symmetric=False, color=color, thickness=1.5, width=8,
+                     array=[scale * cis[i][1] - values[i] for i in keep],
+                     arrayminus=[values[i] - scale * cis[i][0] for i in keep]))
+
+
+def note(fig: go.Figure, text: str, axis: str = "") -> None:
+    """A boxed grey note in the top-left corner of a panel (``axis`` "", "2", ...), e.g. "too few samples for a CI"."""
+    fig.add_annotation(text=text, xref=f"x{axis} domain", yref=f"y{axis} domain", x=0.01, y=0.99, xanchor="left",
+                       yanchor="top", showarrow=False, font=dict(size=12, color="#444444"), align="left",
+                       bgcolor="rgba(255,255,255,0.9)", bordercolor="#BBBBBB", borderwidth=1)
+
+
+SUBTITLE_CHARS = 130  # a subtitle line at 14 px fits ~150 characters of the 1100 px export
+
+
+def subtitle(parts: Sequence[str], chars: int = SUBTITLE_CHARS) -> tuple[str, int]:
+    """Parts joined with "; " and broken into lines of at most ``chars`` characters; (text, number of lines)."""
+    lines: list[str] = []
+    for part in parts:
+        if lines and len(lines[-1]) + 2 + len(part) <= chars:
+            lines[-1] += "; " + part
+        else:
+            lines.append(part)
+    return "<br>".join(lines), len(lines)
+
+
+def titled(fig: go.Figure, title: str, parts: Sequence[str]) -> None:
+    """Set the title and the wrapped subtitle, with a top margin that makes room for every subtitle line."""
+    text, n = subtitle(parts)
+    fig.update_layout(title=dict(text=title, subtitle=dict(text=text)), margin=dict(t=80 + 20 * n))
 
 
 def rgba(hex_color: str, alpha: float) -> str:
