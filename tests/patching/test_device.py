@@ -57,3 +57,20 @@ def test_fast_kl_repair_scores_on_one_device(meta_sensor, monkeypatch):
     for condition in ("delete_all_reasoning", "delete_latest_reasoning"):
         kl_repair_trajectory(meta_sensor, SHORT, condition, default_sites(meta_sensor.n_layers), min_kl=1e-6)
     assert seen == [{META}] * 6
+
+
+def test_reference_kl_repair_scores_on_one_device(monkeypatch):
+    """The reference path runs the TransformerLens bridge: load the whole sensor onto the device."""
+    from interp.sensor.models import load_model
+
+    sensor = load_model("tiny-qwen3.5", device=META)
+    seen = []
+
+    def record(task_id, b, p_full, p_del, p_patch, *rest):
+        seen.append({p_full.device, p_del.device, p_patch.device})
+        return kl_mod.BoundaryRepair(task_id, b, 1.0)
+
+    monkeypatch.setattr(kl_mod, "_score", record)
+    kl_repair_trajectory(sensor, SHORT, "delete_all_reasoning", [("resid_pre", 2), ("attn_out", 3)], boundaries=[2],
+                         method="reference", min_kl=1e-6)
+    assert seen == [{META}]
