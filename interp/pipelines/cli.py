@@ -87,11 +87,11 @@ def render(
 
 
 def _sensor(model: str, model_path: Optional[Path], device: str, dtype: str) -> Any:
-    """Load the sensor and say on stderr where it runs and which Gated-DeltaNet and conv kernels it calls."""
+    """Load the sensor and say (stdout, the run log) where it runs and which Gated-DeltaNet and conv kernels it calls."""
     from interp.sensor.kernels.binding import kernels_line
 
     sensor = stages.sensor(model, model_path, device, dtype)
-    err.print(f"{sensor.spec}: {sensor.device}, {str(sensor.dtype).removeprefix('torch.')}; "
+    console.print(f"{sensor.spec}: {sensor.device}, {str(sensor.dtype).removeprefix('torch.')}; "
               f"kernels: {kernels_line(sensor.kernels)}", markup=False)
     return sensor
 
