@@ -274,7 +274,8 @@ def patch(
     sites = default_sites(sensor.n_layers, site, layers=chosen)
     result = stages.patch(sensor, trajs, out, condition, sites, method, positions,
                           _split(task_ids) if task_ids else None)
-    console.print(f"{out / 'kl_repair.json'}: {result['n_samples']} samples, {result['n_excluded']} excluded")
+    console.print(f"{out / 'kl_repair.json'}: {result['n_samples']} samples, {result['n_excluded']} excluded "
+                  f"(d <= d_threshold = {result['d_threshold']:.3g} nats for {result['model'].get('dtype')})")
 
 
 @app.command()
