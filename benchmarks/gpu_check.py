@@ -33,6 +33,11 @@ check                      what is compared                                     
                            one ~8K-token boundary vs one plain forward             CPU: it ran
 =========================  =====================================================  ==========================================
 
+Checks run in this order, long contexts last and ascending; one that raises
+(OOM, a bug) is recorded as FAIL with its error and the rest still run; the
+JSON is rewritten after every check, and sizes not started by ``--budget-s``
+are skipped (NO-DATA), so a session that runs out of time keeps its numbers.
+
 ``ACT_TOL`` = max(2e-5, 4 x eps(dtype)) relative to the largest magnitude
 (fp32 2e-5 as in tests/extraction/test_hook_parity.py; bf16 3.1e-2).
 ``d_threshold`` is ``patching.kl_repair.d_threshold`` (the dtype-noise rule; 2.0
@@ -372,8 +377,18 @@ def check_kl_all_sites(sensor: Any, n_tokens: int, enforce: bool) -> dict[str, A
                   kl_repair_peak_gib=m_kl, d=rows[0].d)
 
 
+def _guarded(name: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run one check; an exception (OOM, a bug) is that check's FAIL with the error, and the next check still runs."""
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - one GPU session: record the failure, keep the other numbers
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return _check(name, False, "ran without error", error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Write (or reuse) the checkpoint, load it as a user would, run every check; the JSON document."""
+    """Write the checkpoint, load it as a user would, run every check; the JSON document (rewritten after each check)."""
     smoke = args.cpu_smoke
     device = torch.device("cpu" if smoke else "cuda")
     cfg = text_config(smoke)
@@ -382,42 +397,55 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="gpu_check_"))
     ckpt = workdir / "checkpoint"
     scratch = ckpt if args.workdir else workdir  # what is removed at the end unless --keep
-    start = time.perf_counter()
-    sums = write_checkpoint(ckpt, cfg, write_dtype, device, smoke, shard_bytes=(64 << 10) if smoke else (2 << 30))
-    t_write = time.perf_counter() - start
-    print(f"checkpoint: {ckpt} written in {t_write:.1f} s", flush=True)
+    report: dict[str, Any] = {"script": "benchmarks/gpu_check.py", "mode": "cpu-smoke" if smoke else "gpu",
+                              "device": str(device), "torch": torch.__version__, "targets": TARGETS, "checks": []}
+    if device.type == "cuda":
+        report["gpu"] = torch.cuda.get_device_name(0)
+
+    def record(check: dict[str, Any]) -> None:
+        report["checks"].append(check)
+        failed = [c["name"] for c in report["checks"] if c["status"] == "FAIL"]
+        report.update(failed=failed, status="FAIL" if failed else "PASS", wall_s=time.perf_counter() - started)
+        args.out.write_text(json.dumps(report, indent=2) + "\n")  # a killed run keeps what it measured
+        print(f"  {check['name']}: {check['status']}", flush=True)
+
     try:
+        start = time.perf_counter()
+        sums = write_checkpoint(ckpt, cfg, write_dtype, device, smoke, shard_bytes=(64 << 10) if smoke else (2 << 30))
+        report["checkpoint_write_s"] = time.perf_counter() - start
+        print(f"checkpoint: {ckpt} written in {report['checkpoint_write_s']:.1f} s", flush=True)
         with PeakRSS(reader=anon_rss_bytes) as host:
             start = time.perf_counter()
             sensor = load_model("qwen3.5-9b", model_path=ckpt, device=device, dtype=args.dtype)
             load_s = time.perf_counter() - start
-        line = kernels_line(sensor.kernels)
-        print(f"loaded in {load_s:.1f} s: {sensor.device}, {sensor.dtype}; kernels: {line}", flush=True)
+        report.update(dtype=str(sensor.dtype).removeprefix("torch."), model=sensor.describe(), kernels=sensor.kernels,
+                      kernels_line=kernels_line(sensor.kernels), act_tol=act_tol(sensor.dtype))
+        print(f"loaded in {load_s:.1f} s: {sensor.device}, {report['dtype']}; kernels: {report['kernels_line']}",
+              flush=True)
         short = long_trajectory(sensor.tokenizer, SHORT_TOKENS, n_steps=3)  # short: deletion effects d are large
         ids = render(short, short.n_steps, sensor.tokenizer).input_ids
-        checks = [check_loader(sensor, cfg, sums, load_s, (host.peak - host.base) / GiB, enforce=not smoke)]
-        for fn in (lambda: check_bridge(sensor, ids), lambda: check_extraction(sensor, short),
-                   lambda: check_kl_repair(sensor, short, [1, 2, 3]), lambda: check_harm(sensor, short, 1)):
-            checks.append(fn())
-            print(f"  {checks[-1]['name']}: {checks[-1]['status']}", flush=True)
+        host_gib = (host.peak - host.base) / GiB
+        record(_guarded("loader", lambda: check_loader(sensor, cfg, sums, load_s, host_gib, enforce=not smoke)))
+        record(_guarded("bridge_hooks", lambda: check_bridge(sensor, ids)))
+        record(_guarded("extraction_shared", lambda: check_extraction(sensor, short)))
+        record(_guarded("kl_repair_fast", lambda: check_kl_repair(sensor, short, [1, 2, 3])))
+        record(_guarded("harm_prefix", lambda: check_harm(sensor, short, 1)))
         warm = torch.randint(0, 100, (1, min(1024, args.sizes[0])), device=device)
         _plain_forward(sensor, warm)  # kernel warm-up (Triton autotuning, cuBLAS handles) before timing
         run_plan(sensor, warm[0], _extraction_plan(sensor, warm.shape[1]))
-        for n in args.sizes:
-            checks.append(check_long_context(sensor, n, enforce=not smoke))
-            print(f"  {checks[-1]['name']}: {checks[-1]['status']}", flush=True)
-        checks.append(check_kl_all_sites(sensor, args.kl_tokens, enforce=not smoke))
-        print(f"  {checks[-1]['name']}: {checks[-1]['status']}", flush=True)
+        record(_guarded("kl_repair_all_sites", lambda: check_kl_all_sites(sensor, args.kl_tokens, enforce=not smoke)))
+        for n in args.sizes:  # longest last: a run that runs out of time loses the least
+            if time.perf_counter() - started > args.budget_s:
+                record(_check(f"long_context@{n}", None, f"skipped: past --budget-s {args.budget_s:g}"))
+                continue
+            record(_guarded(f"long_context@{n}", lambda n=n: check_long_context(sensor, n, enforce=not smoke)))
+    except Exception as exc:  # the writer or the loader failed: nothing else can run
+        record(_check("setup", False, "checkpoint written and loaded",
+                      error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"))
     finally:
         if not args.keep:
             shutil.rmtree(scratch, ignore_errors=True)
-    failed = [c["name"] for c in checks if c["status"] == "FAIL"]
-    return {"script": "benchmarks/gpu_check.py", "mode": "cpu-smoke" if smoke else "gpu", "device": str(device),
-            "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else None,
-            "torch": torch.__version__, "dtype": str(sensor.dtype).removeprefix("torch."), "model": sensor.describe(),
-            "kernels": sensor.kernels, "kernels_line": line, "checkpoint_write_s": t_write, "targets": TARGETS,
-            "act_tol": act_tol(sensor.dtype), "checks": checks, "failed": failed,
-            "status": "FAIL" if failed else "PASS", "wall_s": time.perf_counter() - started}
+    return report
 
 
 def main() -> int:
@@ -431,6 +459,8 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the written checkpoint")
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny width on CPU: the same code path, no targets")
     parser.add_argument("--dtype", default=None, help="load dtype (default: auto = bf16 on CUDA; --cpu-smoke fp64)")
+    parser.add_argument("--budget-s", type=float, default=480.0,
+                        help="long-context sizes not started by then are skipped (NO-DATA); default 480 s")
     args = parser.parse_args()
     args.sizes = [int(s) for s in (args.sizes or ("256,512" if args.cpu_smoke else "8192,32768,42000")).split(",")]
     args.kl_tokens = args.kl_tokens or (512 if args.cpu_smoke else 8192)
@@ -438,9 +468,8 @@ def main() -> int:
     if not args.cpu_smoke and not torch.cuda.is_available():
         print("gpu_check.py: no CUDA device here (use --cpu-smoke for the same code path at tiny width on CPU)")
         return 2
-    report = run(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    report = run(args)
     print(f"{report['status']}: {len(report['checks']) - len(report['failed'])}/{len(report['checks'])} checks pass "
           f"or have no data ({', '.join(report['failed']) or 'none failed'}); {report['wall_s']:.0f} s; wrote {args.out}")
     return 0 if report["status"] == "PASS" else 1
