@@ -7,7 +7,13 @@ PY := $(VENV)/bin/python
 # resolving a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: install demo test figures-deps notebooks clean
+# `make gpu` (a CUDA machine): the same venv with a CUDA torch build, the `gpu` extra (flash-linear-attention)
+# and causal-conv1d built against the local CUDA toolkit (nvcc; skipped with a message where it is missing).
+# On Linux x86_64 the PyPI torch wheel is a CUDA build; TORCH_GPU picks another (e.g. a cu12x wheel file).
+TORCH_GPU ?= torch==2.13.0
+CAUSAL_CONV1D ?= causal-conv1d==1.7.0
+
+.PHONY: install gpu demo test figures-deps notebooks clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +22,13 @@ $(VENV)/.installed: pyproject.toml Makefile
 	touch $@
 
 install: $(VENV)/.installed
+
+gpu: install
+	$(PY) -m pip install -q --disable-pip-version-check "$(TORCH_GPU)" -e ".[dev,gpu]"
+	$(PY) -c "import torch, sys; sys.exit(0 if torch.version.cuda else 'make gpu: torch ' + torch.__version__ + ' is not a CUDA build; set TORCH_GPU to a CUDA wheel')"
+	$(PY) -m pip install -q --disable-pip-version-check --no-build-isolation "$(CAUSAL_CONV1D)" || \
+		echo "make gpu: $(CAUSAL_CONV1D) was not built (needs nvcc); conv layers use torch's F.conv1d"
+	$(VENV)/bin/interp models
 
 # Debian's chromium makes kaleido's offline PNG export work (best effort: the
 # figure step says exactly what is missing when it is absent).

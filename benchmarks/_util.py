@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,29 +39,42 @@ def rss_bytes() -> int:
         return psutil.Process().memory_info().rss
 
 
-class PeakRSS:
-    """Context manager: ``base`` (RSS at entry) and ``peak`` (max sampled RSS inside the block), in bytes."""
+def anon_rss_bytes() -> int:
+    """Anonymous resident memory of this process (``RssAnon``): excludes file-backed pages such as mmapped weights."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    return rss_bytes()
 
-    def __init__(self, interval_s: float = 0.002) -> None:
+
+class PeakRSS:
+    """Context manager: ``base`` (at entry) and ``peak`` (max sampled inside the block) of ``reader``, in bytes.
+
+    ``reader`` defaults to :func:`rss_bytes`; :func:`anon_rss_bytes` counts only memory the process allocated.
+    """
+
+    def __init__(self, interval_s: float = 0.002, reader: Callable[[], int] = rss_bytes) -> None:
         self.interval_s = interval_s
+        self.reader = reader
         self.base = self.peak = 0
         self._stop = threading.Event()
 
     def __enter__(self) -> PeakRSS:
-        self.base = self.peak = rss_bytes()
+        self.base = self.peak = self.reader()
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
         return self
 
     def _sample(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, rss_bytes())
+            self.peak = max(self.peak, self.reader())
             time.sleep(self.interval_s)
 
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, rss_bytes())
+        self.peak = max(self.peak, self.reader())
 
     @property
     def delta_mb(self) -> float:

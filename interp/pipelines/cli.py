@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -116,21 +116,46 @@ def render(
                       f"removed; {'; '.join(log.notes)}", markup=False)
 
 
+def _sensor(model: str, model_path: Optional[Path], device: str, dtype: str) -> Any:
+    """Load the sensor and say (stdout, the run log) where it runs and which Gated-DeltaNet and conv kernels it calls."""
+    from interp.sensor.kernels.binding import kernels_line
+
+    sensor = stages.sensor(model, model_path, device, dtype)
+    console.print(f"{sensor.spec}: {sensor.device}, {str(sensor.dtype).removeprefix('torch.')}; "
+              f"kernels: {kernels_line(sensor.kernels)}", markup=False)
+    return sensor
+
+
 @app.command()
 def models() -> None:
-    """List model specs, whether each is available offline and (from its config) its full-attention layers."""
+    """List model specs, whether each is available offline and (from its config) its full-attention layers and kernels."""
     from interp.sensor.models import SPECS
 
     table = Table(title="model specs")
-    for col in ("spec", "offline", "full-attention layers (0-based | 1-based)", "description", "how to get"):
+    for col in ("spec", "offline", "full-attention layers (0-based | 1-based)", "kernels", "description",
+                "how to get"):
         table.add_column(col)
     for spec in SPECS.values():
         path = spec.resolve()
         table.add_row(spec.name, f"yes ({path})" if path else "no", _full_attention_both(path) if path else "",
-                      spec.description, "" if path else spec.how_to_get)
+                      _kernels(path) if path else "", spec.description, "" if path else spec.how_to_get)
     console.print(table)
     console.print("Any local HF directory with config.json is also a valid spec. Layers are 0-based everywhere in "
-                  "this toolkit; the reference study numbers them from 1 (--layers 1based:4,8,32).")
+                  "this toolkit; the reference study numbers them from 1 (--layers 1based:4,8,32). kernels: what "
+                  "the Gated-DeltaNet and conv layers call in this environment (fla / causal-conv1d: the fast CUDA "
+                  "kernels; torch: transformers' slow fallback; see README, GPU).")
+
+
+def _kernels(path: Path) -> str:
+    """The Gated-DeltaNet and conv kernels a checkpoint's layers would call here, from its config (no weights)."""
+    from transformers import AutoConfig
+
+    from interp.sensor.kernels.binding import config_kernels, kernels_line
+
+    try:
+        return kernels_line(config_kernels(AutoConfig.from_pretrained(path)))
+    except (OSError, ValueError, KeyError) as exc:
+        return f"(config unreadable: {exc.__class__.__name__})"
 
 
 def _full_attention_both(path: Path) -> str:
@@ -165,7 +190,7 @@ def fetch(spec: Annotated[str, typer.Argument(help="smollm2-135m or tiny-qwen3.5
 
 
 DeviceOpt = Annotated[str, typer.Option(help="torch device: cpu, cuda, cuda:1 ...")]
-DtypeOpt = Annotated[str, typer.Option(help="Model dtype: fp32, bf16, fp16 or fp64 (fp64 for parity checks on small models; stored features are float32).")]
+DtypeOpt = Annotated[str, typer.Option(help="Model dtype: auto (bf16 on CUDA, else fp32), fp32, bf16, fp16 or fp64 (fp64 for parity checks on small models; stored features and all log-softmax/KL arithmetic are float32).")]
 
 
 def _split(value: str) -> list[str]:
@@ -189,14 +214,14 @@ def extract(
     shard: Annotated[Optional[str], typer.Option(help="I/N: this process takes units I, I+N, ...")] = None,
     no_share_prefix: Annotated[bool, typer.Option("--no-share-prefix", help="One forward per boundary (reference path).")] = False,
     device: DeviceOpt = "cpu",
-    dtype: DtypeOpt = "fp32",
+    dtype: DtypeOpt = "auto",
 ) -> None:
     """Extract pooled boundary residuals and boundary attention into an activation store (resumable)."""
     from interp.extraction.batch import parse_layers, parse_shard
     from interp.extraction.extract import ExtractConfig
 
     trajs = stages.trajectories(trajectories, strict=False)
-    sensor = stages.sensor(model, model_path, device, dtype)
+    sensor = _sensor(model, model_path, device, dtype)
     attn_layers = [] if attention == "none" else parse_layers(attention, sensor.n_layers, sensor.full_attention_layers)
     not_full = sorted(set(attn_layers) - set(sensor.full_attention_layers))
     if not_full:
@@ -237,11 +262,11 @@ def entropy(
     max_tokens: Annotated[int, typer.Option(help="Scorer input limit in tokens (over it: step not scored, its "
                                                  "length recorded; never truncated).")] = DEFAULT_MAX_TOKENS,
     device: DeviceOpt = "cpu",
-    dtype: DtypeOpt = "fp32",
+    dtype: DtypeOpt = "auto",
 ) -> None:
     """Write per-block ICLR entropy scores (bits) and which blocks ICLR drops at rho (online by default)."""
     trajs = stages.trajectories(trajectories, strict=False)
-    table = stages.entropy(stages.sensor(model, model_path, device, dtype), trajs, out, rho, max_tokens,
+    table = stages.entropy(_sensor(model, model_path, device, dtype), trajs, out, rho, max_tokens,
                            context=context, full=compare_full)
     steps = table.drop_duplicates(["task_id", "step"])
     line = (f"{out}: {len(table)} blocks, {int(table['dropped'].sum())} dropped at rho={rho} ({context}); "
@@ -267,19 +292,20 @@ def patch(
     method: Annotated[str, typer.Option(help="fast (shared prefix, batched sites, sdpa) or reference (TransformerLens bridge run_with_hooks, one whole forward per site).")] = "fast",
     task_ids: Annotated[Optional[str], typer.Option("--task-ids", help="Comma list of trajectories (default: all).")] = None,
     device: DeviceOpt = "cpu",
-    dtype: DtypeOpt = "fp32",
+    dtype: DtypeOpt = "auto",
 ) -> None:
     """KL Repair per layer: patch the full run's boundary activation into the deleted run."""
     from interp.extraction.batch import parse_layers
     from patching.kl_repair import default_sites
 
     trajs = stages.trajectories(trajectories, strict=False)
-    sensor = stages.sensor(model, model_path, device, dtype)
+    sensor = _sensor(model, model_path, device, dtype)
     chosen = parse_layers(layers, sensor.n_layers, sensor.full_attention_layers)
     sites = default_sites(sensor.n_layers, site, layers=chosen)
     result = stages.patch(sensor, trajs, out, condition, sites, method, positions,
                           _split(task_ids) if task_ids else None)
-    console.print(f"{out / 'kl_repair.json'}: {result['n_samples']} samples, {result['n_excluded']} excluded")
+    console.print(f"{out / 'kl_repair.json'}: {result['n_samples']} samples, {result['n_excluded']} excluded "
+                  f"(d <= d_threshold = {result['d_threshold']:.3g} nats for {result['model'].get('dtype')})")
 
 
 @app.command()
@@ -295,7 +321,7 @@ def harm(
                                             "tool_exchange (a call with its result), step.")] = "reasoning",
     margin: Annotated[Optional[float], typer.Option(help="Pair-ordering margin in nats/token (default 0.020).")] = None,
     device: DeviceOpt = "cpu",
-    dtype: DtypeOpt = "fp32",
+    dtype: DtypeOpt = "auto",
 ) -> None:
     """Set-level deletion harm (DRSR): exact vs additive harm of deleting history units jointly."""
     from interp.data.deletions import parse_unit_kinds
@@ -303,7 +329,7 @@ def harm(
     kinds = parse_unit_kinds(units)  # a typo fails before the model loads
     trajs = stages.trajectories(trajectories, strict=False)
     keys = _split(boundaries) if boundaries else None
-    result = stages.harm(stages.sensor(model, model_path, device, dtype), trajs, out, keys, max_k, budget, seed,
+    result = stages.harm(_sensor(model, model_path, device, dtype), trajs, out, keys, max_k, budget, seed,
                          kinds, margin)
     console.print(f"{out / 'harm.json'}: {len(result['boundaries'])} boundaries; units {', '.join(result['units'])}")
 
@@ -471,7 +497,7 @@ def intervene(
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Longer prompts are skipped and recorded, "
                                             "never truncated.")] = DEFAULT_MAX_TOKENS,
     device: DeviceOpt = "cpu",
-    dtype: DtypeOpt = "fp32",
+    dtype: DtypeOpt = "auto",
 ) -> None:
     """Controlled continuations: one next turn per state x condition, generated by the sensor and rubric-scored."""
     from interp.continuations.run import RunSettings
@@ -482,7 +508,7 @@ def intervene(
                            seed=seed, temperature=temperature, max_tokens=max_tokens)
     trajs = stages.trajectories(trajectories, strict=False)
     chosen = load_states(states, trajs)
-    doc = stages.intervene(stages.sensor(model, model_path, device, dtype), chosen, trajs, out, settings,
+    doc = stages.intervene(_sensor(model, model_path, device, dtype), chosen, trajs, out, settings,
                            {"states_file": str(states), "trajectories_file": str(trajectories)})
     summary = doc["summary"]
     for name, row in summary.items():
@@ -512,7 +538,7 @@ def demo(
     full: Annotated[bool, typer.Option(help="Run every analysis on everything (no CPU subsets).")] = False,
     png: Annotated[bool, typer.Option(help="Export PNG figures (needs Debian's chromium).")] = True,
     device: DeviceOpt = "cpu",
-    dtype: DtypeOpt = "fp32",
+    dtype: DtypeOpt = "auto",
 ) -> None:
     """The main job: every analysis on the bundled demo set, figures and report.md (re-runs reuse results)."""
     from interp.pipelines.demo import DemoConfig, run_demo

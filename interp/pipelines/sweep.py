@@ -98,7 +98,7 @@ def run_sweep(path: Path) -> pd.DataFrame:
             if loaded is None or loaded[0] != cell["model"]:
                 loaded = None
                 loaded = (cell["model"], stages.sensor(cell["model"], device=extract.get("device", "cpu"),
-                                                       dtype=extract.get("dtype", "fp32")))
+                                                       dtype=extract.get("dtype", "auto")))
             sensor = loaded[1]
             cfg = ExtractConfig(layers=parse_layers(cell["layers"], sensor.n_layers, sensor.full_attention_layers),
                                 poolings=list(cell["poolings"]), max_tokens=extract.get("max_tokens", DEFAULT_MAX_TOKENS))

@@ -6,18 +6,27 @@ them with their offline availability: ``smollm2-135m``, ``tiny-qwen3.5``,
 ``allow_download``. A float64 model runs its Gated-DeltaNet layers in float64
 (``interp.sensor.kernels.deltanet.bind_float64_kernels``, scoped to that
 model's own forwards).
+
+Weights load straight onto ``device`` (``from_pretrained(device_map=device)``:
+safetensors shards are read into device memory, no full host copy of the
+model is made). The default dtype (``auto``) is bfloat16 on CUDA and float32
+elsewhere; log-softmax and KL arithmetic is float32 whatever the model dtype
+(``interp.sensor.forward.logit_dtype``). ``LoadedSensor.kernels`` records which
+Gated-DeltaNet and conv kernels the model's layers call
+(``interp.sensor.kernels.binding``).
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from interp.sensor.kernels.binding import bound_kernels
 from interp.sensor.kernels.deltanet import bind_float64_kernels
 from interp.sensor.protocol import Sensor
 from interp.sensor.specs import SPECS, ModelSpec, ModelUnavailable, cache_dir
@@ -45,6 +54,7 @@ class LoadedSensor:
     dtype: torch.dtype
     revision: str
     path: Path | None = None
+    kernels: dict[str, str] = field(default_factory=dict)  # kernel -> implementation (kernels.binding)
 
     @property
     def full_attention_layers(self) -> list[int]:
@@ -63,12 +73,14 @@ class LoadedSensor:
                 "layer_types": self.layer_types}
 
 
-def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
-    """Map ``fp32``/``bf16``/``fp16``/``fp64`` (or a torch dtype) to a torch dtype."""
+def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device = "cpu") -> torch.dtype:
+    """Map ``fp32``/``bf16``/``fp16``/``fp64`` (or a torch dtype) to a torch dtype; ``auto``: bf16 on CUDA, else fp32."""
     if isinstance(dtype, torch.dtype):
         return dtype
+    if dtype == "auto":
+        return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
     if dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPES)}")
+        raise ValueError(f"unknown dtype {dtype!r}; use auto or one of {sorted(DTYPES)}")
     return DTYPES[dtype]
 
 
@@ -109,7 +121,9 @@ def _revision(path: Path | str) -> str:
     return h.hexdigest()[:12]
 
 
-def _load_hf(source: Path | str, dtype: torch.dtype, trust_remote_code: bool, allow_download: bool):
+def _load_hf(source: Path | str, dtype: torch.dtype, trust_remote_code: bool, allow_download: bool,
+             device: str | torch.device = "cpu"):
+    """The HF causal LM with its weights read straight onto ``device`` (one device: no dispatch hooks), and its tokenizer."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     local_only = not allow_download
@@ -118,7 +132,7 @@ def _load_hf(source: Path | str, dtype: torch.dtype, trust_remote_code: bool, al
         config = config.text_config
     model = AutoModelForCausalLM.from_pretrained(
         source, config=config, dtype=dtype, trust_remote_code=trust_remote_code,
-        local_files_only=local_only, attn_implementation="sdpa",
+        local_files_only=local_only, attn_implementation="sdpa", device_map=torch.device(device),
     )
     tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, local_files_only=local_only)
     return model.eval(), tokenizer
@@ -162,18 +176,17 @@ def load_tokenizer(spec: str, model_path: str | Path | None = None, allow_downlo
 def load_model(
     spec: str,
     device: str | torch.device = "cpu",
-    dtype: str | torch.dtype = "float32",
+    dtype: str | torch.dtype = "auto",
     model_path: str | Path | None = None,
     allow_download: bool = False,
     trust_remote_code: bool = False,
 ) -> LoadedSensor:
-    """Load a spec as a :class:`LoadedSensor` (offline unless ``allow_download``)."""
+    """Load a spec as a :class:`LoadedSensor` on ``device`` (offline unless ``allow_download``; see the module docstring)."""
     from transformer_lens.model_bridge import TransformerBridge
 
     name, source = resolve_spec(spec, model_path, allow_download)
-    torch_dtype = resolve_dtype(dtype)
-    model, tokenizer = _load_hf(source, torch_dtype, trust_remote_code, allow_download)
-    model.to(device)
+    torch_dtype = resolve_dtype(dtype, device)
+    model, tokenizer = _load_hf(source, torch_dtype, trust_remote_code, allow_download, device)
     for p in model.parameters():
         p.requires_grad_(False)
     plain = _weight_sharing_twin(model)  # the bridge swaps its own components into `model`
@@ -201,4 +214,5 @@ def load_model(
         dtype=torch_dtype,
         revision=_revision(source),
         path=Path(source) if Path(source).exists() else None,
+        kernels=bound_kernels(plain, torch_dtype),
     )

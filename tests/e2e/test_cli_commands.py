@@ -291,6 +291,11 @@ def test_entropy_scores_every_block_and_drops_by_rho(ws, entropy_csv):
     assert f"{len(table)} blocks, {int(table['dropped'].sum())} dropped at rho=0.8" in entropy_csv.output
 
 
+def test_model_commands_log_device_dtype_and_kernels(ws, entropy_csv):
+    """The run log names where the model runs (dtype auto: fp32 on CPU) and the kernels it calls (no fla here)."""
+    assert squash(f"{TINY}: cpu, float32; kernels: Gated-DeltaNet: torch; conv: torch") in squash(entropy_csv.output)
+
+
 def test_entropy_refuses_an_unknown_dtype(ws, interp_main, tmp_path):
     line = one_error_line(*interp_main("entropy", "--trajectories", MINI, "--out", tmp_path / "e.csv",
                                        "--model", TINY, "--dtype", "fp8")[::2])

@@ -268,6 +268,14 @@ def test_models_lists_the_three_specs(models_run):
 
 def test_models_shows_the_full_how_to_get_hint(models_run):
     assert "INTERP_QWEN35_9B_PATH" in models_run.stdout
+    assert "--allow-download" not in models_run.stdout  # no command accepts it
+
+
+def test_models_names_the_bound_kernels(models_run):
+    """No fla or causal-conv1d here: the tiny hybrid calls transformers' torch code; SmolLM2 has no such layers."""
+    out = _squash(models_run.stdout)
+    assert _squash("│ tiny-qwen3.5 │") in out and _squash("Gated-DeltaNet: torch; conv: torch") in out
+    assert (_squash("none (no Gated-DeltaNet layers)") in out) == SPECS["smollm2-135m"].available()
 
 
 def test_unknown_spec_is_a_clear_error_with_exit_2(unknown_spec_run):

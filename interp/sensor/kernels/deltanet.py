@@ -130,7 +130,7 @@ def float64_kernels(modules: Iterable[ModuleType] | None = None) -> Iterator[Non
             setattr(module, kernel, original)
 
 
-def _gated_deltanet_modules(model: torch.nn.Module) -> list[tuple[torch.nn.Module, ModuleType]]:
+def gated_deltanet_modules(model: torch.nn.Module) -> list[tuple[torch.nn.Module, ModuleType]]:
     """``(layer module, its modeling module)`` for every Gated-DeltaNet layer whose module defines the kernels."""
     found = []
     for sub in model.modules():
@@ -171,7 +171,7 @@ def bind_float64_kernels(model: torch.nn.Module) -> list[Any]:
     such layers gets none.
     """
     handles: list[Any] = []
-    for sub, owner in _gated_deltanet_modules(model):
+    for sub, owner in gated_deltanet_modules(model):
         active: list[contextlib.ExitStack] = []
 
         def enter(module: Any, args: Any, owner: ModuleType = owner, active: list = active) -> None:

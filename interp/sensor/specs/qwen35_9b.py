@@ -31,7 +31,7 @@ def resolve() -> Path | None:
 SPEC = ModelSpec(
     "qwen3.5-9b",
     f"{HUB_ID} text-only causal LM (32 layers: 3 Gated-DeltaNet + 1 full attention, d=4096)",
-    f"pass --model-path DIR or set ${ENV} to a local checkpoint, or pass --allow-download on a machine with hub access",
+    f"pass --model-path DIR or set ${ENV} to a local checkpoint (no command downloads from the model hub)",
     resolve,
     hub_id=HUB_ID,
 )
