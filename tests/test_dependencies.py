@@ -38,6 +38,7 @@ INDIRECT = {  # runtime dependencies used without an import of their own
     "gguf": "transformers reads SmolLM2's GGUF checkpoint with it (gguf_file=...)",
     "pyarrow": "pandas' parquet engine (the store's manifest.parquet)",
     "kaleido": "plotly.io.write_images renders PNGs through it",
+    "accelerate": "transformers' from_pretrained(device_map=...) loads weights straight onto the device with it",
 }
 TOOLS = {  # dev entries run as commands or plugins, not imported
     "pytest-xdist": "pytest -n (make test)",
