@@ -39,7 +39,9 @@ threshold is 0.75 nats. A reduced-precision run therefore keeps only
 boundaries whose deletion effect is large. The value used and its
 derivation are written as ``d_threshold`` and ``d_threshold_rule``.
 
-All log-softmax and KL arithmetic is float32 whatever the model dtype. The
+All log-softmax and KL arithmetic is float32 whatever the model dtype, on the
+sensor's device (both paths keep ``P_full``, ``P_del`` and ``P_patch`` there;
+the KLs and top-1 flags move to the host once per boundary). The
 patched tail is the last ``n_positions`` tokens (default 1, the boundary
 token); both renders end in the same generation prompt, so tails align.
 
@@ -357,9 +359,11 @@ def _reference_boundary(sensor: Any, full: Rendered, donor: Rendered, deleted: R
 
 def _score(task_id: str, b: int, p_full: torch.Tensor, p_del: torch.Tensor, p_patch: torch.Tensor,
            min_kl: float, n_full: int, n_del: int) -> BoundaryRepair:
-    d = float(kl(p_full, p_del))
-    kls = kl(p_full.unsqueeze(0), p_patch)
-    top = (p_patch.argmax(-1) == p_full.argmax()).tolist()
+    """One boundary's row from log-probs on the sensor's device; the KLs are computed there, then moved to the host once."""
+    kls = kl(p_full.unsqueeze(0), torch.cat([p_del.unsqueeze(0), p_patch]))
+    top = p_patch.argmax(-1) == p_full.argmax()
+    host = torch.cat([kls, top.to(kls.dtype)]).cpu()  # the output boundary
+    d, kls, top = float(host[0]), host[1: len(p_patch) + 1], host[len(p_patch) + 1:].bool().tolist()
     out = BoundaryRepair(task_id, b, d, kl_patch=kls.tolist(), top1=top, n_tokens_full=n_full, n_tokens_deleted=n_del)
     if d <= min_kl:
         out.excluded = True

@@ -284,6 +284,7 @@ def _merge(out: Outputs, base_out: Outputs, b: int) -> None:
 
 def _collect(out: Outputs, renders: dict[int, Rendered], results: dict[int, BoundaryFeatures],
              config: ExtractConfig, how: str, d_model: int) -> None:
+    """Write boundary features from ``out`` (on the sensor's device) into ``results``: the one move to the host."""
     for b, r in renders.items():
         bf = results[b]
         bf.forward = how
@@ -292,17 +293,17 @@ def _collect(out: Outputs, renders: dict[int, Rendered], results: dict[int, Boun
                 for layer in config.layers:
                     key = (b, site, layer, pooling)
                     bf.features[f"{site}.{layer}.{pooling}"] = (
-                        out.mean(key) if key in out.sums else torch.zeros(d_model, dtype=torch.float32))
+                        out.mean(key).cpu() if key in out.sums else torch.zeros(d_model, dtype=torch.float32))
             any_key = (b, config.sites[0], config.layers[0], pooling) if config.layers else None
             bf.pool_counts[pooling] = out.counts.get(any_key, 0) if any_key else 0
         for layer, row in out.rows.get(b, {}).items():
-            row = row[:, : r.n_tokens]
+            row = row[:, : r.n_tokens].cpu()
             per_seg = torch.stack([row[:, s.start:s.end].sum(-1) for s in r.segments], dim=1)
             kinds = torch.zeros(row.shape[0], len(SEGMENT_KINDS))
             for j, s in enumerate(r.segments):
                 kinds[:, SEGMENT_KINDS.index(s.kind)] += per_seg[:, j]
             bf.attention[layer] = {"per_kind": kinds, "per_segment": per_seg}
-        logp = out.logprobs[r.n_tokens - 1]
+        logp = out.logprobs[r.n_tokens - 1].cpu()
         bf.boundary_entropy_bits = float(-(logp.exp() * logp).sum() / LN2)
         bf.top1 = int(logp.argmax())
 

@@ -22,11 +22,19 @@ computed:
 
 ``start`` continues from a snapshot: ``ids`` are then the suffix tokens and
 positions stay absolute (``offset`` = snapshot length).
+
+Tensors stay on the sensor's device: ``sums``, ``rows`` and ``logprobs`` are
+returned there, never moved to the host mid-run (a caller that combines them
+with another run's, e.g. KL Repair's ``P_full`` with ``P_del``, needs them on
+one device); the caller moves what it writes to the host once, at its output
+boundary. ``entropy`` and ``target_logprob`` are host floats (computed on the
+device, moved once per slice).
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,10 +80,10 @@ class Plan:
 class Outputs:
     """What :func:`run_plan` kept."""
 
-    sums: dict[Any, torch.Tensor] = field(default_factory=dict)  # float32 [d_model]
+    sums: dict[Any, torch.Tensor] = field(default_factory=dict)  # float32 [d_model], on the sensor's device
     counts: dict[Any, int] = field(default_factory=dict)
-    rows: dict[Any, dict[int, torch.Tensor]] = field(default_factory=dict)  # key -> {layer: [heads, p+1]}
-    logprobs: dict[int, torch.Tensor] = field(default_factory=dict)  # pos -> float32 [vocab]
+    rows: dict[Any, dict[int, torch.Tensor]] = field(default_factory=dict)  # key -> {layer: [heads, p+1]}, device
+    logprobs: dict[int, torch.Tensor] = field(default_factory=dict)  # pos -> float32 [vocab], device
     entropy: dict[int, float] = field(default_factory=dict)  # pos -> bits
     target_logprob: dict[int, float] = field(default_factory=dict)  # pos -> log p(target) in nats
     snapshots: dict[int, Snapshot] = field(default_factory=dict)
@@ -135,7 +143,7 @@ def run_plan(sensor: ForwardSensor, ids: list[int] | torch.Tensor, plan: Plan, s
             for key, pos in requests:
                 sel = pos[(pos >= lo) & (pos < hi)]
                 if sel.numel():
-                    part = x[0, (sel - lo).to(x.device)].float().sum(0).cpu()
+                    part = x[0, (sel - lo).to(x.device)].float().sum(0)
                     out.sums[key] = out.sums[key] + part if key in out.sums else part
                     out.counts[key] = out.counts.get(key, 0) + int(sel.numel())
         return fn
@@ -149,7 +157,7 @@ def run_plan(sensor: ForwardSensor, ids: list[int] | torch.Tensor, plan: Plan, s
 
     def sink(layer: int, local: int, row: torch.Tensor) -> None:
         key = plan.rows[(layer, state["lo"] + local)]
-        out.rows.setdefault(key, {})[layer] = row.cpu()
+        out.rows.setdefault(key, {})[layer] = row
 
     want_lp = set(plan.logprobs)
     want_h = set(plan.entropy)
@@ -175,16 +183,17 @@ def _unembed(model: Any, hidden: torch.Tensor, lo: int, hi: int, want_lp: set[in
     if lp_pos:
         logits = model.lm_head(hidden[[p - lo for p in lp_pos]]).to(acc)
         for p, row in zip(lp_pos, torch.log_softmax(logits, dim=-1)):
-            out.logprobs[p] = row.cpu()
+            out.logprobs[p] = row
     h_pos = sorted(p for p in want_h if lo <= p < hi)
     for i in range(0, len(h_pos), ENTROPY_SLICE):
         part = h_pos[i: i + ENTROPY_SLICE]
         logp = torch.log_softmax(model.lm_head(hidden[[p - lo for p in part]]).to(acc), dim=-1)
-        bits = -(logp.exp() * logp).sum(-1) / torch.log(torch.tensor(2.0, dtype=acc))
+        bits = -(logp.exp() * logp).sum(-1) / math.log(2.0)
         out.entropy.update(zip(part, bits.cpu().tolist()))
     t_pos = sorted(p for p in want_t if lo <= p < hi)
     for i in range(0, len(t_pos), ENTROPY_SLICE):
         part = t_pos[i: i + ENTROPY_SLICE]
         logp = torch.log_softmax(model.lm_head(hidden[[p - lo for p in part]]).to(acc), dim=-1)
-        picked = logp[torch.arange(len(part)), torch.tensor([want_t[p] for p in part])]
+        wanted = torch.tensor([want_t[p] for p in part], device=logp.device)
+        picked = logp[torch.arange(len(part), device=logp.device), wanted]
         out.target_logprob.update(zip(part, picked.cpu().tolist()))
