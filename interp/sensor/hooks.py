@@ -29,7 +29,7 @@ A hook function here has the signature ``fn(tensor, hook_name)`` and may
 return a replacement tensor of the same shape (activation patching);
 ``interp.sensor.api`` wraps TransformerLens-style ``fn(activation, hook)``
 functions onto it. Values equal the bridge's ``run_with_cache`` at the same
-names (``tests/parity/test_api_parity.py``).
+names (``tests/api/test_api_parity.py``).
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ import torch
 from interp.sensor import api
 from interp.sensor.api import NamesFilter, Positions, TLHook
 from interp.sensor.hooks import decoder_layers
+from interp.sensor.layout import layout
 from interp.sensor.kernels.deltanet import bind_float64_kernels
 from interp.sensor.protocol import Sensor
 from interp.sensor.specs import SPECS, ModelSpec, ModelUnavailable, cache_dir
@@ -187,6 +188,7 @@ def load_model(
     name, source = resolve_spec(spec, model_path, allow_download)
     torch_dtype = resolve_dtype(dtype)
     model, tokenizer = _load_hf(source, torch_dtype, trust_remote_code, allow_download)
+    where = layout(model)  # before the bridge boots: an unsupported family fails naming the supported ones
     model.to(device)
     for p in model.parameters():
         p.requires_grad_(False)
@@ -200,7 +202,7 @@ def load_model(
     )
     bridge.eval()
     cfg = model.config
-    n_layers = len(decoder_layers(plain))
+    n_layers = len(decoder_layers(plain, where))
     layer_types = list(getattr(cfg, "layer_types", None) or ["full_attention"] * n_layers)
     return LoadedSensor(
         spec=name,

@@ -27,3 +27,17 @@ def test_an_unsupported_model_names_the_supported_families():
     with pytest.raises(ValueError, match=r"'Mystery' has no TransformerLens architecture adapter.*GPT2.*Llama"):
         layout(Mystery())
     assert {"GPT2LMHeadModel", "LlamaForCausalLM", "Qwen3_5ForCausalLM"} <= set(supported_families())
+
+
+def test_load_model_refuses_a_family_without_an_adapter(tmp_path):
+    from transformers import BioGptConfig
+
+    from interp.sensor.models import load_model
+
+    from .conftest import _save_random
+
+    config = BioGptConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+    path = _save_random(tmp_path / "biogpt", config, seed=1)
+    with pytest.raises(ValueError, match=r"'BioGptForCausalLM' has no TransformerLens architecture adapter; "
+                                         r"supported decoder families: .*Llama"):
+        load_model(str(path))
