@@ -104,3 +104,26 @@ def test_a_transformer_lens_hook_runs_unchanged_on_both(model):
     assert [n.split(".")[1] for n in seen["bridge"]] == [n.split(".")[1] for n in names]
     assert _rel(fast, ref) <= 1e-5
     assert _rel(clean, ref) > 1e-3  # the hook changed the output
+
+
+def test_hooks_context_runs_tl_functions_on_any_forward(model):
+    """``interp.hooks(sensor, ...)`` around a user's own HF forward: the same rows as ``run_with_cache``."""
+    import interp
+
+    ids = _ids(model)
+    names = ["blocks.0.hook_resid_post", f"blocks.{model.n_layers - 1}.mlp.hook_post"]
+    got = {}
+
+    def keep(activation, hook):
+        got[hook.name] = (hook.layer(), activation[:, -1].clone())
+
+    with torch.inference_mode(), interp.hooks(model, [(n, keep) for n in names]):
+        model.hf_model(ids)
+    _, cache = model.run_with_cache(ids, names_filter=names)
+    assert list(got) == names
+    for name in names:
+        assert got[name][0] == int(name.split(".")[1])
+        torch.testing.assert_close(got[name][1], cache[name][:, 0], rtol=0, atol=0)
+    with torch.inference_mode():
+        model.hf_model(ids)
+    assert len(got) == 2  # removed on exit
