@@ -81,7 +81,7 @@ def patch(sensor: Any, source: Any, target: Any, sites: Sequence[str | Sequence[
     src = token_ids(sensor, source)[0].tolist()
     tgt = token_ids(sensor, target)[0].tolist()
     k = int(positions)
-    if not 1 <= k < min(len(src), len(tgt)) + 1 or k >= len(tgt):
+    if not (1 <= k <= len(src) and k < len(tgt)):
         raise ValueError(f"positions: {k} tail tokens do not fit (source {len(src)}, target {len(tgt)} tokens; "
                          "the target needs at least one token before its tail)")
     groups = _groups(sites)
@@ -101,7 +101,7 @@ def patch(sensor: Any, source: Any, target: Any, sites: Sequence[str | Sequence[
     if begin is not None and shared == start:
         prefix = begin
     else:
-        prefix = run_plan(sensor, tgt[shared:start] if begin else tgt[:start], Plan(snapshots=[start]),
+        prefix = run_plan(sensor, tgt[shared:start] if begin is not None else tgt[:start], Plan(snapshots=[start]),
                           start=begin).snapshots[start]
     variants = patched_logits(sensor, prefix, tgt[start:], [{}] + [{n: acts[n] for n in g} for g in groups])
     logits = torch.cat([src_logits.to(variants.dtype)[None], variants])

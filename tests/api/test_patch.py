@@ -35,15 +35,17 @@ def _two_forward(sensor, source, target, groups, k, metric):
     return [float(v) for v in values]
 
 
-@pytest.mark.parametrize("share", [True, False], ids=["shared-prefix", "no-shared-prefix"])
+@pytest.mark.parametrize("share", ["prefix", "whole-prefix", "none"])
 def test_patch_logit_difference_equals_two_forwards(tiny_sensor, share):
+    """prefix: 25 shared tokens then 14 others; whole-prefix: the target's tokens before its tail are all shared."""
     g = torch.Generator().manual_seed(3)
     vocab = tiny_sensor.hf_model.config.vocab_size
     source = torch.randint(3, vocab, (60,), generator=g).tolist()
     tail = source[-3:]
-    target = (source[:25] if share else torch.randint(3, vocab, (30,), generator=g).tolist()) \
-        + torch.randint(3, vocab, (14,), generator=g).tolist() + tail
+    middle = torch.randint(3, vocab, (14,), generator=g).tolist()
     k = 2
+    target = {"prefix": source[:25] + middle + tail, "whole-prefix": source[:25] + [(source[25] + 1) % vocab] + tail[-1:],
+              "none": torch.randint(3, vocab, (30,), generator=g).tolist() + middle + tail}[share]
     a, b = int(torch.randint(3, vocab, (1,), generator=g)), int(torch.randint(3, vocab, (1,), generator=g))
 
     def logit_diff(logits):
