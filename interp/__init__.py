@@ -7,6 +7,12 @@ Typical use::
     traj = load_trajectories("data/demo/trajectories.jsonl")[0]
     edited, log = apply_condition("delete_all_reasoning", traj, after_step=3)
     prompt = render(edited, 3, sensor.tokenizer)
+    logits, cache = sensor.run_with_cache(prompt)   # TransformerLens names, last token only
+
+The public names (``load_model``, ``run_with_cache``, ``run_with_hooks``,
+``hooks``, ``render``, ``apply_condition``, ``Store``, ``extract_to_store``,
+``patch``, ``kl_repair_trajectory``, ``boundary_harm``, ``run_probe``, ...)
+are in ``__all__``.
 
 The package is layered; each layer imports only the ones before it::
 
@@ -38,6 +44,13 @@ _LAZY = {
     "load_trajectories": "interp.data.trajectory", "validate_file": "interp.data.trajectory",
     "LoadedSensor": "interp.sensor.models", "ModelUnavailable": "interp.sensor.models", "Sensor": "interp.sensor.models",
     "load_model": "interp.sensor.models", "load_tokenizer": "interp.sensor.models",
+    # the fast TransformerLens-style API (interp.sensor.api) and the analyses' entry points
+    "Hook": "interp.sensor.api", "hooks": "interp.sensor.api", "run_with_cache": "interp.sensor.api",
+    "run_with_hooks": "interp.sensor.api", "ExtractConfig": "interp.extraction.extract",
+    "extract_trajectory": "interp.extraction.extract", "extract_to_store": "interp.extraction.batch",
+    "Store": "interp.extraction.store", "PatchResult": "patching.patch", "patch": "patching.patch",
+    "kl_repair_trajectory": "patching.kl_repair", "boundary_harm": "patching.harm", "run_probe": "probes.report",
+    "FeatureSet": "probes.data", "continue_states": "interp.continuations.run",
 }
 __all__ = sorted(_LAZY)
 

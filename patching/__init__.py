@@ -1,1 +1,5 @@
-"""Activation patching: KL Repair per layer and set-level deletion harm."""
+"""Activation patching: the general primitive ``patch`` (``patching.patch``), KL Repair per layer and set-level deletion harm."""
+
+from patching.patch import PatchResult, patch
+
+__all__ = ["PatchResult", "patch"]

@@ -59,7 +59,11 @@ Two paths give the same numbers (parity-tested within 1e-4):
   all sites run as one batch of variants over the shared prefix
   (``interp.sensor.kernels.variants``): about one forward per condition plus one boundary
   token per (boundary, site), and for a latest-step deletion only the tokens
-  after the deleted block on top of the full run.
+  after the deleted block on top of the full run. The variants are scored by
+  the general patching primitive (``patching.patch.patched_logits``, as
+  ``patching.patch`` does for one pair of runs): KL Repair is one use of it,
+  with the KL from ``P_full`` as its metric and the full renders of all
+  boundaries sharing one source forward.
 
 Sites are ``(site, layer)`` pairs; ``default_sites`` gives ``resid_pre`` of
 every layer plus the final ``resid_post`` (Repair there is exactly 1).
@@ -108,7 +112,7 @@ from interp.sensor.hooks import hook_name
 from interp.stats import task_bootstrap_ci
 from interp.data.render import Rendered, render
 from interp.data.trajectory import Trajectory
-from interp.sensor.kernels.variants import run_variants
+from patching.patch import patched_logits
 
 MIN_KL = 1e-6  # nats: the floor of d_threshold
 DTYPE_NOISE_C = 4.0  # d_threshold = max(MIN_KL, C x eps(dtype) x sqrt(d_model)); see the module docstring
@@ -266,7 +270,7 @@ def kl_repair_trajectory(
                    for site, layer in sites]
         # P_del is the unpatched variant of the same computation, so a site that changes
         # nothing (layer 0 at an identical token, a self-patch) gives Repair 0 exactly.
-        both = run_variants(sensor, dels[b].cache, dels[b].length, r.input_ids[-n_positions:], [{}] + patches)
+        both = torch.log_softmax(patched_logits(sensor, dels[b], r.input_ids[-n_positions:], [{}] + patches), dim=-1)
         results.append(_score(traj.task_id, b, src[b].logprobs[f.n_tokens - 1], both[0], both[1:], min_kl,
                               f.n_tokens, r.n_tokens))
     return results

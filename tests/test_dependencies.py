@@ -33,7 +33,8 @@ import pytest
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[1]
-FIRST_PARTY = {"interp", "probes", "patching", "tests", "_util", "conftest", "_support"}
+FIRST_PARTY = {"interp", "probes", "patching", "tests", "_util", "conftest", "_support",
+               *(p.stem for p in (Path(__file__).resolve().parents[1] / "benchmarks").glob("*.py"))}
 INDIRECT = {  # runtime dependencies used without an import of their own
     "gguf": "transformers reads SmolLM2's GGUF checkpoint with it (gguf_file=...)",
     "pyarrow": "pandas' parquet engine (the store's manifest.parquet)",

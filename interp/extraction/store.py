@@ -230,6 +230,43 @@ class Store:
         return frame, features
 
 
+    def to_xarray(self, site: str = "resid_pre", condition: str | None = None) -> Any:
+        """Pooled features as an ``xarray.DataArray`` [sample, layer, pooling, d_model] with the manifest as coordinates.
+
+        Coordinates on ``sample`` (the ``sample_id``): ``task_id``, ``after_step``,
+        ``condition``, ``domain`` and the labels ``future_necessity`` and
+        ``externalization_gap`` (-1 when absent); ``layer`` and ``pooling`` as stored.
+        """
+        import xarray as xr
+
+        frame, features = self.load_features(site, condition)
+        settings = self.settings()
+        layers, poolings = list(settings["layers"]), list(settings["poolings"])
+        d_model = next((x.shape[1] for x in features.values() if x.ndim == 2 and x.shape[0]), 0)
+        data = np.zeros((len(frame), len(layers), len(poolings), d_model), np.float32)
+        for i, layer in enumerate(layers):
+            for j, pooling in enumerate(poolings):
+                if len(frame):
+                    data[:, i, j] = features[(layer, pooling)]
+        columns = ("task_id", "after_step", "condition", "domain", "future_necessity", "externalization_gap")
+        coords = {"sample": frame["sample_id"].to_numpy(), "layer": layers, "pooling": poolings,
+                  **{c: ("sample", frame[c].to_numpy()) for c in columns if c in frame}}
+        return xr.DataArray(data, dims=("sample", "layer", "pooling", "d_model"), coords=coords,
+                            name=site, attrs={"model": settings.get("model", ""), "site": site})
+
+    def to_pandas(self, site: str = "resid_pre", condition: str | None = None) -> pd.DataFrame:
+        """One row per (sample, layer, pooling): the manifest's id and label columns, then ``d0..d{n-1}`` features."""
+        array = self.to_xarray(site, condition)
+        n, n_layers, n_pool, d = array.shape
+        ids = pd.DataFrame({c: np.repeat(array[c].to_numpy(), n_layers * n_pool)
+                            for c in ("sample", *[k for k in array.coords if array[k].dims == ("sample",)
+                                                  and k != "sample"])})
+        ids["layer"] = np.tile(np.repeat(array["layer"].to_numpy(), n_pool), n)
+        ids["pooling"] = np.tile(array["pooling"].to_numpy(), n * n_layers)
+        values = pd.DataFrame(array.to_numpy().reshape(n * n_layers * n_pool, d), columns=[f"d{i}" for i in range(d)])
+        return pd.concat([ids.rename(columns={"sample": "sample_id"}), values], axis=1)
+
+
 def merge_stores(target: Path, sources: list[Path]) -> pd.DataFrame:
     """Join shard stores into ``target`` (settings must match); returns the merged manifest."""
     out = Store(Path(target))

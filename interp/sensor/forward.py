@@ -168,7 +168,7 @@ def run_plan(sensor: ForwardSensor, ids: list[int] | torch.Tensor, plan: Plan, s
         for hi in _cut_points(n_total, offset, plan):
             state["lo"], state["hi"] = lo, hi
             chunk = ids_t[:, lo - offset: hi - offset]
-            hidden = model.model(input_ids=chunk, cache=cache, use_cache=True).last_hidden_state[0]
+            hidden = model.base_model(input_ids=chunk, cache=cache, use_cache=True).last_hidden_state[0]
             _unembed(model, hidden, lo, hi, want_lp, want_h, want_t, out)
             if hi in plan.snapshots:
                 out.snapshots[hi] = Snapshot(hi, snapshot_cache(cache))

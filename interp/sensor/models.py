@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,10 @@ from typing import Any
 import torch
 
 from interp.sensor.kernels.binding import bound_kernels
+from interp.sensor import api
+from interp.sensor.api import NamesFilter, Positions, TLHook
+from interp.sensor.hooks import decoder_layers
+from interp.sensor.layout import layout
 from interp.sensor.kernels.deltanet import bind_float64_kernels
 from interp.sensor.protocol import Sensor
 from interp.sensor.specs import SPECS, ModelSpec, ModelUnavailable, cache_dir
@@ -71,6 +76,16 @@ class LoadedSensor:
         return {"spec": self.spec, "revision": self.revision, "n_layers": self.n_layers,
                 "d_model": self.d_model, "dtype": str(self.dtype).removeprefix("torch."),
                 "layer_types": self.layer_types}
+
+    def run_with_cache(self, tokens: Any, names_filter: NamesFilter = None, positions: Positions = -1,
+                       fwd_hooks: Sequence[tuple[Any, TLHook]] = ()) -> tuple[torch.Tensor, Any]:
+        """``(logits, ActivationCache)`` at ``positions`` (default: last token), fast path (``interp.sensor.api``)."""
+        return api.run_with_cache(self, tokens, names_filter, positions, fwd_hooks)
+
+    def run_with_hooks(self, tokens: Any, fwd_hooks: Sequence[tuple[Any, TLHook]] = (),
+                       positions: Positions = -1) -> torch.Tensor:
+        """Logits at ``positions`` under TransformerLens-style hooks ``fn(activation, hook)``, fast path."""
+        return api.run_with_hooks(self, tokens, fwd_hooks, positions)
 
 
 def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device = "cpu") -> torch.dtype:
@@ -187,6 +202,7 @@ def load_model(
     name, source = resolve_spec(spec, model_path, allow_download)
     torch_dtype = resolve_dtype(dtype, device)
     model, tokenizer = _load_hf(source, torch_dtype, trust_remote_code, allow_download, device)
+    where = layout(model)  # before the bridge boots: an unsupported family fails naming the supported ones
     for p in model.parameters():
         p.requires_grad_(False)
     plain = _weight_sharing_twin(model)  # the bridge swaps its own components into `model`
@@ -199,7 +215,7 @@ def load_model(
     )
     bridge.eval()
     cfg = model.config
-    n_layers = cfg.num_hidden_layers
+    n_layers = len(decoder_layers(plain, where))
     layer_types = list(getattr(cfg, "layer_types", None) or ["full_attention"] * n_layers)
     return LoadedSensor(
         spec=name,
@@ -208,7 +224,7 @@ def load_model(
         tokenizer=tokenizer,
         chat_template=tokenizer.chat_template or "",
         n_layers=n_layers,
-        d_model=cfg.hidden_size,
+        d_model=cfg.get_text_config().hidden_size,
         layer_types=layer_types,
         device=torch.device(device),
         dtype=torch_dtype,

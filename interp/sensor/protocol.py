@@ -57,3 +57,12 @@ class Sensor(ForwardSensor, Protocol):
     def describe(self) -> dict[str, Any]:
         """JSON-able identity of the sensor, written into every result file."""
         ...
+
+    def run_with_cache(self, tokens: Any, names_filter: Any = None, positions: Any = -1,
+                       fwd_hooks: Any = ()) -> tuple[torch.Tensor, Any]:
+        """``(logits, ActivationCache)`` at ``positions`` on the fast path (``interp.sensor.api``)."""
+        ...
+
+    def run_with_hooks(self, tokens: Any, fwd_hooks: Any = (), positions: Any = -1) -> torch.Tensor:
+        """Logits at ``positions`` under TransformerLens-style hooks, fast path (``interp.sensor.api``)."""
+        ...

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 EXPECTED = {"01_quickstart.ipynb", "02_future_necessity_probes.ipynb", "03_kl_repair_patching.ipynb",
-            "04_externalization_and_interventions.ipynb"}
+            "04_externalization_and_interventions.ipynb", "05_public_api.ipynb"}
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 

@@ -96,9 +96,9 @@ def run_variants(sensor: ForwardSensor, prefix: Any, prefix_len: int, tail_ids: 
     """Float32 log-probs [S, vocab] at the last tail token for S variants.
 
     ``prefix`` is a snapshot after ``prefix_len`` tokens; ``tail_ids`` the k
-    remaining tokens; ``patches[s]`` maps a TL hook name (``blocks.L.hook_resid_pre``,
-    ``blocks.L.hook_resid_post``, ``blocks.L.hook_attn_out``, ``blocks.L.hook_mlp_out``)
-    to the activation [k, d_model] that replaces variant s's tail there ({} = unpatched).
+    remaining tokens; ``patches[s]`` maps a TL hook name served by ``interp.sensor.hooks``
+    (``blocks.L.hook_resid_pre``, ``blocks.L.attn.hook_z``, ...)
+    to the activation [k, ...] (its TL shape without batch) that replaces variant s's tail there ({} = unpatched).
     """
     model = sensor.hf_model
     s, k = len(patches), len(tail_ids)
@@ -114,7 +114,7 @@ def run_variants(sensor: ForwardSensor, prefix: Any, prefix_len: int, tail_ids: 
 
         def fn(x: torch.Tensor, name: str) -> torch.Tensor:
             x = x.clone()
-            x[index] = torch.stack([value.reshape(k, -1) for _, value in rows]).to(x.device, x.dtype)
+            x[index] = torch.stack([value.reshape(x.shape[1:]) for _, value in rows]).to(x.device, x.dtype)
             return x
         return fn
 
@@ -122,6 +122,6 @@ def run_variants(sensor: ForwardSensor, prefix: Any, prefix_len: int, tail_ids: 
     cache = _variant_cache(sensor, prefix, s)
     with torch.inference_mode(), attention_implementation(model, IMPLEMENTATION, _attention_over(prefix)), \
             hooks(model, fwd):
-        hidden = model.model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True).last_hidden_state
+        hidden = model.base_model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True).last_hidden_state
         logits = model.lm_head(hidden[:, -1]).to(logit_dtype(hidden.dtype))
     return torch.log_softmax(logits, dim=-1)
