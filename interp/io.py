@@ -12,6 +12,9 @@
   to a file name: allowed characters, bounded length, and a short hash of the
   raw id, so ``a/b`` and ``a_b`` never share a file and ``../x`` never leaves
   its folder; :func:`inside` refuses any output path that resolves elsewhere.
+* :func:`read_json` reads a JSON file or fails with one line naming it;
+  :func:`check_output_dir` refuses an output folder that is a file, lies under
+  a file or cannot be written, before anything is computed.
 * :func:`writer_lock` makes one writer per output folder: ``<folder>/.lock``
   is created atomically and names its holder; a second writer gets
   :class:`WriterLocked`, a lock left by a dead process on this host is taken over.
@@ -54,6 +57,43 @@ def inside(folder: Path, path: Path) -> Path:
     if resolved != root and root not in resolved.parents:
         raise ValueError(f"{path}: resolves to {resolved}, outside the output folder {folder}")
     return resolved
+
+
+def read_json(path: Path) -> Any:
+    """The JSON in ``path``; ValueError naming the file when it is not JSON (or nested too deeply to read)."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: JSON nested too deeply to read") from None
+
+
+def check_output_dir(path: Path, option: str) -> None:
+    """ValueError unless ``path`` is (or can be created as) a writable folder; ``option`` names it in the message."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{option} {path}: is a file, not a folder")
+    existing = path
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"{option} {path}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{option} {path}: {existing} is not writable")
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a resumable job; ``done``/``total`` count its finished units (kept on disk)."""
+
+    def __init__(self, done: int, total: int):
+        super().__init__(f"interrupted after {done}/{total} units; re-run to resume")
+        self.done, self.total = done, total
 
 
 class WriterLocked(ValueError):
@@ -197,13 +237,17 @@ def run_units(keys: Sequence[str], compute: Callable[[str], Any], cache_dir: Pat
                TimeElapsedColumn(), TimeRemainingColumn()]
     with Progress(*columns, disable=not progress) as bar:
         task = bar.add_task(label, total=len(keys), key="")
-        for key in keys:
-            path = inside(cache_dir, cache_dir / f"{safe_stem(key)}.json")
-            bar.update(task, key=key)
-            if path.exists():
-                results[key] = json.loads(path.read_text())
-            else:
-                results[key] = compute(key)
-                atomic_write_json(path, results[key])
-            bar.advance(task)
+        try:
+            for key in keys:
+                path = inside(cache_dir, cache_dir / f"{safe_stem(key)}.json")
+                bar.update(task, key=key)
+                if path.exists():
+                    results[key] = read_json(path)
+                else:
+                    results[key] = compute(key)
+                    atomic_write_json(path, results[key])
+                bar.advance(task)
+        except KeyboardInterrupt:
+            done = sum((cache_dir / f"{safe_stem(k)}.json").exists() for k in keys)
+            raise Interrupted(done, len(keys)) from None
     return results

@@ -107,7 +107,11 @@ def read_labels_csv(path: str | Path, column: str, trajectories: Iterable[Trajec
     out: Labels = {}
     problems: list[str] = []
     first_line: dict[tuple[str, int], int] = {}
-    with path.open(newline="", encoding="utf-8") as fh:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start}); save the CSV as UTF-8") from None
+    with io.StringIO(text, newline="") as fh:
         reader = csv.DictReader(fh)
         header = reader.fieldnames or []
         absent = [c for c in ("task_id", "after_step") if c not in header]
@@ -133,6 +137,8 @@ def read_labels_csv(path: str | Path, column: str, trajectories: Iterable[Trajec
                 continue
             first_line[key] = line
             out[key] = int(float(raw_v))
+    if len(problems) == 1:
+        raise ValueError(problems[0])
     if problems:
         raise ValueError(f"{len(problems)} problem(s) in {path}:\n" + "\n".join(problems[:50]))
     return out

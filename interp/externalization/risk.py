@@ -198,7 +198,8 @@ def risk_command(out: Path, labels: Path | None = None, probe_results: Path | No
                  trajectories: Path | None = None, targets: Path | None = None, condition: str = "full",
                  g_column: str = "externalization_gap", n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
     """``interp externalize risk``: write ``externalization.json`` (see ``SCHEMA``) and return it."""
-    trajs = load_trajectories(trajectories) if trajectories is not None else None
+    trajs = (load_trajectories(trajectories, allow_control_tokens=True)  # annotations only, never rendered
+             if trajectories is not None else None)
     gap, necessity, sources = _load_sources(labels, targets, trajs, g_column)
     scores = read_oof_scores(probe_results, condition) if probe_results is not None else None
     sources["scores"] = str(probe_results) if probe_results is not None else None
