@@ -213,6 +213,15 @@ def atomic_path(path: Path) -> Iterator[Path]:
         raise
 
 
+def remove_stale_temps(folder: Path) -> int:
+    """Delete temporary files :func:`atomic_path` left in ``folder`` when a run was killed; call under the folder's
+    :func:`writer_lock` (no live writer has any). Returns how many."""
+    stale = list(Path(folder).glob(".*.tmp")) if Path(folder).is_dir() else []
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return len(stale)
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temporary file in the same directory and a rename."""
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:
@@ -229,9 +238,11 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 
 def run_units(keys: Sequence[str], compute: Callable[[str], Any], cache_dir: Path, label: str,
               progress: bool = True) -> dict[str, Any]:
-    """``{key: compute(key)}``, reading ``cache_dir/<safe_stem(key)>.json`` where a finished run left it."""
+    """``{key: compute(key)}``, reading ``cache_dir/<safe_stem(key)>.json`` where a finished run left it
+    (call under the output folder's :func:`writer_lock`: a killed run's temporary files are removed)."""
     cache_dir = Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(cache_dir)
     results: dict[str, Any] = {}
     columns = [TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[key]}"),
                TimeElapsedColumn(), TimeRemainingColumn()]

@@ -15,7 +15,7 @@ from interp.data.conditions import CONDITIONS, validate_condition
 from interp.data.trajectory import Trajectory
 from interp.extraction.extract import ExtractConfig, extract_trajectory
 from interp.extraction.store import Store
-from interp.io import Interrupted
+from interp.io import Interrupted, remove_stale_temps
 
 
 def layer_numbers(spec: str, option: str = "layers") -> tuple[set[int], bool]:
@@ -75,8 +75,6 @@ def parse_boundaries(spec: str, trajectories: list[Trajectory], option: str = "-
         if not part.lstrip("-").isdigit():
             raise ValueError(f"{option} {spec!r}: {part!r} is not an integer boundary b (after step b)")
         found.add(int(part))
-    if not found:
-        raise ValueError(f"{option} {spec!r}: no boundary given")
     for traj in trajectories:
         bad = sorted(b for b in found if not 1 <= b <= traj.n_steps)
         if bad:
@@ -176,6 +174,7 @@ def extract_to_store(
     settings = {**store_settings(sensor, config), "boundaries": boundaries}  # None: every boundary
     with store.lock("extract"):
         store.open(settings)
+        remove_stale_temps(store.units_dir)
         units = [(t, c) for t in trajectories for c in conditions]
         mine = [u for k, u in enumerate(units) if k % shard[1] == shard[0]]
         todo = [(t, c) for t, c in mine if not store.is_done(t.task_id, c)]

@@ -22,14 +22,12 @@ import os
 import sys
 import traceback
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
 from interp.pipelines.cli import main
-from interp.sensor.models import load_model as real_load_model
 
 pytestmark = pytest.mark.e2e
 
@@ -337,32 +335,15 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def built_store(tmp_path_factory) -> Path:
+def built_store(tmp_path_factory, tiny_model) -> Path:
     """A finished extraction of mini.jsonl on the tiny model (layers 3,7), copied into cases that need one."""
     from interp.extraction.batch import extract_to_store
     from interp.extraction.extract import ExtractConfig
     from interp.data.trajectory import load_trajectories
 
     store = tmp_path_factory.mktemp("store") / "store"
-    extract_to_store(_tiny(), load_trajectories(MINI), ["full"], ExtractConfig(layers=[3, 7]), store, progress=False)
+    extract_to_store(tiny_model, load_trajectories(MINI), ["full"], ExtractConfig(layers=[3, 7]), store, progress=False)
     return store
-
-
-@cache
-def _tiny():
-    return real_load_model("tiny-qwen3.5")
-
-
-@pytest.fixture
-def cached_model(monkeypatch):
-    """``load_model`` returns the one tiny model (other specs and devices still go through the real loader)."""
-    import interp.sensor.models as models
-
-    def load(spec, device="cpu", dtype="float32", model_path=None, **kwargs):
-        if spec == "tiny-qwen3.5" and str(device) == "cpu" and dtype in ("fp32", "float32") and model_path is None:
-            return _tiny()
-        return real_load_model(spec, device=device, dtype=dtype, model_path=model_path, **kwargs)
-    monkeypatch.setattr(models, "load_model", load)
 
 
 def _tree(root: Path) -> set[str]:
@@ -385,6 +366,11 @@ def _outcome(case: Case, code, err: str, crashed: str | None, root: Path, before
     if code != case.code:
         return ("silent" if code == 0 else "vague"), f"exit {code}, expected {case.code}: {err[-400:]}"
     if case.code == 0:
+        for path in (root / "out").rglob("*.json"):
+            try:
+                json.loads(path.read_text(), parse_constant=lambda name: 1 / 0)
+            except (ValueError, ZeroDivisionError):
+                return "silent", f"{path.name}: not strict JSON (NaN/Infinity)"
         return "clear", ""
     lines = [line for line in err.splitlines() if line.strip()]
     if len(lines) != 1:
@@ -427,9 +413,12 @@ def test_bad_input(case: Case, tmp_path: Path, monkeypatch, capsys, cached_model
     err = "\n".join(line for line in err.splitlines() if "Loading weights" not in line and "%|" not in line
                     and not line.lstrip().startswith(("extract ", "patch ", "harm ", "continue ")))
     kind, why = _outcome(case, code, err, crashed, root, before)
+    if kind == "clear" and case.check:
+        try:
+            case.check(root)
+        except (AssertionError, OSError, ValueError, KeyError) as exc:  # accepted, but the result is wrong
+            kind, why = "silent", f"wrong result: {exc!r}"
     if os.environ.get("BATTERY_LOG"):
         with open(os.environ["BATTERY_LOG"], "a") as fh:
             fh.write(json.dumps({"case": case.id, "kind": kind, "why": why[:300]}) + "\n")
-    if kind == "clear" and case.check:
-        case.check(root)
     assert kind == "clear", f"{kind}: {why}"
