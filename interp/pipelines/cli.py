@@ -346,7 +346,7 @@ def patch(
     trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
     unknown = [t for t in _split(task_ids or "") if t not in {x.task_id for x in trajs}]
     if unknown:
-        raise ValueError(f"--task-ids: {', '.join(unknown)} not in {trajectories}")
+        raise ValueError(f"--task-ids: {', '.join(unknown)} not in the trajectory file {trajectories}")
     sensor = stages.sensor(model, model_path, device, dtype)
     chosen = parse_layers(layers, sensor.n_layers, sensor.full_attention_layers, "--layers")
     sites = default_sites(sensor.n_layers, site, layers=chosen)

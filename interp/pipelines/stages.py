@@ -136,10 +136,6 @@ def probe(store: Path, out: Path, config: ProbeConfig, labels: Path | None = Non
     settings = Store(store).settings()  # refuses a folder without a readable store.json
     if site not in settings["sites"]:
         raise ValueError(f"--site {site}: not in the store {store} (it has {', '.join(settings['sites'])})")
-    conditions = set(Store(store).manifest().get("condition", []))
-    if condition not in conditions:
-        raise ValueError(f"--condition {condition}: no samples of it in the store {store} (it has "
-                         f"{', '.join(sorted(conditions)) or 'none'})")
     targets = read_labels_csv(labels, "future_necessity") if labels is not None else None
     fs = FeatureSet.from_store(Store(store), site=site, condition=condition, labels=targets)
     result = run_probe(fs, config)

@@ -19,11 +19,11 @@
     [probe]                      # optional: any ProbeConfig field
     n_perm = 100
 
-Each cell writes ``out/cells/<cell>/store`` (the activation store, resumed
-per unit) and ``out/cells/<cell>/probe`` (skipped when its
+Each cell writes ``out/cells/<folder>/store`` (the activation store, resumed
+per unit) and ``out/cells/<folder>/probe`` (skipped when its
 ``probe_results.json`` exists); ``out/summary.csv`` and ``summary.md`` list
-every cell's headline numbers. Left alone overnight, a killed sweep resumes
-where it stopped. Cell folders are ``interp.io.safe_stem`` of the cell name.
+every cell's headline numbers, its name and its folder (``interp.io.safe_stem``
+of the name). Left alone overnight, a killed sweep resumes where it stopped.
 
 Every key is type-checked and every value validated (conditions, layer
 specs, poolings, ``[extract]``, ``[probe]``) before a model loads or ``out``
@@ -188,7 +188,7 @@ def _run_cells(config: dict[str, Any], trajs: list[Any], out: Path, extract: dic
             stages.extract(sensor, trajs, [cell["condition"]], cfg, root / "store")
             stages.probe(root / "store", root / "probe", probe, condition=cell["condition"])
         res = read_json(results)
-        rows.append({"cell": cell["name"], "model": cell["model"], "condition": cell["condition"],
+        rows.append({"cell": cell["name"], "folder": cell["folder"], "model": cell["model"], "condition": cell["condition"],
                      "layers": cell["layers"], "poolings": "+".join(cell["poolings"]), "auroc": res["auroc"],
                      "auroc_lo": (res["auroc_ci"] or [None, None])[0], "auroc_hi": (res["auroc_ci"] or [None, None])[1],
                      "ap": res["ap"], "balanced_accuracy": res["balanced_accuracy"],

@@ -258,7 +258,7 @@ CASES = [
     # probe
     Case("probe-no-store", ["probe", "--store", "in/nope", "--out", "out"], ("in/nope", "activation store")),
     Case("probe-site-absent", ["probe", "--store", "in/store", "--out", "out", "--site", "resid_post"], ("--site", "resid_post"), store=True),
-    Case("probe-condition-absent", ["probe", "--store", "in/store", "--out", "out", "--condition", "delete_all_reasoning"], ("--condition", "delete_all_reasoning"), store=True),
+    Case("probe-condition-absent", ["probe", "--store", "in/store", "--out", "out", "--condition", "delete_all_reasoning"], ("condition 'delete_all_reasoning'", "full"), store=True),
     Case("probe-n-boot", ["probe", "--store", "in/store", "--out", "out", "--n-boot", "-5"], ("--n-boot",), store=True),
     Case("probe-n-perm", ["probe", "--store", "in/store", "--out", "out", "--n-perm", "-1"], ("--n-perm",), store=True),
     Case("probe-outer", ["probe", "--store", "in/store", "--out", "out", "--outer", "nope"], ("--outer", "nope"), store=True),
