@@ -247,6 +247,8 @@ class Store:
         if status != "ok":
             raise ValueError(f"only status='ok' rows have features (rows with status {status!r} were not extracted)")
         frame = self.manifest()
+        if frame.empty:
+            raise ValueError(f"{self.root}: no finished units in this store yet (run or resume `interp extract`)")
         frame = frame[frame["status"] == status]
         if condition is not None:
             frame = frame[frame["condition"] == condition]

@@ -72,13 +72,16 @@ def render(
     allow_control_tokens: AllowControlOpt = False,
 ) -> None:
     """Print the rendered prompt with segment boundaries marked and token counts per segment kind."""
-    from interp.data.conditions import apply_condition, validate_condition
+    from interp.data.conditions import apply_condition, check_condition_name
     from interp.sensor.models import load_tokenizer
     from interp.data.render import render as render_prompt
     from interp.data.trajectory import get_trajectory, load_trajectories
 
     with _option("--condition"):
-        validate_condition(condition)
+        check_condition_name(condition)
+    if condition.startswith("iclr"):
+        raise ValueError(f"--condition {condition}: scores blocks with the model, which render does not load; "
+                         "see `interp entropy` for what ICLR drops")
     traj = get_trajectory(load_trajectories(file, allow_control_tokens), task_id)
     if not 1 <= after_step <= traj.n_steps:
         raise ValueError(f"--after-step {after_step}: out of range 1..{traj.n_steps} ({task_id} has {traj.n_steps} "
@@ -218,7 +221,7 @@ def extract(
     allow_control_tokens: AllowControlOpt = False,
 ) -> None:
     """Extract pooled boundary residuals and boundary attention into an activation store (resumable)."""
-    from interp.data.conditions import validate_condition
+    from interp.data.conditions import check_condition_name
     from interp.extraction.batch import layer_numbers, parse_boundaries, parse_layers, parse_shard
     from interp.extraction.extract import ExtractConfig
 
@@ -237,7 +240,7 @@ def extract(
         if not _split(conditions):
             raise ValueError("no condition given")
         for cond in _split(conditions):
-            validate_condition(cond)
+            check_condition_name(cond)  # parameters (ICLR's scorer) come from the model, checked before any unit
     with _option("--shard"):
         chosen_shard = parse_shard(shard)
     _model_options(device, dtype)
@@ -329,13 +332,13 @@ def patch(
     allow_control_tokens: AllowControlOpt = False,
 ) -> None:
     """KL Repair per layer: patch the full run's boundary activation into the deleted run."""
-    from interp.data.conditions import validate_condition
+    from interp.data.conditions import check_condition_name
     from interp.extraction.batch import layer_numbers, parse_layers
     from patching.kl_repair import default_sites
 
     check_output_dir(out, "--out")
     with _option("--condition"):
-        validate_condition(condition)
+        check_condition_name(condition)
     if site not in ("resid_pre", "attn_out", "mlp_out"):
         raise ValueError(f"--site {site!r}: use resid_pre, attn_out or mlp_out")
     if method not in ("fast", "reference"):

@@ -79,7 +79,7 @@ def load_sweep(path: Path) -> dict[str, Any]:
 
 def _check_values(path: Path, config: dict[str, Any]) -> None:
     """ValueError naming the file and key of the first value of the wrong type or out of its domain."""
-    from interp.data.conditions import validate_condition
+    from interp.data.conditions import check_condition_name
     from interp.extraction.batch import layer_numbers
     from interp.extraction.extract import ExtractConfig
     from interp.sensor.models import check_device, resolve_dtype
@@ -106,7 +106,7 @@ def _check_values(path: Path, config: dict[str, Any]) -> None:
         for item in value:
             try:
                 if key == "conditions":
-                    validate_condition(item)
+                    check_condition_name(item)
                 elif key == "layers":
                     layer_numbers(item, "layers")
                 elif key == "poolings":

@@ -115,6 +115,32 @@ def _drop_store_json(root: Path) -> None:
     (root / "in" / "store" / "store.json").unlink()
 
 
+def _empty_store(root: Path) -> None:
+    for path in (root / "in" / "store" / "units").iterdir():
+        path.unlink()
+
+
+def _old_layout(root: Path) -> None:
+    meta = json.loads((root / "in" / "store" / "store.json").read_text())
+    (root / "in" / "store" / "store.json").write_text(json.dumps({**meta, "schema_version": 1}))
+
+
+def _locked(folder: str) -> Callable[[Path], None]:
+    """``folder`` is being written by a live process (this test's parent)."""
+    def setup(root: Path) -> None:
+        import socket
+
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        (root / folder / ".lock").write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname(),
+                                                         "command": "extract", "since": "2026-01-01T00:00:00Z"}))
+    return setup
+
+
+def _bad_result(root: Path) -> None:
+    (root / "out" / "patching").mkdir(parents=True)
+    (root / "out" / "patching" / "kl_repair.json").write_text('{"sites": [')
+
+
 def _figures_is_file(root: Path) -> None:
     (root / "out").mkdir()
     (root / "out" / "figures").write_text("a file where the figures folder goes\n")
@@ -195,6 +221,7 @@ CASES = [
     Case("render-condition", ["render", T, "--task-id", TASK, "--after-step", "1", "--condition", "nope", *TINY], ("nope",)),
     Case("render-control", ["render", "in/control.jsonl", "--task-id", TASK, "--after-step", "1", *TINY], ("<|im_end|>", "--allow-control-tokens")),
     Case("render-dir", ["render", "in/dir", "--task-id", TASK, "--after-step", "1", *TINY], ("in/dir", "directory")),
+    Case("render-iclr", ["render", T, "--task-id", TASK, "--after-step", "2", "--condition", "iclr", *TINY], ("--condition iclr",)),
     Case("render-model", ["render", T, "--task-id", TASK, "--after-step", "1", "--model", "nope"], ("'nope'",)),
     # models, fetch
     Case("models-cache-file", ["models"], ("INTERP_CACHE",), 2, setup=lambda r: os.environ.__setitem__("INTERP_CACHE", str(r / "in" / "a_file"))),
@@ -227,6 +254,9 @@ CASES = [
     Case("extract-settings-differ", ["extract", "--trajectories", T, "--store", "in/store", "--layers", "3", *TINY], ("in/store", "layers"), store=True),
     Case("extract-disk-full", ["extract", "--trajectories", T, "--store", "out", "--layers", "3", *TINY], ("out", "No space left"), 1, setup=_disk_full, out_may_exist=True),
     Case("extract-read-only", ["extract", "--trajectories", T, "--store", "out", "--layers", "3", *TINY], ("out", "Read-only"), 1, setup=_read_only, out_may_exist=True),
+    Case("extract-locked", ["extract", "--trajectories", T, "--store", "out", "--layers", "3", *TINY], ("out", f"pid {os.getppid()}", "extract"), setup=_locked("out"), out_may_exist=True),
+    Case("extract-old-layout", ["extract", "--trajectories", T, "--store", "in/store", "--layers", "3,7", *TINY], ("store.json", "version 1"), store=True, setup=_old_layout),
+    Case("extract-iclr", ["extract", "--trajectories", T, "--store", "out", "--layers", "3", "--conditions", "iclr", "--boundaries", "3", *TINY], (), 0),
     Case("extract-twins", ["extract", "--trajectories", "in/twins.jsonl", "--store", "out", "--layers", "3", *TINY], (), 0, check=_twins_kept),
     Case("extract-boundaries-dup", ["extract", "--trajectories", T, "--store", "out", "--layers", "3", "--boundaries", "2,2", *TINY], (), 0, check=_dedup_boundaries),
     # merge
@@ -265,6 +295,8 @@ CASES = [
     Case("probe-truncated-tensors", ["probe", "--store", "in/store", "--out", "out"], (".safetensors",), store=True, setup=_truncate_tensors),
     Case("probe-store-json-corrupt", ["probe", "--store", "in/store", "--out", "out"], ("store.json",), store=True, setup=_corrupt_store_json),
     Case("probe-store-json-missing", ["probe", "--store", "in/store", "--out", "out"], ("in/store", "store.json"), store=True, setup=_drop_store_json),
+    Case("probe-empty-store", ["probe", "--store", "in/store", "--out", "out"], ("in/store",), store=True, setup=_empty_store),
+    Case("probe-old-layout", ["probe", "--store", "in/store", "--out", "out"], ("store.json", "version 1"), store=True, setup=_old_layout),
     Case("probe-out-file", ["probe", "--store", "in/store", "--out", "in/a_file"], ("--out", "in/a_file"), store=True),
     # sweep
     Case("sweep-string-list", ["sweep", "in/sweep_str.toml"], ("sweep_str.toml", "conditions", "list")),
@@ -290,6 +322,7 @@ CASES = [
     Case("patch-out-file", ["patch", "--trajectories", T, "--out", "in/a_file", *TINY], ("--out", "in/a_file")),
     Case("patch-device", ["patch", "--trajectories", T, "--out", "out", "--device", "cuda", *TINY], ("--device", "cuda")),
     Case("patch-control", ["patch", "--trajectories", "in/think.jsonl", "--out", "out", *TINY], ("</think>", "--allow-control-tokens")),
+    Case("patch-locked", ["patch", "--trajectories", T, "--out", "out", "--layers", "3", *TINY], ("out", f"pid {os.getppid()}"), setup=_locked("out"), out_may_exist=True),
     Case("patch-hostile-id", ["patch", "--trajectories", "in/hostile.jsonl", "--out", "out", "--layers", "3", *TINY], (), 0, check=_no_escape),
     # harm
     Case("harm-empty", ["harm", "--trajectories", "in/empty.jsonl", "--out", "out", *TINY], ("no trajectories in", "in/empty.jsonl")),
@@ -328,6 +361,7 @@ CASES = [
     Case("figures-missing", ["figures", "in/nope"], ("in/nope",)),
     Case("figures-file", ["figures", "in/a_file"], ("in/a_file",)),
     Case("figures-folder-is-file", ["figures", "out", "--no-png"], ("figures",), setup=_figures_is_file, out_may_exist=True),
+    Case("figures-bad-result", ["figures", "out", "--no-png"], ("kl_repair.json",), setup=_bad_result, out_may_exist=True),
     Case("demo-out-file", ["demo", "--out", "in/a_file", *TINY, "--no-png"], ("--out", "in/a_file")),
     Case("demo-device", ["demo", "--out", "out", *TINY, "--device", "tpu", "--no-png"], ("--device", "tpu")),
     Case("demo-dtype", ["demo", "--out", "out", *TINY, "--dtype", "fp8", "--no-png"], ("fp8",)),
