@@ -33,7 +33,6 @@ DEMO = ROOT / "data" / "demo" / "trajectories.jsonl"
 STATES = ROOT / "data" / "demo" / "states.jsonl"
 TINY = ["--model", "tiny-qwen3.5"]
 SUBSET = (0, 4, 12, 16)  # demo lines: code, office, security and web tasks
-STATE_IDS = ("code-001@1", "code-003@5")
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +40,10 @@ def inputs(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("inputs")
     lines = DEMO.read_text().splitlines()
     (root / "trajs.jsonl").write_text("".join(lines[i] + "\n" for i in SUBSET))
-    (root / "states.jsonl").write_text("".join(line + "\n" for line in STATES.read_text().splitlines()
-                                               if json.loads(line)["state_id"] in STATE_IDS))
+    ids = {json.loads(lines[i])["task_id"] for i in SUBSET}
+    states = [line for line in STATES.read_text().splitlines() if json.loads(line)["task_id"] in ids][:2]
+    assert len(states) == 2
+    (root / "states.jsonl").write_text("".join(line + "\n" for line in states))
     return root
 
 
