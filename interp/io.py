@@ -12,7 +12,7 @@
   to a file name: allowed characters, bounded length, and a short hash of the
   raw id, so ``a/b`` and ``a_b`` never share a file and ``../x`` never leaves
   its folder; :func:`inside` refuses any output path that resolves elsewhere.
-* :func:`read_json` reads a JSON file or fails with one line naming it;
+* :func:`read_json` and :func:`read_text` read a file or fail with one line naming it;
   :func:`check_output_dir` refuses an output folder that is a file, lies under
   a file or cannot be written, before anything is computed.
 * :func:`writer_lock` makes one writer per output folder: ``<folder>/.lock``
@@ -59,15 +59,22 @@ def inside(folder: Path, path: Path) -> Path:
     return resolved
 
 
+def read_text(path: Path) -> str:
+    """The UTF-8 text of ``path``; ValueError naming the file when it is not UTF-8."""
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+
+
 def read_json(path: Path) -> Any:
     """The JSON in ``path``; ValueError naming the file when it is not JSON (or nested too deeply to read)."""
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_text(path))
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     except RecursionError:
         raise ValueError(f"{path}: JSON nested too deeply to read") from None
 

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from interp.data.trajectory import Trajectory
-from interp.io import atomic_write_bytes
+from interp.io import atomic_write_bytes, read_text
 
 LABEL_FIELDS = ("future_necessity", "externalization_gap")
 Labels = dict[tuple[str, int], int]
@@ -107,11 +107,7 @@ def read_labels_csv(path: str | Path, column: str, trajectories: Iterable[Trajec
     out: Labels = {}
     problems: list[str] = []
     first_line: dict[tuple[str, int], int] = {}
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start}); save the CSV as UTF-8") from None
-    with io.StringIO(text, newline="") as fh:
+    with io.StringIO(read_text(path), newline="") as fh:
         reader = csv.DictReader(fh)
         header = reader.fieldnames or []
         absent = [c for c in ("task_id", "after_step") if c not in header]

@@ -345,6 +345,8 @@ CASES = [
     Case("externalize-labels", ["externalize", "label", "--trajectories", T, "--out", "out", "--labels", "in/labels_header.csv"], ("in/labels_header.csv",)),
     Case("externalize-out-file", ["externalize", "label", "--trajectories", T, "--out", "in/a_file"], ("--out", "in/a_file")),
     Case("risk-probe-missing", ["externalize", "risk", "--out", "out", "--trajectories", T, "--probe-results", "in/nope.csv"], ("in/nope.csv",)),
+    Case("risk-probe-binary", ["externalize", "risk", "--out", "out", "--trajectories", T, "--probe-results", "in/labels_binary.csv"], ("in/labels_binary.csv", "UTF-8")),
+    Case("risk-probe-header", ["externalize", "risk", "--out", "out", "--trajectories", T, "--probe-results", "in/labels_header.csv"], ("in/labels_header.csv:1", "sample_id")),
     Case("risk-n-boot", ["externalize", "risk", "--out", "out", "--trajectories", T, "--n-boot", "-1"], ("--n-boot",)),
     Case("risk-empty", ["externalize", "risk", "--out", "out", "--trajectories", "in/empty.jsonl"], ("no trajectories in", "in/empty.jsonl")),
     # intervene
