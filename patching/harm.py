@@ -96,6 +96,22 @@ def default_boundaries(trajectories: Iterable[Trajectory]) -> list[str]:
     return [f"{t.task_id}@{max(1, t.n_steps // 2)}" for t in trajectories if t.n_steps >= 2]
 
 
+def check_boundaries(keys: Sequence[str], trajectories: Iterable[Trajectory]) -> list[str]:
+    """``keys`` (``task_id@b``) without repeats, in order; ValueError unless each names a trajectory and a
+    boundary with a recorded next step (``1 <= b < n_steps``)."""
+    by_id = {t.task_id: t for t in trajectories}
+    for key in keys:
+        task_id, at, b = key.rpartition("@")
+        if not at or not b.isdigit():
+            raise ValueError(f"{key!r}: expected task_id@b (e.g. {next(iter(by_id), 'task')}@2)")
+        if task_id not in by_id:
+            raise ValueError(f"{key!r}: no trajectory {task_id!r} in the trajectory file")
+        if not 1 <= int(b) < by_id[task_id].n_steps:
+            raise ValueError(f"{key!r}: b must be in 1..{by_id[task_id].n_steps - 1} (a later step is the recorded "
+                             "next output)")
+    return list(dict.fromkeys(keys))
+
+
 @dataclass
 class SetHarm:
     """Harm of deleting one set of units."""

@@ -69,8 +69,10 @@ class ProbeConfig:
             raise ValueError("ProbeConfig grids must be non-empty")
         if any(k is not None and k < 1 for k in self.pca_grid):
             raise ValueError(f"ProbeConfig.pca_grid entries must be None or >= 1, got {self.pca_grid}")
-        if self.n_boot < 0 or self.n_perm < 0:
-            raise ValueError("ProbeConfig.n_boot and n_perm must be >= 0")
+        for name in ("n_boot", "n_perm"):
+            if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int) \
+                    or getattr(self, name) < 0:
+                raise ValueError(f"ProbeConfig.{name} must be an integer >= 0, got {getattr(self, name)!r}")
 
     @property
     def outer_splits(self) -> int | Literal["loto"]:

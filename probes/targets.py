@@ -221,7 +221,7 @@ def targets_command(trajectories: Path, out: Path, labels: Path | None = None,
     defined boundaries only), both atomically; returns ``{n_boundaries, n_positive,
     n_undefined, agreement}`` (``n_boundaries``: labelled boundaries).
     """
-    trajs = load_trajectories(trajectories)
+    trajs = load_trajectories(trajectories, allow_control_tokens=True)  # read as text, never rendered
     rows = label_targets(trajs, config)
     undefined = undefined_boundaries(trajs)
     reference = (read_labels_csv(labels, "future_necessity", trajs) if labels is not None

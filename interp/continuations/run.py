@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -91,11 +92,16 @@ class RunSettings:
 
     def __post_init__(self) -> None:
         bad = [c for c in self.conditions if c not in CONDITIONS or c == "iclr"]
-        if bad:
-            raise ValueError(f"unknown or unsupported condition(s) {bad} for continuations; "
+        if bad or not self.conditions:
+            raise ValueError(f"conditions: unknown or unsupported condition(s) {bad} for continuations; "
                              f"use: {', '.join(CONTINUATION_CONDITIONS)} (or random)")
-        if self.samples < 0 or (self.max_new_tokens is not None and self.max_new_tokens < 1) or self.temperature <= 0:
-            raise ValueError("samples must be >= 0, max_new_tokens >= 1 and temperature > 0")
+        for name, ok, rule in (("samples", self.samples >= 0, ">= 0"),
+                               ("max_new_tokens", self.max_new_tokens is None or self.max_new_tokens >= 1, ">= 1"),
+                               ("temperature", self.temperature > 0 and math.isfinite(self.temperature), "> 0"),
+                               ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
+                               ("max_tokens", self.max_tokens >= 1, ">= 1")):
+            if not ok:
+                raise ValueError(f"{name} must be {rule}, got {getattr(self, name)!r}")
 
     def to_json(self) -> dict[str, Any]:
         """JSON-able form."""

@@ -31,6 +31,9 @@ class StatesError(ValueError):
 
     def __init__(self, problems: list[str]):
         self.problems = problems
+        if len(problems) == 1:
+            super().__init__(problems[0])
+            return
         super().__init__(f"{len(problems)} problem(s) in states input:\n" + "\n".join(problems[:50]))
 
 

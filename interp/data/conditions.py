@@ -402,11 +402,16 @@ _PARAM_CHECKS: dict[str, Callable[..., None]] = {"iclr": _check_iclr, "iclr_step
 _POSITIONAL = ("traj", "after_step", "log", "counter")
 
 
+def check_condition_name(name: str) -> None:
+    """Raise ValueError unless ``name`` is a known condition (its parameters aside)."""
+    if name not in CONDITIONS:
+        raise ValueError(f"unknown condition {name!r}; known: {', '.join(CONDITIONS)}")
+
+
 def validate_condition(name: str, params: Mapping[str, Any] | None = None) -> None:
     """Raise ValueError unless ``name`` is a known condition and ``params`` are parameters it accepts
     with valid values (checks that need no trajectory; boundaries are checked by ``apply_condition``)."""
-    if name not in CONDITIONS:
-        raise ValueError(f"unknown condition {name!r}; known: {', '.join(CONDITIONS)}")
+    check_condition_name(name)
     params = dict(params or {})
     accepted = [p for p in inspect.signature(CONDITIONS[name]).parameters if p not in _POSITIONAL]
     unknown = sorted(set(params) - set(accepted))

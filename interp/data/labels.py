@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from interp.data.trajectory import Trajectory
-from interp.io import atomic_write_bytes
+from interp.io import atomic_write_bytes, read_text
 
 LABEL_FIELDS = ("future_necessity", "externalization_gap")
 Labels = dict[tuple[str, int], int]
@@ -107,7 +107,7 @@ def read_labels_csv(path: str | Path, column: str, trajectories: Iterable[Trajec
     out: Labels = {}
     problems: list[str] = []
     first_line: dict[tuple[str, int], int] = {}
-    with path.open(newline="", encoding="utf-8") as fh:
+    with io.StringIO(read_text(path), newline="") as fh:
         reader = csv.DictReader(fh)
         header = reader.fieldnames or []
         absent = [c for c in ("task_id", "after_step") if c not in header]
@@ -133,6 +133,8 @@ def read_labels_csv(path: str | Path, column: str, trajectories: Iterable[Trajec
                 continue
             first_line[key] = line
             out[key] = int(float(raw_v))
+    if len(problems) == 1:
+        raise ValueError(problems[0])
     if problems:
         raise ValueError(f"{len(problems)} problem(s) in {path}:\n" + "\n".join(problems[:50]))
     return out

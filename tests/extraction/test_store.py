@@ -137,7 +137,8 @@ def test_resume_after_interrupt_mid_tensor_write(tiny_sensor, trajs, ref_store, 
 
 
 def test_resume_after_interrupt_before_unit_rows(tiny_sensor, trajs, ref_store, tmp_path, monkeypatch):
-    """Killed after a unit's tensors were renamed in but before its rows: the unit is not done and is redone."""
+    """Interrupted after a unit's tensors were renamed in but before its rows: the unit is not done, its tensors are
+    removed (never tensors without rows, e.g. on a full disk), and it is redone."""
     root = tmp_path / "store"
     real_json = store_mod.atomic_write_json
     unit_writes = []
@@ -153,7 +154,7 @@ def test_resume_after_interrupt_before_unit_rows(tiny_sensor, trajs, ref_store, 
     with pytest.raises(KeyboardInterrupt):
         _extract(tiny_sensor, trajs, root)
     assert _done_units(root) == 3
-    assert len(list((root / "units").glob("*.safetensors"))) == 4  # the 4th unit's tensors, without its rows
+    assert len(list((root / "units").glob("*.safetensors"))) == 3  # the 4th unit's tensors went with its rows
     monkeypatch.setattr(store_mod, "atomic_write_json", real_json)
     counts = _extract(tiny_sensor, trajs, root)
     assert counts["skipped_done"] == 3

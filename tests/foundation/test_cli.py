@@ -171,7 +171,7 @@ def test_validate_strict_reports_unknown_fields(strict_run):
     proc = strict_run
     assert proc.returncode == 1
     assert _squash(f"{MINI}:1: provenance: unknown field (kept and passed through)") in _squash(proc.stderr)
-    assert _squash(proc.stderr).endswith(_squash("1 problem(s); 1 valid trajectories"))
+    assert len(proc.stderr.splitlines()) == 1  # one problem: its line is the whole output
 
 
 # ---------------------------------------------------------------------------------------------

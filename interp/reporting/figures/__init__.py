@@ -23,7 +23,6 @@ still written and the report says what is missing.
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +40,7 @@ from interp.reporting.figures.interventions import interventions_figure
 from interp.reporting.figures.kl_repair import kl_repair_figure
 from interp.reporting.figures.probe import probe_figure, roc_pr_figure
 from interp.reporting.figures.theme import PALETTE, TEMPLATE
+from interp.io import read_json
 from interp.schema import Field, SchemaError, check, check_columns
 
 
@@ -97,7 +97,7 @@ def load_result(path: Path, fields: Sequence[Field] | None = None) -> Any:
         if fields:
             check_columns(frame.columns, fields, path)
         return frame
-    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc = read_json(path)
     return check(doc, fields, path) if fields else doc
 
 
