@@ -137,7 +137,7 @@ def check_device(device: str | torch.device) -> torch.device:
             raise ValueError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     elif dev.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"--device {device}: MPS is not available on this machine; use cpu")
-    elif dev.type not in ("cpu", "cuda", "mps"):
+    elif dev.type not in ("cpu", "cuda", "mps", "meta"):  # meta: shapes without data (device-correctness tests)
         raise ValueError(f"--device {device}: unsupported device type {dev.type!r}; use cpu, cuda or mps")
     return dev
 

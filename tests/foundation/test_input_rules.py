@@ -90,7 +90,7 @@ def test_boundaries_are_parsed_in_range_and_deduplicated(mini_trajectory):
 
 
 @pytest.mark.parametrize("device, message", [("tpu", "not a torch device"), ("cuda:99", "CUDA|99"),
-                                             ("meta", "unsupported device type")])
+                                             ("xla", "unsupported device type")])
 def test_devices_the_machine_lacks_are_refused(device, message):
     if device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.device_count() > 99:
         pytest.skip("a machine with 100 GPUs")
