@@ -7,23 +7,50 @@
   ``null`` (``json.dumps`` would write the non-standard ``NaN``), numpy scalars
   and arrays become plain numbers and lists.
 * :func:`run_units` computes ``{key: compute(key)}`` with one JSON file per
-  finished key under ``cache_dir``; a re-run reuses what is there.
+  finished key under ``cache_dir``; a re-run reuses what is there. With a
+  shard it computes only that shard's keys and records the run in
+  ``cache_dir/run.json`` (RUN_FIELDS); :func:`merge_unit_dirs` joins the
+  folders of a complete set of shards.
+* :func:`balanced_shards` is the one rule that splits units over shards:
+  by cost (tokens), longest first, each to the least-loaded shard.
+* :class:`Work` is a set of units an executor runs (load a model once per
+  worker, compute each unit and write it atomically); :func:`run_work` is the
+  in-process executor (``interp.pipelines.executors`` adds Ray).
+
+Fields of ``run.json`` (``RUN_FIELDS``), beside a sharded ``run_units`` folder:
+
+| name | shape | dtype | units | meaning |
+|---|---|---|---|---|
+| ``label`` | ``[]`` | str | - | which stage wrote the folder |
+| ``shard`` | ``{index, count}`` | object | - | this shard of ``count`` (0-based index) |
+| ``units`` | ``[n_units]`` | str | - | the keys of this shard, in run order |
+| ``all_units`` | ``[n_all]`` | str | - | the keys of the whole run (every shard) |
+| ``record`` | ``{...}`` | object | - | what must match across shards: settings digest and input hash |
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import socket
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from interp.schema import fields_from_doc
+
+RUN_FIELDS = fields_from_doc(__doc__, "RUN_FIELDS")
+
 
 def to_strict_json(obj: Any) -> Any:
     """``obj`` with NaN/Infinity replaced by None and numpy values by plain Python ones (JSON-safe)."""
@@ -78,24 +105,191 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, (json.dumps(to_strict_json(obj), indent=2, allow_nan=False) + "\n").encode())
 
 
+def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes (the input hash recorded by sharded runs)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
-def run_units(keys: Sequence[str], compute: Callable[[str], Any], cache_dir: Path, label: str,
-              progress: bool = True) -> dict[str, Any]:
-    """``{key: compute(key)}``, reading ``cache_dir/<key>.json`` where a finished run left it."""
-    cache_dir = Path(cache_dir)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {}
+
+def balanced_shards(costs: Mapping[str, int], n: int) -> list[list[str]]:
+    """Split keys over ``n`` shards by cost: longest first, each to the least-loaded shard (ties: lower index).
+
+    Each shard's keys keep their input order. The one assignment rule of every ``--shard``.
+    """
+    if n < 1:
+        raise ValueError(f"shard count must be >= 1, got {n}")
+    order = {k: i for i, k in enumerate(costs)}
+    loads = [0] * n
+    owner: dict[str, int] = {}
+    for key in sorted(costs, key=lambda k: (-costs[k], order[k])):
+        target = min(range(n), key=lambda j: (loads[j], j))
+        owner[key] = target
+        loads[target] += costs[key]
+    return [[k for k in costs if owner[k] == j] for j in range(n)]
+
+
+def shard_keys(costs: Mapping[str, int], shard: tuple[int, int]) -> list[str]:
+    """The keys of ``shard = (I, N)`` under :func:`balanced_shards`."""
+    i, n = shard
+    if not 0 <= i < n:
+        raise ValueError(f"bad shard {i}/{n}: need 0 <= I < N")
+    return balanced_shards(costs, n)[i] if n > 1 else list(costs)
+
+
+@dataclass
+class UnitRun:
+    """Where and how long one unit ran (``error`` set when it failed after its retries)."""
+
+    key: str
+    host: str = ""
+    worker: str = ""
+    seconds: float = 0.0
+    attempts: int = 1
+    error: str | None = None
+
+
+@dataclass
+class Work:
+    """Units for an executor: ``load()`` once per worker (the model), ``compute(ctx, key)`` computes one
+    unit and writes its result atomically; ``done(key)`` says whether a result is already there."""
+
+    label: str
+    keys: list[str]
+    load: Callable[[], Any]
+    compute: Callable[[Any, str], Any]
+    done: Callable[[str], bool]
+    costs: dict[str, int] = field(default_factory=dict)  # scheduling order: costliest first
+
+
+class Executor(Protocol):
+    """Runs a :class:`Work`'s unfinished units (locally or on a cluster); returns one record per unit run."""
+
+    def run(self, work: Work, progress: bool = True) -> dict[str, UnitRun]: ...
+
+
+def worker_name() -> tuple[str, str]:
+    """``(host, "pid <pid>")`` of this process (recorded per unit)."""
+    return socket.gethostname(), f"pid {os.getpid()}"
+
+
+def timed_unit(work: Work, ctx: Any, key: str) -> UnitRun:
+    """Compute one unit in this process and record where and how long it ran."""
+    started = time.perf_counter()
+    work.compute(ctx, key)
+    host, worker = worker_name()
+    return UnitRun(key, host, worker, time.perf_counter() - started)
+
+
+def progress_bar(label: str, progress: bool) -> Progress:
+    """The driver's progress bar of a unit loop."""
     columns = [TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[key]}"),
                TimeElapsedColumn(), TimeRemainingColumn()]
-    with Progress(*columns, disable=not progress) as bar:
-        task = bar.add_task(label, total=len(keys), key="")
-        for key in keys:
-            path = cache_dir / f"{key}.json"
+    return Progress(*columns, disable=not progress)
+
+
+def run_work(work: Work, context: Any = None, progress: bool = True) -> dict[str, UnitRun]:
+    """The in-process executor: ``ctx = context`` (or ``work.load()`` when a unit is left), then every
+    unfinished unit in order; an error propagates (a re-run resumes)."""
+    todo = [k for k in work.keys if not work.done(k)]
+    records: dict[str, UnitRun] = {}
+    if not todo:
+        return records
+    ctx = work.load() if context is None else context
+    with progress_bar(work.label, progress) as bar:
+        task = bar.add_task(work.label, total=len(todo), key="")
+        for key in todo:
             bar.update(task, key=key)
-            if path.exists():
-                results[key] = json.loads(path.read_text())
-            else:
-                results[key] = compute(key)
-                atomic_write_json(path, results[key])
+            records[key] = timed_unit(work, ctx, key)
             bar.advance(task)
-    return results
+    return records
+
+
+def record_failures(path: Path, records: Mapping[str, UnitRun]) -> None:
+    """Write the units that failed after their retries to ``path`` (removed when none failed); raise naming them."""
+    failed = {k: r.error for k, r in records.items() if r.error is not None}
+    if not failed:
+        Path(path).unlink(missing_ok=True)
+        return
+    atomic_write_json(path, {k: {"error": e, "attempts": records[k].attempts} for k, e in failed.items()})
+    raise RuntimeError(f"{len(failed)} unit(s) failed after their retries (listed in {path}; re-run to retry): "
+                       + "; ".join(f"{k}: {e.splitlines()[-1] if e else e}" for k, e in list(failed.items())[:5]))
+
+
+def _check_run_record(path: Path, doc: dict[str, Any]) -> None:
+    """Write ``run.json``, or refuse when the folder holds a run with another shard, unit list or record."""
+    if path.exists():
+        old = json.loads(path.read_text())
+        diff = sorted(k for k in doc if old.get(k) != doc[k])
+        if diff:
+            raise ValueError(f"{path.parent}: written by another run ({', '.join(diff)} differ); use a new --out")
+        return
+    atomic_write_json(path, doc)
+
+
+def run_units(keys: Sequence[str], compute: Callable[..., Any], cache_dir: Path, label: str,
+              progress: bool = True, *, load: Callable[[], Any] | None = None, executor: Executor | None = None,
+              shard: tuple[int, int] = (0, 1), costs: Mapping[str, int] | None = None,
+              record: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``{key: compute(key)}`` (``compute(load(), key)`` with ``load``), one ``cache_dir/<key>.json`` per key,
+    reused by a re-run.
+
+    ``shard=(I, N)`` takes this shard's keys (:func:`balanced_shards` by ``costs``, default 1 each) and records
+    ``run.json``; ``executor`` (default: in process) runs the unfinished keys; failures after their retries are
+    written to ``failed.json`` and raised.
+    """
+    cache_dir = Path(cache_dir)
+    keys = list(keys)
+    mine = shard_keys({k: (costs or {}).get(k, 1) for k in keys}, shard)
+    if shard != (0, 1):
+        _check_run_record(cache_dir / "run.json", {"label": label, "shard": {"index": shard[0], "count": shard[1]},
+                                                   "units": mine, "all_units": keys, "record": dict(record or {})})
+    cache_dir.mkdir(parents=True, exist_ok=True)
+
+    def path(key: str) -> Path:
+        return cache_dir / f"{key}.json"
+
+    def write(ctx: Any, key: str) -> None:
+        atomic_write_json(path(key), compute(key) if load is None else compute(ctx, key))
+
+    work = Work(label, mine, load or (lambda: None), write, lambda k: path(k).exists(),
+                {k: (costs or {}).get(k, 1) for k in mine})
+    records = executor.run(work, progress) if executor is not None else run_work(work, progress=progress)
+    record_failures(cache_dir / "failed.json", records)
+    return {key: json.loads(path(key).read_text()) for key in mine}
+
+
+def merge_unit_dirs(target: Path, sources: Sequence[Path], allow_partial: bool = False) -> list[str]:
+    """Copy the per-key results of sharded ``run_units`` folders into ``target`` after checking that they are
+    shards of one run (same keys, same record) and that all of them are there (else list what is missing)."""
+    docs = []
+    for src in sources:
+        run = Path(src) / "run.json"
+        if not run.is_file():
+            raise ValueError(f"{src}: no run.json (not a sharded run_units folder)")
+        docs.append(json.loads(run.read_text()))
+    first = docs[0]
+    for src, doc in zip(sources, docs):
+        for key in ("label", "all_units", "record"):
+            if doc[key] != first[key]:
+                raise ValueError(f"{src}: {key} differs from {sources[0]}'s (shards of different runs or settings)")
+        if doc["shard"]["count"] != first["shard"]["count"]:
+            raise ValueError(f"{src}: shard count {doc['shard']['count']} differs from {first['shard']['count']}")
+    present: dict[str, Path] = {}
+    for src, doc in zip(sources, docs):
+        present.update({k: Path(src) / f"{k}.json" for k in doc["units"] if (Path(src) / f"{k}.json").exists()})
+    missing = [k for k in first["all_units"] if k not in present]
+    count = first["shard"]["count"]
+    absent = sorted(set(range(count)) - {d["shard"]["index"] for d in docs})
+    if missing and not allow_partial:
+        raise ValueError(f"incomplete set of shards: {len(missing)} of {len(first['all_units'])} units missing"
+                         + (f" (shards {', '.join(f'{i}/{count}' for i in absent)} not given)" if absent else "")
+                         + f": {', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}; "
+                         "pass --allow-partial to merge anyway")
+    target = Path(target)
+    for key, src in present.items():
+        atomic_write_bytes(target / f"{key}.json", src.read_bytes())
+    _check_run_record(target / "run.json", {**first, "shard": {"index": 0, "count": 1}, "units": first["all_units"]})
+    return missing

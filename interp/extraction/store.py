@@ -23,6 +23,8 @@ Each unit is written to temporary files and renamed into place (tensors
 first, the JSON last): a unit counts as done only when its JSON exists, so a
 killed run loses at most the unit in flight and re-running skips what is
 done. A store refuses a run whose settings differ from its ``store.json``.
+Units that failed on a cluster after their retries are listed in
+``failed.json`` (unit -> error); re-running retries them.
 
 Fields of ``store.json`` (``STORE_FIELDS``):
 
@@ -30,6 +32,7 @@ Fields of ``store.json`` (``STORE_FIELDS``):
 |---|---|---|---|---|
 | ``schema_version`` | ``[]`` | int | - | version of this layout |
 | ``settings`` | ``{...}`` | object | - | model spec and revision, layers, sites, poolings, attention layers, max_tokens, dtype, code version; a run with other settings is refused |
+| ``run`` | ``{shard, input_sha256, units}`` | object | - | what this store holds: ``shard`` ``{index, count}`` (0-based), the sha256 of the input (trajectory file bytes, or of the trajectories' JSON lines in-process), ``units`` the unit stems of this shard (sorted); ``all_units`` (every shard's units) on a shard of a split run; a run with another ``run`` is refused, ``merge`` refuses shards of other settings or input and an incomplete set |
 | ``layout`` | ``[]`` | str | - | this module's docstring (the layout of the store) |
 
 Fields of ``units/<unit>.json`` (``UNIT_FIELDS``):
@@ -118,19 +121,29 @@ class Store:
         """Directory of per-unit files."""
         return self.root / "units"
 
-    def open(self, settings: dict[str, Any]) -> None:
-        """Create the store, or check that ``settings`` match the existing one (else refuse)."""
+    def open(self, settings: dict[str, Any], run: dict[str, Any] | None = None) -> None:
+        """Create the store, or check that ``settings`` (and ``run``: shard, input hash, units) match the
+        existing one (else refuse)."""
         meta_path = self.root / "store.json"
         if meta_path.exists():
-            existing = json.loads(meta_path.read_text())["settings"]
-            diff = sorted(k for k in set(existing) | set(settings) if existing.get(k) != settings.get(k))
-            if diff:
-                details = "; ".join(f"{k}: store has {existing.get(k)!r}, run asks {settings.get(k)!r}" for k in diff)
-                raise StoreMismatch(f"{self.root} was written with other settings ({details}); "
-                                    "use a new --store directory")
+            meta = json.loads(meta_path.read_text())
+            for what, existing, asked in (("settings", meta["settings"], settings),
+                                          ("run", meta.get("run") or {}, run or {})):
+                if what == "run" and run is None:
+                    continue
+                diff = sorted(k for k in set(existing) | set(asked) if existing.get(k) != asked.get(k))
+                if diff:
+                    details = "; ".join(f"{k}: store has {_short(existing.get(k))}, run asks {_short(asked.get(k))}"
+                                        for k in diff)
+                    raise StoreMismatch(f"{self.root} was written with other {what} ({details}); "
+                                        "use a new --store directory")
             return
         atomic_write_json(meta_path, {"schema_version": SCHEMA_VERSION, "settings": settings,
-                                      "layout": __doc__})
+                                      **({"run": run} if run is not None else {}), "layout": __doc__})
+
+    def run(self) -> dict[str, Any]:
+        """The ``run`` record of ``store.json`` (empty for a store written before it was recorded)."""
+        return json.loads((self.root / "store.json").read_text()).get("run") or {}
 
     def settings(self) -> dict[str, Any]:
         """The settings the store was written with."""
@@ -230,14 +243,53 @@ class Store:
         return frame, features
 
 
-def merge_stores(target: Path, sources: list[Path]) -> pd.DataFrame:
-    """Join shard stores into ``target`` (settings must match); returns the merged manifest."""
+def _short(value: Any) -> str:
+    """``repr`` of a store.json value, cut for an error line (unit lists can be long)."""
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def merge_stores(target: Path, sources: list[Path], allow_partial: bool = False) -> pd.DataFrame:
+    """Join shard stores into ``target``; returns the merged manifest.
+
+    Every source must have the same settings and input hash and be a shard of the same split (same count
+    and unit list); an incomplete set (a shard not given, or a unit not finished) is refused with the
+    missing shards and units listed, unless ``allow_partial``. Checked before ``target`` is touched.
+    """
+    stores = [Store(Path(src)) for src in sources]
+    if not stores:
+        raise ValueError("merge: no shard stores given")
+    for store in stores:
+        if not (store.root / "store.json").is_file():
+            raise ValueError(f"{store.root}: not an activation store (no store.json)")
+    first, runs = stores[0], [s.run() for s in stores]
+    for store, run in zip(stores[1:], runs[1:]):
+        if store.settings() != first.settings():
+            diff = sorted(k for k in set(store.settings()) | set(first.settings())
+                          if store.settings().get(k) != first.settings().get(k))
+            raise StoreMismatch(f"{store.root}: made with other settings than {first.root} ({', '.join(diff)})")
+        if run.get("input_sha256") != runs[0].get("input_sha256"):
+            raise StoreMismatch(f"{store.root}: made from another input than {first.root} (input_sha256 "
+                                f"{run.get('input_sha256')} vs {runs[0].get('input_sha256')})")
+        if (run.get("shard") or {}).get("count") != (runs[0].get("shard") or {}).get("count"):
+            raise StoreMismatch(f"{store.root}: shard {run.get('shard')} is not of the same split as {first.root}'s "
+                                f"{runs[0].get('shard')}")
+    done = {p.stem: s for s in stores for p in sorted(s.units_dir.glob("*.json"))}
+    expected = list(runs[0].get("all_units") or runs[0].get("units") or done)
+    missing = [u for u in expected if u not in done]
+    count = (runs[0].get("shard") or {}).get("count", 1)
+    absent = sorted(set(range(count)) - {(r.get("shard") or {}).get("index", 0) for r in runs})
+    if missing and not allow_partial:
+        raise ValueError(f"incomplete set of shards: {len(missing)} of {len(expected)} units missing"
+                         + (f" (shards {', '.join(f'{i}/{count}' for i in absent)} not given)" if absent else "")
+                         + f": {', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}; "
+                         "pass --allow-partial to merge anyway")
     out = Store(Path(target))
-    for src in sources:
-        store = Store(Path(src))
-        out.open(store.settings())
-        for path in sorted(store.units_dir.glob("*.json")):
-            tensors = store.units_dir / f"{path.stem}.safetensors"
-            atomic_write_bytes(out.units_dir / tensors.name, tensors.read_bytes())
-            atomic_write_bytes(out.units_dir / path.name, path.read_bytes())
+    run = {"shard": {"index": 0, "count": 1}, "input_sha256": runs[0].get("input_sha256"),
+           "units": sorted(u for u in expected if u in done)}
+    out.open(first.settings(), run if runs[0] else None)
+    for name, store in done.items():
+        tensors = store.units_dir / f"{name}.safetensors"
+        atomic_write_bytes(out.units_dir / tensors.name, tensors.read_bytes())
+        atomic_write_bytes(out.units_dir / f"{name}.json", (store.units_dir / f"{name}.json").read_bytes())
     return out.finalize()
