@@ -11,6 +11,13 @@
   shard it computes only that shard's keys and records the run in
   ``cache_dir/run.json`` (RUN_FIELDS); :func:`merge_unit_dirs` joins the
   folders of a complete set of shards.
+* :func:`safe_stem` is the one rule from an id (task id, boundary, cell name)
+  to a file name: allowed characters, bounded length, and a short hash of the
+  raw id, so ``a/b`` and ``a_b`` never share a file and ``../x`` never leaves
+  its folder; :func:`inside` refuses any output path that resolves elsewhere.
+* :func:`writer_lock` makes one writer per output folder: ``<folder>/.lock``
+  is created atomically and names its holder; a second writer gets
+  :class:`WriterLocked`, a lock left by a dead process on this host is taken over.
 * :func:`balanced_shards` is the one rule that splits units over shards:
   by cost (tokens), longest first, each to the least-loaded shard.
 * :class:`Work` is a set of units an executor runs (load a model once per
@@ -34,6 +41,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import socket
 import tempfile
 import time
@@ -50,6 +58,103 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from interp.schema import fields_from_doc
 
 RUN_FIELDS = fields_from_doc(__doc__, "RUN_FIELDS")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+STEM_CHARS = 64  # readable part of a file stem; the hash keeps stems distinct
+LOCK_NAME = ".lock"
+
+
+def safe_stem(raw_id: str) -> str:
+    """File stem for ``raw_id``: its safe characters (at most STEM_CHARS) plus 10 hex of its SHA-1, so distinct ids
+    get distinct files and no id can name a path (``/``, ``..``) or a hidden file."""
+    readable = _UNSAFE.sub("_", raw_id)[:STEM_CHARS].lstrip(".") or "_"
+    return f"{readable}-{hashlib.sha1(raw_id.encode()).hexdigest()[:10]}"
+
+
+def inside(folder: Path, path: Path) -> Path:
+    """``path`` resolved, refused (ValueError) unless it lies inside ``folder`` (resolved, symlinks followed)."""
+    root, resolved = Path(folder).resolve(), Path(path).resolve()
+    if resolved != root and root not in resolved.parents:
+        raise ValueError(f"{path}: resolves to {resolved}, outside the output folder {folder}")
+    return resolved
+
+
+class WriterLocked(ValueError):
+    """Another live process holds the folder's writer lock; the message names it (pid, host, command, since)."""
+
+
+def _holder(path: Path) -> dict[str, Any] | None:
+    """The lock file's JSON, or None when it is unreadable or half-written."""
+    try:
+        holder = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return holder if isinstance(holder, dict) else None
+
+
+def _is_stale(holder: dict[str, Any] | None, path: Path) -> bool:
+    """True when the lock's process is gone: same host and dead PID (or unreadable and older than a minute)."""
+    if holder is None:
+        try:
+            return time.time() - path.stat().st_mtime > 60
+        except FileNotFoundError:
+            return True
+    if holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
+        return False  # another machine's process cannot be checked: never taken over
+    try:
+        os.kill(holder["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # alive, another user's
+    return False
+
+
+@contextmanager
+def writer_lock(folder: Path, *, command: str) -> Iterator[Path]:
+    """Hold ``folder/.lock`` while writing into ``folder``; a second writer gets :class:`WriterLocked`.
+
+    The lock is created with O_CREAT|O_EXCL (atomic) and holds the JSON ``{pid, host, command, since}``; a lock
+    whose process is dead (same host) is taken over. It is removed on exit, also when the body raises.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK_NAME
+    mine = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
+            "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            holder = _holder(path)
+            if not _is_stale(holder, path):
+                who = (f"pid {holder.get('pid')} on {holder.get('host')} running {holder.get('command')!r} "
+                       f"since {holder.get('since')}" if holder else "an unknown process (lock being written)")
+                raise WriterLocked(f"{folder}: another run is writing here ({who}); wait for it, or remove "
+                                   f"{path} if that process is gone") from None
+            # take over: move the stale lock aside, and put it back if it changed hands meanwhile
+            aside = folder / f"{LOCK_NAME}.stale.{os.getpid()}"
+            try:
+                os.replace(path, aside)
+            except FileNotFoundError:
+                continue
+            if _holder(aside) != holder:
+                try:
+                    os.link(aside, path)
+                except FileExistsError:
+                    pass
+            aside.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "w") as fh:
+            json.dump(mine, fh)
+        break
+    else:
+        raise WriterLocked(f"{folder}: could not take the writer lock {path} (contended)")
+    try:
+        yield path
+    finally:
+        if _holder(path) == mine:
+            path.unlink(missing_ok=True)
+
 
 
 def to_strict_json(obj: Any) -> Any:
@@ -233,7 +338,7 @@ def run_units(keys: Sequence[str], compute: Callable[..., Any], cache_dir: Path,
               progress: bool = True, *, load: Callable[[], Any] | None = None, executor: Executor | None = None,
               shard: tuple[int, int] = (0, 1), costs: Mapping[str, int] | None = None,
               record: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """``{key: compute(key)}`` (``compute(load(), key)`` with ``load``), one ``cache_dir/<key>.json`` per key,
+    """``{key: compute(key)}`` (``compute(load(), key)`` with ``load``), one ``cache_dir/<safe_stem(key)>.json`` per key,
     reused by a re-run.
 
     ``shard=(I, N)`` takes this shard's keys (:func:`balanced_shards` by ``costs``, default 1 each) and records
@@ -249,7 +354,7 @@ def run_units(keys: Sequence[str], compute: Callable[..., Any], cache_dir: Path,
     cache_dir.mkdir(parents=True, exist_ok=True)
 
     def path(key: str) -> Path:
-        return cache_dir / f"{key}.json"
+        return inside(cache_dir, cache_dir / f"{safe_stem(key)}.json")
 
     def write(ctx: Any, key: str) -> None:
         atomic_write_json(path(key), compute(key) if load is None else compute(ctx, key))
@@ -279,7 +384,8 @@ def merge_unit_dirs(target: Path, sources: Sequence[Path], allow_partial: bool =
             raise ValueError(f"{src}: shard count {doc['shard']['count']} differs from {first['shard']['count']}")
     present: dict[str, Path] = {}
     for src, doc in zip(sources, docs):
-        present.update({k: Path(src) / f"{k}.json" for k in doc["units"] if (Path(src) / f"{k}.json").exists()})
+        present.update({k: Path(src) / f"{safe_stem(k)}.json" for k in doc["units"]
+                        if (Path(src) / f"{safe_stem(k)}.json").exists()})
     missing = [k for k in first["all_units"] if k not in present]
     count = first["shard"]["count"]
     absent = sorted(set(range(count)) - {d["shard"]["index"] for d in docs})
@@ -290,6 +396,6 @@ def merge_unit_dirs(target: Path, sources: Sequence[Path], allow_partial: bool =
                          "pass --allow-partial to merge anyway")
     target = Path(target)
     for key, src in present.items():
-        atomic_write_bytes(target / f"{key}.json", src.read_bytes())
+        atomic_write_bytes(target / src.name, src.read_bytes())
     _check_run_record(target / "run.json", {**first, "shard": {"index": 0, "count": 1}, "units": first["all_units"]})
     return missing
