@@ -348,6 +348,14 @@ def run_units(keys: Sequence[str], compute: Callable[..., Any], cache_dir: Path,
     cache_dir = Path(cache_dir)
     keys = list(keys)
     mine = shard_keys({k: (costs or {}).get(k, 1) for k in keys}, shard)
+    with writer_lock(cache_dir, command=label):
+        return _run_units(keys, mine, compute, cache_dir, label, progress, load, executor, shard, costs, record)
+
+
+def _run_units(keys: list[str], mine: list[str], compute: Callable[..., Any], cache_dir: Path, label: str,
+               progress: bool, load: Callable[[], Any] | None, executor: Executor | None, shard: tuple[int, int],
+               costs: Mapping[str, int] | None, record: Mapping[str, Any] | None) -> dict[str, Any]:
+    """:func:`run_units` under its writer lock."""
     if shard != (0, 1):
         _check_run_record(cache_dir / "run.json", {"label": label, "shard": {"index": shard[0], "count": shard[1]},
                                                    "units": mine, "all_units": keys, "record": dict(record or {})})
@@ -395,7 +403,7 @@ def merge_unit_dirs(target: Path, sources: Sequence[Path], allow_partial: bool =
                          + f": {', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}; "
                          "pass --allow-partial to merge anyway")
     target = Path(target)
-    for key, src in present.items():
-        atomic_write_bytes(target / src.name, src.read_bytes())
-    _check_run_record(target / "run.json", {**first, "shard": {"index": 0, "count": 1}, "units": first["all_units"]})
+    with writer_lock(target, command="merge"):
+        for src in present.values():
+            atomic_write_bytes(target / src.name, src.read_bytes())
     return missing

@@ -26,7 +26,7 @@ from interp.data.render import render
 from interp.data.trajectory import Trajectory
 from interp.extraction.extract import ExtractConfig, extract_trajectory
 from interp.extraction.store import Store, unit_name
-from interp.io import Executor, Work, record_failures, shard_keys
+from interp.io import Executor, Work, record_failures, shard_keys, writer_lock
 
 
 def parse_layers(spec: str, n_layers: int, full_attention: list[int]) -> list[int]:
@@ -192,7 +192,17 @@ def extract_to_store(
            "input_sha256": input_sha256 or trajectories_sha256(trajectories), "units": sorted(mine)}
     if shard[1] > 1:
         run["all_units"] = sorted(units)
-    store.open(settings, run)
+    with writer_lock(store.root, command=f"extract shard {shard[0]}/{shard[1]}"):
+        store.open(settings, run)
+        return _extract_units(sensor, store, units, mine, costs, conditions, config, boundaries, condition_params,
+                              progress, settings, executor, load)
+
+
+def _extract_units(sensor: Any, store: Store, units: dict[str, tuple[Trajectory, str]], mine: list[str],
+                   costs: dict[str, int], conditions: list[str], config: ExtractConfig, boundaries: list[int] | None,
+                   condition_params: dict[str, dict[str, Any]] | None, progress: bool, settings: dict[str, Any],
+                   executor: Executor | None, load: Callable[[], Any] | None) -> dict[str, int]:
+    """:func:`extract_to_store` under the store's writer lock: run the unfinished units of ``mine``."""
     todo = [k for k in mine if not store.is_done(*_unit_key(units[k]))]
     counts = {"units": len(mine), "skipped_done": len(mine) - len(todo), "samples": 0, "skipped_long": 0, "tokens": 0}
     if executor is not None:

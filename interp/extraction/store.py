@@ -9,6 +9,8 @@ Layout of a store directory::
                                  "attn.{layer}.per_kind"      [n_ok, n_heads, 7] boundary attention
                                                               mass per segment kind (SEGMENT_KINDS order)
                                  "attn.{layer}.b{b}.per_segment" [n_heads, n_segments(b)]
+                               metadata "interp.unit": JSON {unit, dtype, settings} (one key,
+                               so a unit's file is the same bytes whichever process wrote it)
     units/<unit>.json          one row per boundary (manifest columns below) + segment tables
     manifest.parquet, .csv     all rows, rebuilt by ``finalize``/``merge``
 
@@ -86,7 +88,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from interp.extraction.extract import BoundaryFeatures
-from interp.io import atomic_path, atomic_write_bytes, atomic_write_json
+from interp.io import atomic_path, atomic_write_bytes, atomic_write_json, writer_lock
 from interp.schema import fields_from_doc
 from interp.data.trajectory import Trajectory
 
@@ -166,7 +168,10 @@ class Store:
                 for r in ok:
                     tensors[f"attn.{layer}.b{r.after_step}.per_segment"] = r.attention[layer]["per_segment"].contiguous()
         with atomic_path(self.units_dir / f"{name}.safetensors") as tmp:
-            save_file(tensors, tmp, metadata={"unit": name, "dtype": "float32", "settings": json.dumps(settings)})
+            # one metadata key: safetensors writes its metadata map in a per-process random order, so
+            # several keys would make the same tensors differ in bytes between runs
+            save_file(tensors, tmp, metadata={"interp.unit": json.dumps({"unit": name, "dtype": "float32",
+                                                                         "settings": settings}, sort_keys=True)})
         manifest_rows, segments = [], {}
         block_entropy = [e for r in rows for e in r.block_entropy]
         ok_index = {r.after_step: i for i, r in enumerate(ok)}
@@ -285,9 +290,15 @@ def merge_stores(target: Path, sources: list[Path], allow_partial: bool = False)
                          + f": {', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}; "
                          "pass --allow-partial to merge anyway")
     out = Store(Path(target))
-    run = {"shard": {"index": 0, "count": 1}, "input_sha256": runs[0].get("input_sha256"),
+    with writer_lock(out.root, command="merge"):
+        return _merge_into(out, first, runs[0], expected, done)
+
+
+def _merge_into(out: Store, first: Store, run0: dict[str, Any], expected: list[str], done: dict[str, Store]) -> pd.DataFrame:
+    """Copy the finished units of the checked shards into ``out`` (under its writer lock)."""
+    run = {"shard": {"index": 0, "count": 1}, "input_sha256": run0.get("input_sha256"),
            "units": sorted(u for u in expected if u in done)}
-    out.open(first.settings(), run if runs[0] else None)
+    out.open(first.settings(), run if run0 else None)
     for name, store in done.items():
         tensors = store.units_dir / f"{name}.safetensors"
         atomic_write_bytes(out.units_dir / tensors.name, tensors.read_bytes())
