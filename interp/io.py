@@ -18,6 +18,9 @@
 * :func:`writer_lock` makes one writer per output folder: ``<folder>/.lock``
   is created atomically and names its holder; a second writer gets
   :class:`WriterLocked`, a lock left by a dead process on this host is taken over.
+  :func:`merge_result_folders` does it for every such folder of shard output
+  folders (patch, harm, intervene); re-running the stage without a shard on
+  the merged folder writes its summary and recomputes nothing.
 * :func:`balanced_shards` is the one rule that splits units over shards:
   by cost (tokens), longest first, each to the least-loaded shard.
 * :class:`Work` is a set of units an executor runs (load a model once per
@@ -407,3 +410,22 @@ def merge_unit_dirs(target: Path, sources: Sequence[Path], allow_partial: bool =
         for src in present.values():
             atomic_write_bytes(target / src.name, src.read_bytes())
     return missing
+
+
+def merge_result_folders(target: Path, sources: Sequence[Path], allow_partial: bool = False) -> dict[str, list[str]]:
+    """Merge every sharded ``run_units`` folder (found by its ``run.json``) of the shard output folders ``sources``
+    into the same relative place under ``target``; ``{folder: missing keys}``. Re-running the stage without
+    ``--shard`` on ``target`` then writes its summary from the merged parts (nothing is recomputed)."""
+    folders = sorted({run.parent.relative_to(src) for src in sources for run in Path(src).rglob("run.json")})
+    if not folders:
+        raise ValueError(f"{', '.join(map(str, sources))}: no sharded result folders (run.json) and no store.json")
+    for rel in folders:
+        have = [Path(src) / rel for src in sources if (Path(src) / rel / "run.json").is_file()]
+        if len(have) != len(sources):
+            lacking = [str(src) for src in sources if not (Path(src) / rel / "run.json").is_file()]
+            if not allow_partial:
+                raise ValueError(f"{rel}: not in {', '.join(lacking)} (shards of different runs or settings); "
+                                 "pass --allow-partial to merge anyway")
+    return {str(rel): merge_unit_dirs(Path(target) / rel, [Path(src) / rel for src in sources
+                                                            if (Path(src) / rel / "run.json").is_file()],
+                                      allow_partial) for rel in folders}

@@ -142,6 +142,32 @@ def _split(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+ShardOpt = Annotated[Optional[str], typer.Option(help="I/N: this process takes shard I of N (units split by token "
+                                                      "count, longest first); join the shards with `interp merge`.")]
+ExecutorOpt = Annotated[str, typer.Option(help="Where units run: local (this process) or ray (actors, one model "
+                                               "load each; needs pip install '.[ray]').")]
+AddressOpt = Annotated[Optional[str], typer.Option(help="Ray cluster address (auto: the running cluster; default: "
+                                                        "start a local one).")]
+WorkersOpt = Annotated[Optional[int], typer.Option(help="Ray actors (default: as many as the resources fit).")]
+GpusOpt = Annotated[float, typer.Option("--num-gpus", help="GPUs per Ray worker (use --device cuda with it).")]
+MemoryOpt = Annotated[Optional[float], typer.Option("--memory-gb", help="Memory per Ray worker, GiB (scheduling).")]
+
+
+def _executor(kind: str, address: str | None, workers: int | None, num_gpus: float, memory_gb: float | None,
+              model: str, model_path: Path | None, device: str, dtype: str) -> tuple[object | None, object | None]:
+    """``(executor, load)`` for ``--executor``: None for local (the loaded sensor is used), else the executor and
+    how a worker loads its model."""
+    from functools import partial
+
+    from interp.pipelines.executors import make_executor
+
+    if kind == "local":
+        return None, None
+    executor = make_executor(kind, address=address, workers=workers, num_gpus=num_gpus,
+                             memory=int(memory_gb * 2**30) if memory_gb else None)
+    return executor, partial(stages.sensor, model, model_path, device, dtype)
+
+
 @app.command()
 def extract(
     trajectories: TrajectoriesOpt,
@@ -156,10 +182,12 @@ def extract(
                                                 + LAYERS_0_BASED)] = "full_attention",
     boundaries: Annotated[Optional[str], typer.Option(help="Comma list of boundaries b (default: 1..last step).")] = None,
     max_tokens: Annotated[int, typer.Option(help="Longer contexts are skipped and recorded, never truncated.")] = DEFAULT_MAX_TOKENS,
-    shard: Annotated[Optional[str], typer.Option(help="I/N: this process takes units I, I+N, ...")] = None,
+    shard: ShardOpt = None,
     no_share_prefix: Annotated[bool, typer.Option("--no-share-prefix", help="One forward per boundary (reference path).")] = False,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "fp32",
+    executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None, num_gpus: GpusOpt = 0,
+    memory_gb: MemoryOpt = None,
 ) -> None:
     """Extract pooled boundary residuals and boundary attention into an activation store (resumable)."""
     from interp.extraction.batch import parse_layers, parse_shard
@@ -176,21 +204,32 @@ def extract(
         poolings=_split(pooling), attention_layers=attn_layers, max_tokens=max_tokens,
         share_prefix=not no_share_prefix,
     )
+    from interp.io import file_sha256
+
+    runner, load = _executor(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
     counts = stages.extract(sensor, trajs, _split(conditions), config, store, parse_shard(shard),
-                            [int(b) for b in _split(boundaries)] if boundaries else None)
+                            [int(b) for b in _split(boundaries)] if boundaries else None, runner, load,
+                            file_sha256(trajectories))
     console.print(f"{store}: {counts}", markup=False)
 
 
 @app.command()
 def merge(
-    target: Annotated[Path, typer.Argument(help="Store to create or extend.")],
-    shards: Annotated[list[Path], typer.Argument(help="Shard stores to join (same settings).")],
+    target: Annotated[Path, typer.Argument(help="Store (or --out folder) to create or extend.")],
+    shards: Annotated[list[Path], typer.Argument(help="Shard stores, or shard --out folders of patch, harm or "
+                                                      "intervene, from --shard I/N runs with the same settings.")],
+    allow_partial: Annotated[bool, typer.Option("--allow-partial", help="Merge an incomplete set of shards.")] = False,
 ) -> None:
-    """Join shard stores (from --shard I/N runs) into one store."""
-    from interp.extraction.store import merge_stores
-
-    frame = merge_stores(target, shards)
-    console.print(f"{target}: {len(frame)} rows from {len(shards)} shard(s)")
+    """Join the outputs of --shard I/N runs: stores into one store; patch/harm/intervene part folders into one
+    --out (then re-run that command on it without --shard to write its summary; nothing is recomputed)."""
+    done = stages.merge(target, shards, allow_partial)
+    if done["kind"] == "store":
+        console.print(f"{target}: {done['rows']} rows from {len(shards)} shard(s)")
+    else:
+        missing = sum(len(m) for m in done["missing"].values())
+        console.print(f"{target}: {len(done['missing'])} part folder(s) from {len(shards)} shard(s)"
+                      + (f", {missing} unit(s) missing" if missing else "")
+                      + "; re-run the command without --shard with this --out for its summary", markup=False)
 
 
 @app.command()
@@ -238,6 +277,9 @@ def patch(
     task_ids: Annotated[Optional[str], typer.Option("--task-ids", help="Comma list of trajectories (default: all).")] = None,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "fp32",
+    shard: ShardOpt = None,
+    executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None, num_gpus: GpusOpt = 0,
+    memory_gb: MemoryOpt = None,
 ) -> None:
     """KL Repair per layer: patch the full run's boundary activation into the deleted run."""
     from interp.extraction.batch import parse_layers
@@ -247,8 +289,16 @@ def patch(
     sensor = stages.sensor(model, model_path, device, dtype)
     chosen = parse_layers(layers, sensor.n_layers, sensor.full_attention_layers)
     sites = default_sites(sensor.n_layers, site, layers=chosen)
+    from interp.extraction.batch import parse_shard
+    from interp.io import file_sha256
+
+    runner, load = _executor(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
     result = stages.patch(sensor, trajs, out, condition, sites, method, positions,
-                          _split(task_ids) if task_ids else None)
+                          _split(task_ids) if task_ids else None, parse_shard(shard), runner, load,
+                          file_sha256(trajectories))
+    if "shard" in result:
+        console.print(f"{result['parts']}: shard {shard}, {len(result['units'])} trajectories", markup=False)
+        return
     console.print(f"{out / 'kl_repair.json'}: {result['n_samples']} samples, {result['n_excluded']} excluded")
 
 
@@ -266,6 +316,9 @@ def harm(
     margin: Annotated[Optional[float], typer.Option(help="Pair-ordering margin in nats/token (default 0.020).")] = None,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "fp32",
+    shard: ShardOpt = None,
+    executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None, num_gpus: GpusOpt = 0,
+    memory_gb: MemoryOpt = None,
 ) -> None:
     """Set-level deletion harm (DRSR): exact vs additive harm of deleting history units jointly."""
     from interp.data.deletions import parse_unit_kinds
@@ -273,8 +326,15 @@ def harm(
     kinds = parse_unit_kinds(units)  # a typo fails before the model loads
     trajs = stages.trajectories(trajectories, strict=False)
     keys = _split(boundaries) if boundaries else None
+    from interp.extraction.batch import parse_shard
+    from interp.io import file_sha256
+
+    runner, load = _executor(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
     result = stages.harm(stages.sensor(model, model_path, device, dtype), trajs, out, keys, max_k, budget, seed,
-                         kinds, margin)
+                         kinds, margin, parse_shard(shard), runner, load, file_sha256(trajectories))
+    if "shard" in result:
+        console.print(f"{result['parts']}: shard {shard}, {len(result['units'])} boundaries", markup=False)
+        return
     console.print(f"{out / 'harm.json'}: {len(result['boundaries'])} boundaries; units {', '.join(result['units'])}")
 
 
@@ -442,6 +502,7 @@ def intervene(
                                             "never truncated.")] = DEFAULT_MAX_TOKENS,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "fp32",
+    shard: ShardOpt = None,
 ) -> None:
     """Controlled continuations: one next turn per state x condition, generated by the sensor and rubric-scored."""
     from interp.continuations.run import RunSettings
@@ -451,8 +512,14 @@ def intervene(
                            seed=seed, temperature=temperature, max_tokens=max_tokens)
     trajs = stages.trajectories(trajectories, strict=False)
     chosen = load_states(states, trajs)
+    from interp.extraction.batch import parse_shard
+
     doc = stages.intervene(stages.sensor(model, model_path, device, dtype), chosen, trajs, out, settings,
-                           {"states_file": str(states), "trajectories_file": str(trajectories)})
+                           {"states_file": str(states), "trajectories_file": str(trajectories)}, parse_shard(shard))
+    if shard and parse_shard(shard)[1] > 1:
+        console.print(f"{out / 'units'}: shard {shard} generated; merge the shards with `interp merge`, then re-run "
+                      "without --shard for interventions.json", markup=False)
+        return
     summary = doc["summary"]
     for name, row in summary.items():
         ci, reacq = row["ci"], row["reacquisition_rate"]
@@ -466,11 +533,14 @@ def intervene(
 
 
 @app.command()
-def sweep(config: Annotated[Path, typer.Argument(help="Sweep config (TOML; format in interp/pipelines/sweep.py).")]) -> None:
+def sweep(config: Annotated[Path, typer.Argument(help="Sweep config (TOML; format in interp/pipelines/sweep.py).")],
+          executor: Annotated[Optional[str], typer.Option(help="local or ray (default: the config's [executor] "
+                                                               "kind, else local).")] = None,
+          address: AddressOpt = None) -> None:
     """Run a declared grid (models x conditions x layers x poolings) as extraction then probing, resumable."""
     from interp.pipelines.sweep import run_sweep
 
-    summary = run_sweep(config)
+    summary = run_sweep(config, executor, address)
     console.print(summary.to_string(index=False), markup=False)
 
 

@@ -24,6 +24,7 @@ unit run (host, worker, seconds, attempts, error).
 
 from __future__ import annotations
 
+import importlib.util
 import traceback
 from collections import deque
 from collections.abc import Callable
@@ -155,9 +156,7 @@ def make_executor(kind: str = "local", **options: Any) -> LocalExecutor | RayExe
     if kind == "local":
         return LocalExecutor()
     if kind == "ray":
-        try:
-            import ray  # noqa: F401
-        except ImportError:
-            raise ValueError("--executor ray needs Ray: pip install '.[ray]'") from None
+        if importlib.util.find_spec("ray") is None:
+            raise ValueError("--executor ray needs Ray: pip install '.[ray]'")
         return RayExecutor(**{k: v for k, v in options.items() if v is not None})
     raise ValueError(f"unknown executor {kind!r}; use one of: {', '.join(EXECUTORS)}")
