@@ -25,6 +25,7 @@ unit run (host, worker, seconds, attempts, error).
 from __future__ import annotations
 
 import importlib.util
+import time
 import traceback
 from collections import deque
 from collections.abc import Callable
@@ -116,13 +117,22 @@ class RayExecutor:
                   for _ in range(self._actor_count(ray, len(todo)))]
         queue, attempts = deque(todo), dict.fromkeys(todo, 0)
         records: dict[str, UnitRun] = {}
-        inflight: dict[Any, tuple[Any, str]] = {}
+        inflight: dict[Any, tuple[Any, str | None]] = {}  # ref -> (actor, unit key; None: a readiness ping)
+        live = len(actors)
 
         def submit(actor: Any) -> None:
             if queue:
                 key = queue.popleft()
                 attempts[key] += 1
                 inflight[actor.run.remote(key)] = (actor, key)
+
+        def fail(key: str, exc: BaseException) -> None:
+            if attempts[key] <= self.retries:
+                queue.appendleft(key)
+            else:
+                records[key] = UnitRun(key, attempts=attempts[key], error="".join(
+                    traceback.format_exception_only(type(exc), exc)).strip())
+                bar.advance(task)
 
         with progress_bar(work.label, progress) as bar:
             task = bar.add_task(work.label, total=len(todo), key="")
@@ -133,19 +143,34 @@ class RayExecutor:
                 actor, key = inflight.pop(ref)
                 try:
                     record = ray.get(ref)
-                except Exception as exc:  # a dead worker (RayActorError) or an error inside the unit (RayTaskError)
-                    if attempts[key] <= self.retries:
-                        queue.appendleft(key)
-                    else:
-                        records[key] = UnitRun(key, attempts=attempts[key], error="".join(
-                            traceback.format_exception_only(type(exc), exc)).strip())
-                        bar.advance(task)
+                except ray.exceptions.ActorUnavailableError as exc:  # restarting: the unit did not run there
+                    if key is not None:
+                        attempts[key] -= 1
+                        fail(key, exc)
+                    time.sleep(0.2)
+                    inflight[actor.__ray_ready__.remote()] = (actor, None)
+                    continue
+                except ray.exceptions.RayActorError as exc:  # the worker died (killed, OOM, node lost)
+                    if key is None:  # it will not come back
+                        live -= 1
+                        if not live:
+                            for lost in list(queue):
+                                attempts[lost] = self.retries + 1
+                                queue.remove(lost)
+                                fail(lost, exc)
+                        continue
+                    fail(key, exc)
+                    inflight[actor.__ray_ready__.remote()] = (actor, None)  # next unit once it has restarted
+                    continue
+                except ray.exceptions.RayTaskError as exc:  # the unit raised; the worker is fine
+                    fail(key, exc)
                 else:
-                    record.attempts = attempts[key]
-                    records[key] = record
-                    bar.update(task, key=f"{key} ({record.host}, {record.worker})")
-                    bar.advance(task)
-                submit(actor)  # a restarted actor (max_restarts) takes the next unit
+                    if key is not None:
+                        record.attempts = attempts[key]
+                        records[key] = record
+                        bar.update(task, key=f"{key} ({record.host}, {record.worker})")
+                        bar.advance(task)
+                submit(actor)
         for actor in actors:
             ray.kill(actor)
         return records
