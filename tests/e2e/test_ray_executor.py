@@ -210,3 +210,22 @@ def test_killed_driver_rerun_resumes_and_a_second_driver_is_refused(traj_file, l
     assert "'skipped_done': 2" in rerun.stdout
     assert {p: (root / "units" / p).stat().st_mtime_ns for p in stamps} == stamps  # nothing done was recomputed
     _assert_same_files(root, local_store)
+
+
+def test_sweep_on_ray_equals_the_local_sweep(ray_cluster, tmp_path, demo_trajectories, sweep_config):
+    from interp.pipelines.sweep import run_sweep
+
+    traj = tmp_path / "t.jsonl"
+    traj.write_text("".join(json.dumps(t.to_json()) + "\n" for t in demo_trajectories[:6]))
+    summaries = {}
+    for kind in ("local", "ray"):
+        path = sweep_config(tmp_path / f"{kind}.toml", traj, tmp_path / kind)
+        summaries[kind] = run_sweep(path, executor=kind)
+    for store in (tmp_path / "local" / "stores").iterdir():
+        _assert_same_files(tmp_path / "ray" / "stores" / store.name, store)
+    for results in (tmp_path / "local" / "cells").rglob("probe_results.json"):
+        got = tmp_path / "ray" / results.relative_to(tmp_path / "local")
+        a, b = (json.loads(x.read_text()) for x in (got, results))
+        assert {k: v for k, v in a.items() if k != "elapsed_s"} == {k: v for k, v in b.items() if k != "elapsed_s"}
+    assert (summaries["ray"]["worker"] != f"pid {os.getpid()}").all()  # the probes ran on Ray workers
+    assert (summaries["local"]["worker"] == f"pid {os.getpid()}").all()
