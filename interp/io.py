@@ -341,8 +341,8 @@ def run_units(keys: Sequence[str], compute: Callable[..., Any], cache_dir: Path,
               progress: bool = True, *, load: Callable[[], Any] | None = None, executor: Executor | None = None,
               shard: tuple[int, int] = (0, 1), costs: Mapping[str, int] | None = None,
               record: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """``{key: compute(key)}`` (``compute(load(), key)`` with ``load``), one ``cache_dir/<safe_stem(key)>.json`` per key,
-    reused by a re-run.
+    """``{key: compute(key)}`` (``compute(load(), key)`` with ``load``), one ``cache_dir/<safe_stem(key)>.json``
+    per key, reused by a re-run.
 
     ``shard=(I, N)`` takes this shard's keys (:func:`balanced_shards` by ``costs``, default 1 each) and records
     ``run.json``; ``executor`` (default: in process) runs the unfinished keys; failures after their retries are
@@ -377,6 +377,19 @@ def _run_units(keys: list[str], mine: list[str], compute: Callable[..., Any], ca
     return {key: json.loads(path(key).read_text()) for key in mine}
 
 
+def check_complete(missing: Sequence[str], n_units: int, count: int, given: Sequence[int],
+                   allow_partial: bool) -> None:
+    """Refuse (ValueError listing the shards not given and the missing units) a merge of an incomplete set of
+    shards, unless ``allow_partial``: the one check of ``merge_unit_dirs`` and the store merge."""
+    if not missing or allow_partial:
+        return
+    absent = sorted(set(range(count)) - set(given))
+    raise ValueError(f"incomplete set of shards: {len(missing)} of {n_units} units missing"
+                     + (f" (shards {', '.join(f'{i}/{count}' for i in absent)} not given)" if absent else "")
+                     + f": {', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}; "
+                     "pass --allow-partial to merge anyway")
+
+
 def merge_unit_dirs(target: Path, sources: Sequence[Path], allow_partial: bool = False) -> list[str]:
     """Copy the per-key results of sharded ``run_units`` folders into ``target`` after checking that they are
     shards of one run (same keys, same record) and that all of them are there (else list what is missing)."""
@@ -398,13 +411,8 @@ def merge_unit_dirs(target: Path, sources: Sequence[Path], allow_partial: bool =
         present.update({k: Path(src) / f"{safe_stem(k)}.json" for k in doc["units"]
                         if (Path(src) / f"{safe_stem(k)}.json").exists()})
     missing = [k for k in first["all_units"] if k not in present]
-    count = first["shard"]["count"]
-    absent = sorted(set(range(count)) - {d["shard"]["index"] for d in docs})
-    if missing and not allow_partial:
-        raise ValueError(f"incomplete set of shards: {len(missing)} of {len(first['all_units'])} units missing"
-                         + (f" (shards {', '.join(f'{i}/{count}' for i in absent)} not given)" if absent else "")
-                         + f": {', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}; "
-                         "pass --allow-partial to merge anyway")
+    check_complete(missing, len(first["all_units"]), first["shard"]["count"], [d["shard"]["index"] for d in docs],
+                   allow_partial)
     target = Path(target)
     with writer_lock(target, command="merge"):
         for src in present.values():

@@ -194,19 +194,19 @@ def extract_to_store(
         run["all_units"] = sorted(units)
     with writer_lock(store.root, command=f"extract shard {shard[0]}/{shard[1]}"):
         store.open(settings, run)
-        return _extract_units(sensor, store, units, mine, costs, conditions, config, boundaries, condition_params,
+        return _extract_units(sensor, store, units, mine, costs, config, boundaries, condition_params,
                               progress, settings, executor, load)
 
 
 def _extract_units(sensor: Any, store: Store, units: dict[str, tuple[Trajectory, str]], mine: list[str],
-                   costs: dict[str, int], conditions: list[str], config: ExtractConfig, boundaries: list[int] | None,
+                   costs: dict[str, int], config: ExtractConfig, boundaries: list[int] | None,
                    condition_params: dict[str, dict[str, Any]] | None, progress: bool, settings: dict[str, Any],
                    executor: Executor | None, load: Callable[[], Any] | None) -> dict[str, int]:
     """:func:`extract_to_store` under the store's writer lock: run the unfinished units of ``mine``."""
     todo = [k for k in mine if not store.is_done(*_unit_key(units[k]))]
     counts = {"units": len(mine), "skipped_done": len(mine) - len(todo), "samples": 0, "skipped_long": 0, "tokens": 0}
     if executor is not None:
-        params_of = condition_params_factory(conditions, config.max_tokens, condition_params)
+        params_of = condition_params_factory(config.max_tokens, condition_params)
         work = Work("extract", todo, load or (lambda: sensor),
                     lambda ctx, key: _extract_unit(ctx, store, units[key], config, boundaries, params_of, settings),
                     lambda key: store.is_done(*_unit_key(units[key])), {k: costs[k] for k in todo})
@@ -239,7 +239,7 @@ def _unit_key(unit: tuple[Trajectory, str]) -> tuple[str, str]:
     return unit[0].task_id, unit[1]
 
 
-def condition_params_factory(conditions: list[str], max_tokens: int,
+def condition_params_factory(max_tokens: int,
                              given: dict[str, dict[str, Any]] | None) -> Callable[[Any, str], dict[str, Any] | None]:
     """``params(sensor, condition)`` on a worker: the given parameters of plain ones, the model-dependent
     ones (ICLR scorer, tokenizer) built from the worker's own sensor."""

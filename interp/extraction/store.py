@@ -88,7 +88,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from interp.extraction.extract import BoundaryFeatures
-from interp.io import atomic_path, atomic_write_bytes, atomic_write_json, writer_lock
+from interp.io import atomic_path, atomic_write_bytes, atomic_write_json, check_complete, writer_lock
 from interp.schema import fields_from_doc
 from interp.data.trajectory import Trajectory
 
@@ -282,19 +282,15 @@ def merge_stores(target: Path, sources: list[Path], allow_partial: bool = False)
     done = {p.stem: s for s in stores for p in sorted(s.units_dir.glob("*.json"))}
     expected = list(runs[0].get("all_units") or runs[0].get("units") or done)
     missing = [u for u in expected if u not in done]
-    count = (runs[0].get("shard") or {}).get("count", 1)
-    absent = sorted(set(range(count)) - {(r.get("shard") or {}).get("index", 0) for r in runs})
-    if missing and not allow_partial:
-        raise ValueError(f"incomplete set of shards: {len(missing)} of {len(expected)} units missing"
-                         + (f" (shards {', '.join(f'{i}/{count}' for i in absent)} not given)" if absent else "")
-                         + f": {', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}; "
-                         "pass --allow-partial to merge anyway")
+    check_complete(missing, len(expected), (runs[0].get("shard") or {}).get("count", 1),
+                   [(r.get("shard") or {}).get("index", 0) for r in runs], allow_partial)
     out = Store(Path(target))
     with writer_lock(out.root, command="merge"):
         return _merge_into(out, first, runs[0], expected, done)
 
 
-def _merge_into(out: Store, first: Store, run0: dict[str, Any], expected: list[str], done: dict[str, Store]) -> pd.DataFrame:
+def _merge_into(out: Store, first: Store, run0: dict[str, Any], expected: list[str],
+                done: dict[str, Store]) -> pd.DataFrame:
     """Copy the finished units of the checked shards into ``out`` (under its writer lock)."""
     run = {"shard": {"index": 0, "count": 1}, "input_sha256": run0.get("input_sha256"),
            "units": sorted(u for u in expected if u in done)}

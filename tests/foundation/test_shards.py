@@ -27,7 +27,7 @@ def test_longest_first_to_the_least_loaded_shard_by_hand():
 
 
 def test_alternating_conditions_do_not_all_land_on_one_shard():
-    """The round-robin failure: units alternate full (long) / deleted (short); by index every long one went to shard 0."""
+    """The round-robin failure: units alternate full (long) / deleted (short); by index all long ones went to shard 0."""
     costs = {f"t{i}__{c}": (1000 + 37 * i if c == "full" else 300 + 11 * i)
              for i in range(10) for c in ("full", "delete_all_reasoning")}
     round_robin = [sum(v for k, v in enumerate(costs.values()) if k % 2 == j) for j in range(2)]

@@ -29,7 +29,8 @@ def test_cells_share_one_extraction_and_match_their_own_store(tmp_path, demo_tra
     stores = list((tmp_path / "out" / "stores").iterdir())
     assert len(stores) == 1  # one model x one condition: one extraction for both cells
     assert json.loads((stores[0] / "store.json").read_text())["settings"]["poolings"] == ["last", "mean_latest_step"]
-    assert summary["host"].notna().all() and (summary["seconds"] > 0).all() and summary["worker"].str.startswith("pid").all()
+    assert summary["host"].notna().all() and (summary["seconds"] > 0).all()
+    assert summary["worker"].str.startswith("pid").all()
     config = load_sweep(path)
     probe_config = ProbeConfig(**config["probe"])
     trajs = stages.trajectories(traj, strict=False)
