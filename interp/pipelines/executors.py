@@ -99,9 +99,13 @@ class RayExecutor:
 
     def _actor_count(self, ray: Any, n_units: int) -> int:
         """Actors to start: ``workers``, else as many as the cluster's CPUs/GPUs fit (at least 1)."""
+        total = ray.cluster_resources()
+        for name, need in (("GPU", self.num_gpus), ("CPU", self.num_cpus)):
+            if need and total.get(name, 0) < need:
+                raise ValueError(f"the Ray cluster has {total.get(name, 0):g} {name}(s); a worker asks for {need:g} "
+                                 f"(--num-gpus / num_cpus): no worker could start")
         if self.workers:
             return max(1, min(self.workers, n_units))
-        total = ray.cluster_resources()
         fits = [int(total.get("CPU", 1) // self.num_cpus)] if self.num_cpus else []
         if self.num_gpus:
             fits.append(int(total.get("GPU", 0) // self.num_gpus))

@@ -229,3 +229,9 @@ def test_sweep_on_ray_equals_the_local_sweep(ray_cluster, tmp_path, demo_traject
         assert {k: v for k, v in a.items() if k != "elapsed_s"} == {k: v for k, v in b.items() if k != "elapsed_s"}
     assert (summaries["ray"]["worker"] != f"pid {os.getpid()}").all()  # the probes ran on Ray workers
     assert (summaries["local"]["worker"] == f"pid {os.getpid()}").all()
+
+
+def test_workers_asking_for_gpus_the_cluster_lacks_are_refused(ray_cluster, tmp_path):
+    with pytest.raises(ValueError, match=r"the Ray cluster has 0 GPU\(s\); a worker asks for 1"):
+        run_units(["a"], _always_fails, tmp_path, "demo", progress=False, load=lambda: None,
+                  executor=RayExecutor(num_gpus=1))
