@@ -131,7 +131,7 @@ class Store:
             meta = json.loads(meta_path.read_text())
             for what, existing, asked in (("settings", meta["settings"], settings),
                                           ("run", meta.get("run") or {}, run or {})):
-                if what == "run" and run is None:
+                if what == "run" and (run is None or "run" not in meta):  # a store written before runs were recorded
                     continue
                 diff = sorted(k for k in set(existing) | set(asked) if existing.get(k) != asked.get(k))
                 if diff:
