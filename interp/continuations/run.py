@@ -124,8 +124,13 @@ def _settings_digest(sensor: Any, settings: RunSettings) -> str:
 
 
 def continue_states(sensor: Any, states: Sequence[State], trajectories: Sequence[Trajectory], out: Path,
-                    settings: RunSettings = RunSettings(), progress: bool = True) -> dict[str, Any]:
-    """Generate, parse and score every state x condition; return the ``interventions.json`` document."""
+                    settings: RunSettings = RunSettings(), progress: bool = True,
+                    shard: tuple[int, int] = (0, 1)) -> dict[str, Any]:
+    """Generate, parse and score every state x condition; return the ``interventions.json`` document.
+
+    ``shard=(I, N)`` generates only shard I's units (``interp.io.balanced_shards`` by prompt tokens) and
+    scores those; the document of a shard is partial (merge the folders, then re-run without a shard).
+    """
     if settings.max_new_tokens is None:
         limit, how = measured_max_new_tokens(trajectories, sensor.tokenizer)
         settings = replace(settings, max_new_tokens=limit, max_new_tokens_source=how)
@@ -156,9 +161,12 @@ def continue_states(sensor: Any, states: Sequence[State], trajectories: Sequence
         return {"state_id": state.state_id, "condition": condition, "generations": gens}
 
     cache = Path(out) / "units" / _settings_digest(sensor, settings)
-    results = run_units(list(units), compute, cache, "continue", progress)
+    results = run_units(list(units), compute, cache, "continue", progress, shard=shard,
+                        costs={k: u[2].n_tokens for k, u in units.items()})
     rows = []
     for key, (state, condition, rendered, edit) in units.items():
+        if key not in results:
+            continue  # another shard's unit
         traj = by_id[state.task_id]
         hidden = traj.steps[state.hidden_step - 1].action
         for gen in results[key]["generations"]:

@@ -1,18 +1,29 @@
-"""Extraction of a whole trajectory file into an activation store, with progress, resume and shards."""
+"""Extraction of a whole trajectory file into an activation store, with progress, resume and shards.
+
+Units are (trajectory, condition) pairs. ``shard=(I, N)`` takes the units
+that ``interp.io.balanced_shards`` gives shard I by token count (the render
+at the unit's last boundary, longest first to the least-loaded shard). An
+``executor`` (``interp.pipelines.executors``) may run the units elsewhere:
+each worker loads the model once (``load``) and writes its finished units
+into the shared store directory, atomically, exactly as the in-process loop.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from interp import __version__
-from interp.data.conditions import CONDITIONS, validate_condition
+from interp.data.conditions import CONDITIONS, apply_condition, validate_condition
+from interp.data.render import render
 from interp.data.trajectory import Trajectory
 from interp.extraction.extract import ExtractConfig, extract_trajectory
-from interp.extraction.store import Store
-from interp.io import Interrupted, remove_stale_temps
+from interp.extraction.store import Store, unit_name
+from interp.io import Executor, Interrupted, Work, read_json, record_failures, remove_stale_temps, shard_keys
 from interp.progress import track
 
 
@@ -109,6 +120,30 @@ def condition_params(sensor: Any, conditions: Iterable[str],
     return {name: needs[name]() for name in dict.fromkeys(conditions) if name in needs}
 
 
+def render_tokens(traj: Trajectory, after_step: int, tokenizer: Any, condition: str = "full") -> int:
+    """Tokens of the render at ``after_step`` under ``condition`` (``full`` for model-dependent conditions):
+    the cost of a unit when splitting work over shards."""
+    counter = lambda s: len(tokenizer.encode(s, add_special_tokens=False))  # noqa: E731
+    try:
+        edited, _ = apply_condition(condition, traj, after_step, counter=counter)
+    except ValueError:  # a condition that needs the model (ICLR scorer, random's tokenizer): the full history
+        edited = traj
+    return render(edited, after_step, tokenizer).n_tokens
+
+
+def unit_costs(trajectories: list[Trajectory], conditions: list[str], tokenizer: Any,
+               boundaries: list[int] | None = None) -> dict[str, int]:
+    """Token cost of every (trajectory, condition) unit: its render at the last requested boundary."""
+    return {unit_name(t.task_id, c): render_tokens(t, max(boundaries) if boundaries else t.n_steps, tokenizer, c)
+            for t in trajectories for c in conditions}
+
+
+def trajectories_sha256(trajectories: list[Trajectory]) -> str:
+    """sha256 of the trajectories' JSON lines (the input hash of an in-process run without a file)."""
+    return hashlib.sha256("".join(json.dumps(t.to_json(), sort_keys=True) + "\n"
+                                  for t in trajectories).encode()).hexdigest()
+
+
 def store_settings(sensor: Any, config: ExtractConfig) -> dict[str, Any]:
     """Settings that must match for two runs to share a store."""
     return {"model": sensor.spec, "revision": sensor.revision, "dtype": str(sensor.dtype).removeprefix("torch."),
@@ -160,37 +195,91 @@ def extract_to_store(
     boundaries: list[int] | None = None,
     condition_params: dict[str, dict[str, Any]] | None = None,
     progress: bool = True,
+    input_sha256: str | None = None,
+    executor: Executor | None = None,
+    load: Callable[[], Any] | None = None,
 ) -> dict[str, int]:
     """Extract every (trajectory, condition) unit of this shard into the store; skip finished units.
 
     Everything is checked (config against the model, condition names and parameters, boundaries,
-    shard) before the store directory or its ``store.json`` is created or touched.
+    shard) before the store directory or its ``store.json`` is created or touched. ``input_sha256``
+    (the trajectory file's; default: of the trajectories' JSON) and the shard's units are recorded in
+    ``store.json``. With an ``executor`` the units run there; workers build their model with ``load``
+    and the model-dependent condition parameters themselves.
     """
     trajectories = list(trajectories)
     check_request(sensor, trajectories, conditions, config, shard, boundaries, condition_params)
     store = Store(Path(store_dir))
     settings = {**store_settings(sensor, config), "boundaries": boundaries}  # None: every boundary
-    with store.lock("extract"):
-        store.open(settings)
+    units = {unit_name(t.task_id, c): (t, c) for t in trajectories for c in conditions}
+    costs = unit_costs(trajectories, conditions, sensor.tokenizer, boundaries) if shard[1] > 1 or executor else {}
+    mine = shard_keys({k: costs.get(k, 1) for k in units}, shard)
+    run = {"shard": {"index": shard[0], "count": shard[1]},
+           "input_sha256": input_sha256 or trajectories_sha256(trajectories), "units": sorted(mine)}
+    if shard[1] > 1:
+        run["all_units"] = sorted(units)
+    with store.lock(f"extract shard {shard[0]}/{shard[1]}"):
+        store.open(settings, run)
         remove_stale_temps(store.units_dir)
-        units = [(t, c) for t in trajectories for c in conditions]
-        mine = [u for k, u in enumerate(units) if k % shard[1] == shard[0]]
-        todo = [(t, c) for t, c in mine if not store.is_done(t.task_id, c)]
-        counts = {"units": len(mine), "skipped_done": len(mine) - len(todo), "samples": 0, "skipped_long": 0,
-                  "tokens": 0}
-        with track("extract", total=len(todo), unit="units", enabled=progress) as bar:
-            for traj, cond in todo:
-                try:
-                    rows = extract_trajectory(sensor, traj, cond, config, boundaries,
-                                              (condition_params or {}).get(cond))
-                    store.write_unit(traj, cond, rows, settings)
-                except KeyboardInterrupt:
-                    done = sum(store.is_done(t.task_id, c) for t, c in mine)
-                    raise Interrupted(done, len(mine)) from None
-                counts["samples"] += sum(r.status == "ok" for r in rows)
-                counts["skipped_long"] += sum(r.status == "skipped" for r in rows)
-                tokens = sum(r.n_tokens for r in rows if r.status == "ok")
-                counts["tokens"] += tokens
-                bar.advance(tokens=tokens, info=f"{counts['samples']} samples, last {traj.task_id}/{cond}")
+        return _extract_units(sensor, store, units, mine, costs, config, boundaries, condition_params,
+                              progress, settings, executor, load)
+
+
+def _extract_units(sensor: Any, store: Store, units: dict[str, tuple[Trajectory, str]], mine: list[str],
+                   costs: dict[str, int], config: ExtractConfig, boundaries: list[int] | None,
+                   condition_params: dict[str, dict[str, Any]] | None, progress: bool, settings: dict[str, Any],
+                   executor: Executor | None, load: Callable[[], Any] | None) -> dict[str, int]:
+    """:func:`extract_to_store` under the store's writer lock: run the unfinished units of ``mine``."""
+    todo = [k for k in mine if not store.is_done(*_unit_key(units[k]))]
+    counts = {"units": len(mine), "skipped_done": len(mine) - len(todo), "samples": 0, "skipped_long": 0, "tokens": 0}
+    if executor is not None:
+        params_of = condition_params_factory(config.max_tokens, condition_params)
+        work = Work("extract", todo, load or (lambda: sensor),
+                    lambda ctx, key: _extract_unit(ctx, store, units[key], config, boundaries, params_of, settings),
+                    lambda key: store.is_done(*_unit_key(units[key])), {k: costs[k] for k in todo})
+        record_failures(store.root / "failed.json", executor.run(work, progress))
+        for key in todo:
+            rows = read_json(store.units_dir / f"{key}.json")["rows"]
+            counts["samples"] += sum(r["status"] == "ok" for r in rows)
+            counts["skipped_long"] += sum(r["status"] == "skipped" for r in rows)
+            counts["tokens"] += sum(r["n_tokens"] for r in rows if r["status"] == "ok")
         store.finalize()
+        return counts
+    with track("extract", total=len(todo), unit="units", enabled=progress) as bar:
+        for key in todo:
+            try:
+                rows = _extract_unit(sensor, store, units[key], config, boundaries,
+                                     lambda _s, cond: (condition_params or {}).get(cond), settings)
+            except KeyboardInterrupt:
+                raise Interrupted(sum(store.is_done(*_unit_key(units[k])) for k in mine), len(mine)) from None
+            counts["samples"] += sum(r.status == "ok" for r in rows)
+            counts["skipped_long"] += sum(r.status == "skipped" for r in rows)
+            tokens = sum(r.n_tokens for r in rows if r.status == "ok")
+            counts["tokens"] += tokens
+            bar.advance(tokens=tokens, info=f"{counts['samples']} samples, last {key}")
+    store.finalize()
     return counts
+
+
+def _unit_key(unit: tuple[Trajectory, str]) -> tuple[str, str]:
+    return unit[0].task_id, unit[1]
+
+
+def condition_params_factory(max_tokens: int,
+                             given: dict[str, dict[str, Any]] | None) -> Callable[[Any, str], dict[str, Any] | None]:
+    """``params(sensor, condition)`` on a worker: the given parameters of plain ones, the model-dependent
+    ones (ICLR scorer, tokenizer) built from the worker's own sensor."""
+    def params(sensor: Any, condition: str) -> dict[str, Any] | None:
+        built = condition_params(sensor, [condition], max_tokens)
+        return built.get(condition) or (given or {}).get(condition)
+    return params
+
+
+def _extract_unit(sensor: Any, store: Store, unit: tuple[Trajectory, str], config: ExtractConfig,
+                  boundaries: list[int] | None, params: Callable[[Any, str], dict[str, Any] | None],
+                  settings: dict[str, Any]) -> list[Any]:
+    """Extract one (trajectory, condition) unit and write it into the store (atomically); its rows."""
+    traj, cond = unit
+    rows = extract_trajectory(sensor, traj, cond, config, boundaries, params(sensor, cond))
+    store.write_unit(traj, cond, rows, settings)
+    return rows

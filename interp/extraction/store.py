@@ -9,6 +9,8 @@ Layout of a store directory::
                                  "attn.{layer}.per_kind"      [n_ok, n_heads, 7] boundary attention
                                                               mass per segment kind (SEGMENT_KINDS order)
                                  "attn.{layer}.b{b}.per_segment" [n_heads, n_segments(b)]
+                               metadata "interp.unit": JSON {unit, dtype, settings} (one key,
+                               so a unit's file is the same bytes whichever process wrote it)
     units/<unit>.json          one row per boundary (manifest columns below) + segment tables
     manifest.parquet, .csv     all rows, rebuilt by ``finalize``/``merge``
 
@@ -27,6 +29,8 @@ too. A store refuses a run whose settings differ from its ``store.json``, and
 a second writer while one holds its ``.lock`` (``interp.io.writer_lock``).
 Unit file stems are ``safe_stem(task_id)__condition`` (``interp.io.safe_stem``:
 distinct task ids never share a file, none leaves ``units/``).
+Units that failed on a cluster after their retries are listed in
+``failed.json`` (unit -> error); re-running retries them.
 
 Fields of ``store.json`` (``STORE_FIELDS``):
 
@@ -34,6 +38,7 @@ Fields of ``store.json`` (``STORE_FIELDS``):
 |---|---|---|---|---|
 | ``schema_version`` | ``[]`` | int | - | version of this layout |
 | ``settings`` | ``{...}`` | object | - | model spec and revision, layers, sites, poolings, attention layers, max_tokens, dtype, code version; a run with other settings is refused |
+| ``run`` | ``{shard, input_sha256, units}`` | object | - | what this store holds: ``shard`` ``{index, count}`` (0-based), the sha256 of the input (trajectory file bytes, or of the trajectories' JSON lines in-process), ``units`` the unit stems of this shard (sorted); ``all_units`` (every shard's units) on a shard of a split run; a run with another ``run`` is refused, ``merge`` refuses shards of other settings or input and an incomplete set |
 | ``layout`` | ``[]`` | str | - | this module's docstring (the layout of the store) |
 
 Fields of ``units/<unit>.json`` (``UNIT_FIELDS``):
@@ -87,7 +92,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from interp.extraction.extract import BoundaryFeatures
-from interp.io import atomic_path, atomic_write_bytes, atomic_write_json, inside, read_json, safe_stem, writer_lock
+from interp.io import (atomic_path, atomic_write_bytes, atomic_write_json, check_complete, inside, read_json,
+                       safe_stem, writer_lock)
 from interp.schema import fields_from_doc
 from interp.data.trajectory import Trajectory
 
@@ -149,19 +155,29 @@ class Store:
                              f"{SCHEMA_VERSION}; re-extract into a new --store directory")
         return meta
 
-    def open(self, settings: dict[str, Any]) -> None:
-        """Create the store, or check that ``settings`` match the existing one (else refuse); call under :meth:`lock`."""
+    def open(self, settings: dict[str, Any], run: dict[str, Any] | None = None) -> None:
+        """Create the store, or check that ``settings`` (and ``run``: shard, input hash, units) match the
+        existing one (else refuse); call under :meth:`lock`."""
         meta_path = self.root / "store.json"
         if meta_path.exists():
-            existing = self.meta()["settings"]
-            diff = sorted(k for k in set(existing) | set(settings) if existing.get(k) != settings.get(k))
-            if diff:
-                details = "; ".join(f"{k}: store has {existing.get(k)!r}, run asks {settings.get(k)!r}" for k in diff)
-                raise StoreMismatch(f"{self.root} was written with other settings ({details}); "
-                                    "use a new --store directory")
+            meta = self.meta()
+            for what, existing, asked in (("settings", meta["settings"], settings),
+                                          ("run", meta.get("run") or {}, run or {})):
+                if what == "run" and (run is None or "run" not in meta):  # a store written before runs were recorded
+                    continue
+                diff = sorted(k for k in set(existing) | set(asked) if existing.get(k) != asked.get(k))
+                if diff:
+                    details = "; ".join(f"{k}: store has {_short(existing.get(k))}, run asks {_short(asked.get(k))}"
+                                        for k in diff)
+                    raise StoreMismatch(f"{self.root} was written with other {what} ({details}); "
+                                        "use a new --store directory")
             return
         atomic_write_json(meta_path, {"schema_version": SCHEMA_VERSION, "settings": settings,
-                                      "layout": __doc__})
+                                      **({"run": run} if run is not None else {}), "layout": __doc__})
+
+    def run(self) -> dict[str, Any]:
+        """The ``run`` record of ``store.json`` (empty for a store written before it was recorded)."""
+        return read_json(self.root / "store.json").get("run") or {}
 
     def settings(self) -> dict[str, Any]:
         """The settings the store was written with."""
@@ -185,7 +201,10 @@ class Store:
                     tensors[f"attn.{layer}.b{r.after_step}.per_segment"] = r.attention[layer]["per_segment"].contiguous()
         tensor_path = inside(self.units_dir, self.units_dir / f"{name}.safetensors")
         with atomic_path(tensor_path) as tmp:
-            save_file(tensors, tmp, metadata={"unit": name, "dtype": "float32", "settings": json.dumps(settings)})
+            # one metadata key: safetensors writes its metadata map in a per-process random order, so
+            # several keys would make the same tensors differ in bytes between runs
+            save_file(tensors, tmp, metadata={"interp.unit": json.dumps({"unit": name, "dtype": "float32",
+                                                                         "settings": settings}, sort_keys=True)})
         manifest_rows, segments = [], {}
         block_entropy = [e for r in rows for e in r.block_entropy]
         ok_index = {r.after_step: i for i, r in enumerate(ok)}
@@ -305,21 +324,55 @@ class Store:
         return pd.concat([ids.rename(columns={"sample": "sample_id"}), values], axis=1)
 
 
-def merge_stores(target: Path, sources: list[Path]) -> pd.DataFrame:
-    """Join shard stores into ``target`` (settings must match); returns the merged manifest."""
-    out = Store(Path(target))
+def _short(value: Any) -> str:
+    """``repr`` of a store.json value, cut for an error line (unit lists can be long)."""
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def merge_stores(target: Path, sources: list[Path], allow_partial: bool = False) -> pd.DataFrame:
+    """Join shard stores into ``target``; returns the merged manifest.
+
+    Every source must have the same settings and input hash and be a shard of the same split (same count
+    and unit list); an incomplete set (a shard not given, or a unit not finished) is refused with the
+    missing shards and units listed, unless ``allow_partial``. Checked before ``target`` is touched.
+    """
     stores = [Store(Path(src)) for src in sources]
-    settings = [store.settings() for store in stores]  # every source is checked before the target is touched
-    for store, found in zip(stores[1:], settings[1:]):
-        if found != settings[0]:
-            diff = sorted(k for k in set(found) | set(settings[0]) if found.get(k) != settings[0].get(k))
-            raise StoreMismatch(f"{store.root}: settings differ from {stores[0].root} ({', '.join(diff)}); "
-                                "only shards of one extraction can be merged")
+    if not stores:
+        raise ValueError("merge: no shard stores given")
+    for store in stores:
+        if not (store.root / "store.json").is_file():
+            raise ValueError(f"{store.root}: not an activation store (no store.json)")
+    first, runs = stores[0], [s.run() for s in stores]
+    for store, run in zip(stores[1:], runs[1:]):
+        if store.settings() != first.settings():
+            diff = sorted(k for k in set(store.settings()) | set(first.settings())
+                          if store.settings().get(k) != first.settings().get(k))
+            raise StoreMismatch(f"{store.root}: made with other settings than {first.root} ({', '.join(diff)})")
+        if run.get("input_sha256") != runs[0].get("input_sha256"):
+            raise StoreMismatch(f"{store.root}: made from another input than {first.root} (input_sha256 "
+                                f"{run.get('input_sha256')} vs {runs[0].get('input_sha256')})")
+        if (run.get("shard") or {}).get("count") != (runs[0].get("shard") or {}).get("count"):
+            raise StoreMismatch(f"{store.root}: shard {run.get('shard')} is not of the same split as {first.root}'s "
+                                f"{runs[0].get('shard')}")
+    done = {p.stem: s for s in stores for p in sorted(s.units_dir.glob("*.json"))}
+    expected = list(runs[0].get("all_units") or runs[0].get("units") or done)
+    missing = [u for u in expected if u not in done]
+    check_complete(missing, len(expected), (runs[0].get("shard") or {}).get("count", 1),
+                   [(r.get("shard") or {}).get("index", 0) for r in runs], allow_partial)
+    out = Store(Path(target))
     with out.lock("merge"):
-        for store, found in zip(stores, settings):
-            out.open(found)
-            for path in sorted(store.units_dir.glob("*.json")):
-                tensors = store.units_dir / f"{path.stem}.safetensors"
-                atomic_write_bytes(out.units_dir / tensors.name, tensors.read_bytes())
-                atomic_write_bytes(out.units_dir / path.name, path.read_bytes())
-        return out.finalize()
+        return _merge_into(out, first, runs[0], expected, done)
+
+
+def _merge_into(out: Store, first: Store, run0: dict[str, Any], expected: list[str],
+                done: dict[str, Store]) -> pd.DataFrame:
+    """Copy the finished units of the checked shards into ``out`` (under its writer lock)."""
+    run = {"shard": {"index": 0, "count": 1}, "input_sha256": run0.get("input_sha256"),
+           "units": sorted(u for u in expected if u in done)}
+    out.open(first.settings(), run if run0 else None)
+    for name, store in done.items():
+        tensors = store.units_dir / f"{name}.safetensors"
+        atomic_write_bytes(out.units_dir / tensors.name, tensors.read_bytes())
+        atomic_write_bytes(out.units_dir / f"{name}.json", (store.units_dir / f"{name}.json").read_bytes())
+    return out.finalize()

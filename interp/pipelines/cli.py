@@ -255,6 +255,42 @@ def _model_options(device: str, dtype: str) -> None:
         resolve_dtype(dtype)
 
 
+ShardOpt = Annotated[Optional[str], typer.Option(help="I/N: this process takes shard I of N (units split by token "
+                                                      "count, longest first); join the shards with `interp merge`.")]
+ExecutorOpt = Annotated[str, typer.Option(help="Where units run: local (this process) or ray (actors, one model "
+                                               "load each; needs pip install '.[ray]').")]
+AddressOpt = Annotated[Optional[str], typer.Option(help="Ray cluster address (auto: the running cluster; default: "
+                                                        "start a local one).")]
+WorkersOpt = Annotated[Optional[int], typer.Option(help="Ray actors (default: as many as the resources fit).")]
+GpusOpt = Annotated[float, typer.Option("--num-gpus", help="GPUs per Ray worker (use --device cuda with it).")]
+MemoryOpt = Annotated[Optional[float], typer.Option("--memory-gb", help="Memory per Ray worker, GiB (scheduling).")]
+
+
+def _shard_option(shard: str | None) -> tuple[int, int]:
+    """``--shard I/N`` parsed before anything is read or loaded (``(0, 1)`` when absent)."""
+    from interp.extraction.batch import parse_shard
+
+    with _option("--shard"):
+        return parse_shard(shard)
+
+
+def _executor(kind: str, address: str | None, workers: int | None, num_gpus: float, memory_gb: float | None,
+              model: str, model_path: Path | None, device: str, dtype: str) -> tuple[object | None, object | None]:
+    """``(executor, load)`` for ``--executor``: None for local (the loaded sensor is used), else the executor and
+    how a worker loads its model."""
+    from functools import partial
+
+    from interp.pipelines.executors import make_executor
+
+    if kind == "local":
+        return None, None
+    if kind != "ray":
+        raise ValueError(f"--executor {kind!r}: use local or ray")
+    executor = make_executor(kind, address=address, workers=workers, num_gpus=num_gpus,
+                             memory=int(memory_gb * 2**30) if memory_gb else None)
+    return executor, partial(stages.sensor, model, model_path, device, dtype)
+
+
 @app.command()
 def extract(
     trajectories: TrajectoriesOpt,
@@ -269,11 +305,13 @@ def extract(
                                                 + LAYERS_0_BASED)] = "full_attention",
     boundaries: Annotated[Optional[str], typer.Option(help="Comma list of boundaries b (default: 1..last step).")] = None,
     max_tokens: Annotated[int, typer.Option(help="Longer contexts are skipped and recorded, never truncated.")] = DEFAULT_MAX_TOKENS,
-    shard: Annotated[Optional[str], typer.Option(help="I/N: this process takes units I, I+N, ...")] = None,
+    shard: ShardOpt = None,
     no_share_prefix: Annotated[bool, typer.Option("--no-share-prefix", help="One forward per boundary (reference path).")] = False,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "auto",
     allow_control_tokens: AllowControlOpt = False,
+    executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None, num_gpus: GpusOpt = 0,
+    memory_gb: MemoryOpt = None,
 ) -> None:
     """Extract pooled boundary residuals and boundary attention into an activation store (resumable)."""
     from interp.data.conditions import check_condition_name
@@ -312,21 +350,32 @@ def extract(
         poolings=_split(pooling), attention_layers=attn_layers, max_tokens=max_tokens,
         share_prefix=not no_share_prefix,
     )
-    counts = stages.extract(sensor, trajs, _split(conditions), config, store, chosen_shard, chosen_boundaries)
+    from interp.io import file_sha256
+
+    runner, load = _executor(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
+    counts = stages.extract(sensor, trajs, _split(conditions), config, store, chosen_shard, chosen_boundaries, runner,
+                            load, file_sha256(trajectories))
     console.print(f"{store}: {counts}", markup=False)
 
 
 @app.command()
 def merge(
-    target: Annotated[Path, typer.Argument(help="Store to create or extend.")],
-    shards: Annotated[list[Path], typer.Argument(help="Shard stores to join (same settings).")],
+    target: Annotated[Path, typer.Argument(help="Store (or --out folder) to create or extend.")],
+    shards: Annotated[list[Path], typer.Argument(help="Shard stores, or shard --out folders of patch, harm or "
+                                                      "intervene, from --shard I/N runs with the same settings.")],
+    allow_partial: Annotated[bool, typer.Option("--allow-partial", help="Merge an incomplete set of shards.")] = False,
 ) -> None:
-    """Join shard stores (from --shard I/N runs) into one store."""
-    from interp.extraction.store import merge_stores
-
+    """Join the outputs of --shard I/N runs: stores into one store; patch/harm/intervene part folders into one
+    --out (then re-run that command on it without --shard to write its summary; nothing is recomputed)."""
     check_output_dir(target, "TARGET")
-    frame = merge_stores(target, shards)
-    console.print(f"{target}: {len(frame)} rows from {len(shards)} shard(s)")
+    done = stages.merge(target, shards, allow_partial)
+    if done["kind"] == "store":
+        console.print(f"{target}: {done['rows']} rows from {len(shards)} shard(s)")
+    else:
+        missing = sum(len(m) for m in done["missing"].values())
+        console.print(f"{target}: {len(done['missing'])} part folder(s) from {len(shards)} shard(s)"
+                      + (f", {missing} unit(s) missing" if missing else "")
+                      + "; re-run the command without --shard with this --out for its summary", markup=False)
 
 
 @app.command()
@@ -385,6 +434,9 @@ def patch(
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "auto",
     allow_control_tokens: AllowControlOpt = False,
+    shard: ShardOpt = None,
+    executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None, num_gpus: GpusOpt = 0,
+    memory_gb: MemoryOpt = None,
 ) -> None:
     """KL Repair per layer: patch the full run's boundary activation into the deleted run."""
     from interp.data.conditions import check_condition_name
@@ -401,6 +453,7 @@ def patch(
     _at_least("--positions", positions, 1)
     layer_numbers(layers, "--layers")
     _model_options(device, dtype)
+    chosen_shard = _shard_option(shard)
     trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
     unknown = [t for t in _split(task_ids or "") if t not in {x.task_id for x in trajs}]
     if unknown:
@@ -408,8 +461,15 @@ def patch(
     sensor = _sensor(model, model_path, device, dtype)
     chosen = parse_layers(layers, sensor.n_layers, sensor.full_attention_layers, "--layers")
     sites = default_sites(sensor.n_layers, site, layers=chosen)
+    from interp.io import file_sha256
+
+    runner, load = _executor(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
     result = stages.patch(sensor, trajs, out, condition, sites, method, positions,
-                          _split(task_ids) if task_ids else None)
+                          _split(task_ids) if task_ids else None, chosen_shard, runner, load,
+                          file_sha256(trajectories))
+    if "shard" in result:
+        console.print(f"{result['parts']}: shard {shard}, {len(result['units'])} trajectories", markup=False)
+        return
     console.print(f"{out / 'kl_repair.json'}: {result['n_samples']} samples, {result['n_excluded']} excluded "
                   f"(d <= d_threshold = {result['d_threshold']:.3g} nats for {result['model'].get('dtype')})")
 
@@ -429,6 +489,9 @@ def harm(
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "auto",
     allow_control_tokens: AllowControlOpt = False,
+    shard: ShardOpt = None,
+    executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None, num_gpus: GpusOpt = 0,
+    memory_gb: MemoryOpt = None,
 ) -> None:
     """Set-level deletion harm (DRSR): exact vs additive harm of deleting history units jointly."""
     from interp.data.deletions import parse_unit_kinds
@@ -441,13 +504,20 @@ def harm(
     _at_least("--budget", budget, 0)
     _at_least("--margin", margin, 0)
     _model_options(device, dtype)
+    chosen_shard = _shard_option(shard)
     trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
     keys = _split(boundaries) if boundaries else None
     if keys is not None:
         with _option("--boundaries"):
             keys = check_boundaries(keys, trajs)
+    from interp.io import file_sha256
+
+    runner, load = _executor(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
     result = stages.harm(_sensor(model, model_path, device, dtype), trajs, out, keys, max_k, budget, seed,
-                         kinds, margin)
+                         kinds, margin, chosen_shard, runner, load, file_sha256(trajectories))
+    if "shard" in result:
+        console.print(f"{result['parts']}: shard {shard}, {len(result['units'])} boundaries", markup=False)
+        return
     console.print(f"{out / 'harm.json'}: {len(result['boundaries'])} boundaries; units {', '.join(result['units'])}")
 
 
@@ -623,6 +693,7 @@ def intervene(
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "auto",
     allow_control_tokens: AllowControlOpt = False,
+    shard: ShardOpt = None,
 ) -> None:
     """Controlled continuations: one next turn per state x condition, generated by the sensor and rubric-scored."""
     from interp.continuations.run import RunSettings
@@ -633,10 +704,16 @@ def intervene(
     settings = _build(RunSettings, conditions=tuple(_split(conditions)), samples=samples,
                       max_new_tokens=max_new_tokens, seed=seed, temperature=temperature, max_tokens=max_tokens)
     _model_options(device, dtype)
+    chosen_shard = _shard_option(shard)
     trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
     chosen = load_states(states, trajs)
+
     doc = stages.intervene(_sensor(model, model_path, device, dtype), chosen, trajs, out, settings,
-                           {"states_file": str(states), "trajectories_file": str(trajectories)})
+                           {"states_file": str(states), "trajectories_file": str(trajectories)}, chosen_shard)
+    if chosen_shard[1] > 1:
+        console.print(f"{out / 'units'}: shard {shard} generated; merge the shards with `interp merge`, then re-run "
+                      "without --shard for interventions.json", markup=False)
+        return
     summary = doc["summary"]
     for name, row in summary.items():
         ci, reacq = row["ci"], row["reacquisition_rate"]
@@ -650,11 +727,14 @@ def intervene(
 
 
 @app.command()
-def sweep(config: Annotated[Path, typer.Argument(help="Sweep config (TOML; format in interp/pipelines/sweep.py).")]) -> None:
+def sweep(config: Annotated[Path, typer.Argument(help="Sweep config (TOML; format in interp/pipelines/sweep.py).")],
+          executor: Annotated[Optional[str], typer.Option(help="local or ray (default: the config's [executor] "
+                                                               "kind, else local).")] = None,
+          address: AddressOpt = None) -> None:
     """Run a declared grid (models x conditions x layers x poolings) as extraction then probing, resumable."""
     from interp.pipelines.sweep import run_sweep
 
-    summary = run_sweep(config)
+    summary = run_sweep(config, executor, address)
     console.print(summary.to_string(index=False), markup=False)
 
 

@@ -24,12 +24,19 @@ stage               result                                        writer / schem
 :func:`intervene`   ``interventions.json/.md``                     ``interp.continuations.run``
 :func:`figures`     ``figures/*.html|png``, ``tables/*``            ``interp.reporting``
 ==================  ===========================================  ==========================================
+
+``extract``, ``patch`` and ``harm`` take ``shard=(I, N)`` (units split by
+tokens, ``interp.io.balanced_shards``) and an ``executor``
+(``interp.pipelines.executors``: in process, or Ray actors that load the model
+with ``load``); ``intervene`` takes ``shard``. :func:`merge` joins the
+outputs of a set of shards.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +51,7 @@ if TYPE_CHECKING:
     from interp.data.trajectory import Trajectory
     from interp.externalization.labeler import GapLabelerConfig
     from interp.extraction.extract import ExtractConfig
+    from interp.io import Executor
     from interp.sensor.models import Sensor
     from probes.config import ProbeConfig
     from probes.targets import TargetLabelerConfig
@@ -80,12 +88,37 @@ def sensor(spec: str, model_path: Path | None = None, device: str = "cpu", dtype
 
 
 def extract(sensor: Sensor, trajs: list[Trajectory], conditions: list[str], config: ExtractConfig, store: Path,
-            shard: tuple[int, int] = (0, 1), boundaries: list[int] | None = None) -> dict[str, int]:
-    """Boundary features of every (trajectory, condition) unit into the store (resumable); unit counts."""
+            shard: tuple[int, int] = (0, 1), boundaries: list[int] | None = None, executor: Executor | None = None,
+            load: Callable[[], Sensor] | None = None, input_sha256: str | None = None) -> dict[str, int]:
+    """Boundary features of every (trajectory, condition) unit into the store (resumable); unit counts.
+
+    With an ``executor`` the units run there, each worker loading its model with ``load``."""
     from interp.extraction.batch import condition_params, extract_to_store
 
-    params = condition_params(sensor, conditions, config.max_tokens) or None
-    return extract_to_store(sensor, trajs, conditions, config, store, shard, boundaries, params)
+    params = None if executor else condition_params(sensor, conditions, config.max_tokens) or None
+    return extract_to_store(sensor, trajs, conditions, config, store, shard, boundaries, params,
+                            input_sha256=input_sha256, executor=executor, load=load)
+
+
+def merge(target: Path, sources: list[Path], allow_partial: bool = False) -> dict[str, Any]:
+    """Join shard outputs into ``target``: activation stores (``store.json``), else the sharded part folders
+    of patch, harm and intervene (re-run the stage without ``--shard`` on ``target`` for its summary)."""
+    from interp.extraction.store import merge_stores
+    from interp.io import merge_result_folders
+
+    if all((Path(src) / "store.json").is_file() for src in sources):
+        return {"kind": "store", "rows": len(merge_stores(target, sources, allow_partial))}
+    return {"kind": "parts", "missing": merge_result_folders(target, sources, allow_partial)}
+
+
+def _units(sensor: Sensor, keys: list[str], compute: Callable[[Any, str], Any], cache: Path, label: str,
+           shard: tuple[int, int], costs: dict[str, int] | None, input_sha256: str | None,
+           executor: Executor | None, load: Callable[[], Sensor] | None) -> dict[str, Any]:
+    """Per-unit parts of a stage through :func:`interp.io.run_units` (shard, executor, resume)."""
+    record = {"model": sensor.spec, "revision": sensor.revision, "dtype": str(sensor.dtype),
+              "input_sha256": input_sha256}
+    return run_units(keys, compute, cache, label, load=load or (lambda: sensor), executor=executor, shard=shard,
+                     costs=costs, record=record)
 
 
 def attention(store: Path, out: Path, condition: str = "full") -> Path:
@@ -133,10 +166,12 @@ def label(trajectories: Path, out: Path, labels: Path | None = None,
 
 
 def probe(store: Path, out: Path, config: ProbeConfig, labels: Path | None = None, condition: str = "full",
-          site: str = "resid_pre") -> dict[str, Any]:
+          site: str = "resid_pre", layers: list[int] | None = None,
+          poolings: list[str] | None = None) -> dict[str, Any]:
     """Nested-CV future-necessity probe on a store, with its position baseline and both nulls (``probe_results.json``).
 
     Final boundaries (no later step) are left out as undefined targets by ``FeatureSet.from_store``.
+    ``layers``/``poolings`` probe a subset of the store's candidates (a sweep cell on a shared store).
     """
     from interp.data.labels import read_labels_csv
     from interp.extraction.store import Store
@@ -148,6 +183,14 @@ def probe(store: Path, out: Path, config: ProbeConfig, labels: Path | None = Non
         raise ValueError(f"--site {site}: not in the store {store} (it has {', '.join(settings['sites'])})")
     targets = read_labels_csv(labels, "future_necessity") if labels is not None else None
     fs = FeatureSet.from_store(Store(store), site=site, condition=condition, labels=targets)
+    if layers is not None or poolings is not None:
+        keep = {k: X for k, X in fs.features.items()
+                if (layers is None or k[0] in layers) and (poolings is None or k[1] in poolings)}
+        missing = [(layer, pooling) for layer in layers or [] for pooling in poolings or []
+                   if (layer, pooling) not in keep]
+        if missing:
+            raise ValueError(f"{store}: no features for (layer, pooling) {missing[:5]}")
+        fs = replace(fs, features=keep)
     result = run_probe(fs, config)
     write_probe_results(result, oof_frame(result), out)
     return result
@@ -155,8 +198,12 @@ def probe(store: Path, out: Path, config: ProbeConfig, labels: Path | None = Non
 
 def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, condition: str = "delete_all_reasoning",
           sites: list[tuple[str, int]] | None = None, method: str = "fast", positions: int = 1,
-          task_ids: list[str] | None = None) -> dict[str, Any]:
-    """KL Repair per site (``kl_repair.json``); per-trajectory parts make it resumable."""
+          task_ids: list[str] | None = None, shard: tuple[int, int] = (0, 1), executor: Executor | None = None,
+          load: Callable[[], Sensor] | None = None, input_sha256: str | None = None) -> dict[str, Any]:
+    """KL Repair per site (``kl_repair.json``); per-trajectory parts make it resumable.
+
+    ``shard=(I, N)`` computes shard I's trajectories (by tokens) and writes no summary (merge, then re-run)."""
+    from interp.extraction.batch import render_tokens
     from patching.kl_repair import BoundaryRepair, default_sites, kl_repair_trajectory, summarize
 
     by_id = {t.task_id: t for t in trajs}
@@ -167,9 +214,12 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, condition: str = "
     sites = sites or default_sites(sensor.n_layers)
     tag = f"{condition}.{method}.{positions}." + hashlib.sha1(repr(sites).encode()).hexdigest()[:12]
     with writer_lock(out, command="patch"):
-        parts = run_units(keys, lambda k: [asdict(r) for r in kl_repair_trajectory(
-            sensor, by_id[k], condition, sites, method=method, n_positions=positions)],
-            out / "parts" / tag, "patch")
+        costs = {k: render_tokens(by_id[k], by_id[k].n_steps, sensor.tokenizer) for k in keys} if shard[1] > 1 else None
+        parts = _units(sensor, keys, lambda s, k: [asdict(r) for r in kl_repair_trajectory(
+            s, by_id[k], condition, sites, method=method, n_positions=positions)],
+            out / "parts" / tag, "patch", shard, costs, input_sha256, executor, load)
+        if shard[1] > 1:
+            return {"shard": list(shard), "units": list(parts), "parts": str(out / "parts" / tag)}
         rows = [BoundaryRepair(**r) for k in keys for r in parts[k]]
         result = summarize(rows, sites, condition, sensor, method, positions)
         atomic_write_json(out / "kl_repair.json", result)
@@ -178,9 +228,13 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, condition: str = "
 
 def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[str] | None = None,
          max_k: int = 3, budget: int = 10, seed: int = 0, units: tuple[str, ...] | list[str] | str = ("reasoning",),
-         margin: float | None = None) -> dict[str, Any]:
-    """Set-level deletion harm of ``units`` at ``task_id@b`` boundaries (``harm.json``); one resumable part per boundary."""
+         margin: float | None = None, shard: tuple[int, int] = (0, 1), executor: Executor | None = None,
+         load: Callable[[], Sensor] | None = None, input_sha256: str | None = None) -> dict[str, Any]:
+    """Set-level deletion harm of ``units`` at ``task_id@b`` boundaries (``harm.json``); one resumable part per boundary.
+
+    ``shard=(I, N)`` computes shard I's boundaries (by tokens) and writes no summary (merge, then re-run)."""
     from interp.data.deletions import parse_unit_kinds
+    from interp.extraction.batch import render_tokens
     from patching.harm import MARGIN, boundary_harm, check_boundaries, default_boundaries, summarize_harm
 
     kinds = parse_unit_kinds(units)  # checked before any forward
@@ -188,13 +242,20 @@ def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[st
     by_id = {t.task_id: t for t in trajs}
     keys = check_boundaries(boundaries or default_boundaries(trajs), trajs)  # every boundary, before any forward
 
-    def compute(key: str) -> dict[str, Any]:
+    def compute(model: Sensor, key: str) -> dict[str, Any]:
         task_id, _, b = key.rpartition("@")
-        return boundary_harm(sensor, by_id[task_id], int(b), max_k, budget, seed, kinds)
+        return boundary_harm(model, by_id[task_id], int(b), max_k, budget, seed, kinds)
 
+    def cost(key: str) -> int:
+        task_id, _, b = key.rpartition("@")
+        return render_tokens(by_id[task_id], int(b), sensor.tokenizer)
+
+    cache = out / "parts" / f"harm.{'+'.join(kinds)}.k{max_k}.n{budget}.s{seed}"
     with writer_lock(out, command="harm"):
-        parts = run_units(keys, compute, out / "parts" / f"harm.{'+'.join(kinds)}.k{max_k}.n{budget}.s{seed}",
-                          "harm")
+        parts = _units(sensor, keys, compute, cache, "harm", shard, {k: cost(k) for k in keys} if shard[1] > 1 else None,
+                       input_sha256, executor, load)
+        if shard[1] > 1:
+            return {"shard": list(shard), "units": list(parts), "parts": str(cache)}
         result = summarize_harm([parts[k] for k in keys], model=sensor.describe(),
                                 margin=MARGIN if margin is None else margin)
         atomic_write_json(out / "harm.json", result)
@@ -227,12 +288,16 @@ def risk(out: Path, labels: Path | None = None, probe_results: Path | None = Non
 
 
 def intervene(sensor: Sensor, states: list[State], trajs: list[Trajectory], out: Path, settings: RunSettings,
-              sources: dict[str, str] | None = None) -> dict[str, Any]:
-    """Controlled continuations of each state under each condition, rubric-scored (``interventions.json/.md``)."""
+              sources: dict[str, str] | None = None, shard: tuple[int, int] = (0, 1)) -> dict[str, Any]:
+    """Controlled continuations of each state under each condition, rubric-scored (``interventions.json/.md``).
+
+    ``shard=(I, N)`` generates shard I's units and writes no summary (merge, then re-run without a shard)."""
     from interp.continuations.run import continue_states, write_results
 
     with writer_lock(out, command="intervene"):
-        doc = continue_states(sensor, states, trajs, out, settings)
+        doc = continue_states(sensor, states, trajs, out, settings, shard=shard)
+        if shard[1] > 1:
+            return doc
         doc.update(sources or {})
         write_results(doc, out)
     return doc

@@ -19,34 +19,57 @@
     [probe]                      # optional: any ProbeConfig field
     n_perm = 100
 
-Each cell writes ``out/cells/<folder>/store`` (the activation store, resumed
-per unit) and ``out/cells/<folder>/probe`` (skipped when its
-``probe_results.json`` exists); ``out/summary.csv`` and ``summary.md`` list
-every cell's headline numbers, its name and its folder (``interp.io.safe_stem``
-of the name). Left alone overnight, a killed sweep resumes where it stopped.
+    [executor]                   # optional: where units run (default local)
+    kind = "ray"                 # local | ray
+    address = "auto"             # ray: join the running cluster (default: start a local one)
+    workers = 8                  # ray actors (default: as many as the resources fit)
+    num_cpus = 1                 # per worker
+    num_gpus = 1                 # per worker (with device = "cuda")
+    memory_gb = 40               # per worker, for scheduling
+    retries = 2                  # re-submissions of a unit whose worker died
+
+Cells that differ only in layers or poolings share their forwards: per
+(model, condition) one store ``out/stores/<model>__<condition>__<hash>``
+holds the union of the cells' layers and poolings (the hash names that
+union), extracted once (its units through the executor), and each cell's
+probe reads its subset into ``out/cells/<folder>/probe`` (skipped when its
+``probe_results.json`` exists; the probes run through the executor too).
+``out/summary.csv`` and ``summary.md`` list every cell's headline numbers and
+where and how long its probe ran (``host``, ``worker``, ``seconds``, kept in
+``out/cells/<folder>/where.json``) with the seconds of its store's extraction
+in the run that made it (``extract_seconds``). One sweep driver per ``out``
+(a writer lock). Left alone overnight, a killed sweep resumes where it
+stopped.
 
 Every key is type-checked and every value validated (conditions, layer
 specs, poolings, ``[extract]``, ``[probe]``) before a model loads or ``out``
-is created; errors name the file and the key (``[grid].conditions``). One
-sweep at a time writes into ``out`` (``interp.io.writer_lock``).
+is created; errors name the file and the key (``[grid].conditions``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
+import time
 import tomllib
+from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from interp.io import atomic_write_bytes, check_output_dir, inside, read_json, safe_stem, writer_lock
+from interp.io import (UnitRun, Work, atomic_write_bytes, atomic_write_json, check_output_dir, file_sha256, inside,
+                       read_json, safe_stem, writer_lock)
 from interp.pipelines import stages
+from interp.pipelines.executors import LocalExecutor, make_executor
 from probes.config import ProbeConfig
 
-SECTIONS = {"trajectories", "out", "grid", "extract", "probe"}
+SECTIONS = {"trajectories", "out", "grid", "extract", "probe", "executor"}
 GRID_KEYS = {"models", "conditions", "layers", "poolings"}
 EXTRACT_KEYS = {"device", "dtype", "max_tokens"}
+EXECUTOR_KEYS = {"kind", "address", "workers", "num_cpus", "num_gpus", "memory_gb", "retries"}
 
 
 def load_sweep(path: Path) -> dict[str, Any]:
@@ -63,6 +86,7 @@ def load_sweep(path: Path) -> dict[str, Any]:
             raise ValueError(f"{path}: {section}: expected a [{section}] table, got {config[section]!r}")
     for where, keys, allowed in (("(top level)", config, SECTIONS), ("[grid]", config.get("grid", {}), GRID_KEYS),
                                  ("[extract]", config.get("extract", {}), EXTRACT_KEYS),
+                                 ("[executor]", config.get("executor", {}), EXECUTOR_KEYS),
                                  ("[probe]", config.get("probe", {}), set(ProbeConfig.__dataclass_fields__))):
         unknown = sorted(set(keys) - allowed)
         if unknown:
@@ -144,50 +168,106 @@ def cells(config: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def run_sweep(path: Path) -> pd.DataFrame:
-    """Run (or resume) every cell; write and return the summary table."""
+def executor_of(config: dict[str, Any], kind: str | None = None, address: str | None = None) -> Any:
+    """The sweep's executor from its ``[executor]`` section; ``kind``/``address`` (command line) override it."""
+    section = dict(config.get("executor", {}))
+    memory = section.pop("memory_gb", None)
+    chosen = kind or section.pop("kind", "local")
+    section.pop("kind", None)
+    if address:
+        section["address"] = address
+    if chosen == "local":
+        return make_executor("local")
+    return make_executor(chosen, memory=int(memory * 2**30) if memory else None, **section)
+
+
+def _probe_cell(probe_config: ProbeConfig, plan: dict[str, dict[str, Any]], _ctx: Any, name: str) -> None:
+    """Probe one cell on its subset of the shared store (a unit of the sweep's probe work)."""
+    cell = plan[name]
+    stages.probe(Path(cell["store"]), Path(cell["out"]), probe_config, condition=cell["condition"],
+                 layers=cell["layers"], poolings=cell["poolings"])
+
+
+def run_sweep(path: Path, executor: str | None = None, address: str | None = None) -> pd.DataFrame:
+    """Run (or resume) every cell, one extraction per (model, condition); write and return the summary table."""
     config = load_sweep(path)
-    trajs = stages.trajectories(Path(config["trajectories"]), strict=False)
     out = Path(config["out"])
     try:
         check_output_dir(out, "out")
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
-    extract = config.get("extract", {})
+    runner = executor_of(config, executor, address)
     with writer_lock(out, command=f"sweep {path}"):
-        summary = _run_cells(config, trajs, out, extract, probe_config(config))
-    atomic_write_bytes(out / "summary.csv", summary.to_csv(index=False).encode())
-    header = "| " + " | ".join(summary.columns) + " |\n|" + "---|" * len(summary.columns) + "\n"
-    body = "".join("| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in row) + " |\n"
-                   for row in summary.itertuples(index=False))
-    atomic_write_bytes(out / "summary.md", (header + body).encode())
-    return summary
+        plan, extract_seconds = _extract_all(config, runner, out)
+        names = [n for n in plan if not (Path(plan[n]["out"]) / "probe_results.json").exists()]
+        probe_config = ProbeConfig(**{k: tuple(v) if isinstance(v, list) else v
+                                      for k, v in config.get("probe", {}).items()})
+        work = Work("probe", names, lambda: None, partial(_probe_cell, probe_config, plan),
+                    lambda n: (Path(plan[n]["out"]) / "probe_results.json").exists())
+        records = runner.run(work, progress=True)
+        for name, record in records.items():
+            if record.error is None:
+                atomic_write_json(Path(plan[name]["out"]).parent / "where.json",
+                                  {**asdict(record), "extract_seconds": extract_seconds.get(name)})
+        failed = {n: r.error for n, r in records.items() if r.error is not None}
+        if failed:
+            raise RuntimeError(f"sweep cells failed after their retries: {failed}")
+        return _summary(out, cells(config))
 
 
-def _run_cells(config: dict[str, Any], trajs: list[Any], out: Path, extract: dict[str, Any],
-               probe: ProbeConfig) -> pd.DataFrame:
-    """Extract and probe every cell not finished yet; the summary table of all cells."""
+def _extract_all(config: dict[str, Any], runner: Any, out: Path) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
+    """One store per (model, condition) with the union of its unfinished cells' layers and poolings; the probe
+    plan of every unfinished cell and the seconds its store's extraction took in this run."""
     from interp.extraction.batch import parse_layers
     from interp.extraction.extract import ExtractConfig
     from interp.extraction.limits import DEFAULT_MAX_TOKENS
 
+    trajs = stages.trajectories(Path(config["trajectories"]), strict=False)
+    input_sha256 = file_sha256(Path(config["trajectories"]))
+    extract = config.get("extract", {})
+    device, dtype = extract.get("device", "cpu"), extract.get("dtype", "auto")
+    local = isinstance(runner, LocalExecutor)
+    grid = cells(config)
+    plan: dict[str, dict[str, Any]] = {}
+    seconds: dict[str, float] = {}
+    for model in dict.fromkeys(c["model"] for c in grid):
+        todo = [c for c in grid if c["model"] == model
+                and not (inside(out, out / "cells" / c["folder"]) / "probe" / "probe_results.json").exists()]
+        if not todo:
+            continue
+        sensor = stages.sensor(model, device=device, dtype=dtype)  # one model in memory at a time
+        for condition in dict.fromkeys(c["condition"] for c in todo):
+            mine = [c for c in grid if c["model"] == model and c["condition"] == condition]
+            chosen = {c["name"]: parse_layers(c["layers"], sensor.n_layers, sensor.full_attention_layers,
+                                                   "[grid].layers")
+                      for c in mine}
+            layers = sorted({x for v in chosen.values() for x in v})
+            poolings = list(dict.fromkeys(p for c in mine for p in c["poolings"]))
+            digest = hashlib.sha1(json.dumps([layers, poolings]).encode()).hexdigest()[:10]
+            store = inside(out, out / "stores" / f"{safe_stem(model)}__{condition}__{digest}")
+            cfg = ExtractConfig(layers=layers, poolings=poolings,
+                                max_tokens=extract.get("max_tokens", DEFAULT_MAX_TOKENS))
+            started = time.perf_counter()
+            stages.extract(sensor, trajs, [condition], cfg, store, executor=None if local else runner,
+                           load=None if local else partial(stages.sensor, model, None, device, dtype),
+                           input_sha256=input_sha256)
+            for c in mine:
+                seconds[c["name"]] = time.perf_counter() - started
+                plan[c["name"]] = {"store": str(store), "out": str(out / "cells" / c["folder"] / "probe"),
+                                   "condition": condition, "layers": chosen[c["name"]],
+                                   "poolings": list(c["poolings"])}
+        del sensor
+    return plan, seconds
+
+
+def _summary(out: Path, grid: list[dict[str, Any]]) -> pd.DataFrame:
+    """The summary table of every cell (headline numbers, where and how long), written as CSV and Markdown."""
     rows = []
-    loaded: tuple[str, Any] | None = None  # one model in memory at a time
-    for cell in cells(config):
+    for cell in grid:
         root = inside(out, out / "cells" / cell["folder"])
-        results = root / "probe" / "probe_results.json"
-        if not results.exists():
-            if loaded is None or loaded[0] != cell["model"]:
-                loaded = None
-                loaded = (cell["model"], stages.sensor(cell["model"], device=extract.get("device", "cpu"),
-                                                       dtype=extract.get("dtype", "auto")))
-            sensor = loaded[1]
-            cfg = ExtractConfig(layers=parse_layers(cell["layers"], sensor.n_layers, sensor.full_attention_layers,
-                                                    "[grid].layers"),
-                                poolings=list(cell["poolings"]), max_tokens=extract.get("max_tokens", DEFAULT_MAX_TOKENS))
-            stages.extract(sensor, trajs, [cell["condition"]], cfg, root / "store")
-            stages.probe(root / "store", root / "probe", probe, condition=cell["condition"])
-        res = read_json(results)
+        res = read_json(root / "probe" / "probe_results.json")
+        where_path = root / "where.json"
+        where = read_json(where_path) if where_path.exists() else asdict(UnitRun(cell["name"]))
         rows.append({"cell": cell["name"], "folder": cell["folder"], "model": cell["model"], "condition": cell["condition"],
                      "layers": cell["layers"], "poolings": "+".join(cell["poolings"]), "auroc": res["auroc"],
                      "auroc_lo": (res["auroc_ci"] or [None, None])[0], "auroc_hi": (res["auroc_ci"] or [None, None])[1],
@@ -196,5 +276,13 @@ def _run_cells(config: dict[str, Any], trajs: list[Any], out: Path, extract: dic
                      "gain_lo": ((res.get("gain") or {}).get("auroc_ci") or [None, None])[0],
                      "gain_hi": ((res.get("gain") or {}).get("auroc_ci") or [None, None])[1],
                      "permutation_p": res["permutation_p"], "permutation_p_position": res.get("permutation_p_position"),
-                     "n_samples": res["n_samples"], "n_tasks": res["n_tasks"]})
-    return pd.DataFrame(rows)
+                     "n_samples": res["n_samples"], "n_tasks": res["n_tasks"], "host": where["host"],
+                     "worker": where["worker"], "seconds": where["seconds"],
+                     "extract_seconds": where.get("extract_seconds")})
+    summary = pd.DataFrame(rows)
+    atomic_write_bytes(out / "summary.csv", summary.to_csv(index=False).encode())
+    header = "| " + " | ".join(summary.columns) + " |\n|" + "---|" * len(summary.columns) + "\n"
+    body = "".join("| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in row) + " |\n"
+                   for row in summary.itertuples(index=False))
+    atomic_write_bytes(out / "summary.md", (header + body).encode())
+    return summary

@@ -29,6 +29,7 @@ from interp.extraction.batch import extract_to_store
 from interp.extraction.extract import ExtractConfig, extract_trajectory
 from interp.extraction.store import Store, StoreMismatch
 from interp.data.trajectory import load_trajectories
+from interp.io import file_sha256
 
 from ._reference import DEMO, MINI, raw_lines, write_jsonl
 
@@ -75,10 +76,17 @@ def _temp_files(root: Path) -> list[str]:
     return [str(p) for p in root.rglob("*") if p.name.startswith(".") or p.name.endswith(".tmp")]
 
 
-def _assert_same_store(got: Path, ref: Path) -> None:
-    """Same settings, same unit files, same manifest rows, every tensor bit-identical; no temp files."""
+def _assert_same_store(got: Path, ref: Path, input_file: Path | None = None) -> None:
+    """Same settings, same unit files, same manifest rows, every tensor bit-identical; no temp files.
+
+    ``input_file``: ``got`` was made from this file by the CLI (its run records the file's sha256; the
+    in-process reference records the hash of the trajectories' JSON lines)."""
     assert _temp_files(got) == [], _temp_files(got)
-    assert json.loads((got / "store.json").read_text()) == json.loads((ref / "store.json").read_text())
+    meta, ref_meta = (json.loads((root / "store.json").read_text()) for root in (got, ref))
+    if input_file is not None:
+        assert meta["run"]["input_sha256"] == file_sha256(input_file)
+        meta["run"]["input_sha256"] = ref_meta["run"]["input_sha256"]
+    assert meta == ref_meta
     names = sorted(p.name for p in (ref / "units").iterdir())
     assert sorted(p.name for p in (got / "units").iterdir()) == names
     for name in names:
@@ -282,7 +290,7 @@ def test_cli_interrupt_resume_and_refusal(traj_file, ref_store, tmp_path):
     assert 2 <= _done_units(root) < 6, _done_units(root)
     assert _temp_files(root) == [], _temp_files(root)
     _interp("extract", "--trajectories", str(traj_file), "--store", str(root), *CLI_ARGS)
-    _assert_same_store(root, ref_store)
+    _assert_same_store(root, ref_store, traj_file)
     # A run with other layers into the same store is refused, naming the setting, and changes nothing.
     before = {p.name: p.stat().st_mtime_ns for p in root.rglob("*")}
     other = [a if a != "0,3,7" else "0,3" for a in CLI_ARGS]
@@ -308,7 +316,7 @@ def test_cli_shards_then_merge(traj_file, ref_store, tmp_path):
     merged = tmp_path / "merged"
     out = _interp("merge", str(merged), *map(str, shards))
     assert "12 rows from 2 shard(s)" in " ".join(out.stdout.split()), out.stdout
-    _assert_same_store(merged, ref_store)
+    _assert_same_store(merged, ref_store, traj_file)
 
 
 def test_bad_request_is_refused_before_the_store_exists(tiny_sensor, trajs, tmp_path):
