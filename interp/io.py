@@ -575,7 +575,8 @@ def merge_result_folders(target: Path, sources: Sequence[Path], allow_partial: b
     ``--shard`` on ``target`` then writes its summary from the merged parts (nothing is recomputed)."""
     folders = sorted({run.parent.relative_to(src) for src in sources for run in Path(src).rglob("run.json")})
     if not folders:
-        raise ValueError(f"{', '.join(map(str, sources))}: no sharded result folders (run.json) and no store.json")
+        raise ValueError(f"{', '.join(map(str, sources))}: not an activation store (no store.json) and no "
+                         "sharded result folders (run.json)")
     for rel in folders:
         have = [Path(src) / rel for src in sources if (Path(src) / rel / "run.json").is_file()]
         if len(have) != len(sources):
