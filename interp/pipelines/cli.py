@@ -37,15 +37,25 @@ LAYERS_0_BASED = ("Layers are 0-based (resid_pre of layer l = hidden_states[l]);
 @app.command()
 def validate(
     file: Annotated[Path, typer.Argument(help="Trajectory file (JSON Lines).")],
-    strict: Annotated[bool, typer.Option(help="Also report unknown (passed-through) fields.")] = False,
+    strict: Annotated[bool, typer.Option(help="Also report unknown (passed-through) fields and undeclared tools as "
+                                              "problems, and list steps without reasoning as notes.")] = False,
 ) -> None:
-    """Validate a trajectory file: one line per problem as FILE:LINE: field: message."""
+    """Validate a trajectory file: one line per problem as FILE:LINE: field: message.
+
+    Exit 0 when there is no problem (warnings and notes do not fail), 1 otherwise.
+    A tool not in the declared tools is a warning (a problem under --strict); a step
+    without reasoning is valid, listed as a note under --strict only.
+    """
     from interp.data.trajectory import validate_file
 
-    report = validate_file(file)
+    report = validate_file(file, strict=strict)
     problems = report.problems + (report.unknown_fields if strict else [])
     for line in problems:
         err.print(line, markup=False, highlight=False)
+    for line in report.warnings:
+        err.print(f"warning: {line}", markup=False, highlight=False)
+    for line in report.notes if strict else []:
+        err.print(f"note: {line}", markup=False, highlight=False)
     if problems:
         err.print(f"{len(problems)} problem(s); {report.n_trajectories} valid trajectories", markup=False)
         raise typer.Exit(1)
