@@ -23,6 +23,12 @@ full render snapshots the cache at each such point and each set only runs its
 suffix (exact; tested against recomputation from scratch with
 ``share_prefix=False``).
 
+A boundary whose teacher-forced render (history and y, the longest forward:
+deletions only remove) exceeds ``max_tokens`` or the model's positions is not
+run; it is listed under ``skipped`` (``interp.extraction.limits``). A step
+without reasoning has no ``reasoning`` unit, so a boundary whose steps 1..b
+have none has no reasoning candidates (its record has no sets).
+
 Aggregates (``summarize_harm``, no model). A set's harm is predicted from its
 members' singleton harms by each ``AGGREGATORS`` rule: ``sum`` (the additive
 prediction), ``mean``, ``max``, ``min``. For each aggregator and each
@@ -54,6 +60,7 @@ Fields of ``harm.json`` (``FIELDS``; ``summarize_harm`` writes them):
 | ``aggregates`` | ``[n_aggregates] of {aggregator, cardinality, n_sets, n_pairs, pair_accuracy, mae}`` | object | accuracy: fraction; mae: nats/token | one row per aggregator (sum, mean, max, min) and cardinality ("2", "3", ... and "all" = sets of size >= 2): n_sets with all singletons measured, n_pairs counted at the margin, pair_accuracy (null without a counted pair), mae of predicting set harm by the aggregate of singleton harms (null without sets) |
 | ``per_cardinality`` | ``{k: {mean_interaction, n_sets, mae_pairwise, n_pairwise}}`` | object | interaction, mae: nats/token | per set size k >= 2 (keys are strings): mean interaction over sets (null without sets), n_sets (sets with an interaction); for k = 3 mae_pairwise of the reconstruction from singletons plus pairwise interactions over the n_pairwise triples with all three pairs measured (null otherwise) |
 | ``boundaries`` | ``[n_boundaries] of {task_id, after_step, units, target, target_tokens, nll_full, sets}`` | object | nats/token | one boundary_harm record per boundary: units = kinds drawn from; target = the recorded next output y (text) and target_tokens its token count; nll_full = NLL(y given H); sets = [{members: [[kind, step, index], ...], tokens_removed, nll, harm, interaction}] (index null for a step unit), harm = NLL(y given H minus A) - NLL(y given H), interaction = harm - sum of its singleton harms (null for singletons) |
+| ``skipped`` | ``[n_skipped] of {task_id, after_step, n_tokens, reason}`` | object | n_tokens: tokens | boundaries not run: the teacher-forced render (n_tokens) exceeds max_tokens or the model's positions; in no aggregate |
 | ``model`` | ``{...}`` | object or null | - | the sensor's describe() (null when not given) |
 """
 
@@ -70,6 +77,7 @@ import numpy as np
 
 from interp.data.deletions import UNIT_KINDS, Unit, delete_units, history_units, parse_unit_kinds, units_overlap
 from interp.extraction.extract import lcp
+from interp.extraction.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit, skip_record
 from interp.schema import fields_from_doc, schema_dict
 from interp.sensor.forward import Plan, run_plan
 from interp.data.render import Rendered, render
@@ -115,8 +123,10 @@ def _target(traj: Trajectory, b: int, units: Iterable[Unit], tok: Any) -> tuple[
     if nxt.input_ids[: prompt.n_tokens] != prompt.input_ids:
         raise ValueError(f"{traj.task_id}@{b}: the prompt at b is not a token prefix of the render at b+1; "
                          "the recorded next output cannot be teacher-forced exactly with this template")
-    y1 = max(s.end for s in nxt.spans("action", step=b2 + 1))
-    return nxt, prompt.n_tokens, y1
+    ends = [s.end for s in nxt.spans(step=b2 + 1) if s.kind in ("reasoning_block", "action")]
+    if not ends:
+        raise ValueError(f"{traj.task_id}@{b}: step {b + 1} has neither reasoning nor an action to teacher-force")
+    return nxt, prompt.n_tokens, max(ends)
 
 
 def _nll(out_logprob: dict[int, float], y0: int, y1: int) -> float:
@@ -199,11 +209,16 @@ def set_harms(sensor: Any, traj: Trajectory, b: int, sets: list[tuple[Unit, ...]
 
 
 def boundary_harm(sensor: Any, traj: Trajectory, b: int, max_k: int = 3, budget: int = 20,
-                  seed: int = 0, units: Sequence[str] = ("reasoning",)) -> dict[str, Any]:
-    """One boundary's ``harm.json`` record: the recorded next output, its NLL and every candidate set's harm."""
+                  seed: int = 0, units: Sequence[str] = ("reasoning",),
+                  max_tokens: int = DEFAULT_MAX_TOKENS) -> dict[str, Any]:
+    """One boundary's ``harm.json`` record: the recorded next output, its NLL and every candidate set's harm
+    (or, over ``max_tokens``, a ``skipped`` record: task_id, after_step, n_tokens, reason)."""
     kinds = parse_unit_kinds(units)
-    nll, sets = set_harms(sensor, traj, b, candidate_sets(traj, b, max_k, budget, seed, kinds))
     full, y0, y1 = _target(traj, b, (), sensor.tokenizer)
+    reason = over_limit(y1, context_limit(sensor, max_tokens))
+    if reason:
+        return {**skip_record(traj.task_id, b, y1, reason), "skipped": True}
+    nll, sets = set_harms(sensor, traj, b, candidate_sets(traj, b, max_k, budget, seed, kinds))
     return {"task_id": traj.task_id, "after_step": b, "units": list(kinds),
             "target": full.text[full.offsets[y0][0]:full.offsets[y1 - 1][1]], "target_tokens": y1 - y0,
             "nll_full": nll,
@@ -250,6 +265,9 @@ def summarize_harm(per_boundary: list[dict[str, Any]], model: dict[str, Any] | N
     MAE; per cardinality: mean interaction and the pairwise reconstruction of
     triples. ``model`` is the sensor's ``describe()``.
     """
+    skipped = [{k: row[k] for k in ("task_id", "after_step", "n_tokens", "reason")}
+               for row in per_boundary if row.get("skipped")]
+    per_boundary = [row for row in per_boundary if not row.get("skipped")]
     kinds: set[str] = set()
     sizes: set[int] = set()
     interactions: dict[int, list[float]] = {}
@@ -295,5 +313,6 @@ def summarize_harm(per_boundary: list[dict[str, Any]], model: dict[str, Any] | N
                                      "n_pairwise": len(pairwise.get(3, [])) if k == 3 else 0}
                             for k, v in sorted(interactions.items())},
         "boundaries": per_boundary,
+        "skipped": skipped,
         "model": model,
     }

@@ -248,6 +248,8 @@ def patch(
     task_ids: Annotated[Optional[str], typer.Option("--task-ids", help="Comma list of trajectories (default: all).")] = None,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "fp32",
+    max_tokens: Annotated[int, typer.Option(help="Boundaries with longer renders are skipped and recorded, never "
+                                                 "truncated.")] = DEFAULT_MAX_TOKENS,
 ) -> None:
     """KL Repair per layer: patch the full run's boundary activation into the deleted run."""
     from interp.extraction.batch import parse_layers
@@ -258,8 +260,9 @@ def patch(
     chosen = parse_layers(layers, sensor.n_layers, sensor.full_attention_layers)
     sites = default_sites(sensor.n_layers, site, layers=chosen)
     result = stages.patch(sensor, trajs, out, condition, sites, method, positions,
-                          _split(task_ids) if task_ids else None)
-    console.print(f"{out / 'kl_repair.json'}: {result['n_samples']} samples, {result['n_excluded']} excluded")
+                          _split(task_ids) if task_ids else None, max_tokens)
+    console.print(f"{out / 'kl_repair.json'}: {result['n_samples']} samples, {result['n_excluded']} excluded, "
+                  f"{len(result['skipped'])} skipped (over {max_tokens} tokens)")
 
 
 @app.command()
@@ -276,6 +279,8 @@ def harm(
     margin: Annotated[Optional[float], typer.Option(help="Pair-ordering margin in nats/token (default 0.020).")] = None,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "fp32",
+    max_tokens: Annotated[int, typer.Option(help="Boundaries with longer renders are skipped and recorded, never "
+                                                 "truncated.")] = DEFAULT_MAX_TOKENS,
 ) -> None:
     """Set-level deletion harm (DRSR): exact vs additive harm of deleting history units jointly."""
     from interp.data.deletions import parse_unit_kinds
@@ -284,8 +289,9 @@ def harm(
     trajs = stages.trajectories(trajectories, strict=False)
     keys = _split(boundaries) if boundaries else None
     result = stages.harm(stages.sensor(model, model_path, device, dtype), trajs, out, keys, max_k, budget, seed,
-                         kinds, margin)
-    console.print(f"{out / 'harm.json'}: {len(result['boundaries'])} boundaries; units {', '.join(result['units'])}")
+                         kinds, margin, max_tokens)
+    console.print(f"{out / 'harm.json'}: {len(result['boundaries'])} boundaries; units {', '.join(result['units'])}; "
+                  f"{len(result['skipped'])} skipped (over {max_tokens} tokens)")
 
 
 @app.command()

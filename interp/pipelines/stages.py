@@ -141,8 +141,10 @@ def probe(store: Path, out: Path, config: ProbeConfig, labels: Path | None = Non
 
 def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, condition: str = "delete_all_reasoning",
           sites: list[tuple[str, int]] | None = None, method: str = "fast", positions: int = 1,
-          task_ids: list[str] | None = None) -> dict[str, Any]:
-    """KL Repair per site (``kl_repair.json``); per-trajectory parts make it resumable."""
+          task_ids: list[str] | None = None, max_tokens: int | None = None) -> dict[str, Any]:
+    """KL Repair per site (``kl_repair.json``); per-trajectory parts make it resumable; boundaries over
+    ``max_tokens`` are skipped and listed."""
+    from interp.extraction.limits import DEFAULT_MAX_TOKENS
     from patching.kl_repair import BoundaryRepair, default_sites, kl_repair_trajectory, summarize
 
     by_id = {t.task_id: t for t in trajs}
@@ -151,9 +153,11 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, condition: str = "
     if unknown:
         raise ValueError(f"task ids not in the trajectory file: {', '.join(unknown)}")
     sites = sites or default_sites(sensor.n_layers)
-    tag = f"{condition}.{method}.{positions}." + hashlib.sha1(repr(sites).encode()).hexdigest()[:12]
+    limit = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+    tag = f"{condition}.{method}.{positions}." + hashlib.sha1(repr(sites).encode()).hexdigest()[:12] + (
+        f".t{limit}" if limit != DEFAULT_MAX_TOKENS else "")
     parts = run_units(keys, lambda k: [asdict(r) for r in kl_repair_trajectory(
-        sensor, by_id[k], condition, sites, method=method, n_positions=positions)],
+        sensor, by_id[k], condition, sites, method=method, n_positions=positions, max_tokens=limit)],
         out / "parts" / tag, "patch")
     rows = [BoundaryRepair(**r) for k in keys for r in parts[k]]
     result = summarize(rows, sites, condition, sensor, method, positions)
@@ -163,9 +167,11 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, condition: str = "
 
 def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[str] | None = None,
          max_k: int = 3, budget: int = 10, seed: int = 0, units: tuple[str, ...] | list[str] | str = ("reasoning",),
-         margin: float | None = None) -> dict[str, Any]:
-    """Set-level deletion harm of ``units`` at ``task_id@b`` boundaries (``harm.json``); one resumable part per boundary."""
+         margin: float | None = None, max_tokens: int | None = None) -> dict[str, Any]:
+    """Set-level deletion harm of ``units`` at ``task_id@b`` boundaries (``harm.json``); one resumable part per boundary;
+    boundaries over ``max_tokens`` are skipped and listed."""
     from interp.data.deletions import parse_unit_kinds
+    from interp.extraction.limits import DEFAULT_MAX_TOKENS
     from patching.harm import MARGIN, boundary_harm, default_boundaries, summarize_harm
 
     kinds = parse_unit_kinds(units)  # checked before any forward
@@ -182,9 +188,11 @@ def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[st
 
     def compute(key: str) -> dict[str, Any]:
         task_id, _, b = key.rpartition("@")
-        return boundary_harm(sensor, by_id[task_id], int(b), max_k, budget, seed, kinds)
+        return boundary_harm(sensor, by_id[task_id], int(b), max_k, budget, seed, kinds, limit)
 
-    parts = run_units(keys, compute, out / "parts" / f"harm.{'+'.join(kinds)}.k{max_k}.n{budget}.s{seed}", "harm")
+    limit = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+    tag = f"harm.{'+'.join(kinds)}.k{max_k}.n{budget}.s{seed}" + (f".t{limit}" if limit != DEFAULT_MAX_TOKENS else "")
+    parts = run_units(keys, compute, out / "parts" / tag, "harm")
     result = summarize_harm([parts[k] for k in keys], model=sensor.describe(),
                             margin=MARGIN if margin is None else margin)
     atomic_write_json(out / "harm.json", result)
