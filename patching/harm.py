@@ -19,9 +19,11 @@ non-overlapping units; with ``max_k >= 3`` every pair inside a sampled triple
 is measured as well (after the sampled pairs), so each triple can be
 reconstructed from its pairs. The render of ``H \\ A`` shares every token
 before the earliest deleted unit with the full render, so one forward of the
-full render snapshots the cache at each such point and each set only runs its
-suffix (exact; tested against recomputation from scratch with
-``share_prefix=False``).
+full render, advanced from one such point to the next, snapshots the cache
+there and each set only runs its suffix from it (exact; tested against
+recomputation from scratch with ``share_prefix=False``). Memory is bounded in
+the number of sets: one snapshot is held at a time, and a set is kept only as
+its token suffix until it runs.
 
 A boundary whose teacher-forced render (history and y, the longest forward:
 deletions only remove) exceeds ``max_tokens`` or the model's positions is not
@@ -172,35 +174,52 @@ def candidate_sets(traj: Trajectory, b: int, max_k: int = 3, budget: int = 20, s
 
 def set_harms(sensor: Any, traj: Trajectory, b: int, sets: list[tuple[Unit, ...]],
               share_prefix: bool = True) -> tuple[float, list[SetHarm]]:
-    """``NLL(y | H)`` and the harm of every set at boundary ``b`` (b < n_steps)."""
+    """``NLL(y | H)`` and the harm of every set at boundary ``b`` (b < n_steps).
+
+    Memory stays bounded in the number of sets: each set's render is kept only
+    as its token suffix from where it departs from the full render (int32), and
+    the full run advances from one departure point to the next holding one
+    cache snapshot at a time (the suffixes that start there run from it).
+    """
     if not 1 <= b < traj.n_steps:
         raise ValueError(f"{traj.task_id}: harm needs a recorded next step: b in 1..{traj.n_steps - 1}, got {b}")
     tok = sensor.tokenizer
     full, y0, y1 = _target(traj, b, (), tok)
-    edited = {s: _target(traj, b, s, tok) for s in sets}
-    for s, (r, e0, e1) in edited.items():
-        if r.input_ids[e0:e1] != full.input_ids[y0:y1]:
+    base_ids = full.input_ids[:y1]
+    jobs: dict[int, list[tuple[tuple[Unit, ...], np.ndarray, int, int]]] = {}  # start -> (set, suffix, e0, e1)
+    done: dict[tuple[Unit, ...], SetHarm] = {}
+    removed: dict[tuple[Unit, ...], int] = {}
+    for s in sets:
+        r, e0, e1 = _target(traj, b, s, tok)
+        if r.input_ids[e0:e1] != base_ids[y0:y1]:
             raise ValueError(f"{traj.task_id}@{b}: deleting {list(s)} changes the tokens of the recorded next output")
-    shared = {s: lcp(r.input_ids, full.input_ids[:y1]) if share_prefix else 0 for s, (r, _, _) in edited.items()}
-    # nothing of y's context changed (e.g. the empty set): harm is exactly 0
-    same = {s for s, (r, e0, e1) in edited.items() if (e0, e1) == (y0, y1) and shared[s] >= e1}
-    # the suffix starts at the first changed token, or earlier at y's first target position: a deletion that shifts
-    # y (a whole step) can leave the shared prefix running into y, where the full run has no target log-probs
-    starts = {s: min(shared[s], e0 - 1) for s, (_, e0, _) in edited.items()}
-    plan = Plan(targets={p - 1: full.input_ids[p] for p in range(y0, y1)},
-                snapshots=sorted({starts[s] for s in edited if s not in same and starts[s] > 0}))
-    base = run_plan(sensor, full.input_ids[:y1], plan)
-    nll_full = _nll(base.target_logprob, y0, y1)
-    results = []
-    for s, (r, e0, e1) in edited.items():
-        if s in same:
-            results.append(SetHarm(s, full.n_tokens - r.n_tokens, nll_full, 0.0))
+        removed[s] = full.n_tokens - r.n_tokens
+        shared = lcp(r.input_ids, base_ids) if share_prefix else 0
+        if (e0, e1) == (y0, y1) and shared >= e1:  # nothing of y's context changed (e.g. the empty set): harm 0
+            done[s] = SetHarm(s, removed[s], math.nan, 0.0)
             continue
-        snap = base.snapshots.get(starts[s])
-        out = run_plan(sensor, r.input_ids[starts[s]:e1] if snap else r.input_ids[:e1],
-                       Plan(targets={p - 1: r.input_ids[p] for p in range(e0, e1)}), start=snap)
-        nll = _nll(out.target_logprob, e0, e1)
-        results.append(SetHarm(s, full.n_tokens - r.n_tokens, nll, nll - nll_full))
+        # the suffix starts at the first changed token, or earlier at y's first target position: a deletion that
+        # shifts y (a whole step) can leave the shared prefix running into y, where the full run has no targets
+        start = min(shared, e0 - 1)
+        jobs.setdefault(start, []).append((s, np.asarray(r.input_ids[start:e1], dtype=np.int32), e0, e1))
+    targets = {p - 1: base_ids[p] for p in range(y0, y1)}
+    base_logprob: dict[int, float] = {}
+    snap, pos = None, 0
+    for start in [*sorted(jobs), y1]:
+        if start > pos:  # advance the full run to this departure point (or to y's end), snapshot it there
+            out = run_plan(sensor, base_ids[pos:start], Plan(targets=targets, snapshots=[start]), start=snap)
+            base_logprob.update(out.target_logprob)
+            snap, pos = out.snapshots[start], start
+        for s, suffix, e0, e1 in jobs.pop(start, []):  # from scratch at start 0 (snap is None there)
+            ids = suffix.tolist()
+            res = run_plan(sensor, ids, Plan(targets={p - 1: ids[p - start] for p in range(e0, e1)}), start=snap)
+            done[s] = SetHarm(s, removed[s], _nll(res.target_logprob, e0, e1), math.nan)
+    nll_full = _nll(base_logprob, y0, y1)
+    results = []
+    for s in sets:
+        h = done[s]
+        results.append(SetHarm(s, h.tokens_removed, nll_full, 0.0) if math.isnan(h.nll)
+                       else SetHarm(s, h.tokens_removed, h.nll, h.nll - nll_full))
     single = {h.members[0]: h.harm for h in results if len(h.members) == 1}
     for h in results:
         if len(h.members) > 1 and all(m in single for m in h.members):
