@@ -98,7 +98,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -277,21 +277,17 @@ def kl_repair_trajectory(
     src = _shared_runs(sensor, full, _source_plan(full, sites, n_positions), tuple(start for start, _, _ in jobs))
     # activations from another condition's run; P_full stays the full run's
     acts = src if source == "full" else _shared_runs(sensor, donors, _source_plan(donors, sites, n_positions))
-    dels = _deleted_runs(sensor, jobs, src[longest_b].snapshots)
-    results = []
-    for b in boundaries:
-        if b in skipped:
-            results.append(skipped[b])
-            continue
+    results = dict(skipped)
+    for b, snap in _deleted_runs(sensor, jobs, src[longest_b].snapshots):  # one deleted cache held at a time
         f, r = full[b], deleted[b]
         patches = [{hook_name(site, layer): torch.stack([acts[b].mean((b, site, layer, i)) for i in range(n_positions)])}
                    for site, layer in sites]
         # P_del is the unpatched variant of the same computation, so a site that changes
         # nothing (layer 0 at an identical token, a self-patch) gives Repair 0 exactly.
-        both = run_variants(sensor, dels[b].cache, dels[b].length, r.input_ids[-n_positions:], [{}] + patches)
-        results.append(_score(traj.task_id, b, src[b].logprobs[f.n_tokens - 1], both[0], both[1:], min_kl,
-                              f.n_tokens, r.n_tokens))
-    return results
+        both = run_variants(sensor, snap.cache, snap.length, r.input_ids[-n_positions:], [{}] + patches)
+        results[b] = _score(traj.task_id, b, src[b].logprobs[f.n_tokens - 1], both[0], both[1:], min_kl,
+                            f.n_tokens, r.n_tokens)
+    return [results[b] for b in boundaries]
 
 
 def _deleted_jobs(deleted: dict[int, Rendered], n_pos: int,
@@ -315,20 +311,18 @@ def _deleted_jobs(deleted: dict[int, Rendered], n_pos: int,
 
 
 def _deleted_runs(sensor: Any, jobs: list[tuple[int, list[int], dict[int, int]]],
-                  full_snapshots: dict[int, Snapshot]) -> dict[int, Snapshot]:
-    """Run :func:`_deleted_jobs`, each from the full run's snapshot at its start (from scratch at 0)."""
-    result: dict[int, Snapshot] = {}
+                  full_snapshots: dict[int, Snapshot]) -> Iterator[tuple[int, Snapshot]]:
+    """Run :func:`_deleted_jobs`, each from the full run's snapshot at its start (from scratch at 0), yielding
+    ``(boundary, cache before its tail)`` in tail order: the forward advances from one tail to the next, so only
+    one snapshot is held at a time (memory does not grow with the number of boundaries)."""
     for start, ids, tails in jobs:
-        begin = full_snapshots.get(start)
-        if begin is not None:  # a tail at the start point: nothing deleted before it, the full run's own state
-            result.update({b: begin for b, tail in tails.items() if tail == start})
-        rest = {b: tail for b, tail in tails.items() if b not in result}
-        if rest:
-            end = max(rest.values())
-            out = run_plan(sensor, ids[start:end] if begin else ids[:end], Plan(snapshots=sorted(set(rest.values()))),
-                           start=begin)
-            result.update({b: out.snapshots[tail] for b, tail in rest.items()})
-    return result
+        snap = full_snapshots.get(start)
+        pos = start if snap is not None else 0
+        for b, tail in sorted(tails.items(), key=lambda kv: kv[1]):
+            if tail > pos:  # a tail at the start point: nothing deleted before it, the full run's own state
+                snap = run_plan(sensor, ids[pos:tail], Plan(snapshots=[tail]), start=snap).snapshots[tail]
+                pos = tail
+            yield b, snap
 
 
 def bridge_hook_name(sensor: Any, site: str, layer: int) -> str:
