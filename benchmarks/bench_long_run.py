@@ -18,10 +18,16 @@ Stages:
   is reported);
 - ``patch``: fast KL Repair, ``delete_all_reasoning``, all 9 default sites, at
   ``--patch-boundaries`` (default 10,20,30,40,50; ``all`` for every boundary);
-- ``harm``: set-level harm of reasoning units at ``--harm-boundaries``
-  (default 25,49), cardinalities 1-2, budget 5.
+- ``harm``: set-level harm at ``--harm-boundaries`` (default 49, the
+  longest history with a recorded next step) of ``--harm-sets`` candidate sets
+  (default 12: singletons of reasoning blocks spread evenly over the history,
+  early ones included, whose suffix forwards are the longest, and pairs of
+  them), through ``patching.harm.set_harms``. Every singleton of a 49-step
+  history (about 100 blocks) would cost about 100 forwards of up to 33K
+  tokens; the per-set time and the bounded memory are what this measures.
 
-Usage: ``python benchmarks/bench_long_run.py [--steps 50] [--min-tokens 20000] [--threads 1]``.
+Usage: ``python benchmarks/bench_long_run.py [--steps 50] [--min-tokens 20000] [--stages extract,patch,harm]
+[--patch-boundaries 10,20,30,40,50|all] [--threads 1]``.
 Prints a Markdown table; no asserts.
 """
 
@@ -101,12 +107,20 @@ def worker(args: argparse.Namespace) -> None:
             out["detail"] = (f"{len(bs)} boundaries x 9 sites, {sum(bool(r.skipped) for r in rows)} skipped, "
                              f"{sum(r.excluded for r in rows)} excluded (d below threshold)")
         else:
-            from patching.harm import boundary_harm
+            from interp.data.deletions import history_units
+            from patching.harm import set_harms
 
-            recs = [boundary_harm(sensor, traj, int(b), max_k=2, budget=5, max_tokens=args.max_tokens)
-                    for b in args.harm_boundaries.split(",")]
-            out["detail"] = (f"{len(recs)} boundaries, {sum(len(r.get('sets', [])) for r in recs)} sets, "
-                             f"{sum(bool(r.get('skipped')) for r in recs)} skipped")
+            n_sets = 0
+            for b in (int(x) for x in args.harm_boundaries.split(",")):
+                pool = history_units(traj, b, ["reasoning"])
+                k = max(1, (2 * args.harm_sets) // 3)
+                singles = [pool[round(i * (len(pool) - 1) / max(1, k - 1))] for i in range(k)]
+                sets = [(u,) for u in dict.fromkeys(singles)]
+                sets += [(sets[i][0], sets[-1 - i][0]) for i in range(args.harm_sets - len(sets))
+                         if sets[i][0] != sets[-1 - i][0]]
+                set_harms(sensor, traj, b, sets)
+                n_sets += len(sets)
+            out["detail"] = f"{args.harm_boundaries}: {n_sets} sets (reasoning blocks spread over the history)"
         out["wall_s"] = time.perf_counter() - started
     out["peak_rss_mb"], out["added_rss_mb"] = mem.peak / MB, mem.delta_mb
     emit(out)
@@ -118,7 +132,8 @@ def main() -> None:
     parser.add_argument("--min-tokens", type=int, default=20_000)
     parser.add_argument("--max-tokens", type=int, default=42_000)
     parser.add_argument("--patch-boundaries", default="10,20,30,40,50")
-    parser.add_argument("--harm-boundaries", default="25,49")
+    parser.add_argument("--harm-boundaries", default="49")
+    parser.add_argument("--harm-sets", type=int, default=12)
     parser.add_argument("--stages", default="extract,patch,harm")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--worker", choices=["extract", "patch", "harm"])
@@ -131,6 +146,7 @@ def main() -> None:
     for stage in args.stages.split(","):
         flags = [f"--steps={args.steps}", f"--min-tokens={args.min_tokens}", f"--max-tokens={args.max_tokens}",
                  f"--patch-boundaries={args.patch_boundaries}", f"--harm-boundaries={args.harm_boundaries}",
+                 f"--harm-sets={args.harm_sets}",
                  f"--threads={args.threads}", f"--worker={stage}"]
         res = run_worker(Path(__file__), flags)
         print(json.dumps(res), flush=True)
