@@ -180,3 +180,22 @@ def test_every_analysis_accepts_steps_without_reasoning(tiny_sensor, mini_trajec
     after_empty = boundary_harm(tiny_sensor, traj, 3, max_k=2, budget=2)
     assert after_empty["sets"] and all(np.isfinite(s["harm"]) for s in after_empty["sets"])
     json.dumps(after_empty, allow_nan=False)
+
+
+def test_fallback_template_writes_no_think_section_for_a_step_without_reasoning(mini_trajectory):
+    """SmolLM2 (fallback convention): the empty step's turn is its action alone; blank = empty, byte for byte."""
+    from interp.sensor.models import SPECS, load_tokenizer
+
+    SPECS["smollm2-135m"].fetch()
+    tok = load_tokenizer("smollm2-135m")
+    raw = mini_trajectory.to_json()
+    for blank in BLANKS:
+        traj = _emptied(raw, {1}, blank)
+        for b in range(1, traj.n_steps + 1):
+            r = render(traj, b, tok)
+            assert r.mode == "fallback"
+            assert r.text.count("<think>\n") == b - (b >= 2)  # every step with reasoning, not step 2
+            assert r.text == render(_emptied(raw, {1}), b, tok).text
+            if b >= 2:
+                (action,) = r.spans("action", step=2)
+                assert r.text[:action.char_start].endswith("<|im_start|>assistant\n")  # no think before it
