@@ -19,9 +19,17 @@ non-overlapping units; with ``max_k >= 3`` every pair inside a sampled triple
 is measured as well (after the sampled pairs), so each triple can be
 reconstructed from its pairs. The render of ``H \\ A`` shares every token
 before the earliest deleted unit with the full render, so one forward of the
-full render snapshots the cache at each such point and each set only runs its
-suffix (exact; tested against recomputation from scratch with
-``share_prefix=False``).
+full render, advanced from one such point to the next, snapshots the cache
+there and each set only runs its suffix from it (exact; tested against
+recomputation from scratch with ``share_prefix=False``). Memory is bounded in
+the number of sets: one snapshot is held at a time, and a set is kept only as
+its token suffix until it runs.
+
+A boundary whose teacher-forced render (history and y, the longest forward:
+deletions only remove) exceeds ``max_tokens`` or the model's positions is not
+run; it is listed under ``skipped`` (``interp.extraction.limits``). A step
+without reasoning has no ``reasoning`` unit, so a boundary whose steps 1..b
+have none has no reasoning candidates (its record has no sets).
 
 Aggregates (``summarize_harm``, no model). A set's harm is predicted from its
 members' singleton harms by each ``AGGREGATORS`` rule: ``sum`` (the additive
@@ -54,6 +62,7 @@ Fields of ``harm.json`` (``FIELDS``; ``summarize_harm`` writes them):
 | ``aggregates`` | ``[n_aggregates] of {aggregator, cardinality, n_sets, n_pairs, pair_accuracy, mae}`` | object | accuracy: fraction; mae: nats/token | one row per aggregator (sum, mean, max, min) and cardinality ("2", "3", ... and "all" = sets of size >= 2): n_sets with all singletons measured, n_pairs counted at the margin, pair_accuracy (null without a counted pair), mae of predicting set harm by the aggregate of singleton harms (null without sets) |
 | ``per_cardinality`` | ``{k: {mean_interaction, n_sets, mae_pairwise, n_pairwise}}`` | object | interaction, mae: nats/token | per set size k >= 2 (keys are strings): mean interaction over sets (null without sets), n_sets (sets with an interaction); for k = 3 mae_pairwise of the reconstruction from singletons plus pairwise interactions over the n_pairwise triples with all three pairs measured (null otherwise) |
 | ``boundaries`` | ``[n_boundaries] of {task_id, after_step, units, target, target_tokens, nll_full, sets}`` | object | nats/token | one boundary_harm record per boundary: units = kinds drawn from; target = the recorded next output y (text) and target_tokens its token count; nll_full = NLL(y given H); sets = [{members: [[kind, step, index], ...], tokens_removed, nll, harm, interaction}] (index null for a step unit), harm = NLL(y given H minus A) - NLL(y given H), interaction = harm - sum of its singleton harms (null for singletons) |
+| ``skipped`` | ``[n_skipped] of {task_id, after_step, n_tokens, reason}`` | object | n_tokens: tokens | boundaries not run: the teacher-forced render (n_tokens) exceeds max_tokens or the model's positions; in no aggregate |
 | ``model`` | ``{...}`` | object or null | - | the sensor's describe() (null when not given) |
 """
 
@@ -70,6 +79,7 @@ import numpy as np
 
 from interp.data.deletions import UNIT_KINDS, Unit, delete_units, history_units, parse_unit_kinds, units_overlap
 from interp.extraction.extract import lcp
+from interp.extraction.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit, skip_record
 from interp.schema import fields_from_doc, schema_dict
 from interp.sensor.forward import Plan, run_plan
 from interp.data.render import Rendered, render
@@ -131,8 +141,10 @@ def _target(traj: Trajectory, b: int, units: Iterable[Unit], tok: Any) -> tuple[
     if nxt.input_ids[: prompt.n_tokens] != prompt.input_ids:
         raise ValueError(f"{traj.task_id}@{b}: the prompt at b is not a token prefix of the render at b+1; "
                          "the recorded next output cannot be teacher-forced exactly with this template")
-    y1 = max(s.end for s in nxt.spans("action", step=b2 + 1))
-    return nxt, prompt.n_tokens, y1
+    ends = [s.end for s in nxt.spans(step=b2 + 1) if s.kind in ("reasoning_block", "action")]
+    if not ends:
+        raise ValueError(f"{traj.task_id}@{b}: step {b + 1} has neither reasoning nor an action to teacher-force")
+    return nxt, prompt.n_tokens, max(ends)
 
 
 def _nll(out_logprob: dict[int, float], y0: int, y1: int) -> float:
@@ -178,35 +190,52 @@ def candidate_sets(traj: Trajectory, b: int, max_k: int = 3, budget: int = 20, s
 
 def set_harms(sensor: Any, traj: Trajectory, b: int, sets: list[tuple[Unit, ...]],
               share_prefix: bool = True) -> tuple[float, list[SetHarm]]:
-    """``NLL(y | H)`` and the harm of every set at boundary ``b`` (b < n_steps)."""
+    """``NLL(y | H)`` and the harm of every set at boundary ``b`` (b < n_steps).
+
+    Memory stays bounded in the number of sets: each set's render is kept only
+    as its token suffix from where it departs from the full render (int32), and
+    the full run advances from one departure point to the next holding one
+    cache snapshot at a time (the suffixes that start there run from it).
+    """
     if not 1 <= b < traj.n_steps:
         raise ValueError(f"{traj.task_id}: harm needs a recorded next step: b in 1..{traj.n_steps - 1}, got {b}")
     tok = sensor.tokenizer
     full, y0, y1 = _target(traj, b, (), tok)
-    edited = {s: _target(traj, b, s, tok) for s in sets}
-    for s, (r, e0, e1) in edited.items():
-        if r.input_ids[e0:e1] != full.input_ids[y0:y1]:
+    base_ids = full.input_ids[:y1]
+    jobs: dict[int, list[tuple[tuple[Unit, ...], np.ndarray, int, int]]] = {}  # start -> (set, suffix, e0, e1)
+    done: dict[tuple[Unit, ...], SetHarm] = {}
+    removed: dict[tuple[Unit, ...], int] = {}
+    for s in sets:
+        r, e0, e1 = _target(traj, b, s, tok)
+        if r.input_ids[e0:e1] != base_ids[y0:y1]:
             raise ValueError(f"{traj.task_id}@{b}: deleting {list(s)} changes the tokens of the recorded next output")
-    shared = {s: lcp(r.input_ids, full.input_ids[:y1]) if share_prefix else 0 for s, (r, _, _) in edited.items()}
-    # nothing of y's context changed (e.g. the empty set): harm is exactly 0
-    same = {s for s, (r, e0, e1) in edited.items() if (e0, e1) == (y0, y1) and shared[s] >= e1}
-    # the suffix starts at the first changed token, or earlier at y's first target position: a deletion that shifts
-    # y (a whole step) can leave the shared prefix running into y, where the full run has no target log-probs
-    starts = {s: min(shared[s], e0 - 1) for s, (_, e0, _) in edited.items()}
-    plan = Plan(targets={p - 1: full.input_ids[p] for p in range(y0, y1)},
-                snapshots=sorted({starts[s] for s in edited if s not in same and starts[s] > 0}))
-    base = run_plan(sensor, full.input_ids[:y1], plan)
-    nll_full = _nll(base.target_logprob, y0, y1)
-    results = []
-    for s, (r, e0, e1) in edited.items():
-        if s in same:
-            results.append(SetHarm(s, full.n_tokens - r.n_tokens, nll_full, 0.0))
+        removed[s] = full.n_tokens - r.n_tokens
+        shared = lcp(r.input_ids, base_ids) if share_prefix else 0
+        if (e0, e1) == (y0, y1) and shared >= e1:  # nothing of y's context changed (e.g. the empty set): harm 0
+            done[s] = SetHarm(s, removed[s], math.nan, 0.0)
             continue
-        snap = base.snapshots.get(starts[s])
-        out = run_plan(sensor, r.input_ids[starts[s]:e1] if snap else r.input_ids[:e1],
-                       Plan(targets={p - 1: r.input_ids[p] for p in range(e0, e1)}), start=snap)
-        nll = _nll(out.target_logprob, e0, e1)
-        results.append(SetHarm(s, full.n_tokens - r.n_tokens, nll, nll - nll_full))
+        # the suffix starts at the first changed token, or earlier at y's first target position: a deletion that
+        # shifts y (a whole step) can leave the shared prefix running into y, where the full run has no targets
+        start = min(shared, e0 - 1)
+        jobs.setdefault(start, []).append((s, np.asarray(r.input_ids[start:e1], dtype=np.int32), e0, e1))
+    targets = {p - 1: base_ids[p] for p in range(y0, y1)}
+    base_logprob: dict[int, float] = {}
+    snap, pos = None, 0
+    for start in [*sorted(jobs), y1]:
+        if start > pos:  # advance the full run to this departure point (or to y's end), snapshot it there
+            out = run_plan(sensor, base_ids[pos:start], Plan(targets=targets, snapshots=[start]), start=snap)
+            base_logprob.update(out.target_logprob)
+            snap, pos = out.snapshots[start], start
+        for s, suffix, e0, e1 in jobs.pop(start, []):  # from scratch at start 0 (snap is None there)
+            ids = suffix.tolist()
+            res = run_plan(sensor, ids, Plan(targets={p - 1: ids[p - start] for p in range(e0, e1)}), start=snap)
+            done[s] = SetHarm(s, removed[s], _nll(res.target_logprob, e0, e1), math.nan)
+    nll_full = _nll(base_logprob, y0, y1)
+    results = []
+    for s in sets:
+        h = done[s]
+        results.append(SetHarm(s, h.tokens_removed, nll_full, 0.0) if math.isnan(h.nll)
+                       else SetHarm(s, h.tokens_removed, h.nll, h.nll - nll_full))
     single = {h.members[0]: h.harm for h in results if len(h.members) == 1}
     for h in results:
         if len(h.members) > 1 and all(m in single for m in h.members):
@@ -215,11 +244,16 @@ def set_harms(sensor: Any, traj: Trajectory, b: int, sets: list[tuple[Unit, ...]
 
 
 def boundary_harm(sensor: Any, traj: Trajectory, b: int, max_k: int = 3, budget: int = 20,
-                  seed: int = 0, units: Sequence[str] = ("reasoning",)) -> dict[str, Any]:
-    """One boundary's ``harm.json`` record: the recorded next output, its NLL and every candidate set's harm."""
+                  seed: int = 0, units: Sequence[str] = ("reasoning",),
+                  max_tokens: int = DEFAULT_MAX_TOKENS) -> dict[str, Any]:
+    """One boundary's ``harm.json`` record: the recorded next output, its NLL and every candidate set's harm
+    (or, over ``max_tokens``, a ``skipped`` record: task_id, after_step, n_tokens, reason)."""
     kinds = parse_unit_kinds(units)
-    nll, sets = set_harms(sensor, traj, b, candidate_sets(traj, b, max_k, budget, seed, kinds))
     full, y0, y1 = _target(traj, b, (), sensor.tokenizer)
+    reason = over_limit(y1, context_limit(sensor, max_tokens))
+    if reason:
+        return {**skip_record(traj.task_id, b, y1, reason), "skipped": True}
+    nll, sets = set_harms(sensor, traj, b, candidate_sets(traj, b, max_k, budget, seed, kinds))
     return {"task_id": traj.task_id, "after_step": b, "units": list(kinds),
             "target": full.text[full.offsets[y0][0]:full.offsets[y1 - 1][1]], "target_tokens": y1 - y0,
             "nll_full": nll,
@@ -266,6 +300,9 @@ def summarize_harm(per_boundary: list[dict[str, Any]], model: dict[str, Any] | N
     MAE; per cardinality: mean interaction and the pairwise reconstruction of
     triples. ``model`` is the sensor's ``describe()``.
     """
+    skipped = [{k: row[k] for k in ("task_id", "after_step", "n_tokens", "reason")}
+               for row in per_boundary if row.get("skipped")]
+    per_boundary = [row for row in per_boundary if not row.get("skipped")]
     kinds: set[str] = set()
     sizes: set[int] = set()
     interactions: dict[int, list[float]] = {}
@@ -311,5 +348,6 @@ def summarize_harm(per_boundary: list[dict[str, Any]], model: dict[str, Any] | N
                                      "n_pairwise": len(pairwise.get(3, [])) if k == 3 else 0}
                             for k, v in sorted(interactions.items())},
         "boundaries": per_boundary,
+        "skipped": skipped,
         "model": model,
     }

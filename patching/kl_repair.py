@@ -68,6 +68,11 @@ Two paths give the same numbers (parity-tested within 1e-4):
 Sites are ``(site, layer)`` pairs; ``default_sites`` gives ``resid_pre`` of
 every layer plus the final ``resid_post`` (Repair there is exactly 1).
 
+Over-long boundaries (``interp.extraction.limits``): a boundary whose full,
+deleted or donor render exceeds ``max_tokens`` (or the model's positions) is
+not run; it is listed under ``skipped`` with its length, and the other
+boundaries of the run are scored as usual.
+
 Fields of ``kl_repair.json`` (``FIELDS``; ``summarize`` writes them):
 
 | name | shape | dtype | units | meaning |
@@ -91,6 +96,7 @@ Fields of ``kl_repair.json`` (``FIELDS``; ``summarize`` writes them):
 | ``n_samples`` | ``[]`` | int | samples | kept samples: d = KL(P_full ‖ P_del) > d_threshold |
 | ``n_excluded`` | ``[]`` | int | samples | samples with d <= d_threshold (left out of every summary) |
 | ``excluded`` | ``[n_excluded]`` | str | - | the excluded samples as task_id@after_step |
+| ``skipped`` | ``[n_skipped] of {task_id, after_step, n_tokens, reason}`` | object | n_tokens: tokens | boundaries not run because a render (full, deleted or donor) exceeds max_tokens or the model's positions; n_tokens = the longer of the full and deleted renders; in no summary |
 | ``per_sample`` | ``[n_rows] of {task_id, after_step, d, kl_patch, repair, top1, n_tokens_full, n_tokens_deleted, excluded}`` | object | d, kl_patch: nats; repair: unitless; n_tokens: tokens | every sample: d = KL(P_full ‖ P_del) (float32 arithmetic), kl_patch = KL(P_full ‖ P_patch) per site, repair and top1 per site (repair null when excluded), render lengths |
 """
 
@@ -98,7 +104,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -106,6 +112,7 @@ import torch
 
 from interp.data.conditions import apply_condition
 from interp.extraction.extract import lcp
+from interp.extraction.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit, skip_record
 from interp.schema import fields_from_doc, schema_dict
 from interp.sensor.forward import Plan, Snapshot, logit_dtype, run_plan
 from interp.sensor.hooks import hook_name
@@ -178,6 +185,7 @@ class BoundaryRepair:
     excluded: bool = False
     n_tokens_full: int = 0
     n_tokens_deleted: int = 0
+    skipped: str = ""  # why the boundary was not run (over the context limit); "" when it was
 
 
 def boundary_renders(sensor: Any, traj: Trajectory, condition: str, boundaries: list[int],
@@ -236,12 +244,14 @@ def kl_repair_trajectory(
     condition_params: dict[str, Any] | None = None,
     min_kl: float | None = None,
     source: str = "full",
+    max_tokens: int = DEFAULT_MAX_TOKENS,
 ) -> list[BoundaryRepair]:
     """Repair of every site at every requested boundary of ``traj`` (see module docstring).
 
     ``source`` is the condition whose run supplies the patched activations and
     ``P_full`` (``full``; patching from the deleted run itself gives Repair 0).
     ``min_kl`` is the exclusion threshold on d (default: :func:`threshold_for` the sensor).
+    A boundary with a render over ``max_tokens`` gets a row with ``skipped`` set and is not run.
     """
     if method not in ("fast", "reference"):
         raise ValueError(f"method must be 'fast' or 'reference', got {method!r}")
@@ -254,26 +264,36 @@ def kl_repair_trajectory(
         _check_tail(full[b], deleted[b], n_positions)
     donors = full if source == "full" else {
         b: render(apply_condition(source, traj, b, **params)[0], b, sensor.tokenizer) for b in boundaries}
+    limit = context_limit(sensor, max_tokens)
+    lengths = {b: max(full[b].n_tokens, deleted[b].n_tokens, donors[b].n_tokens) for b in boundaries}
+    skipped = {b: BoundaryRepair(traj.task_id, b, float("nan"), n_tokens_full=full[b].n_tokens,
+                                 n_tokens_deleted=deleted[b].n_tokens, skipped=reason)
+               for b in boundaries if (reason := over_limit(lengths[b], limit))}
+    run = [b for b in boundaries if b not in skipped]
+    if not run:
+        return [skipped[b] for b in boundaries]
+    full, deleted, donors = ({b: x[b] for b in run} for x in (full, deleted, donors))
     if method == "reference":
-        return [_score(traj.task_id, b, *_reference_boundary(sensor, full[b], donors[b], deleted[b], sites, n_positions),
-                       min_kl, full[b].n_tokens, deleted[b].n_tokens) for b in boundaries]
-    longest = max(full, key=lambda b: full[b].n_tokens)  # its forward is the shared one in _shared_runs
-    jobs = _deleted_jobs(deleted, n_positions, full[longest].input_ids)
+        done = {b: _score(traj.task_id, b, *_reference_boundary(sensor, full[b], donors[b], deleted[b], sites,
+                                                                n_positions),
+                          min_kl, full[b].n_tokens, deleted[b].n_tokens) for b in run}
+        return [done.get(b) or skipped[b] for b in boundaries]
+    longest_b = max(full, key=lambda b: full[b].n_tokens)  # its forward is the shared one in _shared_runs
+    jobs = _deleted_jobs(deleted, n_positions, full[longest_b].input_ids)
     src = _shared_runs(sensor, full, _source_plan(full, sites, n_positions), tuple(start for start, _, _ in jobs))
     # activations from another condition's run; P_full stays the full run's
     acts = src if source == "full" else _shared_runs(sensor, donors, _source_plan(donors, sites, n_positions))
-    dels = _deleted_runs(sensor, jobs, src[longest].snapshots)
-    results = []
-    for b in boundaries:
+    results = dict(skipped)
+    for b, snap in _deleted_runs(sensor, jobs, src[longest_b].snapshots):  # one deleted cache held at a time
         f, r = full[b], deleted[b]
         patches = [{hook_name(site, layer): torch.stack([acts[b].mean((b, site, layer, i)) for i in range(n_positions)])}
                    for site, layer in sites]
         # P_del is the unpatched variant of the same computation, so a site that changes
         # nothing (layer 0 at an identical token, a self-patch) gives Repair 0 exactly.
-        both = torch.log_softmax(patched_logits(sensor, dels[b], r.input_ids[-n_positions:], [{}] + patches), dim=-1)
-        results.append(_score(traj.task_id, b, src[b].logprobs[f.n_tokens - 1], both[0], both[1:], min_kl,
-                              f.n_tokens, r.n_tokens))
-    return results
+        both = torch.log_softmax(patched_logits(sensor, snap, r.input_ids[-n_positions:], [{}] + patches), dim=-1)
+        results[b] = _score(traj.task_id, b, src[b].logprobs[f.n_tokens - 1], both[0], both[1:], min_kl,
+                            f.n_tokens, r.n_tokens)
+    return [results[b] for b in boundaries]
 
 
 def _deleted_jobs(deleted: dict[int, Rendered], n_pos: int,
@@ -297,20 +317,18 @@ def _deleted_jobs(deleted: dict[int, Rendered], n_pos: int,
 
 
 def _deleted_runs(sensor: Any, jobs: list[tuple[int, list[int], dict[int, int]]],
-                  full_snapshots: dict[int, Snapshot]) -> dict[int, Snapshot]:
-    """Run :func:`_deleted_jobs`, each from the full run's snapshot at its start (from scratch at 0)."""
-    result: dict[int, Snapshot] = {}
+                  full_snapshots: dict[int, Snapshot]) -> Iterator[tuple[int, Snapshot]]:
+    """Run :func:`_deleted_jobs`, each from the full run's snapshot at its start (from scratch at 0), yielding
+    ``(boundary, cache before its tail)`` in tail order: the forward advances from one tail to the next, so only
+    one snapshot is held at a time (memory does not grow with the number of boundaries)."""
     for start, ids, tails in jobs:
-        begin = full_snapshots.get(start)
-        if begin is not None:  # a tail at the start point: nothing deleted before it, the full run's own state
-            result.update({b: begin for b, tail in tails.items() if tail == start})
-        rest = {b: tail for b, tail in tails.items() if b not in result}
-        if rest:
-            end = max(rest.values())
-            out = run_plan(sensor, ids[start:end] if begin else ids[:end], Plan(snapshots=sorted(set(rest.values()))),
-                           start=begin)
-            result.update({b: out.snapshots[tail] for b, tail in rest.items()})
-    return result
+        snap = full_snapshots.get(start)
+        pos = start if snap is not None else 0
+        for b, tail in sorted(tails.items(), key=lambda kv: kv[1]):
+            if tail > pos:  # a tail at the start point: nothing deleted before it, the full run's own state
+                snap = run_plan(sensor, ids[pos:tail], Plan(snapshots=[tail]), start=snap).snapshots[tail]
+                pos = tail
+            yield b, snap
 
 
 def bridge_hook_name(sensor: Any, site: str, layer: int) -> str:
@@ -389,8 +407,11 @@ def summarize(rows: list[BoundaryRepair], sites: list[tuple[str, int]], conditio
     model = sensor.describe()
     threshold, rule = (threshold_for(model) if threshold is None
                        else (float(threshold), f"given: {float(threshold):.3g} nats"))
+    skipped = [skip_record(r.task_id, r.after_step, max(r.n_tokens_full, r.n_tokens_deleted), r.skipped)
+               for r in rows if r.skipped]
     rows = [r if r.excluded or r.d > threshold else
-            BoundaryRepair(**{**vars(r), "excluded": True, "repair": [float("nan")] * len(r.repair)}) for r in rows]
+            BoundaryRepair(**{**vars(r), "excluded": True, "repair": [float("nan")] * len(r.repair)})
+            for r in rows if not r.skipped]
     kept = [r for r in rows if not r.excluded]
     values = np.array([r.repair for r in kept], dtype=float).reshape(len(kept), len(sites))
     top1 = np.array([r.top1 for r in kept], dtype=float).reshape(len(kept), len(sites))
@@ -412,6 +433,7 @@ def summarize(rows: list[BoundaryRepair], sites: list[tuple[str, int]], conditio
         "d_threshold": threshold, "d_threshold_rule": rule,
         "n_samples": len(kept), "n_excluded": len(rows) - len(kept),
         "excluded": [f"{r.task_id}@{r.after_step}" for r in rows if r.excluded],
+        "skipped": skipped,
         "per_sample": [{"task_id": r.task_id, "after_step": r.after_step, "d": r.d, "kl_patch": r.kl_patch,
                         "repair": r.repair,
                         "top1": r.top1, "n_tokens_full": r.n_tokens_full, "n_tokens_deleted": r.n_tokens_deleted,

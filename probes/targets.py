@@ -36,6 +36,12 @@ any fires):
   configured and the text that matched. Example: "Wait, the config is
   elsewhere." at step 4 -> ``{"rule": "replanning", "step": 4, "cue": "wait,", "matched": "Wait,"}``.
 
+A step without reasoning (no non-blank block) counts as 0 characters of
+reasoning: it lowers the running norm (a mean over all steps 1..b), never
+surges and never holds a cue; its tool calls still count for
+``rederivation``. A running norm of 0 (steps 1..b all without reasoning)
+fires no ``reasoning_surge``.
+
 Every evidence entry names the later ``step`` (1-based) and the ``cue``
 that fired (the tool for a re-issued call, the length comparison for a
 surge, the cue phrase for replanning). The replanning cues (``REPLAN_CUES``
@@ -151,6 +157,11 @@ def _call_key(tool: str, arguments: object) -> tuple[str, str]:
     return tool, re.sub(r"\s+", " ", text).lower()
 
 
+def _reasoning_chars(step: Any) -> int:
+    """Characters of a step's reasoning; 0 for a step without reasoning (whitespace is not reasoning)."""
+    return len(step.reasoning) if step.blocks else 0
+
+
 def label_target(traj: Trajectory, b: int, config: TargetLabelerConfig = TargetLabelerConfig()) -> TargetLabel:
     """Apply the three rules to the later steps of boundary ``b`` (1 <= b < n_steps: the last boundary has no label)."""
     if not 1 <= b < traj.n_steps:
@@ -161,7 +172,7 @@ def label_target(traj: Trajectory, b: int, config: TargetLabelerConfig = TargetL
     for s, step in enumerate(traj.steps[:b], start=1):
         for c in step.action.calls:
             earlier.setdefault(_call_key(c.tool, c.arguments), s)
-    norm = sum(len(s.reasoning) for s in traj.steps[:b]) / b
+    norm = sum(_reasoning_chars(s) for s in traj.steps[:b]) / b
     cues = {c.lower(): c for c in config.cues}
     cue_re = re.compile("|".join(re.escape(c) for c in config.cues), re.I)
     last = traj.n_steps if config.window is None else min(traj.n_steps, b + config.window)
@@ -173,10 +184,11 @@ def label_target(traj: Trajectory, b: int, config: TargetLabelerConfig = TargetL
                 label.evidence.append({"rule": "rederivation", "step": t, "cue": call.tool, "tool": call.tool,
                                        "repeats_step": first})
         threshold = config.surge_factor * norm
-        if norm and len(step.reasoning) > threshold:
+        chars = _reasoning_chars(step)
+        if norm and chars > threshold:
             label.evidence.append({"rule": "reasoning_surge", "step": t,
-                                   "cue": f"{len(step.reasoning)} > {config.surge_factor} x {norm:.1f} chars",
-                                   "chars": len(step.reasoning), "running_norm": round(norm, 1),
+                                   "cue": f"{chars} > {config.surge_factor} x {norm:.1f} chars",
+                                   "chars": chars, "running_norm": round(norm, 1),
                                    "threshold": round(threshold, 1)})
         match = cue_re.search(step.reasoning)
         if match:

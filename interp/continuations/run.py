@@ -37,7 +37,7 @@ Fields of ``interventions.json`` (``FIELDS``; ``interventions_document`` builds 
 | ``settings`` | ``{...}`` | object | - | RunSettings.to_json(): conditions, samples, max_new_tokens (the limit used), max_new_tokens_source ("given" or how it was measured), seed, temperature and top_p (samples only), max_tokens |
 | ``summary`` | ``{condition: {mean_score, ci, greedy_mean_score, mean_score_truncated_as_zero, n_states, n_scored_states, n_tasks, n_generations, truncated, truncation_rate, parse_failures, parse_failure_rate, reacquisition_rate}}`` | object | score: rubric, 0..1; rates: fraction | per condition: mean_score = mean over states of the state's mean score over its generations that were not truncated (null without such states); ci = 95% task-bootstrap [lo, hi] or null; greedy_mean_score (greedy generations not truncated); mean_score_truncated_as_zero = the same with truncated generations scored 0 (a lower bound); n_scored_states = states with a generation that was not truncated; truncated = generations cut off by max_new_tokens, truncation_rate = truncated / n_generations; parse_failures = generations that ended without a readable action (not truncated), parse_failure_rate = parse_failures / n_generations; reacquisition_rate = fraction of generations re-running a command or re-reading a file of the hidden step (null when that step has no tool call) |
 | ``n_states`` | ``[]`` | int | states | states continued |
-| ``skipped`` | ``[n_skipped] of {state_id, condition, n_prompt_tokens, reason}`` | object | tokens | state x condition units whose prompt exceeds max_tokens (recorded, not truncated) |
+| ``skipped`` | ``[n_skipped] of {state_id, condition, task_id, after_step, n_tokens, n_prompt_tokens, reason}`` | object | tokens | state x condition units whose prompt (n_tokens = n_prompt_tokens) exceeds max_tokens or the model's positions (recorded, not run, never truncated; ``interp.extraction.limits``) |
 | ``rows`` | ``[n_rows] of {state_id, task_id, domain, after_step, condition, sample, seed, text, parsed, parse_failure, truncated, stop_reason, score, checks, reacquired, hidden_step, n_prompt_tokens, n_new_tokens, stopped, edit}`` | object | score: rubric, 0..1 or null; n_*_tokens: tokens | one per state x condition x generation: sample = greedy or the sample index; parsed = {status, reasoning, calls, text, error}; truncated = cut off by max_new_tokens (then score null, checks [], parse_failure false); stop_reason = end_of_turn, action_end or max_new_tokens; checks = [{check, passed, ...}]; stopped = the turn ended before the limit; edit = the condition's edit log |
 | ``states_file`` | ``[]`` | str or null | - | the states file (null when the states were given in memory) |
 | ``trajectories_file`` | ``[]`` | str or null | - | the trajectories file (null when given in memory) |
@@ -66,7 +66,7 @@ from interp.stats import task_bootstrap_ci
 from interp.continuations.generation import STOP_RULE, generate_turn, measured_max_new_tokens, sample_seed
 from interp.continuations.scoring import reacquires, score_turn
 from interp.continuations.states import State
-from interp.extraction.limits import DEFAULT_MAX_TOKENS
+from interp.extraction.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit, skip_record
 
 CONTINUATION_CONDITIONS = ("full", "keep_latest_reasoning", "delete_latest_reasoning", "delete_all_reasoning",
                            "clear_after_code", "hide_observation", "hide_stderr")
@@ -135,6 +135,7 @@ def continue_states(sensor: Any, states: Sequence[State], trajectories: Sequence
         limit, how = measured_max_new_tokens(trajectories, sensor.tokenizer)
         settings = replace(settings, max_new_tokens=limit, max_new_tokens_source=how)
     by_id = {t.task_id: t for t in trajectories}
+    limit = context_limit(sensor, settings.max_tokens)
     units: dict[str, tuple[State, str, Rendered, dict[str, Any]]] = {}
     skipped = []
     for state in states:
@@ -143,10 +144,11 @@ def continue_states(sensor: Any, states: Sequence[State], trajectories: Sequence
             params = {"step": state.hidden_step} if condition in HIDING_CONDITIONS else {}
             edited, log = apply_condition(condition, traj, state.after_step, **params)
             rendered = render(edited, state.after_step, sensor.tokenizer)
-            if rendered.n_tokens > settings.max_tokens:
+            reason = over_limit(rendered.n_tokens, limit)
+            if reason:
                 skipped.append({"state_id": state.state_id, "condition": condition,
-                                "n_prompt_tokens": rendered.n_tokens,
-                                "reason": f"prompt over max_tokens={settings.max_tokens}"})
+                                **skip_record(state.task_id, state.after_step, rendered.n_tokens, reason),
+                                "n_prompt_tokens": rendered.n_tokens})
                 continue
             units[_unit_key(state, condition, rendered)] = (state, condition, rendered, log.to_json())
 

@@ -32,6 +32,11 @@ only that step's reasoning is in context.
 | hide_observation         | the observation of step k (default b) -> ``[output hidden]``          |
 | clear_after_code         | the reasoning of steps 1..k, k = latest step <= b whose action wrote code or a file |
 
+A step without reasoning (no block) is left as it is by every condition:
+the deletions have nothing to remove in it, ICLR does not score it (N = 0
+drops nothing; no scorer call), ``random`` records ``n = 0`` units, ``k = 0``
+and fraction 0 (its whitespace, if any, is not counted as reasoning tokens).
+
 ``random`` counts tokens of the ``tokenizer`` parameter (an HF tokenizer: the
 sensor's; the step's reasoning is tokenized on its own with offsets); the k =
 round(r * n) chosen tokens' characters are deleted. Without a tokenizer the
@@ -242,8 +247,8 @@ def random_tokens(traj: Trajectory, after_step: int, log: EditLog, counter: Toke
         log.notes.append("no tokenizer: the fraction r is measured in characters")
     steps = list(traj.steps)
     for t in range(1, after_step + 1):
-        text = steps[t - 1].reasoning
-        units = token_spans(text, tokenizer)
+        text = steps[t - 1].reasoning if steps[t - 1].blocks else ""  # no block: no reasoning tokens
+        units = token_spans(text, tokenizer) if text else []
         k = math.floor(r * len(units) + 0.5)
         chosen = _random.Random(f"{seed}:{traj.task_id}:{t}").sample(range(len(units)), k)
         gone = [False] * len(text)

@@ -19,9 +19,9 @@ len(calls)`` for every tool-call step that had results), and the edited
 trajectory passes the schema of the trajectory format and renders. A step left
 with nothing (no reasoning block, no call or text, no observation) is removed
 as a whole, exactly like a ``step`` unit. Deleting every reasoning block of a
-step leaves it with empty reasoning, as ``delete_all_reasoning`` does: the
-trajectory validator flags that as a data-quality problem of *recorded* runs
-("empty reasoning"), which a deletion creates on purpose; nothing else is flagged.
+step leaves it with empty reasoning, as ``delete_all_reasoning`` does: a valid
+step without reasoning (the validator lists it as a note only). A step that
+had no reasoning to begin with has no ``reasoning`` unit.
 
 Units overlap when one deletion contains the other (a step and any unit of it;
 an observation and the tool exchange of the same index); :func:`delete_units`

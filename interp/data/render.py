@@ -24,6 +24,24 @@ blocks is glue, and a ``reasoning_block`` span covers the block verbatim,
 except whitespace at the edges of the whole reasoning (glue, so a template
 that strips the reasoning's edges cannot move a span).
 
+A step without reasoning (no non-blank block: empty or whitespace-only
+reasoning, recorded so or left so by a deletion) renders as a turn that has
+no reasoning at all; its whitespace is not rendered. In every mode that
+means no think section:
+
+- *native, field*: the turn has no ``reasoning_content``, and the template
+  decides. The tiny model's Qwen-style template writes ``<think>`` only when
+  ``reasoning_content`` is non-empty, so nothing is written (the same as
+  Qwen3's own template for a historical turn without reasoning); a template
+  that always opens a think section writes an empty one, as glue;
+- *native, inline* and *fallback* (SmolLM2): the library's own convention
+  writes no ``<think>\n\n</think>`` section: the assistant content is the
+  action alone, as the agent produced it.
+
+So a step with empty reasoning renders exactly like the same step with
+whitespace-only reasoning or with every block deleted (``delete_all_reasoning``),
+and it has no ``reasoning_block`` span.
+
 Templates:
 
 - *native*: templates that know ``tools`` / ``tool_calls`` (Qwen family).
@@ -197,9 +215,11 @@ def _messages(traj: Trajectory, steps: tuple[Step, ...], mode: str, inline: bool
 
 def _reasoning_text(reasoning: str, t: int, put: Any) -> str:
     """The step's reasoning exactly as recorded, each block put as a piece (verbatim, except that
-    whitespace at the edges of the whole reasoning stays glue); separators stay glue."""
+    whitespace at the edges of the whole reasoning stays glue); separators stay glue; ``""`` without a block."""
     out, cursor = [], 0
     spans = block_char_spans(reasoning)
+    if not spans:
+        return ""  # no reasoning: no think section (module docstring)
     for k, (s, e) in enumerate(spans):
         if k == 0:
             s += len(reasoning[s:e]) - len(reasoning[s:e].lstrip())

@@ -12,6 +12,14 @@ unless ``allow_control_tokens``: rendered, such text would silently become the
 template's real control tokens (end a turn, open a reasoning block). With
 ``allow_control_tokens`` the text is kept as written, and renders that way.
 
+Three severities. *Problems* (schema errors, annotation ranges, observation
+counts) make a line invalid. *Warnings* do not: a tool called that is not in
+the declared ``tools`` (real logs omit schemas of tools a harness adds); with
+``strict`` they are problems. *Notes* are facts, never errors: a step whose
+reasoning has no non-blank block is valid and has zero reasoning blocks (real
+agents often act without writing reasoning); ``interp validate --strict``
+lists them.
+
 Objects are frozen: history conditions return edited copies
 (``dataclasses.replace``), never mutate.
 """
@@ -21,6 +29,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -307,18 +316,31 @@ def _schema_problems(raw: Any) -> list[tuple[str, str]]:
     return problems
 
 
-def _semantic_problems(raw: Mapping[str, Any]) -> list[tuple[str, str]]:
-    problems = []
+NO_REASONING = "no reasoning (the step acts without reasoning blocks; valid)"
+
+
+@dataclass
+class Findings:
+    """What the semantic checks of one record found, by severity: ``(field, message)`` pairs."""
+
+    problems: list[tuple[str, str]] = field(default_factory=list)  # errors: the record is not loaded
+    warnings: list[tuple[str, str]] = field(default_factory=list)  # loaded; errors under strict
+    notes: list[tuple[str, str]] = field(default_factory=list)  # loaded; shown by `interp validate --strict`
+
+
+def _semantic_problems(raw: Mapping[str, Any]) -> Findings:
+    found = Findings()
+    problems = found.problems
     declared = {t["name"] for t in raw.get("tools", [])}
     for i, step in enumerate(raw["steps"]):
         if not split_blocks(step["reasoning"]):
-            problems.append((f"steps[{i}].reasoning", "empty reasoning (no non-blank block)"))
+            found.notes.append((f"steps[{i}].reasoning", NO_REASONING))
         action = step["action"]
         calls = action.get("calls", [action] if "tool" in action else [])
         for j, call in enumerate(calls):
             if declared and call["tool"] not in declared:
                 where = f"steps[{i}].action" + (f".calls[{j}]" if "calls" in action else "") + ".tool"
-                problems.append((where, f"tool {call['tool']!r} is not declared in tools"))
+                found.warnings.append((where, f"tool {call['tool']!r} is not declared in tools"))
         obs = step["observation"]
         if isinstance(obs, list) and "calls" in action and len(obs) != len(action["calls"]):
             problems.append((f"steps[{i}].observation",
@@ -332,7 +354,7 @@ def _semantic_problems(raw: Mapping[str, Any]) -> list[tuple[str, str]]:
         if b in seen:
             problems.append((f"annotations.boundaries[{k}].after_step", f"duplicate boundary {b}"))
         seen.add(b)
-    return problems
+    return found
 
 
 @dataclass
@@ -342,6 +364,8 @@ class ValidationReport:
     path: Path
     problems: list[str] = field(default_factory=list)
     unknown_fields: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # undeclared tools (problems under strict)
+    notes: list[str] = field(default_factory=list)  # steps without reasoning (valid; listed under --strict)
     n_trajectories: int = 0
     n_steps: int = 0
     n_boundaries: int = 0
@@ -381,11 +405,14 @@ def _unknown_fields(raw: Mapping[str, Any]) -> list[str]:
 
 
 def iter_records(path: str | Path, report: ValidationReport | None = None,
-                 allow_control_tokens: bool = False) -> Iterator[tuple[int, Trajectory]]:
+                 strict: bool = False, allow_control_tokens: bool = False) -> Iterator[tuple[int, Trajectory]]:
     """Stream ``(line_number, Trajectory)`` from a JSONL file, validating each line.
 
     Problems are appended to ``report.problems`` (invalid lines are skipped); with
-    no report, the first problem raises :class:`TrajectoryError`.
+    no report, the first problem raises :class:`TrajectoryError`. Warnings (a
+    tool not in the declared tools) go to ``report.warnings`` and the record
+    loads; with ``strict`` they are problems. Notes (a step without reasoning,
+    which is valid) go to ``report.notes``.
     """
     path = Path(path)
     if not path.exists():
@@ -418,7 +445,12 @@ def iter_records(path: str | Path, report: ValidationReport | None = None,
                 else:
                     probs = _schema_problems(raw)
                     if not probs:
-                        probs = _semantic_problems(raw)
+                        findings = _semantic_problems(raw)
+                        probs = findings.problems + (findings.warnings if strict else [])
+                        if report is not None:
+                            report.warnings.extend(f"{path}:{lineno}: {where}: {msg}"
+                                                   for where, msg in ([] if strict else findings.warnings))
+                            report.notes.extend(f"{path}:{lineno}: {where}: {msg}" for where, msg in findings.notes)
                     if not allow_control_tokens:
                         probs += control_token_problems(raw)
                     tid = raw.get("task_id")
@@ -441,11 +473,12 @@ def iter_records(path: str | Path, report: ValidationReport | None = None,
             yield lineno, Trajectory.from_json(raw)
 
 
-def validate_file(path: str | Path, allow_control_tokens: bool = False) -> ValidationReport:
-    """Validate a whole trajectory file, streaming, collecting every problem (an empty file is one)."""
+def validate_file(path: str | Path, strict: bool = False, allow_control_tokens: bool = False) -> ValidationReport:
+    """Validate a whole trajectory file, streaming, collecting every problem, warning and note (an empty file is
+    a problem; with ``strict``, warnings are problems; see :func:`iter_records`)."""
     report = ValidationReport(Path(path))
     try:
-        for _, traj in iter_records(path, report, allow_control_tokens):
+        for _, traj in iter_records(path, report, strict=strict, allow_control_tokens=allow_control_tokens):
             report.n_trajectories += 1
             report.n_steps += traj.n_steps
             report.n_boundaries += traj.n_steps
@@ -462,12 +495,19 @@ def validate_file(path: str | Path, allow_control_tokens: bool = False) -> Valid
 def load_trajectories(path: str | Path, allow_control_tokens: bool = False) -> list[Trajectory]:
     """Load and validate a trajectory file; raise :class:`TrajectoryError` listing every problem."""
     report = ValidationReport(Path(path))
-    out = [t for _, t in iter_records(path, report, allow_control_tokens)]
+    out = [t for _, t in iter_records(path, report, allow_control_tokens=allow_control_tokens)]
     if not report.problems and not out:
         report.problems.append(f"no trajectories in {path}")
     if report.problems:
         raise TrajectoryError(report.problems)
+    if report.warnings:
+        warnings.warn(f"{len(report.warnings)} warning(s) in {path}, e.g. {report.warnings[0]}; "
+                      f"`interp validate {path}` lists them", TrajectoryWarning, stacklevel=2)
     return out
+
+
+class TrajectoryWarning(UserWarning):
+    """A trajectory file loaded with warnings (e.g. a tool called that is not declared)."""
 
 
 def get_trajectory(trajectories: list[Trajectory], task_id: str) -> Trajectory:

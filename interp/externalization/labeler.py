@@ -61,6 +61,10 @@ carriers): none -> ``given``/``copied``; fewer than ``min_novel_words`` ->
 ``externalized`` when at least ``min_overlap`` of them occur in the carriers of
 steps t..b. ``G = 1`` when some item in scope is ``not_externalized``.
 
+A step without reasoning holds no item: it adds no derived state (its
+actions and observations still count as carriers), so a boundary whose steps
+in scope all lack reasoning is ``G = 0`` (e.g. ``"latest"`` at such a step).
+
 Scope. ``"all"`` (default) takes the reasoning of steps 1..b, the study's
 definition read literally ("derived state produced in reasoning up to b");
 ``"since_code"`` steps k..b after the latest step k <= b that wrote code or a

@@ -22,6 +22,9 @@ render of the history at boundary t up to the end of step t's reasoning.
   reasoning in context (``interp.data.conditions.step_only_history``, under
   the model's chat template).
 
+A step without reasoning has no block: it gets no row in the tables and no
+forward (ICLR leaves it as it is).
+
 An input longer than ``max_tokens`` (or the model's positions) is not scored
 (``None``): ICLR then leaves the step untouched rather than truncating, and
 the table records the input's token count.
@@ -175,7 +178,9 @@ class EntropyScorer:
         """Scores of step ``step``'s blocks with ``history`` as given in context (one forward, prefix reused)."""
         rendered = render(history, step, self.sensor.tokenizer)
         spans = rendered.spans("reasoning_block", step=step)
-        end = max((s.end for s in spans), default=0)
+        if not spans:
+            return []  # a step without reasoning: nothing to score, no forward
+        end = max(s.end for s in spans)
         ids = rendered.input_ids[:end]
         key = (history.task_id, step, hashlib.sha1(repr(ids).encode()).hexdigest())
         if key not in self._memo:

@@ -46,7 +46,7 @@ from interp.data.conditions import apply_condition
 from interp.data.render import SEGMENT_KINDS, Rendered, render
 from interp.data.trajectory import Trajectory
 from interp.extraction.entropy import block_mean_entropy, entropy_positions
-from interp.extraction.limits import DEFAULT_MAX_TOKENS, context_limit
+from interp.extraction.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit
 from interp.extraction.pooling import parse_pooling, pooling_positions
 from interp.sensor.forward import Outputs, Plan, run_plan
 from interp.sensor.hooks import SITES
@@ -217,8 +217,9 @@ def extract_trajectory(
                               edit={"chars_removed": log.chars_removed, "tokens_removed": log.tokens_removed,
                                     "notes": log.notes},
                               position=position_features(traj, b, r))
-        if r.n_tokens > limit:
-            bf.status, bf.reason = "skipped", f"context of {r.n_tokens} tokens exceeds the limit of {limit}"
+        reason = over_limit(r.n_tokens, limit)
+        if reason:
+            bf.status, bf.reason = "skipped", reason
         else:
             renders[b] = r
         results[b] = bf

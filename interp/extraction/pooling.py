@@ -13,8 +13,14 @@ adding a function to ``RULES`` (or a parametrised prefix to ``PARAM_RULES``);
 | ``mean_reasoning``       | every reasoning-block token still present              |
 | ``mean_generation_prompt`` | the trailing template glue that opens the next turn  |
 
-A rule that selects no token (``mean_reasoning`` after deleting all
-reasoning) yields a zero vector and count 0, recorded in the manifest.
+**Empty scope.** A rule that selects no token yields the zero vector and a
+pooled count of 0 (``pool_count.<rule>`` in the store's manifest), never NaN
+and never an error: ``mean_reasoning`` when no reasoning token is in the
+render (every block deleted, or steps 1..b all acted without reasoning; a
+step without reasoning adds no token), ``mean_latest_step`` when step b
+rendered no piece of its own (an empty text action without reasoning or
+observation). The row stays in the store; an analysis that must not read the
+zero vector as a feature drops rows with ``pool_count.<rule> == 0``.
 """
 
 from __future__ import annotations

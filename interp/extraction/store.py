@@ -76,7 +76,7 @@ Manifest columns (``MANIFEST_FIELDS``):
 | ``rel_position`` | ``[n_rows]`` | float | fraction | after_step / n_steps |
 | ``reasoning_tokens`` | ``[n_rows]`` | int | tokens | tokens in the render's reasoning-block spans (reasoning so far, after the condition's edit) |
 | ``n_reasoning_blocks`` | ``[n_rows]`` | int | blocks | reasoning-block spans in the render |
-| ``pool_count.<pooling>`` | ``[n_rows]`` | int | tokens | tokens pooled, one column per pooling |
+| ``pool_count.<pooling>`` | ``[n_rows]`` | int | tokens | tokens pooled, one column per pooling; 0 when the rule selects no token (e.g. mean_reasoning with no reasoning in the render): the feature is then the zero vector, never NaN (``interp.extraction.pooling``) |
 """
 
 from __future__ import annotations

@@ -45,17 +45,27 @@ LAYERS_0_BASED = ("Layers are 0-based (resid_pre of layer l = hidden_states[l]);
 @app.command()
 def validate(
     file: Annotated[Path, typer.Argument(help="Trajectory file (JSON Lines).")],
-    strict: Annotated[bool, typer.Option(help="Also report unknown (passed-through) fields.")] = False,
+    strict: Annotated[bool, typer.Option(help="Also report unknown (passed-through) fields and undeclared tools as "
+                                              "problems, and list steps without reasoning as notes.")] = False,
     allow_control_tokens: AllowControlOpt = False,
 ) -> None:
-    """Validate a trajectory file: one line per problem as FILE:LINE: field: message (an empty file is one)."""
+    """Validate a trajectory file: one line per problem as FILE:LINE: field: message (an empty file is one).
+
+    Exit 0 when there is no problem (warnings and notes do not fail), 1 otherwise.
+    A tool not in the declared tools is a warning (a problem under --strict); a step
+    without reasoning is valid, listed as a note under --strict only.
+    """
     from interp.data.trajectory import validate_file
 
-    report = validate_file(file, allow_control_tokens)
+    report = validate_file(file, strict=strict, allow_control_tokens=allow_control_tokens)
     problems = report.problems + (report.unknown_fields if strict else [])
     for line in problems:
         err.print(line, markup=False, highlight=False)
-    if len(problems) > 1:
+    for line in report.warnings:
+        err.print(f"warning: {line}", markup=False, highlight=False)
+    for line in report.notes if strict else []:
+        err.print(f"note: {line}", markup=False, highlight=False)
+    if problems:
         err.print(f"{len(problems)} problem(s); {report.n_trajectories} valid trajectories", markup=False)
     if problems:
         raise typer.Exit(1)
@@ -437,6 +447,8 @@ def patch(
     shard: ShardOpt = None,
     executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None, num_gpus: GpusOpt = 0,
     memory_gb: MemoryOpt = None,
+    max_tokens: Annotated[int, typer.Option(help="Boundaries with longer renders are skipped and recorded, never "
+                                                 "truncated.")] = DEFAULT_MAX_TOKENS,
 ) -> None:
     """KL Repair per layer: patch the full run's boundary activation into the deleted run."""
     from interp.data.conditions import check_condition_name
@@ -454,6 +466,7 @@ def patch(
     layer_numbers(layers, "--layers")
     _model_options(device, dtype)
     chosen_shard = _shard_option(shard)
+    _at_least("--max-tokens", max_tokens, 1)
     trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
     unknown = [t for t in _split(task_ids or "") if t not in {x.task_id for x in trajs}]
     if unknown:
@@ -466,12 +479,13 @@ def patch(
     runner, load = _executor(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
     result = stages.patch(sensor, trajs, out, condition, sites, method, positions,
                           _split(task_ids) if task_ids else None, chosen_shard, runner, load,
-                          file_sha256(trajectories))
+                          file_sha256(trajectories), max_tokens)
     if "shard" in result:
         console.print(f"{result['parts']}: shard {shard}, {len(result['units'])} trajectories", markup=False)
         return
     console.print(f"{out / 'kl_repair.json'}: {result['n_samples']} samples, {result['n_excluded']} excluded "
-                  f"(d <= d_threshold = {result['d_threshold']:.3g} nats for {result['model'].get('dtype')})")
+                  f"(d <= d_threshold = {result['d_threshold']:.3g} nats for {result['model'].get('dtype')}), "
+                  f"{len(result['skipped'])} skipped (over {max_tokens} tokens)")
 
 
 @app.command()
@@ -492,6 +506,8 @@ def harm(
     shard: ShardOpt = None,
     executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None, num_gpus: GpusOpt = 0,
     memory_gb: MemoryOpt = None,
+    max_tokens: Annotated[int, typer.Option(help="Boundaries with longer renders are skipped and recorded, never "
+                                                 "truncated.")] = DEFAULT_MAX_TOKENS,
 ) -> None:
     """Set-level deletion harm (DRSR): exact vs additive harm of deleting history units jointly."""
     from interp.data.deletions import parse_unit_kinds
@@ -505,6 +521,7 @@ def harm(
     _at_least("--margin", margin, 0)
     _model_options(device, dtype)
     chosen_shard = _shard_option(shard)
+    _at_least("--max-tokens", max_tokens, 1)
     trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
     keys = _split(boundaries) if boundaries else None
     if keys is not None:
@@ -514,11 +531,12 @@ def harm(
 
     runner, load = _executor(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
     result = stages.harm(_sensor(model, model_path, device, dtype), trajs, out, keys, max_k, budget, seed,
-                         kinds, margin, chosen_shard, runner, load, file_sha256(trajectories))
+                         kinds, margin, chosen_shard, runner, load, file_sha256(trajectories), max_tokens)
     if "shard" in result:
         console.print(f"{result['parts']}: shard {shard}, {len(result['units'])} boundaries", markup=False)
         return
-    console.print(f"{out / 'harm.json'}: {len(result['boundaries'])} boundaries; units {', '.join(result['units'])}")
+    console.print(f"{out / 'harm.json'}: {len(result['boundaries'])} boundaries; units {', '.join(result['units'])}; "
+                  f"{len(result['skipped'])} skipped (over {max_tokens} tokens)")
 
 
 @app.command()

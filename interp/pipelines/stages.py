@@ -62,7 +62,7 @@ def trajectories(path: Path, strict: bool = True, allow_control_tokens: bool = F
     from interp.data.trajectory import TrajectoryError, load_trajectories, validate_file
 
     if strict:
-        report = validate_file(path, allow_control_tokens)
+        report = validate_file(path, allow_control_tokens=allow_control_tokens)
         if report.problems:
             raise TrajectoryError(report.problems)
     return load_trajectories(path, allow_control_tokens)
@@ -199,11 +199,14 @@ def probe(store: Path, out: Path, config: ProbeConfig, labels: Path | None = Non
 def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, condition: str = "delete_all_reasoning",
           sites: list[tuple[str, int]] | None = None, method: str = "fast", positions: int = 1,
           task_ids: list[str] | None = None, shard: tuple[int, int] = (0, 1), executor: Executor | None = None,
-          load: Callable[[], Sensor] | None = None, input_sha256: str | None = None) -> dict[str, Any]:
-    """KL Repair per site (``kl_repair.json``); per-trajectory parts make it resumable.
+          load: Callable[[], Sensor] | None = None, input_sha256: str | None = None,
+          max_tokens: int | None = None) -> dict[str, Any]:
+    """KL Repair per site (``kl_repair.json``); per-trajectory parts make it resumable; boundaries over
+    ``max_tokens`` are skipped and listed.
 
     ``shard=(I, N)`` computes shard I's trajectories (by tokens) and writes no summary (merge, then re-run)."""
     from interp.extraction.batch import render_tokens
+    from interp.extraction.limits import DEFAULT_MAX_TOKENS
     from patching.kl_repair import BoundaryRepair, default_sites, kl_repair_trajectory, summarize
 
     by_id = {t.task_id: t for t in trajs}
@@ -212,11 +215,13 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, condition: str = "
     if unknown:
         raise ValueError(f"task ids not in the trajectory file: {', '.join(unknown)}")
     sites = sites or default_sites(sensor.n_layers)
-    tag = f"{condition}.{method}.{positions}." + hashlib.sha1(repr(sites).encode()).hexdigest()[:12]
+    limit = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+    tag = f"{condition}.{method}.{positions}." + hashlib.sha1(repr(sites).encode()).hexdigest()[:12] + (
+        f".t{limit}" if limit != DEFAULT_MAX_TOKENS else "")
     with writer_lock(out, command="patch"):
         costs = {k: render_tokens(by_id[k], by_id[k].n_steps, sensor.tokenizer) for k in keys} if shard[1] > 1 else None
         parts = _units(sensor, keys, lambda s, k: [asdict(r) for r in kl_repair_trajectory(
-            s, by_id[k], condition, sites, method=method, n_positions=positions)],
+            s, by_id[k], condition, sites, method=method, n_positions=positions, max_tokens=limit)],
             out / "parts" / tag, "patch", shard, costs, input_sha256, executor, load)
         if shard[1] > 1:
             return {"shard": list(shard), "units": list(parts), "parts": str(out / "parts" / tag)}
@@ -229,12 +234,15 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, condition: str = "
 def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[str] | None = None,
          max_k: int = 3, budget: int = 10, seed: int = 0, units: tuple[str, ...] | list[str] | str = ("reasoning",),
          margin: float | None = None, shard: tuple[int, int] = (0, 1), executor: Executor | None = None,
-         load: Callable[[], Sensor] | None = None, input_sha256: str | None = None) -> dict[str, Any]:
-    """Set-level deletion harm of ``units`` at ``task_id@b`` boundaries (``harm.json``); one resumable part per boundary.
+         load: Callable[[], Sensor] | None = None, input_sha256: str | None = None,
+         max_tokens: int | None = None) -> dict[str, Any]:
+    """Set-level deletion harm of ``units`` at ``task_id@b`` boundaries (``harm.json``); one resumable part per boundary;
+    boundaries over ``max_tokens`` are skipped and listed.
 
     ``shard=(I, N)`` computes shard I's boundaries (by tokens) and writes no summary (merge, then re-run)."""
     from interp.data.deletions import parse_unit_kinds
     from interp.extraction.batch import render_tokens
+    from interp.extraction.limits import DEFAULT_MAX_TOKENS
     from patching.harm import MARGIN, boundary_harm, check_boundaries, default_boundaries, summarize_harm
 
     kinds = parse_unit_kinds(units)  # checked before any forward
@@ -244,13 +252,15 @@ def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[st
 
     def compute(model: Sensor, key: str) -> dict[str, Any]:
         task_id, _, b = key.rpartition("@")
-        return boundary_harm(model, by_id[task_id], int(b), max_k, budget, seed, kinds)
+        return boundary_harm(model, by_id[task_id], int(b), max_k, budget, seed, kinds, limit)
 
     def cost(key: str) -> int:
         task_id, _, b = key.rpartition("@")
         return render_tokens(by_id[task_id], int(b), sensor.tokenizer)
 
-    cache = out / "parts" / f"harm.{'+'.join(kinds)}.k{max_k}.n{budget}.s{seed}"
+    limit = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+    cache = out / "parts" / (f"harm.{'+'.join(kinds)}.k{max_k}.n{budget}.s{seed}"
+                             + (f".t{limit}" if limit != DEFAULT_MAX_TOKENS else ""))
     with writer_lock(out, command="harm"):
         parts = _units(sensor, keys, compute, cache, "harm", shard, {k: cost(k) for k in keys} if shard[1] > 1 else None,
                        input_sha256, executor, load)

@@ -38,6 +38,18 @@ def test_matches_lower_right_causal_attention(q_len, past):
     torch.testing.assert_close(out, _by_hand(query, key, value), rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("q_block", [1, 2, 3, 7])
+def test_query_blocks_of_the_masked_branch_match(q_block, monkeypatch):
+    """A long past with the queries in blocks of ``Q_BLOCK`` (bounded mask): the same attention."""
+    monkeypatch.setattr("interp.sensor.kernels.chunk_attention.Q_BLOCK", q_block)
+    gen = torch.Generator().manual_seed(q_block)
+    query = torch.randn(1, 4, 7, 8, generator=gen, dtype=torch.float64)
+    key = torch.randn(1, 2, 47, 8, generator=gen, dtype=torch.float64)
+    value = torch.randn(1, 2, 47, 8, generator=gen, dtype=torch.float64)
+    out, _ = chunk_attention(_Module(), query, key, value, None, scaling=8 ** -0.5)
+    torch.testing.assert_close(out, _by_hand(query, key, value), rtol=0, atol=1e-12)
+
+
 def test_refuses_masks_and_batches():
     x = torch.zeros(2, 2, 3, 8)
     with pytest.raises(ValueError, match="one unpadded sequence"):

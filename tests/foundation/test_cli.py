@@ -174,6 +174,33 @@ def test_validate_strict_reports_unknown_fields(strict_run):
     assert len(proc.stderr.splitlines()) == 1  # one problem: its line is the whole output
 
 
+def test_validate_soft_findings_exit_0_and_strict_lists_notes(tmp_path):
+    """A step without reasoning is valid (a note, shown under --strict); an undeclared tool is a warning
+    (exit 0) and a problem under --strict (exit 1)."""
+    raw = mini_record()
+    raw.pop("provenance", None)
+    raw["steps"][1]["reasoning"] = ""
+    raw["steps"][0]["action"]["tool"] = "deploy"
+    path = tmp_path / "soft.jsonl"
+    path.write_text(json.dumps(raw) + "\n", encoding="utf-8")
+    plain = run_cli("validate", str(path))
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stderr.splitlines() == [f"warning: {path}:1: steps[0].action.tool: tool 'deploy' is not declared "
+                                         "in tools"]
+    strict = run_cli("validate", "--strict", str(path))
+    assert strict.returncode == 1
+    assert strict.stderr.splitlines() == [
+        f"{path}:1: steps[0].action.tool: tool 'deploy' is not declared in tools",
+        f"note: {path}:1: steps[1].reasoning: no reasoning (the step acts without reasoning blocks; valid)",
+        "1 problem(s); 0 valid trajectories"]
+    raw["steps"][0]["action"]["tool"] = "run_tests"
+    path.write_text(json.dumps(raw) + "\n", encoding="utf-8")
+    notes_only = run_cli("validate", "--strict", str(path))
+    assert notes_only.returncode == 0, notes_only.stderr
+    assert notes_only.stderr.splitlines() == [
+        f"note: {path}:1: steps[1].reasoning: no reasoning (the step acts without reasoning blocks; valid)"]
+
+
 # ---------------------------------------------------------------------------------------------
 # render
 

@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import json
 import re
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -252,16 +253,22 @@ BAD_CASES = [
      "steps[0].action", r"^unknown action shape"),
     ("action-args-list", _set("steps.0.action", {"tool": "run_tests", "arguments": []}), "steps[0].action",
      r"^unknown action shape"),
-    ("reasoning-empty", _set("steps.0.reasoning", ""), "steps[0].reasoning", r"^empty reasoning"),
-    ("reasoning-blank", _set("steps.3.reasoning", "  \n\n \t\n"), "steps[3].reasoning", r"^empty reasoning"),
     ("parallel-too-few-obs", _set("steps.2.observation", ["wrote 2 lines"]), "steps[2].observation",
      r"^1 observations for 2 parallel calls$"),
     ("parallel-too-many-obs", _set("steps.2.observation", ["a", "b", "c"]), "steps[2].observation",
      r"^3 observations for 2 parallel calls$"),
+]
+
+# Not problems by default: (id, edit, field, message pattern, severity). A tool that is not declared is a
+# warning (a problem under strict); a step without reasoning is valid, a note.
+SOFT_CASES = [
+    ("reasoning-empty", _set("steps.0.reasoning", ""), "steps[0].reasoning", r"^no reasoning", "notes"),
+    ("reasoning-blank", _set("steps.3.reasoning", "  \n\n \t\n"), "steps[3].reasoning", r"^no reasoning",
+     "notes"),
     ("undeclared-tool", _set("steps.0.action.tool", "deploy"), "steps[0].action.tool",
-     r"^tool 'deploy' is not declared in tools$"),
+     r"^tool 'deploy' is not declared in tools$", "warnings"),
     ("undeclared-parallel-tool", _set("steps.2.action.calls.1.tool", "deploy"), "steps[2].action.calls[1].tool",
-     r"^tool 'deploy' is not declared in tools$"),
+     r"^tool 'deploy' is not declared in tools$", "warnings"),
 ]
 
 
@@ -304,6 +311,31 @@ def test_each_problem_is_one_exact_line(case, tmp_path):
     assert re.search(pattern, p["msg"]), p["msg"]
     assert report.n_trajectories == 2  # the valid lines still count
     assert report.domains == {"code": 2}
+
+
+@pytest.mark.parametrize("case", SOFT_CASES, ids=[c[0] for c in SOFT_CASES])
+def test_warnings_and_notes_load_and_strict_makes_warnings_problems(case, tmp_path):
+    _, edit, want_field, pattern, severity = case
+    path = _write(tmp_path, [_rec("ok-1"), _rec("soft-2", edit)])
+    for strict in (False, True):
+        report = validate_file(path, strict=strict)
+        soft = getattr(report, severity) if not (strict and severity == "warnings") else report.problems
+        assert len(soft) == 1, (strict, soft)
+        p = _parse(soft[0])
+        assert (p["file"], p["line"], p["field"]) == (str(path), "2", want_field)
+        assert re.search(pattern, p["msg"]), p["msg"]
+        others = [x for name in ("problems", "warnings", "notes") for x in getattr(report, name)
+                  if not (x is soft[0])]
+        assert others == [], others
+        assert report.n_trajectories == (1 if strict and severity == "warnings" else 2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trajs = load_trajectories(path)
+    assert [t.task_id for t in trajs] == ["ok-1", "soft-2"]
+    assert len(caught) == (severity == "warnings")
+    if severity == "notes":
+        step = trajs[1].steps[int(want_field.split("[")[1].split("]")[0])]
+        assert step.blocks == []
 
 
 def test_duplicate_task_id(tmp_path):

@@ -17,7 +17,12 @@ mask is built for it; every run here is one unpadded sequence):
   ``past`` zero rows so that the square ``is_causal`` mask is exactly the
   chunk's lower-right causal mask; the padded rows are dropped (a zero query
   only averages values, and nothing reads it);
-- a longer past: an explicit lower-right boolean mask, as transformers does.
+- a longer past: an explicit lower-right boolean mask, as transformers does,
+  for blocks of at most ``Q_BLOCK`` queries at a time (each block against the
+  keys it can see), so the mask and sdpa's working buffers are
+  ``[Q_BLOCK, past + q]``, not ``[q, past + q]``: a 17K-token suffix after a
+  16K-token snapshot (harm of a deletion in the middle of a 50-step run) no
+  longer holds a 17K x 33K mask (``benchmarks/RESULTS.md``, long runs).
 
 ``PAD_LIMIT`` = 0.5 was chosen on that 4.3K sequence (1 thread): cuts every 300
 or 1000 tokens cost the same as plain sdpa (21.6 / 21.5 s vs 21.6-22.6 /
@@ -36,6 +41,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 IMPLEMENTATION = "interp_chunked"
 PAD_LIMIT = 0.5  # pad when past <= PAD_LIMIT * q (measured; see the module docstring)
+Q_BLOCK = 1024  # queries per masked sdpa call when the past is longer (bounds the mask and buffers)
 
 
 def chunk_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -52,6 +58,13 @@ def chunk_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: 
         padded = torch.cat([query.new_zeros(*query.shape[:2], past, query.shape[3]), query], dim=2)
         out, _ = sdpa_attention_forward(module, padded, key, value, None, is_causal=True, **kwargs)
         return out[:, past:], None
-    mask = torch.ones(q_len, kv_len, dtype=torch.bool, device=query.device).tril(past)
-    return sdpa_attention_forward(module, query, key, value, mask[None, None], is_causal=False, **kwargs)
+    outs = []
+    for lo in range(0, q_len, Q_BLOCK):  # each query row is independent: blocks bound the mask and buffers
+        hi = min(q_len, lo + Q_BLOCK)
+        seen = past + hi
+        mask = torch.ones(hi - lo, seen, dtype=torch.bool, device=query.device).tril(past + lo)
+        out, _ = sdpa_attention_forward(module, query[:, :, lo:hi], key[:, :, :seen], value[:, :, :seen],
+                                        mask[None, None], is_causal=False, **kwargs)
+        outs.append(out)
+    return (outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)), None
 
