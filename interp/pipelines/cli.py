@@ -65,7 +65,7 @@ def validate(
         err.print(f"warning: {line}", markup=False, highlight=False)
     for line in report.notes if strict else []:
         err.print(f"note: {line}", markup=False, highlight=False)
-    if problems:
+    if len(problems) > 1:  # a single problem stays one line
         err.print(f"{len(problems)} problem(s); {report.n_trajectories} valid trajectories", markup=False)
     if problems:
         raise typer.Exit(1)
@@ -97,6 +97,8 @@ def import_(
     report = stages.imports(fmt, source, out, field_map, hook, strict, domain)
     for line in report.problems:
         err.print(line, markup=False, highlight=False)
+    for line in report.warnings:
+        err.print(f"warning: {line}", markup=False, highlight=False)
     console.print(report.summary(), markup=False, highlight=False)
     if report.problems or not report.converted:
         raise typer.Exit(1)

@@ -155,3 +155,16 @@ def test_importing_loads_no_model_code():
             "print(sorted(m for m in ('torch', 'transformers', 'transformer_lens') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_undeclared_tools_are_warnings_and_problems_under_strict(tmp_path):
+    run = records(SAMPLES / "openai.jsonl")[0]
+    run["tools"] = run["tools"][:1]  # only read_file declared
+    source = tmp_path / "runs.jsonl"
+    source.write_text(json.dumps(run) + "\n")
+    report = import_runs("openai", source, tmp_path / "t.jsonl")
+    assert report.converted == 1 and not report.problems
+    assert report.warnings[0] == (f"{source}:1: steps[0].action.tool: tool 'run_tests' is not declared in tools "
+                                  f"(in the converted trajectory)")
+    report = import_runs("openai", source, tmp_path / "t2.jsonl", strict=True)
+    assert report.converted == 0 and report.problems[0].startswith(f"{source}:1: steps[0].action.tool: tool")

@@ -53,6 +53,7 @@ class ImportReport:
     skipped: int = 0
     written: bool = False
     problems: list[str] = field(default_factory=list)  # FILE:LINE: field: message, in input order
+    warnings: list[str] = field(default_factory=list)  # validator warnings of converted runs (undeclared tools)
     reasons: Counter = field(default_factory=Counter)  # why runs were skipped: problem kind -> runs
     formats: Counter = field(default_factory=Counter)  # converted runs per format (auto tells them apart)
     dropped: Counter = field(default_factory=Counter)  # what the importers left out, summed over runs
@@ -123,7 +124,7 @@ def import_runs(fmt: str, source: Path, out: Path, field_map: Path | None = None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             origins = _convert_all(convert, source, fh, domain, report, found)
-        valid = _check(candidates, origins, report, found)
+        valid = _check(candidates, origins, report, found, strict)
         report.problems = [f"{file}:{line}: {text}" for file, line, text in sorted(found, key=lambda p: p[:2])]
         if report.converted and not (strict and report.problems):
             with atomic_path(out) as tmp, candidates.open("rb") as src, tmp.open("wb") as dst:
@@ -163,16 +164,19 @@ def _convert_all(convert: Converter, source: Path, fh: TextIO, domain: str | Non
 
 
 def _check(candidates: Path, origins: list[tuple[str, int, str]], report: ImportReport,
-           found: list[tuple[str, int, str]]) -> set[int]:
+           found: list[tuple[str, int, str]], strict: bool = False) -> set[int]:
     """Validate the candidate lines as ``interp validate`` does (streaming); problems go back to the input's lines."""
     from interp.data.trajectory import ValidationReport, iter_records
 
     checked = ValidationReport(candidates)
-    valid = {line for line, _ in iter_records(candidates, checked)}
+    valid = {line for line, _ in iter_records(candidates, checked, strict=strict)}
     failed: dict[int, list[str]] = {}
     for problem in checked.problems:
         line, rest = _candidate_line(candidates, problem)
         failed.setdefault(line, []).append(rest)
+    for warning in checked.warnings:
+        line, rest = _candidate_line(candidates, warning)
+        report.warnings.append(f"{origins[line - 1][0]}:{origins[line - 1][1]}: {rest} (in the converted trajectory)")
     for k, (file, line, used) in enumerate(origins, start=1):
         if k in valid:
             report.converted += 1
