@@ -60,8 +60,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from interp.progress import track
+from interp.schema import fields_from_doc
 
-
+RUN_FIELDS = fields_from_doc(__doc__, "RUN_FIELDS")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 STEM_CHARS = 64  # readable part of a file stem; the hash keeps stems distinct
 LOCK_NAME = ".lock"
@@ -126,105 +127,6 @@ class Interrupted(KeyboardInterrupt):
         self.done, self.total = done, total
 
 
-class WriterLocked(ValueError):
-    """Another live process holds the folder's writer lock; the message names it (pid, host, command, since)."""
-
-
-def _holder(path: Path) -> dict[str, Any] | None:
-    """The lock file's JSON, or None when it is unreadable or half-written."""
-    try:
-        holder = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return holder if isinstance(holder, dict) else None
-
-
-def _is_stale(holder: dict[str, Any] | None, path: Path) -> bool:
-    """True when the lock's process is gone: same host and dead PID (or unreadable and older than a minute)."""
-    if holder is None:
-        try:
-            return time.time() - path.stat().st_mtime > 60
-        except FileNotFoundError:
-            return True
-    if holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
-        return False  # another machine's process cannot be checked: never taken over
-    try:
-        os.kill(holder["pid"], 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False  # alive, another user's
-    return False
-
-
-@contextmanager
-def writer_lock(folder: Path, *, command: str) -> Iterator[Path]:
-    """Hold ``folder/.lock`` while writing into ``folder``; a second writer gets :class:`WriterLocked`.
-
-    The lock is created with O_CREAT|O_EXCL (atomic) and holds the JSON ``{pid, host, command, since}``; a lock
-    whose process is dead (same host) is taken over. It is removed on exit, also when the body raises.
-    """
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / LOCK_NAME
-    mine = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
-            "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    for _ in range(3):
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            holder = _holder(path)
-            if not _is_stale(holder, path):
-                who = (f"pid {holder.get('pid')} on {holder.get('host')} running {holder.get('command')!r} "
-                       f"since {holder.get('since')}" if holder else "an unknown process (lock being written)")
-                raise WriterLocked(f"{folder}: another run is writing here ({who}); wait for it, or remove "
-                                   f"{path} if that process is gone") from None
-            # take over: move the stale lock aside, and put it back if it changed hands meanwhile
-            aside = folder / f"{LOCK_NAME}.stale.{os.getpid()}"
-            try:
-                os.replace(path, aside)
-            except FileNotFoundError:
-                continue
-            if _holder(aside) != holder:
-                try:
-                    os.link(aside, path)
-                except FileExistsError:
-                    pass
-            aside.unlink(missing_ok=True)
-            continue
-        with os.fdopen(fd, "w") as fh:
-            json.dump(mine, fh)
-        break
-    else:
-        raise WriterLocked(f"{folder}: could not take the writer lock {path} (contended)")
-    try:
-        yield path
-    finally:
-        if _holder(path) == mine:
-            path.unlink(missing_ok=True)
-
-from interp.schema import fields_from_doc
-
-RUN_FIELDS = fields_from_doc(__doc__, "RUN_FIELDS")
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-STEM_CHARS = 64  # readable part of a file stem; the hash keeps stems distinct
-LOCK_NAME = ".lock"
-
-
-def safe_stem(raw_id: str) -> str:
-    """File stem for ``raw_id``: its safe characters (at most STEM_CHARS) plus 10 hex of its SHA-1, so distinct ids
-    get distinct files and no id can name a path (``/``, ``..``) or a hidden file."""
-    readable = _UNSAFE.sub("_", raw_id)[:STEM_CHARS].lstrip(".") or "_"
-    return f"{readable}-{hashlib.sha1(raw_id.encode()).hexdigest()[:10]}"
-
-
-def inside(folder: Path, path: Path) -> Path:
-    """``path`` resolved, refused (ValueError) unless it lies inside ``folder`` (resolved, symlinks followed)."""
-    root, resolved = Path(folder).resolve(), Path(path).resolve()
-    if resolved != root and root not in resolved.parents:
-        raise ValueError(f"{path}: resolves to {resolved}, outside the output folder {folder}")
-    return resolved
-
 
 class WriterLocked(ValueError):
     """Another live process holds the folder's writer lock; the message names it (pid, host, command, since)."""
@@ -302,7 +204,6 @@ def writer_lock(folder: Path, *, command: str) -> Iterator[Path]:
     finally:
         if _holder(path) == mine:
             path.unlink(missing_ok=True)
-
 
 
 def to_strict_json(obj: Any) -> Any:

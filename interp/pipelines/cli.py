@@ -267,6 +267,8 @@ def _model_options(device: str, dtype: str) -> None:
         resolve_dtype(dtype)
 
 
+BoundaryTokensOpt = Annotated[int, typer.Option("--max-tokens", help="Boundaries with longer renders are skipped "
+                                                                "and recorded, never truncated.")]
 ShardOpt = Annotated[Optional[str], typer.Option(help="I/N: this process takes shard I of N (units split by token "
                                                       "count, longest first); join the shards with `interp merge`.")]
 ExecutorOpt = Annotated[str, typer.Option(help="Where units run: local (this process) or ray (actors, one model "
@@ -449,8 +451,7 @@ def patch(
     shard: ShardOpt = None,
     executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None, num_gpus: GpusOpt = 0,
     memory_gb: MemoryOpt = None,
-    max_tokens: Annotated[int, typer.Option(help="Boundaries with longer renders are skipped and recorded, never "
-                                                 "truncated.")] = DEFAULT_MAX_TOKENS,
+    max_tokens: BoundaryTokensOpt = DEFAULT_MAX_TOKENS,
 ) -> None:
     """KL Repair per layer: patch the full run's boundary activation into the deleted run."""
     from interp.data.conditions import check_condition_name
@@ -508,8 +509,7 @@ def harm(
     shard: ShardOpt = None,
     executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None, num_gpus: GpusOpt = 0,
     memory_gb: MemoryOpt = None,
-    max_tokens: Annotated[int, typer.Option(help="Boundaries with longer renders are skipped and recorded, never "
-                                                 "truncated.")] = DEFAULT_MAX_TOKENS,
+    max_tokens: BoundaryTokensOpt = DEFAULT_MAX_TOKENS,
 ) -> None:
     """Set-level deletion harm (DRSR): exact vs additive harm of deleting history units jointly."""
     from interp.data.deletions import parse_unit_kinds
