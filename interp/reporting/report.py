@@ -267,15 +267,16 @@ def write_report(out: Path, subsets: dict[str, str], timings: dict[str, float], 
         ("Controlled continuations", ("fig4_interventions",), _section(_continuation_section, out)),
         ("Attention", ("fig5_attention",), ["Boundary attention by segment kind; data in `attention/attention.json`."]),
     ]
-    lines = ["# Reasoning persistence: mechanistic analyses", "",
-             f"Model `{settings.get('model')}`; full run: {settings.get('full')}. "
-             "Reference-study numbers are from Qwen3.5-9B on the study's own trajectories; a 135M model on "
-             "25 hand-written demo trajectories is not expected to reproduce them.", ""]
-    if subsets:
-        lines += ["## Subsets (run with `--full` for everything)", ""]
-        lines += [f"- **{name}**: {what}" for name, what in subsets.items()] + [""]
+    lines = ["# Reasoning persistence: mechanistic analyses", ""]  # opens with the first section's picture
     for title, figures, body in sections:
         lines += [f"## {title}", "", *_pictures(out, figures), *body, ""]
+    lines += ["## About this run", "",
+              f"Model `{settings.get('model')}`; full run: {settings.get('full')}. "
+              "Reference-study numbers are from Qwen3.5-9B on the study's own trajectories; a 135M model on "
+              "25 hand-written demo trajectories is not expected to reproduce them.", ""]
+    if subsets:
+        lines += ["Subsets (run with `--full` for everything):", ""]
+        lines += [f"- **{name}**: {what}" for name, what in subsets.items()] + [""]
     if timings:
         lines += ["## Stage timings (this run, seconds)", "", "| stage | s |", "|---|---|"]
         lines += [f"| {k} | {v} |" for k, v in timings.items()] + [""]

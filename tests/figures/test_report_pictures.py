@@ -25,6 +25,8 @@ def test_report_embeds_every_png_and_the_folder_is_small(tmp_path):
     embedded = re.findall(r"!\[[^\]]*\]\((figures/[^)]+\.png)\)", text)
     assert sorted(embedded) == sorted(f"figures/{spec.name}.png" for spec in FIGURES)
     assert all((root / link).is_file() for link in embedded)
+    assert text.splitlines()[2] == "## Future-necessity probe" and text.splitlines()[4].startswith("![fig1_probe]"), \
+        "report.md opens with a picture"
     first_section = text.split("\n## ", 1)[1]
     assert first_section.splitlines()[2].startswith("![fig1_probe]"), "a section opens with its picture"
     assert "| estimate |" in first_section.split("\n## ")[0], "the picture sits beside its table"
