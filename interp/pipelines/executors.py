@@ -25,6 +25,7 @@ unit run (host, worker, seconds, attempts, error).
 from __future__ import annotations
 
 import importlib.util
+import os
 import time
 import traceback
 from collections import deque
@@ -91,6 +92,8 @@ class RayExecutor:
             return {}
         started_here = not ray.is_initialized()
         if started_here:
+            if self.address is None:  # a local cluster started here: offline, so it reports no usage stats
+                os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
             ray.init(address=self.address, include_dashboard=False, log_to_driver=False)
         try:
             return self._run(ray, work, todo, progress)

@@ -45,6 +45,7 @@ def _config() -> ExtractConfig:
 
 @pytest.fixture(scope="module")
 def ray_cluster():
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # loopback only: the local cluster reports nothing outside
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # hooks defined here, sent by value
     yield
