@@ -23,6 +23,7 @@ import pytest
 from interp.data.trajectory import load_trajectories
 from interp.extraction.batch import extract_to_store
 from interp.extraction.extract import ExtractConfig
+from interp.extraction.store import unit_name
 from interp.io import file_sha256, run_units
 from interp.pipelines import stages
 from interp.pipelines.executors import RayExecutor
@@ -99,7 +100,7 @@ def _kill_once(folder: str, target: str, key: str) -> None:
 
 def test_ray_store_equals_local_and_a_killed_worker_loses_only_its_unit(ray_cluster, tiny_sensor, traj_file,
                                                                         local_store, tmp_path):
-    target = "web-002__full"
+    target = unit_name("web-002", "full")
     hook = partial(_kill_once, str(tmp_path), target)
     killed: list[int] = []
 

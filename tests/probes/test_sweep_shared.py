@@ -39,6 +39,6 @@ def test_cells_share_one_extraction_and_match_their_own_store(tmp_path, demo_tra
         stages.extract(tiny_sensor, trajs, ["full"], ExtractConfig(layers=[3, 7], poolings=cell["poolings"]),
                        own / "store")
         stages.probe(own / "store", own / "probe", probe_config)
-        got = json.loads((tmp_path / "out" / "cells" / cell["name"] / "probe" / "probe_results.json").read_text())
+        got = json.loads((tmp_path / "out" / "cells" / cell["folder"] / "probe" / "probe_results.json").read_text())
         expected = json.loads((own / "probe" / "probe_results.json").read_text())
         assert {k: got[k] for k in NUMBERS} == {k: expected[k] for k in NUMBERS}, cell["name"]
