@@ -233,3 +233,16 @@ def test_png_export_writes_valid_images(tmp_path):
         assert width == export.PNG_WIDTH * export.PNG_SCALE and height >= 1000
         assert len(data) > 50_000  # a drawn figure, not a blank page
     assert not list((tmp_path / "figures").glob(".*")), "no temporary files left"
+
+
+def test_attention_figure_keeps_at_most_six_layers_and_says_so():
+    from interp.reporting.figures.attention import MAX_LAYERS, attention_figure, shown_layers
+
+    assert shown_layers(4) == [0, 1, 2, 3]
+    assert shown_layers(30) == [0, 6, 12, 17, 23, 29] and len(shown_layers(30)) == MAX_LAYERS
+    kinds = ["reasoning_block", "glue"]
+    mass = [[0.3, 0.7]] * 30
+    fig = attention_figure({"layers": list(range(30)), "kinds": kinds, "conditions": {"full": {"n": 3, "mass": mass}}})
+    legend = [t.name for t in fig.data if t.showlegend]
+    assert legend == [f"layer {i}" for i in shown_layers(30)]
+    assert "6 of 30 layers shown" in fig.layout.title.subtitle.text

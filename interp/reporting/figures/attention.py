@@ -7,10 +7,19 @@ from plotly.subplots import make_subplots
 
 from interp.reporting.figures.theme import BOTTOM_LEGEND, PALETTE, TEMPLATE, titled
 
+MAX_LAYERS = 6  # bars per kind: more overprint at the export width and overflow the legend
+
+
+def shown_layers(n: int, most: int = MAX_LAYERS) -> list[int]:
+    """Indices of at most ``most`` of ``n`` layers, evenly spaced, first and last included (all when n <= most)."""
+    if n <= most:
+        return list(range(n))
+    return sorted({round(i * (n - 1) / (most - 1)) for i in range(most)})
+
 
 def attention_figure(result: dict) -> go.Figure:
     """Per condition (columns): raw attention mass per segment kind (top) and mass per token of the kind (bottom,
-    log scale), bars per full-attention layer, whiskers the 25th-75th percentile over boundaries.
+    log scale), bars per layer (at most MAX_LAYERS, evenly spaced), whiskers the 25th-75th percentile over boundaries.
 
     Reads attention.json (``interp.extraction.attention_summary.FIELDS``): ``layers``, ``kinds``, ``conditions``
     {condition: {n, mass, mass_q, per_token, per_token_q, tokens}}; a file without ``conditions`` (older layout)
@@ -32,9 +41,11 @@ def attention_figure(result: dict) -> go.Figure:
                             *((f"{chr(97 + len(conditions) + i)}  {name}: mass per token of the kind"
                                for i, name in enumerate(conditions)) if per_token else ())])
     labels = [kind.replace("_", "<br>") for kind in kinds]
+    shown = shown_layers(len(layers))
     for col, entry in enumerate(conditions.values(), start=1):
         for row, key in ((1, "mass"), (2, "per_token"))[:rows]:
-            for i, layer in enumerate(layers):
+            for colour, i in enumerate(shown):
+                layer = layers[i]
                 values = entry[key][i]
                 quartiles = (entry.get(f"{key}_q") or [None] * len(layers))[i]
                 error = None
@@ -46,7 +57,7 @@ def attention_figure(result: dict) -> go.Figure:
                                              for q, v in zip(quartiles, values)])
                 fig.add_trace(go.Bar(
                     x=labels, y=values, error_y=error, name=f"layer {layer}", legendgroup=str(layer),
-                    showlegend=row == 1 and col == 1, marker_color=PALETTE[i % len(PALETTE)],
+                    showlegend=row == 1 and col == 1, marker_color=PALETTE[colour % len(PALETTE)],
                     hovertemplate=f"layer {layer}, %{{x}}: %{{y:.3g}}<extra></extra>"), row, col)
     fig.update_yaxes(title_text="mass (fraction of the row)", rangemode="tozero", row=1, col=1)
     if per_token:
@@ -58,6 +69,8 @@ def attention_figure(result: dict) -> go.Figure:
     fig.update_layout(legend_title_text="full-attention layer (whiskers: 25th-75th percentile over boundaries)")
     tokens = next(iter(conditions.values())).get("tokens")
     parts = ["boundary token's attention, mean over heads, then over boundaries"]
+    if len(shown) < len(layers):
+        parts[0] += (f"; {len(shown)} of {len(layers)} layers shown, evenly spaced (all are in attention.json)")
     if tokens:
         parts.append("mean tokens per kind: " + ", ".join(f"{k.replace('_', ' ')} {t:.0f}" for k, t in zip(kinds, tokens)))
     titled(fig, "Boundary-token attention by segment kind, layer and history condition", parts)
