@@ -32,7 +32,7 @@ import torch
 
 from interp.extraction.extract import lcp
 from interp.sensor.api import token_ids
-from interp.sensor.forward import Plan, Snapshot, logit_dtype, run_plan
+from interp.sensor.forward import Plan, Snapshot, run_plan
 from interp.sensor.hooks import hooks
 from interp.sensor.kernels.variants import run_variants
 
@@ -53,15 +53,7 @@ class PatchResult:
 def patched_logits(sensor: Any, prefix: Snapshot, tail_ids: list[int],
                    patches: list[dict[str, torch.Tensor]]) -> torch.Tensor:
     """Float32 logits ``[S, vocab]`` at the last tail token of S variants that continue ``prefix`` (one batch)."""
-    final: dict[str, torch.Tensor] = {}
-
-    def grab(x: torch.Tensor, name: str) -> None:
-        final["x"] = x[:, -1]
-
-    with hooks(sensor.hf_model, [("ln_final.hook_out", grab)]):
-        run_variants(sensor, prefix.cache, prefix.length, tail_ids, patches)
-    with torch.inference_mode():
-        return sensor.hf_model.get_output_embeddings()(final["x"]).to(logit_dtype(final["x"].dtype))
+    return run_variants(sensor, prefix.cache, prefix.length, tail_ids, patches, log_probs=False)
 
 
 def _groups(sites: Sequence[str | Sequence[str]]) -> list[list[str]]:

@@ -298,10 +298,9 @@ def _executor(kind: str, address: str | None, workers: int | None, num_gpus: flo
 
     if kind == "local":
         return None, None
-    if kind != "ray":
-        raise ValueError(f"--executor {kind!r}: use local or ray")
-    executor = make_executor(kind, address=address, workers=workers, num_gpus=num_gpus,
-                             memory=int(memory_gb * 2**30) if memory_gb else None)
+    with _option("--executor"):  # called before the model loads: a bad executor costs nothing
+        executor = make_executor(kind, address=address, workers=workers, num_gpus=num_gpus,
+                                 memory=int(memory_gb * 2**30) if memory_gb else None)
     return executor, partial(stages.sensor, model, model_path, device, dtype)
 
 
@@ -351,6 +350,7 @@ def extract(
     with _option("--shard"):
         chosen_shard = parse_shard(shard)
     _model_options(device, dtype)
+    runner, load = _executor(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
     trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
     chosen_boundaries = parse_boundaries(boundaries, trajs) if boundaries else None
     sensor = _sensor(model, model_path, device, dtype)
@@ -366,7 +366,6 @@ def extract(
     )
     from interp.io import file_sha256
 
-    runner, load = _executor(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
     counts = stages.extract(sensor, trajs, _split(conditions), config, store, chosen_shard, chosen_boundaries, runner,
                             load, file_sha256(trajectories))
     console.print(f"{store}: {counts}", markup=False)
@@ -468,6 +467,7 @@ def patch(
     _at_least("--positions", positions, 1)
     layer_numbers(layers, "--layers")
     _model_options(device, dtype)
+    runner, load = _executor(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
     chosen_shard = _shard_option(shard)
     _at_least("--max-tokens", max_tokens, 1)
     trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
@@ -479,7 +479,6 @@ def patch(
     sites = default_sites(sensor.n_layers, site, layers=chosen)
     from interp.io import file_sha256
 
-    runner, load = _executor(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
     result = stages.patch(sensor, trajs, out, condition, sites, method, positions,
                           _split(task_ids) if task_ids else None, chosen_shard, runner, load,
                           file_sha256(trajectories), max_tokens)
@@ -522,6 +521,7 @@ def harm(
     _at_least("--budget", budget, 0)
     _at_least("--margin", margin, 0)
     _model_options(device, dtype)
+    runner, load = _executor(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
     chosen_shard = _shard_option(shard)
     _at_least("--max-tokens", max_tokens, 1)
     trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
@@ -531,7 +531,6 @@ def harm(
             keys = check_boundaries(keys, trajs)
     from interp.io import file_sha256
 
-    runner, load = _executor(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
     result = stages.harm(_sensor(model, model_path, device, dtype), trajs, out, keys, max_k, budget, seed,
                          kinds, margin, chosen_shard, runner, load, file_sha256(trajectories), max_tokens)
     if "shard" in result:

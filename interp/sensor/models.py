@@ -144,7 +144,7 @@ def check_device(device: str | torch.device) -> torch.device:
 
 def weights_checksum(path: Path) -> str:
     """SHA-256 of a weight file's content, cached in ``cache_dir()/checksums.json`` by path, size and mtime."""
-    from interp.io import atomic_write_json, read_json
+    from interp.io import atomic_write_json, file_sha256, read_json
 
     path = Path(path).resolve()
     stat = path.stat()
@@ -157,11 +157,7 @@ def weights_checksum(path: Path) -> str:
     if not isinstance(cached, dict):
         cached = {}
     if key not in cached:
-        h = hashlib.sha256()
-        with path.open("rb") as fh:
-            while chunk := fh.read(1 << 24):
-                h.update(chunk)
-        cached[key] = h.hexdigest()
+        cached[key] = file_sha256(path)
         try:
             atomic_write_json(cache_file, cached)
         except OSError:

@@ -92,8 +92,8 @@ def _variant_cache(sensor: ForwardSensor, prefix: Any, batch: int) -> DynamicCac
 
 
 def run_variants(sensor: ForwardSensor, prefix: Any, prefix_len: int, tail_ids: list[int],
-                 patches: list[dict[str, torch.Tensor]]) -> torch.Tensor:
-    """Float32 log-probs [S, vocab] at the last tail token for S variants.
+                 patches: list[dict[str, torch.Tensor]], log_probs: bool = True) -> torch.Tensor:
+    """Float32 log-probs [S, vocab] (logits with ``log_probs=False``) at the last tail token for S variants.
 
     ``prefix`` is a snapshot after ``prefix_len`` tokens; ``tail_ids`` the k
     remaining tokens; ``patches[s]`` maps a TL hook name served by ``interp.sensor.hooks``
@@ -123,5 +123,5 @@ def run_variants(sensor: ForwardSensor, prefix: Any, prefix_len: int, tail_ids: 
     with torch.inference_mode(), attention_implementation(model, IMPLEMENTATION, _attention_over(prefix)), \
             hooks(model, fwd):
         hidden = model.base_model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True).last_hidden_state
-        logits = model.lm_head(hidden[:, -1]).to(logit_dtype(hidden.dtype))
-    return torch.log_softmax(logits, dim=-1)
+        logits = model.get_output_embeddings()(hidden[:, -1]).to(logit_dtype(hidden.dtype))
+    return torch.log_softmax(logits, dim=-1) if log_probs else logits
