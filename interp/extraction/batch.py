@@ -203,8 +203,8 @@ def extract_to_store(
 
     Everything is checked (config against the model, condition names and parameters, boundaries,
     shard) before the store directory or its ``store.json`` is created or touched. ``input_sha256``
-    (the trajectory file's; default: of the trajectories' JSON) and the shard's units are recorded in
-    ``store.json``. With an ``executor`` the units run there; workers build their model with ``load``
+    (default :func:`trajectories_sha256`, what the CLI, the sweep and the demo record) and the shard's units
+    are recorded in ``store.json``. With an ``executor`` the units run there; workers build their model with ``load``
     and the model-dependent condition parameters themselves.
     """
     trajectories = list(trajectories)
@@ -267,11 +267,16 @@ def _unit_key(unit: tuple[Trajectory, str]) -> tuple[str, str]:
 
 def condition_params_factory(max_tokens: int,
                              given: dict[str, dict[str, Any]] | None) -> Callable[[Any, str], dict[str, Any] | None]:
-    """``params(sensor, condition)`` on a worker: the given parameters of plain ones, the model-dependent
-    ones (ICLR scorer, tokenizer) built from the worker's own sensor."""
+    """``params(sensor, condition)`` on a worker: the given parameters, with the model-dependent ones (ICLR
+    scorer, tokenizer) built once per worker sensor and condition from the worker's own sensor."""
+    built: dict[tuple[int, str], dict[str, Any]] = {}
+
     def params(sensor: Any, condition: str) -> dict[str, Any] | None:
-        built = condition_params(sensor, [condition], max_tokens)
-        return built.get(condition) or (given or {}).get(condition)
+        key = (id(sensor), condition)
+        if key not in built:
+            built[key] = condition_params(sensor, [condition], max_tokens).get(condition) or {}
+        merged = {**(given or {}).get(condition, {}), **built[key]}
+        return merged or None
     return params
 
 

@@ -38,7 +38,7 @@ Fields of ``store.json`` (``STORE_FIELDS``):
 |---|---|---|---|---|
 | ``schema_version`` | ``[]`` | int | - | version of this layout |
 | ``settings`` | ``{...}`` | object | - | model spec and revision, layers, sites, poolings, attention layers, max_tokens, dtype, code version; a run with other settings is refused |
-| ``run`` | ``{shard, input_sha256, units}`` | object | - | what this store holds: ``shard`` ``{index, count}`` (0-based), the sha256 of the input (trajectory file bytes, or of the trajectories' JSON lines in-process), ``units`` the unit stems of this shard (sorted); ``all_units`` (every shard's units) on a shard of a split run; a run with another ``run`` is refused, ``merge`` refuses shards of other settings or input and an incomplete set |
+| ``run`` | ``{shard, input_sha256, units}`` | object | - | what this store holds: ``shard`` ``{index, count}`` (0-based), the sha256 of the input trajectories (their JSON lines, ``batch.trajectories_sha256``: the same whether they came from a file or from Python), ``units`` the unit stems of this shard (sorted); ``all_units`` (every shard's units) on a shard of a split run; a run with another ``run`` is refused, ``merge`` refuses shards of other settings or input and an incomplete set |
 | ``layout`` | ``[]`` | str | - | this module's docstring (the layout of the store) |
 
 Fields of ``units/<unit>.json`` (``UNIT_FIELDS``):

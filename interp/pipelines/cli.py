@@ -364,10 +364,8 @@ def extract(
         poolings=_split(pooling), attention_layers=attn_layers, max_tokens=max_tokens,
         share_prefix=not no_share_prefix,
     )
-    from interp.io import file_sha256
-
     counts = stages.extract(sensor, trajs, _split(conditions), config, store, chosen_shard, chosen_boundaries, runner,
-                            load, file_sha256(trajectories))
+                            load)
     console.print(f"{store}: {counts}", markup=False)
 
 
@@ -477,11 +475,8 @@ def patch(
     sensor = _sensor(model, model_path, device, dtype)
     chosen = parse_layers(layers, sensor.n_layers, sensor.full_attention_layers, "--layers")
     sites = default_sites(sensor.n_layers, site, layers=chosen)
-    from interp.io import file_sha256
-
     result = stages.patch(sensor, trajs, out, condition, sites, method, positions,
-                          _split(task_ids) if task_ids else None, chosen_shard, runner, load,
-                          file_sha256(trajectories), max_tokens)
+                          _split(task_ids) if task_ids else None, chosen_shard, runner, load, max_tokens)
     if "shard" in result:
         console.print(f"{result['parts']}: shard {shard}, {len(result['units'])} trajectories", markup=False)
         return
@@ -529,10 +524,8 @@ def harm(
     if keys is not None:
         with _option("--boundaries"):
             keys = check_boundaries(keys, trajs)
-    from interp.io import file_sha256
-
     result = stages.harm(_sensor(model, model_path, device, dtype), trajs, out, keys, max_k, budget, seed,
-                         kinds, margin, chosen_shard, runner, load, file_sha256(trajectories), max_tokens)
+                         kinds, margin, chosen_shard, runner, load, max_tokens)
     if "shard" in result:
         console.print(f"{result['parts']}: shard {shard}, {len(result['units'])} boundaries", markup=False)
         return

@@ -89,7 +89,7 @@ def sensor(spec: str, model_path: Path | None = None, device: str = "cpu", dtype
 
 def extract(sensor: Sensor, trajs: list[Trajectory], conditions: list[str], config: ExtractConfig, store: Path,
             shard: tuple[int, int] = (0, 1), boundaries: list[int] | None = None, executor: Executor | None = None,
-            load: Callable[[], Sensor] | None = None, input_sha256: str | None = None) -> dict[str, int]:
+            load: Callable[[], Sensor] | None = None) -> dict[str, int]:
     """Boundary features of every (trajectory, condition) unit into the store (resumable); unit counts.
 
     With an ``executor`` the units run there, each worker loading its model with ``load``."""
@@ -97,7 +97,7 @@ def extract(sensor: Sensor, trajs: list[Trajectory], conditions: list[str], conf
 
     params = None if executor else condition_params(sensor, conditions, config.max_tokens) or None
     return extract_to_store(sensor, trajs, conditions, config, store, shard, boundaries, params,
-                            input_sha256=input_sha256, executor=executor, load=load)
+                            executor=executor, load=load)
 
 
 def merge(target: Path, sources: list[Path], allow_partial: bool = False) -> dict[str, Any]:
@@ -111,12 +111,15 @@ def merge(target: Path, sources: list[Path], allow_partial: bool = False) -> dic
     return {"kind": "parts", "missing": merge_result_folders(target, sources, allow_partial)}
 
 
-def _units(sensor: Sensor, keys: list[str], compute: Callable[[Any, str], Any], cache: Path, label: str,
-           shard: tuple[int, int], costs: dict[str, int] | None, input_sha256: str | None,
-           executor: Executor | None, load: Callable[[], Sensor] | None) -> dict[str, Any]:
-    """Per-unit parts of a stage through :func:`interp.io.run_units` (shard, executor, resume)."""
+def _units(sensor: Sensor, trajs: list[Trajectory], keys: list[str], compute: Callable[[Any, str], Any], cache: Path,
+           label: str, shard: tuple[int, int], costs: dict[str, int] | None, executor: Executor | None,
+           load: Callable[[], Sensor] | None) -> dict[str, Any]:
+    """Per-unit parts of a stage through :func:`interp.io.run_units` (shard, executor, resume); shards must
+    agree on the model and on the trajectories (the same input hash as a store's)."""
+    from interp.extraction.batch import trajectories_sha256
+
     record = {"model": sensor.spec, "revision": sensor.revision, "dtype": str(sensor.dtype),
-              "input_sha256": input_sha256}
+              "input_sha256": trajectories_sha256(trajs)}
     return run_units(keys, compute, cache, label, load=load or (lambda: sensor), executor=executor, shard=shard,
                      costs=costs, record=record)
 
@@ -199,7 +202,7 @@ def probe(store: Path, out: Path, config: ProbeConfig, labels: Path | None = Non
 def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, condition: str = "delete_all_reasoning",
           sites: list[tuple[str, int]] | None = None, method: str = "fast", positions: int = 1,
           task_ids: list[str] | None = None, shard: tuple[int, int] = (0, 1), executor: Executor | None = None,
-          load: Callable[[], Sensor] | None = None, input_sha256: str | None = None,
+          load: Callable[[], Sensor] | None = None,
           max_tokens: int | None = None) -> dict[str, Any]:
     """KL Repair per site (``kl_repair.json``); per-trajectory parts make it resumable; boundaries over
     ``max_tokens`` are skipped and listed.
@@ -220,9 +223,9 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, condition: str = "
         f".t{limit}" if limit != DEFAULT_MAX_TOKENS else "")
     with writer_lock(out, command="patch"):
         costs = {k: render_tokens(by_id[k], by_id[k].n_steps, sensor.tokenizer) for k in keys} if shard[1] > 1 else None
-        parts = _units(sensor, keys, lambda s, k: [asdict(r) for r in kl_repair_trajectory(
+        parts = _units(sensor, trajs, keys, lambda s, k: [asdict(r) for r in kl_repair_trajectory(
             s, by_id[k], condition, sites, method=method, n_positions=positions, max_tokens=limit)],
-            out / "parts" / tag, "patch", shard, costs, input_sha256, executor, load)
+            out / "parts" / tag, "patch", shard, costs, executor, load)
         if shard[1] > 1:
             return {"shard": list(shard), "units": list(parts), "parts": str(out / "parts" / tag)}
         rows = [BoundaryRepair(**r) for k in keys for r in parts[k]]
@@ -234,7 +237,7 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, condition: str = "
 def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[str] | None = None,
          max_k: int = 3, budget: int = 10, seed: int = 0, units: tuple[str, ...] | list[str] | str = ("reasoning",),
          margin: float | None = None, shard: tuple[int, int] = (0, 1), executor: Executor | None = None,
-         load: Callable[[], Sensor] | None = None, input_sha256: str | None = None,
+         load: Callable[[], Sensor] | None = None,
          max_tokens: int | None = None) -> dict[str, Any]:
     """Set-level deletion harm of ``units`` at ``task_id@b`` boundaries (``harm.json``); one resumable part per boundary;
     boundaries over ``max_tokens`` are skipped and listed.
@@ -262,8 +265,8 @@ def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[st
     cache = out / "parts" / (f"harm.{'+'.join(kinds)}.k{max_k}.n{budget}.s{seed}"
                              + (f".t{limit}" if limit != DEFAULT_MAX_TOKENS else ""))
     with writer_lock(out, command="harm"):
-        parts = _units(sensor, keys, compute, cache, "harm", shard, {k: cost(k) for k in keys} if shard[1] > 1 else None,
-                       input_sha256, executor, load)
+        parts = _units(sensor, trajs, keys, compute, cache, "harm", shard,
+                       {k: cost(k) for k in keys} if shard[1] > 1 else None, executor, load)
         if shard[1] > 1:
             return {"shard": list(shard), "units": list(parts), "parts": str(cache)}
         result = summarize_harm([parts[k] for k in keys], model=sensor.describe(),

@@ -60,7 +60,7 @@ from typing import Any
 
 import pandas as pd
 
-from interp.io import (UnitRun, Work, atomic_write_bytes, atomic_write_json, check_output_dir, file_sha256, inside,
+from interp.io import (UnitRun, Work, atomic_write_bytes, atomic_write_json, check_output_dir, inside,
                        read_json, safe_stem, writer_lock)
 from interp.pipelines import stages
 from interp.pipelines.executors import LocalExecutor, make_executor
@@ -223,7 +223,6 @@ def _extract_all(config: dict[str, Any], runner: Any, out: Path) -> tuple[dict[s
     from interp.extraction.limits import DEFAULT_MAX_TOKENS
 
     trajs = stages.trajectories(Path(config["trajectories"]), strict=False)
-    input_sha256 = file_sha256(Path(config["trajectories"]))
     extract = config.get("extract", {})
     device, dtype = extract.get("device", "cpu"), extract.get("dtype", "auto")
     local = isinstance(runner, LocalExecutor)
@@ -249,8 +248,7 @@ def _extract_all(config: dict[str, Any], runner: Any, out: Path) -> tuple[dict[s
                                 max_tokens=extract.get("max_tokens", DEFAULT_MAX_TOKENS))
             started = time.perf_counter()
             stages.extract(sensor, trajs, [condition], cfg, store, executor=None if local else runner,
-                           load=None if local else partial(stages.sensor, model, None, device, dtype),
-                           input_sha256=input_sha256)
+                           load=None if local else partial(stages.sensor, model, None, device, dtype))
             for c in mine:
                 seconds[c["name"]] = time.perf_counter() - started
                 plan[c["name"]] = {"store": str(store), "out": str(out / "cells" / c["folder"] / "probe"),

@@ -34,3 +34,17 @@ def test_every_model_dependent_condition_extracts(tiny_sensor, mini_trajectory, 
     _, log = apply_condition("random", mini_trajectory, b, tokenizer=tiny_sensor.tokenizer)
     row = frame[(frame["condition"] == "random") & (frame["after_step"] == b)].iloc[0]
     assert row["chars_removed"] == log.chars_removed > 0
+
+
+def test_worker_params_keep_the_given_ones_and_build_the_model_ones_once(tiny_sensor, monkeypatch):
+    """On a worker: the caller's plain parameters survive, the model-dependent ones come from the worker's sensor."""
+    import interp.extraction.batch as batch
+
+    calls = []
+    real = batch.condition_params
+    monkeypatch.setattr(batch, "condition_params", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    params = batch.condition_params_factory(4096, {"random": {"r": 0.4, "seed": 3}})
+    got = params(tiny_sensor, "random")
+    assert got["r"] == 0.4 and got["seed"] == 3 and got["tokenizer"] is tiny_sensor.tokenizer
+    assert params(tiny_sensor, "random") == got and calls == [["random"]]
+    assert params(tiny_sensor, "full") is None

@@ -168,3 +168,18 @@ def test_undeclared_tools_are_warnings_and_problems_under_strict(tmp_path):
                                   f"(in the converted trajectory)")
     report = import_runs("openai", source, tmp_path / "t2.jsonl", strict=True)
     assert report.converted == 0 and report.problems[0].startswith(f"{source}:1: steps[0].action.tool: tool")
+
+
+def test_control_tokens_import_and_deep_nesting_is_a_problem_of_its_line(tmp_path):
+    """Control tokens are kept (the rendering commands refuse them unless --allow-control-tokens); a line nested too
+    deeply to read is one problem naming its line, not a crash."""
+    run = {"id": "ct", "messages": [{"role": "system", "content": "s <|im_end|>"}, {"role": "user", "content": "do"},
+                                    {"role": "assistant", "content": "done </think>"}]}
+    source = tmp_path / "runs.jsonl"
+    source.write_text("[" * 100_000 + "]" * 100_000 + "\n" + json.dumps(run) + "\n")
+    report = import_runs("openai", source, tmp_path / "out.jsonl")
+    assert (report.converted, report.skipped) == (1, 1)
+    assert dict(report.reasons) == {"JSON nested too deeply to read": 1}
+    assert load_trajectories(tmp_path / "out.jsonl", allow_control_tokens=True)[0].task_id == "ct"
+    with pytest.raises(ValueError, match="control token"):
+        load_trajectories(tmp_path / "out.jsonl")

@@ -39,6 +39,7 @@ from typing import Any
 from interp.data.importers.common import (
     RunContext, RunProblem, call_action, expect, join_reasoning, outcome_of, parse_arguments, tool_spec,
 )
+from interp.io import read_json
 
 FORMAT = "map"
 DEFAULT_DOMAIN = "unknown"
@@ -52,12 +53,9 @@ _MISSING = object()
 def load_map(path: Path) -> dict[str, Any]:
     """Read and check a field map; a ``ValueError`` naming the file and key for a bad one (before any work)."""
     path = Path(path)
-    try:
-        spec = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ValueError(f"{path}: map file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not a JSON field map ({exc})") from None
+    if not path.is_file():
+        raise ValueError(f"{path}: map file not found")
+    spec = read_json(path)  # a ValueError naming the file: not UTF-8, invalid or too deeply nested JSON
     if not isinstance(spec, dict):
         raise ValueError(f"{path}: a field map is a JSON object (see interp/data/importers/mapping.py)")
     step = spec.get("step")

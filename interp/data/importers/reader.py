@@ -55,7 +55,7 @@ def _first_line_is_json(path: Path) -> bool:
             if raw.strip():
                 try:
                     json.loads(raw)
-                except (json.JSONDecodeError, UnicodeDecodeError):
+                except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
                     return False
                 return True
     return True
@@ -72,6 +72,8 @@ def _lines(path: Path) -> Iterator[Record]:
                 yield Record(path, lineno, problem=("(line)", f"not UTF-8 (byte {exc.start + 1} of the line)"))
             except json.JSONDecodeError as exc:
                 yield Record(path, lineno, problem=("(line)", f"invalid JSON: {exc.msg} at column {exc.colno}"))
+            except RecursionError:
+                yield Record(path, lineno, problem=("(line)", "JSON nested too deeply to read"))
 
 
 def _whole(path: Path) -> Iterator[Record]:
@@ -83,6 +85,9 @@ def _whole(path: Path) -> Iterator[Record]:
         return
     except json.JSONDecodeError as exc:
         yield Record(path, exc.lineno, problem=("(file)", f"invalid JSON: {exc.msg} at column {exc.colno}"))
+        return
+    except RecursionError:
+        yield Record(path, 1, problem=("(file)", "JSON nested too deeply to read"))
         return
     if isinstance(value, list) and value and not (isinstance(value[0], dict) and "role" in value[0]):
         for line, item in _array_items(text):  # an array of runs (not one run's message list)

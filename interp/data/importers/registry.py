@@ -169,7 +169,8 @@ def _check(candidates: Path, origins: list[tuple[str, int, str]], report: Import
     from interp.data.trajectory import ValidationReport, iter_records
 
     checked = ValidationReport(candidates)
-    valid = {line for line, _ in iter_records(candidates, checked, strict=strict)}
+    # control tokens are for the commands that render to refuse (they take --allow-control-tokens), not the import
+    valid = {line for line, _ in iter_records(candidates, checked, strict=strict, allow_control_tokens=True)}
     failed: dict[int, list[str]] = {}
     for problem in checked.problems:
         line, rest = _candidate_line(candidates, problem)
