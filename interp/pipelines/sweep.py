@@ -81,7 +81,7 @@ def load_sweep(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path}: invalid TOML: {exc}") from None
     except RecursionError:
         raise ValueError(f"{path}: TOML nested too deeply to read") from None
-    for section in ("grid", "extract", "probe"):
+    for section in ("grid", "extract", "executor", "probe"):
         if section in config and not isinstance(config[section], dict):
             raise ValueError(f"{path}: {section}: expected a [{section}] table, got {config[section]!r}")
     for where, keys, allowed in (("(top level)", config, SECTIONS), ("[grid]", config.get("grid", {}), GRID_KEYS),
@@ -145,6 +145,16 @@ def _check_values(path: Path, config: dict[str, Any]) -> None:
                 check(extract[key])
             except (ValueError, TypeError) as exc:
                 fail(f"[extract].{key}", str(exc))
+    executor = config.get("executor", {})
+    if executor.get("kind", "local") not in ("local", "ray"):
+        fail("[executor].kind", f"use local or ray, got {executor['kind']!r}")
+    if not isinstance(executor.get("address", ""), str):
+        fail("[executor].address", f"expected a string, got {executor['address']!r}")
+    for key, low in (("workers", 1), ("num_cpus", 0), ("num_gpus", 0), ("memory_gb", 0), ("retries", 0)):
+        value = executor.get(key, low)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= low \
+                or (key in ("workers", "retries") and not isinstance(value, int)):
+            fail(f"[executor].{key}", f"expected a number >= {low}, got {value!r}")
     try:
         probe_config(config)
     except (ValueError, TypeError) as exc:
@@ -172,7 +182,7 @@ def executor_of(config: dict[str, Any], kind: str | None = None, address: str | 
     """The sweep's executor from its ``[executor]`` section; ``kind``/``address`` (command line) override it."""
     section = dict(config.get("executor", {}))
     memory = section.pop("memory_gb", None)
-    chosen = kind or section.pop("kind", "local")
+    chosen = kind or section.get("kind", "local")
     section.pop("kind", None)
     if address:
         section["address"] = address
@@ -200,9 +210,7 @@ def run_sweep(path: Path, executor: str | None = None, address: str | None = Non
     with writer_lock(out, command=f"sweep {path}"):
         plan, extract_seconds = _extract_all(config, runner, out)
         names = [n for n in plan if not (Path(plan[n]["out"]) / "probe_results.json").exists()]
-        probe_config = ProbeConfig(**{k: tuple(v) if isinstance(v, list) else v
-                                      for k, v in config.get("probe", {}).items()})
-        work = Work("probe", names, lambda: None, partial(_probe_cell, probe_config, plan),
+        work = Work("probe", names, lambda: None, partial(_probe_cell, probe_config(config), plan),
                     lambda n: (Path(plan[n]["out"]) / "probe_results.json").exists())
         records = runner.run(work, progress=True)
         for name, record in records.items():

@@ -86,6 +86,8 @@ def _inputs(root: Path) -> None:
     (root / "sweep_device.toml").write_text(ok + '[extract]\ndevice = "tpu"\n')
     (root / "sweep_outfile.toml").write_text(ok.replace('out = "out"', 'out = "in/a_file"'))
     (root / "sweep_nboot.toml").write_text(ok + "[probe]\nn_boot = -5\n")
+    (root / "sweep_workers.toml").write_text(ok + '[executor]\nkind = "ray"\nworkers = "two"\n')
+    (root / "sweep_executor.toml").write_text(ok + '[executor]\nkind = "slurm"\n')
 
 
 @dataclass
@@ -309,6 +311,8 @@ CASES = [
     Case("sweep-max-tokens", ["sweep", "in/sweep_tokens.toml"], ("sweep_tokens.toml", "max_tokens")),
     Case("sweep-device", ["sweep", "in/sweep_device.toml"], ("sweep_device.toml", "tpu")),
     Case("sweep-out-file", ["sweep", "in/sweep_outfile.toml"], ("sweep_outfile.toml", "a_file")),
+    Case("sweep-executor-workers", ["sweep", "in/sweep_workers.toml"], ("sweep_workers.toml", "[executor].workers")),
+    Case("sweep-executor-kind", ["sweep", "in/sweep_executor.toml"], ("sweep_executor.toml", "[executor].kind")),
     Case("sweep-n-boot", ["sweep", "in/sweep_nboot.toml"], ("sweep_nboot.toml", "n_boot")),
     Case("sweep-missing", ["sweep", "in/nope.toml"], ("in/nope.toml",)),
     # patch
