@@ -189,7 +189,7 @@ def candidate_sets(traj: Trajectory, b: int, max_k: int = 3, budget: int = 20, s
 
 
 def set_harms(sensor: Any, traj: Trajectory, b: int, sets: list[tuple[Unit, ...]],
-              share_prefix: bool = True) -> tuple[float, list[SetHarm]]:
+              share_prefix: bool = True, target: tuple[Any, int, int] | None = None) -> tuple[float, list[SetHarm]]:
     """``NLL(y | H)`` and the harm of every set at boundary ``b`` (b < n_steps).
 
     Memory stays bounded in the number of sets: each set's render is kept only
@@ -200,10 +200,10 @@ def set_harms(sensor: Any, traj: Trajectory, b: int, sets: list[tuple[Unit, ...]
     if not 1 <= b < traj.n_steps:
         raise ValueError(f"{traj.task_id}: harm needs a recorded next step: b in 1..{traj.n_steps - 1}, got {b}")
     tok = sensor.tokenizer
-    full, y0, y1 = _target(traj, b, (), tok)
+    full, y0, y1 = target or _target(traj, b, (), tok)  # ``target``: the caller's own full render (rendered once)
     base_ids = full.input_ids[:y1]
     jobs: dict[int, list[tuple[tuple[Unit, ...], np.ndarray, int, int]]] = {}  # start -> (set, suffix, e0, e1)
-    done: dict[tuple[Unit, ...], SetHarm] = {}
+    nll: dict[tuple[Unit, ...], float] = {}  # sets whose y context changed: NLL(y | H without the set)
     removed: dict[tuple[Unit, ...], int] = {}
     for s in sets:
         r, e0, e1 = _target(traj, b, s, tok)
@@ -212,7 +212,6 @@ def set_harms(sensor: Any, traj: Trajectory, b: int, sets: list[tuple[Unit, ...]
         removed[s] = full.n_tokens - r.n_tokens
         shared = lcp(r.input_ids, base_ids) if share_prefix else 0
         if (e0, e1) == (y0, y1) and shared >= e1:  # nothing of y's context changed (e.g. the empty set): harm 0
-            done[s] = SetHarm(s, removed[s], math.nan, 0.0)
             continue
         # the suffix starts at the first changed token, or earlier at y's first target position: a deletion that
         # shifts y (a whole step) can leave the shared prefix running into y, where the full run has no targets
@@ -229,13 +228,10 @@ def set_harms(sensor: Any, traj: Trajectory, b: int, sets: list[tuple[Unit, ...]
         for s, suffix, e0, e1 in jobs.pop(start, []):  # from scratch at start 0 (snap is None there)
             ids = suffix.tolist()
             res = run_plan(sensor, ids, Plan(targets={p - 1: ids[p - start] for p in range(e0, e1)}), start=snap)
-            done[s] = SetHarm(s, removed[s], _nll(res.target_logprob, e0, e1), math.nan)
+            nll[s] = _nll(res.target_logprob, e0, e1)
     nll_full = _nll(base_logprob, y0, y1)
-    results = []
-    for s in sets:
-        h = done[s]
-        results.append(SetHarm(s, h.tokens_removed, nll_full, 0.0) if math.isnan(h.nll)
-                       else SetHarm(s, h.tokens_removed, h.nll, h.nll - nll_full))
+    results = [SetHarm(s, removed[s], nll[s], nll[s] - nll_full) if s in nll else SetHarm(s, removed[s], nll_full, 0.0)
+               for s in sets]
     single = {h.members[0]: h.harm for h in results if len(h.members) == 1}
     for h in results:
         if len(h.members) > 1 and all(m in single for m in h.members):
@@ -253,7 +249,7 @@ def boundary_harm(sensor: Any, traj: Trajectory, b: int, max_k: int = 3, budget:
     reason = over_limit(y1, context_limit(sensor, max_tokens))
     if reason:
         return {**skip_record(traj.task_id, b, y1, reason), "skipped": True}
-    nll, sets = set_harms(sensor, traj, b, candidate_sets(traj, b, max_k, budget, seed, kinds))
+    nll, sets = set_harms(sensor, traj, b, candidate_sets(traj, b, max_k, budget, seed, kinds), target=(full, y0, y1))
     return {"task_id": traj.task_id, "after_step": b, "units": list(kinds),
             "target": full.text[full.offsets[y0][0]:full.offsets[y1 - 1][1]], "target_tokens": y1 - y0,
             "nll_full": nll,

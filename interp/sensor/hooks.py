@@ -144,14 +144,11 @@ def hooks(model: Any, fwd_hooks: list[tuple[str, HookFn]]) -> Iterator[None]:
 
 def _register(layer: Any, where: Layout, site: str, module: Any, fn: HookFn, name: str) -> list[Any]:
     """Torch hooks that call ``fn`` with the site's activation (in its TL shape) and write back a replacement."""
-    if site == "hook_resid_pre":
+    if site in ("hook_resid_pre", "mlp.hook_post"):  # the input of the layer / of the MLP's down projection
         return [module.register_forward_pre_hook(
             lambda m, args, kwargs: _call_pre(fn, args, kwargs, name), with_kwargs=True)]
     if site in ("hook_resid_post", "hook_attn_out", "hook_mlp_out"):
         return [module.register_forward_hook(lambda m, a, out: _call_out(fn, out, name))]
-    if site == "mlp.hook_post":
-        return [module.register_forward_pre_hook(lambda m, args, kwargs: _call_pre(fn, args, kwargs, name),
-                                                 with_kwargs=True)]
     if site == "attn.hook_z":
         dh = getattr(layer, where.attn).head_dim
         return [module.register_forward_pre_hook(
