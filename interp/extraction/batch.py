@@ -139,7 +139,7 @@ def unit_costs(trajectories: list[Trajectory], conditions: list[str], tokenizer:
 
 
 def trajectories_sha256(trajectories: list[Trajectory]) -> str:
-    """sha256 of the trajectories' JSON lines (the input hash of an in-process run without a file)."""
+    """sha256 of the trajectories' JSON lines: the one input hash a store or a sharded run records."""
     return hashlib.sha256("".join(json.dumps(t.to_json(), sort_keys=True) + "\n"
                                   for t in trajectories).encode()).hexdigest()
 
