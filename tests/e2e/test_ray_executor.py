@@ -24,7 +24,7 @@ from interp.data.trajectory import load_trajectories
 from interp.extraction.batch import extract_to_store
 from interp.extraction.extract import ExtractConfig
 from interp.extraction.store import unit_name
-from interp.io import file_sha256, run_units
+from interp.io import run_units
 from interp.pipelines import stages
 from interp.pipelines.executors import RayExecutor
 
@@ -64,7 +64,7 @@ def traj_file(tmp_path_factory) -> Path:
 
 def _extract(sensor, traj_file: Path, root: Path, executor=None):
     return extract_to_store(sensor, load_trajectories(traj_file), CONDITIONS, _config(), root, boundaries=[1, 2],
-                            progress=False, input_sha256=file_sha256(traj_file), executor=executor,
+                            progress=False, executor=executor,
                             load=partial(stages.sensor, "tiny-qwen3.5") if executor else None)
 
 
