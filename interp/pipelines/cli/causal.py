@@ -1,0 +1,140 @@
+"""Causal commands: ``patch`` (KL Repair) and ``harm`` (DRSR set-level deletion harm)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from interp.extraction.limits import DEFAULT_MAX_TOKENS
+from interp.io import check_output_dir
+from interp.pipelines import stages
+from interp.pipelines.cli.common import (
+    LAYERS_0_BASED,
+    AddressOpt,
+    AllowControlOpt,
+    BoundaryTokensOpt,
+    DeviceOpt,
+    DtypeOpt,
+    ExecutorOpt,
+    GpusOpt,
+    MemoryOpt,
+    ModelOpt,
+    ModelPathOpt,
+    ShardOpt,
+    TrajectoriesOpt,
+    WorkersOpt,
+    app,
+    at_least,
+    console,
+    executor_for,
+    load_sensor,
+    model_options,
+    option,
+    shard_option,
+    split_list,
+)
+
+
+@app.command()
+def patch(
+    trajectories: TrajectoriesOpt,
+    out: Annotated[Path, typer.Option("--out", help="Directory for kl_repair.json (and per-trajectory parts).")],
+    condition: Annotated[str, typer.Option(help="Deletion condition giving P_del.")] = "delete_all_reasoning",
+    model: ModelOpt = "smollm2-135m", model_path: ModelPathOpt = None,
+    layers: Annotated[str, typer.Option(help="all | full_attention | 0,4,8 | 0-7 | 1based:4,8,32 (resid_pre; 'all' adds "
+                                             "the final resid_post). " + LAYERS_0_BASED)] = "all",
+    site: Annotated[str, typer.Option(help="resid_pre, attn_out or mlp_out.")] = "resid_pre",
+    positions: Annotated[int, typer.Option("--positions", help="Patch the last n positions (1 = boundary token).")] = 1,
+    method: Annotated[str, typer.Option(help="fast (shared prefix, batched sites, sdpa) or reference (TransformerLens bridge run_with_hooks, one whole forward per site).")] = "fast",
+    task_ids: Annotated[Optional[str], typer.Option("--task-ids", help="Comma list of trajectories (default: all).")] = None,
+    device: DeviceOpt = "cpu",
+    dtype: DtypeOpt = "auto",
+    allow_control_tokens: AllowControlOpt = False,
+    shard: ShardOpt = None,
+    executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None, num_gpus: GpusOpt = 0,
+    memory_gb: MemoryOpt = None,
+    max_tokens: BoundaryTokensOpt = DEFAULT_MAX_TOKENS,
+) -> None:
+    """KL Repair per layer: patch the full run's boundary activation into the deleted run."""
+    from interp.data.conditions import check_condition_name
+    from interp.extraction.batch import layer_numbers, parse_layers
+    from patching.kl_repair import default_sites
+
+    check_output_dir(out, "--out")
+    with option("--condition"):
+        check_condition_name(condition)
+    if site not in ("resid_pre", "attn_out", "mlp_out"):
+        raise ValueError(f"--site {site!r}: use resid_pre, attn_out or mlp_out")
+    if method not in ("fast", "reference"):
+        raise ValueError(f"--method {method!r}: use fast or reference")
+    at_least("--positions", positions, 1)
+    layer_numbers(layers, "--layers")
+    model_options(device, dtype)
+    runner, load = executor_for(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
+    chosen_shard = shard_option(shard)
+    at_least("--max-tokens", max_tokens, 1)
+    trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
+    unknown = [t for t in split_list(task_ids or "") if t not in {x.task_id for x in trajs}]
+    if unknown:
+        raise ValueError(f"--task-ids: {', '.join(unknown)} not in the trajectory file {trajectories}")
+    sensor = load_sensor(model, model_path, device, dtype)
+    chosen = parse_layers(layers, sensor.n_layers, sensor.full_attention_layers, "--layers")
+    sites = default_sites(sensor.n_layers, site, layers=chosen)
+    result = stages.patch(sensor, trajs, out, condition, sites, method, positions,
+                          split_list(task_ids) if task_ids else None, chosen_shard, runner, load, max_tokens)
+    if "shard" in result:
+        console.print(f"{result['parts']}: shard {shard}, {len(result['units'])} trajectories", markup=False)
+        return
+    console.print(f"{out / 'kl_repair.json'}: {result['n_samples']} samples, {result['n_excluded']} excluded "
+                  f"(d <= d_threshold = {result['d_threshold']:.3g} nats for {result['model'].get('dtype')}), "
+                  f"{len(result['skipped'])} skipped (over {max_tokens} tokens)")
+
+
+@app.command()
+def harm(
+    trajectories: TrajectoriesOpt,
+    out: Annotated[Path, typer.Option("--out", help="Directory for harm.json.")],
+    boundaries: Annotated[Optional[str], typer.Option(help="Comma list of task_id@b (default: middle boundary of each).")] = None,
+    model: ModelOpt = "smollm2-135m", model_path: ModelPathOpt = None,
+    max_k: Annotated[int, typer.Option("--max-k", help="Largest set cardinality.")] = 3,
+    budget: Annotated[int, typer.Option(help="Sampled sets per cardinality >= 2.")] = 10,
+    seed: int = 0,
+    units: Annotated[str, typer.Option(help="Comma list of deletion unit kinds, any mix of reasoning, observation, "
+                                            "tool_exchange (a call with its result), step.")] = "reasoning",
+    margin: Annotated[Optional[float], typer.Option(help="Pair-ordering margin in nats/token (default 0.020).")] = None,
+    device: DeviceOpt = "cpu",
+    dtype: DtypeOpt = "auto",
+    allow_control_tokens: AllowControlOpt = False,
+    shard: ShardOpt = None,
+    executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None, num_gpus: GpusOpt = 0,
+    memory_gb: MemoryOpt = None,
+    max_tokens: BoundaryTokensOpt = DEFAULT_MAX_TOKENS,
+) -> None:
+    """Set-level deletion harm (DRSR): exact vs additive harm of deleting history units jointly."""
+    from interp.data.deletions import parse_unit_kinds
+    from patching.harm import check_boundaries
+
+    check_output_dir(out, "--out")
+    with option("--units"):
+        kinds = parse_unit_kinds(units)  # a typo fails before the model loads
+    at_least("--max-k", max_k, 1)
+    at_least("--budget", budget, 0)
+    at_least("--margin", margin, 0)
+    model_options(device, dtype)
+    runner, load = executor_for(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
+    chosen_shard = shard_option(shard)
+    at_least("--max-tokens", max_tokens, 1)
+    trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
+    keys = split_list(boundaries) if boundaries else None
+    if keys is not None:
+        with option("--boundaries"):
+            keys = check_boundaries(keys, trajs)
+    result = stages.harm(load_sensor(model, model_path, device, dtype), trajs, out, keys, max_k, budget, seed,
+                         kinds, margin, chosen_shard, runner, load, max_tokens)
+    if "shard" in result:
+        console.print(f"{result['parts']}: shard {shard}, {len(result['units'])} boundaries", markup=False)
+        return
+    console.print(f"{out / 'harm.json'}: {len(result['boundaries'])} boundaries; units {', '.join(result['units'])}; "
+                  f"{len(result['skipped'])} skipped (over {max_tokens} tokens)")

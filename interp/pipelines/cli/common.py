@@ -1,0 +1,132 @@
+"""What every ``interp`` command shares: the Typer app, the consoles, option types and the checks that run before
+any file is read or any model loads."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+
+from interp.pipelines import stages
+
+app = typer.Typer(
+    help="Reasoning persistence in long-horizon agents: validate, render, extract, probe, patch.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+# soft_wrap: long lines (problem lines, prompts) are printed whole, never re-wrapped;
+# no emoji or highlighting, so text such as "a[1:100:2]" prints as it is. Off a terminal the width is set
+# to 240 by `interp.pipelines.cli.main` when a command runs (nothing is asked of the terminal at import).
+console = Console(soft_wrap=True, emoji=False, highlight=False)
+err = Console(stderr=True, soft_wrap=True, emoji=False, highlight=False)
+PIPE_WIDTH = 240
+
+ModelOpt = Annotated[str, typer.Option("--model", help="Model spec (see `interp models`) or a local HF directory.")]
+ModelPathOpt = Annotated[Optional[Path], typer.Option("--model-path", help="Local checkpoint directory for the spec.")]
+TrajectoriesOpt = Annotated[Path, typer.Option("--trajectories", help="Trajectory file (JSON Lines).")]
+AllowControlOpt = Annotated[bool, typer.Option(
+    "--allow-control-tokens", help="Accept trajectory text holding chat-template control tokens (<|im_end|>, "
+    "</think>, ...): rendered as written, they act as the template's own tokens. Refused by default.")]
+LAYERS_0_BASED = ("Layers are 0-based (resid_pre of layer l = hidden_states[l]); the reference study numbers them "
+                  "from 1 (its full-attention layers 4, 8, ..., 32 are 3, 7, ..., 31 here): write 1based:4,8,32 "
+                  "for its numbering. `interp models` lists each model's full-attention layers in both.")
+
+DeviceOpt = Annotated[str, typer.Option(help="torch device: cpu, cuda, cuda:1 ...")]
+DtypeOpt = Annotated[str, typer.Option(help="Model dtype: auto (bf16 on CUDA, else fp32), fp32, bf16, fp16 or fp64 (fp64 for parity checks on small models; stored features and all log-softmax/KL arithmetic are float32).")]
+
+
+def split_list(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+@contextmanager
+def option(name: str) -> Iterator[None]:
+    """ValueErrors raised inside are re-raised as one line naming the option (``--pooling: ...``)."""
+    try:
+        yield
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
+
+
+def build(cls: Any, **kwargs: Any) -> Any:
+    """``cls(**kwargs)``; a ValueError names the option of the first field its message mentions (``--n-boot``)."""
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:
+        msg = str(exc)
+        named = sorted((msg.find(k), k) for k in kwargs if k in msg)
+        if not named:
+            raise
+        raise ValueError(f"--{named[0][1].replace('_', '-')}: {msg}") from None
+
+
+def at_least(option: str, value: float | None, low: float) -> None:
+    """ValueError naming ``option`` unless ``value`` (when given) is a finite number >= ``low``."""
+    if value is not None and not (math.isfinite(value) and value >= low):
+        raise ValueError(f"{option} {value}: must be a finite number >= {low}")
+
+
+def model_options(device: str, dtype: str) -> None:
+    """Refuse a device this machine lacks and an unknown dtype before anything is read or loaded."""
+    from interp.sensor.models import check_device, resolve_dtype
+
+    check_device(device)
+    with option("--dtype"):
+        resolve_dtype(dtype)
+
+
+BoundaryTokensOpt = Annotated[int, typer.Option("--max-tokens", help="Boundaries with longer renders are skipped "
+                                                                "and recorded, never truncated.")]
+ShardOpt = Annotated[Optional[str], typer.Option(help="I/N: this process takes shard I of N (units split by token "
+                                                      "count, longest first); join the shards with `interp merge`.")]
+ExecutorOpt = Annotated[str, typer.Option(help="Where units run: local (this process) or ray (actors, one model "
+                                               "load each; needs pip install '.[ray]').")]
+AddressOpt = Annotated[Optional[str], typer.Option(help="Ray cluster address (auto: the running cluster; default: "
+                                                        "start a local one).")]
+WorkersOpt = Annotated[Optional[int], typer.Option(help="Ray actors (default: as many as the resources fit).")]
+GpusOpt = Annotated[float, typer.Option("--num-gpus", help="GPUs per Ray worker (use --device cuda with it).")]
+MemoryOpt = Annotated[Optional[float], typer.Option("--memory-gb", help="Memory per Ray worker, GiB (scheduling).")]
+
+
+def shard_option(shard: str | None) -> tuple[int, int]:
+    """``--shard I/N`` parsed before anything is read or loaded (``(0, 1)`` when absent)."""
+    from interp.extraction.batch import parse_shard
+
+    with option("--shard"):
+        return parse_shard(shard)
+
+
+def executor_for(kind: str, address: str | None, workers: int | None, num_gpus: float, memory_gb: float | None,
+              model: str, model_path: Path | None, device: str, dtype: str) -> tuple[object | None, object | None]:
+    """``(executor, load)`` for ``--executor``: None for local (the loaded sensor is used), else the executor and
+    how a worker loads its model."""
+    from functools import partial
+
+    from interp.pipelines.executors import make_executor
+
+    if kind == "local":
+        return None, None
+    with option("--executor"):  # called before the model loads: a bad executor costs nothing
+        executor = make_executor(kind, address=address, workers=workers, num_gpus=num_gpus,
+                                 memory=int(memory_gb * 2**30) if memory_gb else None)
+    return executor, partial(stages.sensor, model, model_path, device, dtype)
+
+
+def load_sensor(model: str, model_path: Optional[Path], device: str, dtype: str) -> Any:
+    """Load the sensor and say (stdout, the run log) where it runs and which Gated-DeltaNet and conv kernels it calls."""
+    from interp.sensor.kernels.binding import kernels_line
+
+    sensor = stages.sensor(model, model_path, device, dtype)
+    console.print(f"{sensor.spec}: {sensor.device}, {str(sensor.dtype).removeprefix('torch.')}; "
+              f"kernels: {kernels_line(sensor.kernels)}", markup=False)
+    return sensor
+
+

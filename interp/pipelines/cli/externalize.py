@@ -1,0 +1,112 @@
+"""``interp externalize``: rule-based G labels with evidence, and future risk by G."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from interp.io import check_output_dir
+from interp.pipelines import stages
+from interp.pipelines.cli.common import (
+    TrajectoriesOpt,
+    app,
+    at_least,
+    build,
+    console,
+    split_list,
+)
+
+externalize_app = typer.Typer(help="State externalization: rule-based G labels with evidence, and future risk by G.",
+                              no_args_is_help=True)
+app.add_typer(externalize_app, name="externalize")
+
+
+@externalize_app.command("label")
+def externalize_label(
+    trajectories: TrajectoriesOpt,
+    out: Annotated[Path, typer.Option("--out", help="Directory for externalization_labels.json/.csv and "
+                                                    "externalization_evidence.csv.")],
+    labels: Annotated[Optional[Path], typer.Option("--labels", help="Reference CSV task_id,after_step,"
+                                                   "externalization_gap (default: the annotations).")] = None,
+    scope: Annotated[str, typer.Option(help="Reasoning that holds derived state: all (steps 1..b, the study's "
+                                            "definition), latest (step b only: a proxy) or since_code (a proxy).")] = "all",
+    carriers: Annotated[str, typer.Option(help="Comma list of carrier kinds: the study's written_file,tool_output,"
+                                               "feedback; opt-in tool_argument, text_action.")] = (
+        "written_file,tool_output,feedback"),
+    min_overlap: Annotated[float, typer.Option("--min-overlap", help="Cue sentences: fraction of their novel "
+                                               "words a carrier must hold.")] = 0.34,
+    min_novel_words: Annotated[int, typer.Option("--min-novel-words", help="Cue sentences with fewer novel "
+                                                 "words count as minor.")] = 5,
+    seed: Annotated[int, typer.Option(help="Seed of the tuning/evaluation task split and the bootstrap.")] = 0,
+    n_boot: Annotated[int, typer.Option("--n-boot", help="Task-bootstrap resamples for the kappa CIs.")] = 1000,
+) -> None:
+    """Rule-based G labels with per-item evidence; Cohen's kappa against reference labels, in-sample and held out by task."""
+    from interp.externalization.labeler import GapLabelerConfig
+
+    check_output_dir(out, "--out")
+    at_least("--n-boot", n_boot, 0)
+    config = build(GapLabelerConfig, scope=scope, min_overlap=min_overlap, min_novel_words=min_novel_words,
+                    carriers=tuple(split_list(carriers)))
+    summary = stages.externalize(trajectories, out, labels, config, seed, n_boot)
+    line = (f"{out}: {summary['n_boundaries']} boundaries, scope {scope} ({summary['scope_note']}), "
+            f"rule G=1 for {summary['rule_positive_rate']:.1%}")
+    agreement = summary["agreement"]
+    if agreement["n"]:
+        line += (f"; vs {summary['reference']} (n={agreement['n']}): kappa {agreement['kappa']} (in-sample), accuracy "
+                 f"{agreement['accuracy']}, confusion [[ref0 rule0, ref0 rule1], [ref1 rule0, ref1 rule1]] "
+                 f"{agreement['confusion']}")
+    console.print(line, markup=False, highlight=False)
+    for name, report in (summary["held_out"] or {}).items():
+        held, ci = report["held_out"], report["held_out"]["kappa_ci"]
+        console.print(f"held-out kappa, {name} labeler: {held['kappa']} [{ci[0] if ci else '-'}, "
+                      f"{ci[1] if ci else '-'}] on {held['n']} boundaries of {len(report['eval_tasks'])} tasks "
+                      f"(thresholds tuned on {len(report['tune_tasks'])} other tasks: {report['chosen']})",
+                      markup=False, highlight=False)
+
+
+@externalize_app.command("risk")
+def externalize_risk(
+    out: Annotated[Path, typer.Option("--out", help="Directory for externalization.json.")],
+    labels: Annotated[Optional[Path], typer.Option("--labels", help="CSV task_id,after_step,externalization_gap "
+                                                   "(e.g. externalization_labels.csv; may hold future_necessity "
+                                                   "too). Default: annotations of --trajectories.")] = None,
+    probe_results: Annotated[Optional[Path], typer.Option("--probe-results", help="oof_predictions.csv, or the "
+                                                          "`interp probe` directory holding it.")] = None,
+    trajectories: Annotated[Optional[Path], typer.Option("--trajectories", help="Trajectory file: annotations "
+                                                         "for G or y where no CSV gives them.")] = None,
+    targets: Annotated[Optional[Path], typer.Option("--targets", help="CSV task_id,after_step,future_necessity "
+                                                    "(default: --labels' column, else annotations).")] = None,
+    condition: Annotated[str, typer.Option(help="Condition of the probe samples.")] = "full",
+    g_column: Annotated[str, typer.Option("--g-column", help="Column of --labels holding G.")] = "externalization_gap",
+    n_boot: Annotated[int, typer.Option("--n-boot", help="Task-bootstrap resamples for CIs.")] = 1000,
+    seed: int = 0,
+) -> None:
+    """Future behavioural risk by G: P(y|G=1), P(y|G=0), within-task gap, hidden-score gap, with task-bootstrap CIs."""
+    from interp.reporting import reference
+
+    check_output_dir(out, "--out")
+    at_least("--n-boot", n_boot, 0)
+    doc = stages.risk(out, labels, probe_results, trajectories, targets, condition, g_column, n_boot, seed)
+
+    def pct(stat: dict) -> str:
+        ci = stat["ci"]
+        if stat["estimate"] is None:
+            return "-"
+        return f"{100 * stat['estimate']:.1f}%" + (f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci else "")
+
+    g1, g0, within = doc["p_y_given_g1"], doc["p_y_given_g0"], doc["within_task_gap"]
+    console.print(f"P(y=1|G=1) {pct(g1)} (n={g1['n']}) vs P(y=1|G=0) {pct(g0)} (n={g0['n']}); reference "
+                  f"{100 * reference.RISK['G1']:.1f}% vs {100 * reference.RISK['G0']:.1f}%", markup=False)
+    console.print(f"within-task gap {pct(within).replace('%', ' pp', 1)} over {within['n_tasks']} tasks; "
+                  f"reference {100 * reference.WITHIN_TASK_GAP:.1f} pp", markup=False)
+    if doc["hidden_score_gap"] is not None:
+        hidden = doc["hidden_score_gap"]
+        logodds, prob = hidden["logodds"], hidden["probability"]
+        if logodds["estimate"] is not None:
+            console.print(f"hidden-score gap {logodds['estimate']:.3f} log-odds [{logodds['ci'][0]:.3f}, "
+                          f"{logodds['ci'][1]:.3f}], {prob['estimate']:.3f} probability [{prob['ci'][0]:.3f}, "
+                          f"{prob['ci'][1]:.3f}] over {logodds['n_tasks']} tasks; reference "
+                          f"{reference.HIDDEN_SCORE_GAP} (probability)", markup=False)
+    console.print(f"-> {out / 'externalization.json'}", markup=False)

@@ -1,0 +1,69 @@
+"""Future-necessity commands: ``label`` (targets) and ``probe`` (task-level nested CV)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from interp.io import check_output_dir
+from interp.pipelines import stages
+from interp.pipelines.cli.common import TrajectoriesOpt, app, build, console
+
+
+@app.command()
+def label(
+    trajectories: TrajectoriesOpt,
+    out: Annotated[Path, typer.Option("--out", help="Directory for future_necessity_labels.json and .csv.")],
+    labels: Annotated[Optional[Path], typer.Option(help="Reference CSV task_id,after_step,future_necessity "
+                                                        "(default: the annotations).")] = None,
+    window: Annotated[Optional[int], typer.Option(help="Later steps inspected after each boundary (default: "
+                                                  "the whole rest of the trajectory).")] = None,
+    surge_factor: Annotated[float, typer.Option("--surge-factor", help="Reasoning surge: length over this "
+                                                "multiple of the running mean.")] = 1.8,
+) -> None:
+    """Rule-based future-necessity targets with evidence, and agreement (kappa) with reference labels."""
+    from probes.targets import TargetLabelerConfig
+
+    check_output_dir(out, "--out")
+    config = build(TargetLabelerConfig, window=window, surge_factor=surge_factor)
+    summary = stages.label(trajectories, out, labels, config)
+    console.print(f"{out}: {summary['n_boundaries']} boundaries, {summary['n_positive']} positive; "
+                  f"agreement {summary['agreement']}", markup=False)
+
+
+@app.command()
+def probe(
+    store: Annotated[Path, typer.Option("--store", help="Activation store directory.")],
+    out: Annotated[Path, typer.Option("--out", help="Directory for probe_results.json and oof_predictions.csv.")],
+    labels: Annotated[Optional[Path], typer.Option(help="CSV task_id,after_step,future_necessity (default: annotations).")] = None,
+    condition: Annotated[str, typer.Option(help="Condition of the samples to probe.")] = "full",
+    site: Annotated[str, typer.Option(help="Hooked site of the features.")] = "resid_pre",
+    outer: Annotated[str, typer.Option(help="kfold or loto (leave one task out).")] = "kfold",
+    n_perm: Annotated[int, typer.Option("--n-perm", help="Permutations for the p-value.")] = 100,
+    n_boot: Annotated[int, typer.Option("--n-boot", help="Task-bootstrap resamples for CIs.")] = 1000,
+    search: Annotated[str, typer.Option(help="two_stage or full inner search.")] = "two_stage",
+    permutation: Annotated[str, typer.Option(help="Permutation statistic: fixed (fast: max over candidates of the "
+                                                  "fixed probe's AUROC) or nested (exact: the whole nested CV rerun "
+                                                  "per permutation).")] = "fixed",
+    baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="Also run the position baseline "
+                                            "and probe + baseline through the same nested CV.")] = True,
+    n_jobs: Annotated[int, typer.Option("--n-jobs", help="Parallel outer folds / permutations (joblib).")] = -1,
+) -> None:
+    """Task-level nested-CV future-necessity probes on a store: gain over the position baseline, AUROC, AP, CIs, p."""
+    from probes.config import ProbeConfig
+
+    check_output_dir(out, "--out")
+    config = build(ProbeConfig, outer=outer, n_perm=n_perm, n_boot=n_boot, search=search, permutation=permutation,
+                    baselines=baselines, n_jobs=n_jobs)
+    result = stages.probe(store, out, config, labels, condition, site)
+    gain = result["gain"]
+    ci = gain and gain["auroc_ci"]
+    lead = (f"gain over position baseline {gain['auroc']:+.3f}" + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "")
+            + f" (baseline AUROC {result['baseline']['auroc']:.3f}); " if gain else "")
+    console.print(f"{lead}AUROC {result['auroc']:.3f} {result['auroc_ci']}, AP {result['ap']:.3f}, "
+                  f"balanced acc {result['balanced_accuracy']:.3f}, p={result['permutation_p']} (across tasks), "
+                  f"p={result['permutation_p_position']} (position kept), {permutation} statistic; "
+                  f"{result['n_excluded_final']} final boundaries excluded -> {out / 'probe_results.json'}",
+                  markup=False, highlight=False)
