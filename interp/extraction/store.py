@@ -19,7 +19,8 @@ n_tokens, status (ok|skipped), reason, forward, row (index into the unit's
 tensors, -1 when skipped), unit, boundary_entropy_bits, top1,
 future_necessity, externalization_gap (annotations; -1 when absent),
 chars_removed, tokens_removed, n_steps, rel_position, reasoning_tokens,
-n_reasoning_blocks, pool_count.<pooling>``.
+n_reasoning_blocks, pool_count.<pooling>``. The position columns of the probe's
+baseline are ``interp.extraction.position.POSITION_FEATURES`` (one definition).
 
 Each unit is written to temporary files and renamed into place (tensors
 first, the JSON last): a unit counts as done only when its JSON exists, so a
@@ -84,18 +85,20 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import torch
 from safetensors.torch import load_file, save
 
-from interp.extraction.extract import BoundaryFeatures
 from interp.io import (atomic_path, atomic_write_bytes, atomic_write_json, check_complete, inside, read_json,
                        safe_stem, writer_lock)
 from interp.schema import fields_from_doc
 from interp.data.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from interp.extraction.extract import BoundaryFeatures
 
 SCHEMA_VERSION = 2  # 2: unit stems carry a hash of the task id (interp.io.safe_stem)
 

@@ -151,7 +151,7 @@ def entropy(sensor: Sensor, trajs: list[Trajectory], out: Path, rho: float | Non
     what ICLR drops at ``rho``, and the full-context decisions beside them (``full``: True computes them)."""
     from interp.data.conditions import ICLR_RHO
     from interp.extraction.entropy import entropy_table
-    from interp.extraction.limits import DEFAULT_MAX_TOKENS
+    from interp.sensor.limits import DEFAULT_MAX_TOKENS
 
     with writer_lock(Path(out).parent, command=f"entropy {Path(out).name}"):
         table = entropy_table(sensor, trajs, rho=ICLR_RHO if rho is None else rho,
@@ -229,7 +229,7 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, condition: str = "
 
     ``shard=(I, N)`` computes shard I's trajectories (by tokens) and writes no summary (merge, then re-run)."""
     from interp.extraction.batch import render_tokens
-    from interp.extraction.limits import DEFAULT_MAX_TOKENS
+    from interp.sensor.limits import DEFAULT_MAX_TOKENS
     from patching.kl_repair import BoundaryRepair, default_sites, kl_repair_trajectory, summarize
 
     by_id = {t.task_id: t for t in trajs}
@@ -286,7 +286,7 @@ def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[st
     ``shard=(I, N)`` computes shard I's boundaries (by tokens) and writes no summary (merge, then re-run)."""
     from interp.data.deletions import parse_unit_kinds
     from interp.extraction.batch import render_tokens
-    from interp.extraction.limits import DEFAULT_MAX_TOKENS
+    from interp.sensor.limits import DEFAULT_MAX_TOKENS
     from patching.harm import MARGIN, boundary_harm, check_boundaries, default_boundaries, summarize_harm
 
     kinds = parse_unit_kinds(units)  # checked before any forward

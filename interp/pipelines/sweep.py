@@ -233,7 +233,7 @@ def _extract_all(config: dict[str, Any], runner: Any, out: Path) -> tuple[dict[s
     plan of every unfinished cell and the seconds its store's extraction took in this run."""
     from interp.extraction.batch import parse_layers
     from interp.extraction.extract import ExtractConfig
-    from interp.extraction.limits import DEFAULT_MAX_TOKENS
+    from interp.sensor.limits import DEFAULT_MAX_TOKENS
 
     trajs = stages.trajectories(Path(config["trajectories"]), strict=False)
     extract = config.get("extract", {})
