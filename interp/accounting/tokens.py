@@ -93,7 +93,7 @@ from interp.data.conditions import BlockScorer, apply_condition, check_condition
     validate_condition
 from interp.data.render import RenderError, render
 from interp.data.trajectory import Trajectory
-from interp.extraction.extract import lcp
+from interp.sensor.prefix import lcp
 from interp.schema import fields_from_doc, schema_dict
 from interp.stats import task_resamples
 
