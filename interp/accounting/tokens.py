@@ -75,6 +75,7 @@ Fields of ``tokens.json`` (``FIELDS``; :func:`tokens_document` writes them):
 | ``per_domain`` | ``[n_domain_rows] of {domain, policy, n_tasks, n_requests, input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, direct_removal_tokens}`` | object | tokens | sums over the tasks of a domain, per policy |
 | ``totals`` | ``[n_policies] of {policy, n_tasks, n_requests, input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, direct_removal_tokens, rel_input, rel_cache_read, rel_output}`` | object | tokens; rel_*: fraction | sums over all tasks; rel_* = (policy - full) / full (null without full or when full is 0) |
 | ``pair`` | ``{...}`` | object or null | tokens | decompose_pair's document (null when no paired run was given) |
+| ``entropy_table`` | ``[]`` | str or null | - | the block-entropy CSV ICLR's decisions were read from (null: none given) |
 | ``seconds`` | ``[]`` | float | s | wall time of the accounting |
 """
 
@@ -180,6 +181,27 @@ def table_scorer(blocks: pd.DataFrame, context: str) -> BlockScorer:
         return scores.get(key)
 
     return scorer
+
+
+def read_entropy_table(path: Any) -> pd.DataFrame:
+    """The block-entropy CSV of ``interp entropy`` (task_id, step, block, mean_entropy_bits; context optional),
+    checked: a missing column or a non-numeric value is a ValueError naming the file, line and column."""
+    try:
+        table = pd.read_csv(path, dtype={"task_id": str})
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable CSV ({str(exc).splitlines()[0]})") from None
+    missing = [c for c in ("task_id", "step", "block", "mean_entropy_bits") if c not in table]
+    if missing:
+        raise ValueError(f"{path}: no column(s) {', '.join(missing)} (expected the CSV of `interp entropy`)")
+    for col in ("step", "block", "mean_entropy_bits"):
+        bad = pd.to_numeric(table[col], errors="coerce").isna() & table[col].notna()
+        if col != "mean_entropy_bits":
+            bad |= table[col].isna()
+        if bad.any():
+            row = int(bad.to_numpy().nonzero()[0][0])
+            raise ValueError(f"{path}:{row + 2}: {col}: not a number: {table[col].iloc[row]!r}")
+        table[col] = pd.to_numeric(table[col])
+    return table
 
 
 def _history(policy: Policy, traj: Trajectory, b: int, extra: dict[str, Any]) -> tuple[Trajectory, int]:
@@ -359,7 +381,8 @@ def decompose_pair(base: Sequence[Trajectory], compressed: Sequence[Trajectory],
 
 
 def tokens_document(requests: pd.DataFrame, skipped: list[dict], tokenizer: Any, cache: CacheModel,
-                    pair: dict[str, Any] | None = None, seconds: float = 0.0) -> dict[str, Any]:
+                    pair: dict[str, Any] | None = None, seconds: float = 0.0,
+                    entropy_table: str | None = None) -> dict[str, Any]:
     """The ``tokens.json`` document (``FIELDS``) from :func:`account`'s rows; pure."""
     records = lambda frame: [_plain(r) for r in frame.to_dict("records")]  # noqa: E731
     return {"schema": schema_dict(FIELDS), "tokenizer": str(getattr(tokenizer, "name_or_path", "") or "?"),
@@ -367,19 +390,21 @@ def tokens_document(requests: pd.DataFrame, skipped: list[dict], tokenizer: Any,
             "skipped": skipped, "requests": records(requests),
             "per_task": records(_sums(requests, ["task_id", "domain", "policy"])),
             "per_domain": records(_sums(requests, ["domain", "policy"])), "totals": totals(requests),
-            "pair": pair, "seconds": float(seconds)}
+            "pair": pair, "entropy_table": entropy_table, "seconds": float(seconds)}
 
 
 def run_accounting(trajectories: Sequence[Trajectory], policies: Iterable[str], tokenizer: Any,
                    cache: CacheModel = CacheModel(), entropy: pd.DataFrame | None = None,
-                   paired: tuple[Sequence[Trajectory], str] | None = None) -> dict[str, Any]:
+                   paired: tuple[Sequence[Trajectory], str] | None = None,
+                   entropy_table: str | None = None) -> dict[str, Any]:
     """Account ``trajectories`` under ``policies`` (and a paired run: (compressed trajectories, its policy),
-    ``trajectories`` being the base run) and return the timed ``tokens.json`` document."""
+    ``trajectories`` being the base run) and return the timed ``tokens.json`` document (``entropy_table``: the
+    name of the entropy CSV, recorded)."""
     start = time.perf_counter()
     requests, skipped = account(trajectories, policies, tokenizer, cache, entropy)
     pair = decompose_pair(trajectories, paired[0], paired[1], tokenizer, cache, entropy) if paired else None
-    return tokens_document(requests, skipped, tokenizer, cache, pair, time.perf_counter() - start)
+    return tokens_document(requests, skipped, tokenizer, cache, pair, time.perf_counter() - start, entropy_table)
 
 
 __all__ = ["CacheModel", "DEFAULT_POLICIES", "FIELDS", "Policy", "account", "decompose_pair", "decomposition",
-           "parse_policy", "request_tokens", "run_accounting", "table_scorer", "tokens_document", "totals"]
+           "parse_policy", "read_entropy_table", "request_tokens", "run_accounting", "table_scorer", "tokens_document", "totals"]

@@ -370,3 +370,18 @@ def figures(results: Path, png: bool = True, tables: bool = True) -> dict[str, A
     made = make_figures(results, png=png)
     made["tables"] = write_tables(results) if tables else []
     return made
+
+
+def tokens(trajs: list[Trajectory], out: Path, tokenizer: Any, policies: list[str] | None = None,
+           cache_block: int = 1, min_prefix: int = 0, entropy: Path | None = None,
+           paired: tuple[list[Trajectory], str] | None = None) -> dict[str, Any]:
+    """Request-level token accounting of history policies with a prefix cache, and a paired-run amplification
+    decomposition (``tokens.json``, ``interp.accounting.tokens``); no model forward."""
+    from interp.accounting.tokens import DEFAULT_POLICIES, CacheModel, read_entropy_table, run_accounting
+
+    table = read_entropy_table(entropy) if entropy is not None else None
+    doc = run_accounting(trajs, policies or list(DEFAULT_POLICIES), tokenizer, CacheModel(cache_block, min_prefix),
+                         table, paired, None if entropy is None else str(entropy))
+    with writer_lock(out, command="tokens"):
+        atomic_write_json(out / "tokens.json", doc)
+    return doc
