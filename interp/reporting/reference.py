@@ -20,3 +20,7 @@ CONTINUATIONS = {  # controlled continuations: mean rubric score by history cond
     "delete_all_reasoning": 0.675,
     "clear_after_code": 0.759,
 }
+# token change of ICLR against the full-history agent, relative (fraction), 260 tasks (re-run agents, so
+# output changes too)
+TOKENS = {"iclr": {"input": -0.255, "output": -0.144, "cache_read": -0.333}}
+TOKENS_N_TASKS = 260

@@ -66,3 +66,47 @@ def tokens_figure(result: dict) -> go.Figure:
                      + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else " (no CI)") + f", {pair['n_tasks']} tasks")
     titled(fig, "Tokens sent, cached and generated under each history policy", parts)
     return fig
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.1%}"
+
+
+def tokens_section(result: dict) -> list[str]:
+    """The report's lines for tokens.json: per-policy totals and relative changes beside the reference study's,
+    the skipped policies, the paired decomposition and the time the accounting took."""
+    from interp.reporting import reference as ref
+
+    lines = ["Per request k, the prompt at boundary k-1 under the policy's history (input), the longest exact token "
+             "prefix it shares with request k-1's prompt + output (cache read, under the cache model), the rest of "
+             "the prompt (cache write) and the recorded step k (output); sums over every request of every task. "
+             "Replayed recorded runs: the same requests and outputs under every policy, so output changes are 0 here "
+             f"(the reference re-ran its agents, {ref.TOKENS_N_TASKS} tasks).", "",
+             "| policy | requests | input | cache read | cache write | output | direct removal | Δ input | "
+             "Δ cache read | Δ output | reference Δ input / cache read / output |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in result["totals"]:
+        theirs = ref.TOKENS.get(row["policy"])
+        cell = (f"{_pct(theirs['input'])} / {_pct(theirs['cache_read'])} / {_pct(theirs['output'])}"
+                if theirs else "-")
+        lines.append(f"| {row['policy']} | {row['n_requests']} | {row['input_tokens']:,} | "
+                     f"{row['cache_read_tokens']:,} | {row['cache_write_tokens']:,} | {row['output_tokens']:,} | "
+                     f"{row['direct_removal_tokens']:,} | {_pct(row['rel_input'])} | {_pct(row['rel_cache_read'])} | "
+                     f"{_pct(row['rel_output'])} | {cell} |")
+    lines.append("")
+    lines += [f"- _{s['policy']} not accounted: {s['reason']}_" for s in result.get("skipped", [])]
+    pair = result.get("pair")
+    if pair:
+        t = pair["totals"]
+        amp = "n/a" if pair["amplification"] is None else f"{pair['amplification']:.2f}"
+        ci = pair.get("amplification_ci")
+        lines += ["", f"Paired runs ({pair['policy']}, {pair['n_tasks']} tasks matched by task_id): total change "
+                      f"{t['total_change']:+,.0f} tokens = direct {t['direct_change']:+,.0f} + request count "
+                      f"{t['request_count_change']:+,.0f} + per-request context {t['context_change']:+,.0f}; "
+                      f"amplification |total| / removal {amp} " + (f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "(no CI)")
+                      + " (task bootstrap)."]
+    cache = result.get("cache_model") or {}
+    lines += ["", f"Tokenizer `{result.get('tokenizer')}`; cache block {cache.get('block')}, minimum prefix "
+                  f"{cache.get('min_prefix')}; ICLR decisions from `{result.get('entropy_table') or 'none'}`; "
+                  f"accounting took {result.get('seconds', 0):.1f} s (no model forward). Data: `tokens/tokens.json`."]
+    return lines
