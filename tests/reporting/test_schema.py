@@ -33,6 +33,7 @@ WRITERS = [
     ("interp.extraction.store", ["STORE_FIELDS", "UNIT_FIELDS", "MANIFEST_FIELDS"]),
     ("interp.extraction.attention_summary", ["FIELDS"]),
     ("interp.extraction.entropy", ["DROP_TABLE_FIELDS"]),
+    ("interp.accounting.tokens", ["FIELDS"]),
 ]
 
 
