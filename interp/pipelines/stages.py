@@ -22,6 +22,7 @@ stage               result                                        writer / schem
 :func:`externalize` ``externalization_labels.json/.csv``           ``interp.externalization.labeler``
 :func:`risk`        ``externalization.json``                       ``interp.externalization.risk``
 :func:`intervene`   ``interventions.json/.md``                     ``interp.continuations.run``
+:func:`tokens`      ``tokens.json`` (no model forward)             ``interp.accounting.tokens``
 :func:`figures`     ``figures/*.html|png``, ``tables/*``            ``interp.reporting``
 ==================  ===========================================  ==========================================
 

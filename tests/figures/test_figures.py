@@ -49,6 +49,8 @@ EXPECTED = {
                   "additive prediction: sum of singleton harms (nats", "exact harm of the set (nats",
                   "mean interaction", "pair-order acc. 0.80", "additive MAE", "units: reasoning",
                   "margin of 0.000 nats"],
+    "fig8_tokens": ["Tokens sent, cached and generated under each history policy", "input read from the cache",
+                    "input written to the cache", "direct removal (input tokens)", "paired amplification"],
 }
 
 
@@ -105,7 +107,7 @@ def test_missing_inputs_are_skipped_and_reported(tmp_path, capsys):
     assert "fig1b_probe_roc_pr" in report["written"] and not (tmp_path / "figures" / "fig1_probe.html").exists()
     assert capsys.readouterr().out == "", "make_figures is library code: it prints nothing"
     line = summary(report, tmp_path / "figures")
-    assert "5 written" in line and "skipped fig1_probe (no probe/probe_results.json)" in line
+    assert "6 written" in line and "skipped fig1_probe (no probe/probe_results.json)" in line
 
 
 def test_an_empty_results_dir_skips_everything(tmp_path):

@@ -40,6 +40,7 @@ from interp.reporting.figures.interventions import interventions_figure
 from interp.reporting.figures.kl_repair import kl_repair_figure
 from interp.reporting.figures.probe import probe_figure, roc_pr_figure
 from interp.reporting.figures.theme import PALETTE, TEMPLATE
+from interp.reporting.figures.tokens import tokens_figure
 from interp.io import read_json
 from interp.schema import Field, SchemaError, check, check_columns
 
@@ -62,6 +63,7 @@ FIGURES = (
     FigureSpec("fig5_attention", "attention/attention.json", attention_figure),
     FigureSpec("fig6_iclr", "iclr/iclr_blocks.csv", iclr_figure),
     FigureSpec("fig7_harm", "harm/harm.json", harm_figure),
+    FigureSpec("fig8_tokens", "tokens/tokens.json", tokens_figure),
 )
 
 
@@ -75,6 +77,7 @@ RESULT_FIELDS: dict[str, tuple[str, str]] = {
     "interventions.json": ("interp.continuations.run", "FIELDS"),
     "attention.json": ("interp.extraction.attention_summary", "FIELDS"),
     "iclr_blocks.csv": ("interp.extraction.entropy", "DROP_TABLE_FIELDS"),
+    "tokens.json": ("interp.accounting.tokens", "FIELDS"),
 }
 
 
