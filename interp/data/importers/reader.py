@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from interp.data.jsonl import read_lines
+
 LINE_SUFFIXES = (".jsonl", ".ndjson")
 WHOLE_SUFFIXES = (".json", ".traj")
 
@@ -62,18 +64,12 @@ def _first_line_is_json(path: Path) -> bool:
 
 
 def _lines(path: Path) -> Iterator[Record]:
-    with path.open("rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            try:
-                yield Record(path, lineno, json.loads(raw.decode("utf-8")))
-            except UnicodeDecodeError as exc:
-                yield Record(path, lineno, problem=("(line)", f"not UTF-8 (byte {exc.start + 1} of the line)"))
-            except json.JSONDecodeError as exc:
-                yield Record(path, lineno, problem=("(line)", f"invalid JSON: {exc.msg} at column {exc.colno}"))
-            except RecursionError:
-                yield Record(path, lineno, problem=("(line)", "JSON nested too deeply to read"))
+    for entry in read_lines(path):
+        if entry.problem:
+            where, message = entry.problem.split(": ", 1)
+            yield Record(path, entry.number, problem=(where, message))
+        else:
+            yield Record(path, entry.number, entry.value)
 
 
 def _whole(path: Path) -> Iterator[Record]:
