@@ -46,6 +46,10 @@ KNOWN_FIELDS = frozenset(
      "outcome", "annotations", "source"}
 )
 STEP_FIELDS = frozenset({"reasoning", "action", "observation"})
+# declared in the schema for what `interp import` keeps beside the trajectory (passed through as extra fields,
+# never rendered); not unknown under `interp validate --strict`
+IMPORT_FIELDS = frozenset({"metadata"})
+IMPORT_STEP_FIELDS = frozenset({"assistant_text", "is_error", "redacted_thinking"})
 BOUNDARY_FIELDS = frozenset({"after_step", "future_necessity", "externalization_gap", "note"})
 # Strings chat templates give a meaning (Qwen/SmolLM ChatML, reasoning and tool tags); the <|...|> form covers
 # every special token of those tokenizers (<|im_start|>, <|im_end|>, <|endoftext|>, <|vision_start|>, ...).
@@ -389,10 +393,10 @@ def control_token_problems(raw: Any, where: str = "") -> list[tuple[str, str]]:
 
 
 def _unknown_fields(raw: Mapping[str, Any]) -> list[str]:
-    found = [k for k in raw if k not in KNOWN_FIELDS]
+    found = [k for k in raw if k not in KNOWN_FIELDS | IMPORT_FIELDS]
     for i, step in enumerate(raw.get("steps", [])):
         if isinstance(step, dict):
-            found += [f"steps[{i}].{k}" for k in step if k not in STEP_FIELDS]
+            found += [f"steps[{i}].{k}" for k in step if k not in STEP_FIELDS | IMPORT_STEP_FIELDS]
     for i, ann in enumerate(raw.get("annotations", {}).get("boundaries", []) if isinstance(raw.get("annotations"), dict) else []):
         if isinstance(ann, dict):
             found += [f"annotations.boundaries[{i}].{k}" for k in ann if k not in BOUNDARY_FIELDS]

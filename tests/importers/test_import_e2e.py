@@ -90,8 +90,10 @@ def test_every_sample_imports_and_validates(imported):
     result = cli("validate", imported.path)
     assert f"{expected} trajectories" in result.output
     openai = imported.outputs["openai"].output
-    assert "formats: openai" in openai and "image_url content parts 1" in openai
-    assert "redacted_thinking blocks 2" in imported.outputs["anthropic"].output  # sniffed: auto
+    assert "formats: openai" in openai and "image_url content parts x1" in openai
+    assert "redacted_thinking blocks x2" in imported.outputs["anthropic"].output  # sniffed: auto
+    strict = cli("validate", "--strict", imported.path)
+    assert "unknown field" not in strict.output  # metadata and the importer's step fields are declared
     text = imported.path.read_text(encoding="utf-8")
     for word in ("Müller", "café", "Søren", "✅", "zoë@example.com"):  # non-ASCII kept verbatim
         assert word in text

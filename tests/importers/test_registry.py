@@ -77,7 +77,7 @@ def test_duplicate_task_ids_skip_the_later_run(tmp_path):
     source.write_text(f"{line}\n\n{line}\n", encoding="utf-8")
     report = import_runs("openai", source, tmp_path / "t.jsonl")
     assert report.converted == 1 and report.problems == [
-        f"{source}:3: task_id: duplicate task_id 'oa-code-1' (first on line 1) (in the converted trajectory)"]
+        f"{source}:3: task_id: duplicate task_id 'oa-code-1' (first in {source}:1) (in the converted trajectory)"]
 
 
 def test_auto_sniffs_each_run(tmp_path):
