@@ -58,7 +58,7 @@ def convert(record: Any, ctx: RunContext) -> dict[str, Any]:
     system, chat = convert_messages(messages, base, ctx)
     out = {"task_id": ctx.task_id(record), "domain": ctx.domain_of(record, DEFAULT_DOMAIN),
            "system_prompt": REASONING_JOIN.join(system),
-           "tools": _tools(record.get("tools") if isinstance(record, dict) else None),
+           "tools": tools_of(record.get("tools") if isinstance(record, dict) else None),
            **chat.trajectory(base), "outcome": outcome_of(record)}
     meta = metadata_of(record, USED)
     return {**out, "metadata": meta} if meta else out
@@ -88,6 +88,7 @@ def convert_messages(messages: Any, base: str, ctx: RunContext,
             used |= _assistant(chat, msg, where, ctx)
         elif role in ("tool", "function"):
             _tool(chat, msg, where, ctx)
+            used |= {"id"} if "tool_call_id" not in msg else set()  # tau2-bench: the result's id is the call's
         else:
             raise RunProblem(f"{where}.role", f"unknown role {role!r}; expected system, developer, user, "
                                               f"assistant, tool or function")
@@ -136,15 +137,16 @@ def _assistant(chat: ChatSteps, msg: dict[str, Any], where: str, ctx: RunContext
     return read
 
 
-def _tools(raw: Any) -> list[dict[str, Any]]:
+def tools_of(raw: Any, base: str = "tools") -> list[dict[str, Any]]:
+    """Declared tools at input path ``base``: ``{"type": "function", "function": {...}}`` or flat ``{name, ...}``."""
     if raw is None:
         return []
-    expect(raw, list, "tools", "a list of tool declarations")
+    expect(raw, list, base, "a list of tool declarations")
     out = []
     for i, tool in enumerate(raw):
-        expect(tool, dict, f"tools[{i}]", "a tool object")
+        expect(tool, dict, f"{base}[{i}]", "a tool object")
         fn = tool.get("function", tool)
-        where = f"tools[{i}].function" if "function" in tool else f"tools[{i}]"
+        where = f"{base}[{i}].function" if "function" in tool else f"{base}[{i}]"
         expect(fn, dict, where, "a function object")
         out.append(tool_spec(fn.get("name"), fn.get("description"), fn.get("parameters"), where))
     return out

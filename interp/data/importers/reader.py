@@ -1,6 +1,8 @@
 """Reading runs from an input path, each with the file and line it starts on (for ``FILE:LINE`` errors).
 
-* a directory: every ``*.traj`` file under it (recursively, sorted), one run each;
+* a directory: every run file under it (recursively, sorted): ``*.traj`` and
+  ``*.traj.json`` (SWE-agent, mini-swe-agent) and Harbor's
+  ``agent/trajectory.json`` (ATIF), one run each;
 * ``.jsonl``/``.ndjson``: one run per line, streamed line by line (a huge file
   is never held whole);
 * ``.json``/``.traj``: one JSON value: an array of runs (each item with the line
@@ -21,6 +23,7 @@ from interp.data.jsonl import read_lines
 
 LINE_SUFFIXES = (".jsonl", ".ndjson")
 WHOLE_SUFFIXES = (".json", ".traj")
+DIR_PATTERNS = ("*.traj", "*.traj.json", "agent/trajectory.json")  # the run files read from a directory
 
 
 @dataclass(frozen=True)
@@ -38,9 +41,9 @@ def read_records(path: Path) -> Iterator[Record]:
     """Every record under ``path`` (a file or a directory of ``.traj`` files), in order."""
     path = Path(path)
     if path.is_dir():
-        files = sorted(path.rglob("*.traj"))
+        files = sorted({f for pattern in DIR_PATTERNS for f in path.rglob(pattern) if f.is_file()})
         if not files:
-            raise FileNotFoundError(f"{path}: directory holds no *.traj files")
+            raise FileNotFoundError(f"{path}: directory holds no run files ({', '.join(DIR_PATTERNS)})")
         for file in files:
             yield from _whole(file)
     elif not path.is_file():

@@ -33,13 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from interp.data.importers import anthropic, mapping, openai, swe_agent
+from interp.data.importers import anthropic, atif, mapping, openai, swe_agent, tau2
 from interp.data.importers.common import RunContext, RunProblem
 from interp.data.importers.reader import read_records
 from interp.io import atomic_path
 
-IMPORTERS = {m.FORMAT: m for m in (openai, anthropic, swe_agent)}
-SNIFF_ORDER = (swe_agent, anthropic, openai)
+IMPORTERS = {m.FORMAT: m for m in (openai, anthropic, swe_agent, tau2, atif)}
+SNIFF_ORDER = (swe_agent, atif, tau2, anthropic, openai)
 FORMATS = (*IMPORTERS, mapping.FORMAT, "auto")
 
 
@@ -102,8 +102,9 @@ def converter(fmt: str, field_map: Path | None = None, hook: str | None = None) 
     def sniffed(record: Any, ctx: RunContext) -> tuple[str, list[dict[str, Any]]]:
         module = next((m for m in SNIFF_ORDER if m.looks_like(record)), None)
         if module is None:
-            raise RunProblem("(record)", "format not recognised (auto): expected a .traj object, or chat messages "
-                                         "(openai, anthropic); name the format or use map")
+            raise RunProblem("(record)", "format not recognised (auto): expected a .traj object, an ATIF trajectory, "
+                                         "a tau2-bench result file, or chat messages (openai, anthropic); name the "
+                                         "format or use map")
         return module.FORMAT, _runs(module, record, ctx)
     return sniffed
 
