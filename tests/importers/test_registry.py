@@ -87,8 +87,9 @@ def test_auto_sniffs_each_run(tmp_path):
     mixed.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in lines), encoding="utf-8")
     report = import_runs("auto", mixed, tmp_path / "t.jsonl")
     assert dict(report.formats) == {"openai": 1, "anthropic": 1, "swe-agent": 1}
-    assert report.problems == [f"{mixed}:4: (record): format not recognised (auto): expected a .traj object, or "
-                               f"chat messages (openai, anthropic); name the format or use map"]
+    assert report.problems == [f"{mixed}:4: (record): format not recognised (auto): expected a .traj object, an "
+                               f"ATIF trajectory, a tau2-bench result file, or chat messages (openai, anthropic); "
+                               f"name the format or use map"]
     assert [t.task_id for t in load_trajectories(tmp_path / "t.jsonl")] == ["oa-code-1", "an-office-1", "mixed-3"]
 
 
