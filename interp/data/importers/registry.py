@@ -16,8 +16,10 @@ format          input                                   importer
 ``openai``      chat messages with ``tool_calls``       :mod:`.openai`
 ``anthropic``   messages with content blocks            :mod:`.anthropic`
 ``swe-agent``   ``.traj`` files (``trajectory`` list)   :mod:`.swe_agent`
+``tau2``        tau2-bench result files (simulations)   :mod:`.tau2`
+``atif``        ATIF v1.x (Harbor, terminal-bench)      :mod:`.atif`
 ``map``         anything, via ``--map`` or ``--hook``   :mod:`.mapping`
-``auto``        sniffed per run: swe-agent, anthropic, openai (in that order)
+``auto``        sniffed per run: swe-agent, atif, tau2, anthropic, openai (in that order)
 ==============  ======================================  =============================
 """
 
