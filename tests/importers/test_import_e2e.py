@@ -12,6 +12,7 @@ accepts them (branch i15); until then they are reported and skipped.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import sys
@@ -29,6 +30,7 @@ from ._support import EMPTY_REASONING_RUNS, REAL, SAMPLES, empty_reasoning_valid
 
 pytestmark = pytest.mark.e2e
 
+HAS_INSPECT = importlib.util.find_spec("inspect_ai") is not None  # the optional extra (in dev: CI has it)
 TINY = "tiny-qwen3.5"
 LAYERS = "3,7"
 IMPORTS = {  # name: (FORMAT, INPUT, extra options)
@@ -40,6 +42,7 @@ IMPORTS = {  # name: (FORMAT, INPUT, extra options)
     # real public samples (tests/importers/samples/README.md), sniffed
     "tau2": ("auto", REAL / "tau2_claude-sonnet-4-5_retail.json", []),
     "atif": ("auto", REAL / "atif_rfc_example", []),
+    **({"inspect": ("auto", REAL / "inspect_popularity.json", [])} if HAS_INSPECT else {}),
 }
 RUNNER = CliRunner()
 
@@ -87,7 +90,7 @@ def labels(imported):
 
 
 def test_every_sample_imports_and_validates(imported):
-    expected = 14 if empty_reasoning_valid() else 14 - len(EMPTY_REASONING_RUNS)
+    expected = 14 + HAS_INSPECT - (0 if empty_reasoning_valid() else len(EMPTY_REASONING_RUNS))
     assert len(imported.ids) == len(set(imported.ids)) == expected
     assert not EMPTY_REASONING_RUNS & set(imported.ids) or empty_reasoning_valid()
     result = cli("validate", imported.path)

@@ -2,7 +2,9 @@
 
 * a directory: every run file under it (recursively, sorted): ``*.traj`` and
   ``*.traj.json`` (SWE-agent, mini-swe-agent) and Harbor's
-  ``agent/trajectory.json`` (ATIF), one run each;
+  ``agent/trajectory.json`` (ATIF), one run each, and Inspect AI ``*.eval`` logs;
+* ``.eval`` (Inspect AI's binary log): one record naming the file, which the
+  ``inspect`` importer reads with ``inspect_ai``'s own reader;
 * ``.jsonl``/``.ndjson``: one run per line, streamed line by line (a huge file
   is never held whole);
 * ``.json``/``.traj``: one JSON value: an array of runs (each item with the line
@@ -21,9 +23,12 @@ from typing import Any
 
 from interp.data.jsonl import read_lines
 
+EVAL_FILE = "$inspect_eval_file"  # the record of a .eval file (the inspect importer's marker)
+
 LINE_SUFFIXES = (".jsonl", ".ndjson")
 WHOLE_SUFFIXES = (".json", ".traj")
-DIR_PATTERNS = ("*.traj", "*.traj.json", "agent/trajectory.json")  # the run files read from a directory
+DIR_PATTERNS = ("*.traj", "*.traj.json", "agent/trajectory.json", "*.eval")
+EVAL_SUFFIX = ".eval"  # Inspect AI's binary log: read by its own reader (interp.data.importers.inspect_log)  # the run files read from a directory
 
 
 @dataclass(frozen=True)
@@ -45,9 +50,11 @@ def read_records(path: Path) -> Iterator[Record]:
         if not files:
             raise FileNotFoundError(f"{path}: directory holds no run files ({', '.join(DIR_PATTERNS)})")
         for file in files:
-            yield from _whole(file)
+            yield from read_records(file)
     elif not path.is_file():
         raise FileNotFoundError(f"{path}: input not found")
+    elif path.suffix == EVAL_SUFFIX:
+        yield Record(path, 1, {EVAL_FILE: str(path)}, single=True)
     elif path.suffix in LINE_SUFFIXES or (path.suffix not in WHOLE_SUFFIXES and _first_line_is_json(path)):
         yield from _lines(path)
     else:

@@ -18,8 +18,9 @@ format          input                                   importer
 ``swe-agent``   ``.traj`` files (``trajectory`` list)   :mod:`.swe_agent`
 ``tau2``        tau2-bench result files (simulations)   :mod:`.tau2`
 ``atif``        ATIF v1.x (Harbor, terminal-bench)      :mod:`.atif`
+``inspect``     Inspect AI logs (``.eval``, ``.json``)  :mod:`.inspect_log`
 ``map``         anything, via ``--map`` or ``--hook``   :mod:`.mapping`
-``auto``        sniffed per run: swe-agent, atif, tau2, anthropic, openai (in that order)
+``auto``        sniffed per run: swe-agent, atif, tau2, inspect, anthropic, openai (in that order)
 ==============  ======================================  =============================
 """
 
@@ -35,13 +36,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from interp.data.importers import anthropic, atif, mapping, openai, swe_agent, tau2
+from interp.data.importers import anthropic, atif, inspect_log, mapping, openai, swe_agent, tau2
 from interp.data.importers.common import RunContext, RunProblem
 from interp.data.importers.reader import read_records
 from interp.io import atomic_path
 
-IMPORTERS = {m.FORMAT: m for m in (openai, anthropic, swe_agent, tau2, atif)}
-SNIFF_ORDER = (swe_agent, atif, tau2, anthropic, openai)
+IMPORTERS = {m.FORMAT: m for m in (openai, anthropic, swe_agent, tau2, atif, inspect_log)}
+SNIFF_ORDER = (swe_agent, atif, tau2, inspect_log, anthropic, openai)
 FORMATS = (*IMPORTERS, mapping.FORMAT, "auto")
 
 
@@ -105,7 +106,7 @@ def converter(fmt: str, field_map: Path | None = None, hook: str | None = None) 
         module = next((m for m in SNIFF_ORDER if m.looks_like(record)), None)
         if module is None:
             raise RunProblem("(record)", "format not recognised (auto): expected a .traj object, an ATIF trajectory, "
-                                         "a tau2-bench result file, or chat messages (openai, anthropic); name the "
+                                         "a tau2-bench result file, an Inspect log, or chat messages (openai, anthropic); name the "
                                          "format or use map")
         return module.FORMAT, _runs(module, record, ctx)
     return sniffed
