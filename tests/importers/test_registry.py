@@ -88,7 +88,7 @@ def test_auto_sniffs_each_run(tmp_path):
     report = import_runs("auto", mixed, tmp_path / "t.jsonl")
     assert dict(report.formats) == {"openai": 1, "anthropic": 1, "swe-agent": 1}
     assert report.problems == [f"{mixed}:4: (record): format not recognised (auto): expected a .traj object, an "
-                               f"ATIF trajectory, a tau2-bench result file, or chat messages (openai, anthropic); "
+                               f"ATIF trajectory, a tau2-bench result file, an Inspect log, or chat messages (openai, anthropic); "
                                f"name the format or use map"]
     assert [t.task_id for t in load_trajectories(tmp_path / "t.jsonl")] == ["oa-code-1", "an-office-1", "mixed-3"]
 
