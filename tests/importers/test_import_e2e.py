@@ -42,6 +42,7 @@ IMPORTS = {  # name: (FORMAT, INPUT, extra options)
     # real public samples (tests/importers/samples/README.md), sniffed
     "tau2": ("auto", REAL / "tau2_claude-sonnet-4-5_retail.json", []),
     "atif": ("auto", REAL / "atif_rfc_example", []),
+    "mini-swe-agent": ("auto", REAL / "mini-swe-agent_astropy__astropy-12907.traj.json", []),
     **({"inspect": ("auto", REAL / "inspect_popularity.json", [])} if HAS_INSPECT else {}),
 }
 RUNNER = CliRunner()
@@ -90,7 +91,7 @@ def labels(imported):
 
 
 def test_every_sample_imports_and_validates(imported):
-    expected = 14 + HAS_INSPECT - (0 if empty_reasoning_valid() else len(EMPTY_REASONING_RUNS))
+    expected = 15 + HAS_INSPECT - (0 if empty_reasoning_valid() else len(EMPTY_REASONING_RUNS))
     assert len(imported.ids) == len(set(imported.ids)) == expected
     assert not EMPTY_REASONING_RUNS & set(imported.ids) or empty_reasoning_valid()
     result = cli("validate", imported.path)

@@ -59,6 +59,7 @@ def test_a_null_content_is_reported_where_it_becomes_an_empty_text(tmp_path):
     ("reasoning_details", [{"type": "reasoning.text", "text": "think"}, {"type": "reasoning.encrypted", "data": "x"}]),
     ("thinking_blocks", [{"type": "thinking", "thinking": "think", "signature": "s"}]),
     ("raw_data", {"thinking_blocks": [{"type": "thinking", "thinking": "think", "signature": "s"}]}),
+    ("extra", {"response": {"choices": [{"message": {"reasoning_content": "think"}}]}}),  # mini-swe-agent
 ])
 def test_every_provider_reasoning_field_becomes_the_reasoning(field, value):
     ctx = RunContext(file="x", line=1, stem="x")

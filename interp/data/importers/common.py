@@ -129,14 +129,27 @@ def holds_text(value: Any) -> bool:
 REASONING_KEYS = ("reasoning_content", "reasoning", "reasoning_details", "thinking_blocks")
 
 
+def _response_message(msg: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The message of the raw provider response mini-swe-agent keeps in ``extra.response`` (empty when absent)."""
+    extra = msg.get("extra")
+    response = extra.get("response") if isinstance(extra, Mapping) else None
+    choices = response.get("choices") if isinstance(response, Mapping) else None
+    first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], Mapping) else {}
+    message = first.get("message")
+    return message if isinstance(message, Mapping) else {}
+
+
 def provider_reasoning(msg: Mapping[str, Any], where: str, ctx: RunContext) -> tuple[str, set[str]]:
     """``(reasoning, keys read)``: a message's provider reasoning field, the first present of
     :data:`REASONING_KEYS` (``thinking_blocks`` also inside ``raw_data``); encrypted pieces are counted."""
     raw = msg.get("raw_data") if isinstance(msg.get("raw_data"), Mapping) else {}
+    response = _response_message(msg)
     for key in REASONING_KEYS:
         value, at = msg.get(key), f"{where}.{key}"
         if value is None and key == "thinking_blocks":
             value, at = raw.get(key), f"{where}.raw_data.{key}"
+        if value is None and response.get(key) is not None:  # kept only in the raw response (mini-swe-agent)
+            value, at = response[key], f"{where}.extra.response.choices[0].message.{key}"
         if value is None or value == [] or value == "":
             continue
         if isinstance(value, str):

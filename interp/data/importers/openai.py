@@ -40,7 +40,8 @@ MESSAGE_USED = frozenset({"role", "content", "tool_calls", "function_call", "ref
 KNOWN_DROPPED = frozenset({"name", "id", "timestamp", "created", "annotations", "audio", "index", "finish_reason",
                            "usage", "cost", "model", "logprobs", "turn_idx", "raw_data", "requestor",
                            "reasoning_content", "reasoning", "reasoning_details", "thinking_blocks",
-                           "provider_specific_fields"})
+                           "provider_specific_fields",
+                           "extra"})  # mini-swe-agent: the raw response, raw output, return code, timestamps
 
 
 def looks_like(record: Any) -> bool:
