@@ -34,6 +34,10 @@ from interp.data.importers.reader import EVAL_FILE
 FORMAT = "inspect"
 DEFAULT_DOMAIN = "unknown"
 LETTERS = {"C": (1.0, True), "I": (0.0, False), "P": (0.5, None), "N": (0.0, False)}  # inspect_ai's score letters
+# sample fields with no trajectory field, counted when present: the event transcript, the raw model output,
+# the solver store, usage and timing, sandbox and limit records
+SAMPLE_DROPPED = ("events", "output", "store", "model_usage", "total_time", "working_time", "attachments",
+                  "error_retries", "limit", "sandbox", "files", "setup", "error")
 NEEDS = "reading Inspect logs needs the inspect_ai package: pip install 'reasoning-persistence[inspect]'"
 
 
@@ -92,6 +96,9 @@ def _sample(sample: Any, where: str, log: Any, epochs: bool, ctx: RunContext) ->
             chat.assistant(reasoning, text, calls, at)
         elif msg.role == "tool":
             chat.tool_result(msg.tool_call_id, _text(msg.content, at, ctx)[1], at, is_error=msg.error is not None)
+    for name in SAMPLE_DROPPED:
+        if getattr(sample, name, None) not in (None, [], {}, "", 0):
+            ctx.drop(f"samples[].{name}")
     scores = {name: score.model_dump(mode="json") for name, score in (sample.scores or {}).items()}
     sid = str(sample.id)
     meta = {"task": log.eval.task, "model": log.eval.model, "epoch": sample.epoch, "target": sample.target,
