@@ -150,3 +150,15 @@ def test_the_rules_on_the_page_are_the_labelers_own_definitions():
     assert "Derived state" in g and "Carriers" in g and "rule-based labeler" not in g
     assert "re-derives, adds" in y and "rederivation" in y and "reasoning_surge" in y and "replanning" in y
     assert all(repr(c) in y for c in targets.REPLAN_CUES) and "``" not in g + y
+
+
+def test_the_notebook_frame_is_an_escaped_iframe_of_a_loopback_page():
+    import interp
+    from interp.annotation.notebook import AnnotationFrame
+
+    frame = interp.annotation_iframe('http://127.0.0.1:8001/?token=a"b', height=300)
+    assert isinstance(frame, AnnotationFrame)
+    assert frame._repr_html_().startswith('<iframe src="http://127.0.0.1:8001/?token=a&quot;b"')
+    for url in ("http://example.com:8001/?token=x", "http://127.0.0.1:8001/", "file:///etc/passwd?token=x"):
+        with pytest.raises(ValueError, match="labelling page URL"):
+            interp.annotation_iframe(url)
