@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
@@ -142,9 +143,9 @@ class AnnotationApp:
             return JSONResponse(self.state())
 
         async def item(request: Request) -> Response:
-            try:
-                return JSONResponse(self.item(int(request.path_params["index"]),
-                                              request.query_params.get("suggestions") == "1"))
+            try:  # in a worker thread: the rule evidence of a late boundary of a long run can take seconds
+                return JSONResponse(await run_in_threadpool(self.item, int(request.path_params["index"]),
+                                                            request.query_params.get("suggestions") == "1"))
             except ValueError as exc:
                 return JSONResponse({"error": str(exc)}, status_code=404)
 

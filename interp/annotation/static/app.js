@@ -108,9 +108,11 @@
 
   async function go(i) {
     index = Math.max(0, Math.min(state.total - 1, i));
+    if ($("suggest").checked) say("computing the rule evidence\u2026");
     const v = await api(`/api/item/${index}?suggestions=${$("suggest").checked ? 1 : 0}`);
     progress(v.labelled);
     render(v);
+    if ($("status").textContent.startsWith("computing")) say("");
     window.scrollTo(0, 0);
   }
 
