@@ -19,11 +19,7 @@ from interp.pipelines.cli.common import PIPE_WIDTH, app, console, err
 __all__ = ["app", "main"]
 
 # each module registers its commands on `app` when imported; this order is `interp --help`'s
-<<<<<<< HEAD
-COMMAND_MODULES = ("data", "models", "features", "causal", "probing", "externalize", "tokens", "runs")
-=======
-COMMAND_MODULES = ("data", "models", "features", "causal", "probing", "externalize", "annotate", "runs")
->>>>>>> main
+COMMAND_MODULES = ("data", "models", "features", "causal", "probing", "externalize", "annotate", "tokens", "runs")
 for _name in COMMAND_MODULES:
     importlib.import_module(f"{__name__}.{_name}")
 
