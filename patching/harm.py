@@ -81,7 +81,7 @@ from interp.data.deletions import UNIT_KINDS, Unit, delete_units, history_units,
 from interp.extraction.extract import lcp
 from interp.extraction.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit, skip_record
 from interp.schema import fields_from_doc, schema_dict
-from interp.sensor.forward import Plan, run_plan
+from interp.sensor.forward import Outputs, Plan, run_plan
 from interp.data.render import Rendered, render
 from interp.data.trajectory import Trajectory
 
@@ -189,8 +189,13 @@ def candidate_sets(traj: Trajectory, b: int, max_k: int = 3, budget: int = 20, s
 
 
 def set_harms(sensor: Any, traj: Trajectory, b: int, sets: list[tuple[Unit, ...]],
-              share_prefix: bool = True, target: tuple[Any, int, int] | None = None) -> tuple[float, list[SetHarm]]:
+              share_prefix: bool = True, target: tuple[Any, int, int] | None = None,
+              capture: tuple[Plan, Outputs] | None = None) -> tuple[float, list[SetHarm]]:
     """``NLL(y | H)`` and the harm of every set at boundary ``b`` (b < n_steps).
+
+    ``capture = (plan, outputs)``: the full render's own forward also keeps ``plan.pooled`` and ``plan.rows``
+    (absolute positions of the full render), accumulated into ``outputs`` (sums, counts, rows), so an analysis
+    of the candidates' representations and attention rides on the forward harm runs anyway.
 
     Memory stays bounded in the number of sets: each set's render is kept only
     as its token suffix from where it departs from the full render (int32), and
@@ -222,8 +227,12 @@ def set_harms(sensor: Any, traj: Trajectory, b: int, sets: list[tuple[Unit, ...]
     snap, pos = None, 0
     for start in [*sorted(jobs), y1]:
         if start > pos:  # advance the full run to this departure point (or to y's end), snapshot it there
-            out = run_plan(sensor, base_ids[pos:start], Plan(targets=targets, snapshots=[start]), start=snap)
+            out = run_plan(sensor, base_ids[pos:start], Plan(
+                targets=targets, snapshots=[start], pooled=capture[0].pooled if capture else {},
+                rows=capture[0].rows if capture else {}), start=snap)
             base_logprob.update(out.target_logprob)
+            if capture:
+                merge_outputs(capture[1], out)
             snap, pos = out.snapshots[start], start
         for s, suffix, e0, e1 in jobs.pop(start, []):  # from scratch at start 0 (snap is None there)
             ids = suffix.tolist()
@@ -239,17 +248,30 @@ def set_harms(sensor: Any, traj: Trajectory, b: int, sets: list[tuple[Unit, ...]
     return nll_full, results
 
 
+def merge_outputs(into: Outputs, part: Outputs) -> None:
+    """Add one run's pooled sums, counts and attention rows to ``into`` (runs over disjoint position ranges)."""
+    for key, value in part.sums.items():
+        into.sums[key] = into.sums[key] + value if key in into.sums else value
+        into.counts[key] = into.counts.get(key, 0) + part.counts[key]
+    for key, rows in part.rows.items():
+        into.rows.setdefault(key, {}).update(rows)
+
+
 def boundary_harm(sensor: Any, traj: Trajectory, b: int, max_k: int = 3, budget: int = 20,
                   seed: int = 0, units: Sequence[str] = ("reasoning",),
-                  max_tokens: int = DEFAULT_MAX_TOKENS) -> dict[str, Any]:
+                  max_tokens: int = DEFAULT_MAX_TOKENS,
+                  capture: Callable[[Rendered, int], tuple[Plan, Outputs]] | None = None) -> dict[str, Any]:
     """One boundary's ``harm.json`` record: the recorded next output, its NLL and every candidate set's harm
-    (or, over ``max_tokens``, a ``skipped`` record: task_id, after_step, n_tokens, reason)."""
+    (or, over ``max_tokens``, a ``skipped`` record: task_id, after_step, n_tokens, reason).
+
+    ``capture(full_render, prompt_length)`` returns what the full render's forward also keeps (``set_harms``)."""
     kinds = parse_unit_kinds(units)
     full, y0, y1 = _target(traj, b, (), sensor.tokenizer)
     reason = over_limit(y1, context_limit(sensor, max_tokens))
     if reason:
         return {**skip_record(traj.task_id, b, y1, reason), "skipped": True}
-    nll, sets = set_harms(sensor, traj, b, candidate_sets(traj, b, max_k, budget, seed, kinds), target=(full, y0, y1))
+    nll, sets = set_harms(sensor, traj, b, candidate_sets(traj, b, max_k, budget, seed, kinds), target=(full, y0, y1),
+                          capture=capture(full, y0) if capture else None)
     return {"task_id": traj.task_id, "after_step": b, "units": list(kinds),
             "target": full.text[full.offsets[y0][0]:full.offsets[y1 - 1][1]], "target_tokens": y1 - y0,
             "nll_full": nll,
@@ -261,15 +283,19 @@ def pair_ordering_accuracy(harms: list[SetHarm], single: dict[Unit, float], aggr
                            margin: float = 0.0) -> tuple[float, int]:
     """Score and count of set pairs the aggregate prediction orders like the exact harm (rule: module docstring)."""
     agg = AGGREGATORS[aggregator]
-    score, counted = 0.0, 0
-    for a, c in itertools.combinations(harms, 2):
-        true = a.harm - c.harm
-        if true == 0 or abs(true) < margin:
-            continue
-        pred = agg([single[m] for m in a.members]) - agg([single[m] for m in c.members])
-        counted += 1
-        score += 0.5 if pred == 0 else float((pred > 0) == (true > 0))
-    return score, counted
+    return ordered_pairs([h.harm for h in harms], [agg([single[m] for m in h.members]) for h in harms], margin)
+
+
+def ordered_pairs(harm: Sequence[float], pred: Sequence[float], margin: float = 0.0) -> tuple[float, int]:
+    """Score and count of the pairs of one boundary's sets that ``pred`` orders like ``harm`` (the one rule of
+    pair-ordering accuracy, module docstring): pairs with ``abs(harm difference) >= margin`` (and nonzero) are
+    counted; each scores 1 when the predictions differ with its sign, 0.5 when they tie, 0 otherwise."""
+    h, p = np.asarray(harm, float), np.asarray(pred, float)
+    i, j = np.triu_indices(len(h), 1)
+    true, guess = h[i] - h[j], p[i] - p[j]
+    keep = (true != 0) & (np.abs(true) >= margin)
+    true, guess = true[keep], guess[keep]
+    return float(np.sum(np.where(guess == 0, 0.5, (guess > 0) == (true > 0)))), int(keep.sum())
 
 
 def _pairwise_errors(sets: list[SetHarm], single: dict[Unit, float]) -> list[float]:
