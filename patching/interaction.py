@@ -66,10 +66,12 @@ def set_structure(record: dict[str, Any], layer_index: int, head_threshold: floa
 
 
 def _semantic_bin(x: float) -> str:
-    for lo, hi in zip(SEMANTIC_BINS, SEMANTIC_BINS[1:]):
+    """The label of x's cosine bin: ``<=0.25``, ``0.25-0.5``, ..., ``>0.75`` (right-inclusive)."""
+    edges = SEMANTIC_BINS[1:-1]
+    for i, hi in enumerate(edges):
         if x <= hi:
-            return f"({lo:g}, {hi:g}]" if lo > SEMANTIC_BINS[0] else f"[{lo:g}, {hi:g}]"
-    return f"({SEMANTIC_BINS[-2]:g}, {SEMANTIC_BINS[-1]:g}]"
+            return f"<={hi:g}" if i == 0 else f"{edges[i - 1]:g}-{hi:g}"
+    return f">{edges[-1]:g}"
 
 
 def grouped_means(rows: Sequence[dict[str, Any]], key: str, n_boot: int = 1000, seed: int = 0
@@ -87,8 +89,8 @@ def grouped_means(rows: Sequence[dict[str, Any]], key: str, n_boot: int = 1000, 
         g = group(row)
         if g is not None:
             groups.setdefault(g, []).append(row)
-    order = sorted(groups, key=lambda g: (SEMANTIC_BINS.index(float(g[1:].split(",")[0]))
-                                          if key == "semantic" else g))
+    bins = [_semantic_bin(x) for x in SEMANTIC_BINS[1:]] + [_semantic_bin(2.0)]
+    order = sorted(groups, key=lambda g: bins.index(g) if key == "semantic" else g)
     out = []
     for g in order:
         values = np.array([[r["interaction"]] for r in groups[g]], float)

@@ -241,7 +241,8 @@ def relations_by_layer(records: Sequence[dict[str, Any]], margin: float, relatio
                        margin_grid: Sequence[float] = MARGIN_GRID, n_boot: int = 1000, seed: int = 0
                        ) -> dict[str, Any]:
     """Pair-ordering accuracy at ``margin`` of every family at every captured layer (surface once), and the
-    accuracy-vs-margin curve of the aggregators of singleton harms and of the families at ``relation_layer``."""
+    accuracy-vs-margin curve of the aggregators of singleton harms and of the families at ``relation_layer``
+    (no families and no curve with fewer than two trajectories: nothing to hold out)."""
     from patching.harm import AGGREGATORS
 
     table = set_table(records)
@@ -249,6 +250,9 @@ def relations_by_layer(records: Sequence[dict[str, Any]], margin: float, relatio
         return {"n_sets": 0, "n_tasks": 0, "layers": [], "families": {}, "margin_curve": None}
     layers = list(records[0]["layers"])
     groups = table.task.astype(str)
+    if len(set(groups)) < 2:  # grouped cross-validation needs a held-out trajectory
+        return {"n_sets": int(len(table.harm)), "n_tasks": int(len(set(groups))), "layers": layers, "families": {},
+                "margin_curve": None}
     fams: dict[str, Any] = {}
     preds: dict[str, dict[int, np.ndarray]] = {}
     for family in FAMILIES:
