@@ -40,7 +40,7 @@ from typing import Any
 from interp.data.deletions import UNIT_KINDS, history_units, parse_unit_kinds
 from interp.data.render import Rendered
 from interp.data.trajectory import Trajectory
-from interp.extraction.limits import DEFAULT_MAX_TOKENS
+from interp.sensor.limits import DEFAULT_MAX_TOKENS
 from interp.schema import fields_from_doc, schema_dict
 from interp.sensor.forward import Outputs, Plan
 from patching.granularity import UNSAFE, granularity
