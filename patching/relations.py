@@ -41,7 +41,7 @@ from interp.data.deletions import UNIT_KINDS, Unit
 from interp.data.render import Rendered
 from interp.sensor.forward import Outputs, Plan
 from interp.stats import task_resamples
-from patching.harm import ordered_pairs
+from patching.harm import AGGREGATORS, ordered_pairs
 
 FAMILIES = ("relation", "block", "mismatched", "state", "surface")
 ALPHAS = tuple(10.0 ** np.arange(-2, 5))
@@ -243,8 +243,6 @@ def relations_by_layer(records: Sequence[dict[str, Any]], margin: float, relatio
     """Pair-ordering accuracy at ``margin`` of every family at every captured layer (surface once), and the
     accuracy-vs-margin curve of the aggregators of singleton harms and of the families at ``relation_layer``
     (no families and no curve with fewer than two trajectories: nothing to hold out)."""
-    from patching.harm import AGGREGATORS
-
     table = set_table(records)
     if not records or not len(table.harm):
         return {"n_sets": 0, "n_tasks": 0, "layers": [], "families": {}, "margin_curve": None}
