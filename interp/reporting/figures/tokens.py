@@ -1,4 +1,4 @@
-"""Figure 8: what each history policy sends and saves in tokens, from tokens.json (``interp.accounting.tokens``).
+"""Figure 12: what each history policy sends and saves in tokens, from tokens.json (``interp.accounting.tokens``).
 
 Panel a stacks, per policy, the input tokens read from the prefix cache, the
 input tokens written (not served by the cache) and the output tokens, summed
