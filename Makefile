@@ -44,7 +44,9 @@ demo: install figures-deps
 notebooks: install figures-deps
 	$(PY) notebooks/refresh.py
 
+# The type checker first (config: [tool.mypy] in pyproject.toml), then the suite.
 test: install
+	$(PY) -m mypy
 	$(PY) -m pytest -n 2 -q -ra tests
 
 clean:

@@ -226,7 +226,7 @@ def kappa_ci(predicted: Mapping[tuple[str, int], int], reference: Mapping[tuple[
     from sklearn.exceptions import UndefinedMetricWarning
     from sklearn.metrics import cohen_kappa_score
 
-    from interp.stats import task_resamples
+    from interp.stats import percentile_ci, task_resamples
 
     out = agreement(predicted, reference)
     keys = sorted(set(predicted) & set(reference))
@@ -246,8 +246,7 @@ def kappa_ci(predicted: Mapping[tuple[str, int], int], reference: Mapping[tuple[
                 kappas.append(k)
     out["n_boot_defined"] = len(kappas)
     if kappas:
-        lo, hi = np.percentile(kappas, [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
-        out["kappa_ci"] = [round(float(lo), 4), round(float(hi), 4)]
+        out["kappa_ci"] = [round(float(bound), 4) for bound in percentile_ci(kappas, level)]
     return out
 
 

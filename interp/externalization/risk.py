@@ -57,7 +57,6 @@ from interp.io import atomic_write_json, read_text
 from interp.schema import Field, schema_dict
 from interp.stats import task_bootstrap_ci
 
-_GAP = "{estimate, ci, n_tasks, per_task}"
 FIELDS = (
     Field("schema", "{...}", "object", "-", "this table: {field: {shape, dtype, units, doc}}"),
     Field("p_y_given_g1", "{estimate, ci, n, n_positive, n_tasks}", "object", "fraction, [0, 1]",

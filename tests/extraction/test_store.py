@@ -177,6 +177,7 @@ def test_shards_merge_in_process(tiny_sensor, trajs, ref_store, tmp_path):
     _assert_same_store(tmp_path / "merged", ref_store)
 
 
+@pytest.mark.slow  # loads real SmolLM2 weights
 def test_other_settings_refused(tiny_sensor, smol_sensor, trajs, ref_store):
     before = {p.name: p.stat().st_mtime_ns for p in ref_store.rglob("*")}
     other_layers = _config()
