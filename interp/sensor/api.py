@@ -164,10 +164,11 @@ def _names(names: Sequence[str], names_filter: NamesFilter) -> list[str]:
 
 
 def _pattern_attention(wanted: dict[int, Callable[[torch.Tensor], None]], query_pos: torch.Tensor):
-    """The causal attention, plus the softmax rows of ``query_pos`` ([b, P]) handed to ``wanted[layer]`` ([b, h, P, n])."""
+    """The causal attention, plus the softmax rows of ``query_pos`` [b, P] handed to ``wanted[layer]`` [b, h, P, n]."""
     def attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: Any,
                   **kwargs: Any) -> tuple[torch.Tensor, None]:
-        sink = wanted.get(getattr(module, "layer_idx", None))
+        layer = getattr(module, "layer_idx", None)
+        sink = None if layer is None else wanted.get(layer)
         if sink is not None:
             scaling = kwargs.get("scaling") or getattr(module, "scaling", None) or query.shape[-1] ** -0.5
             pos = query_pos.to(query.device)
@@ -187,7 +188,7 @@ def _pattern_attention(wanted: dict[int, Callable[[torch.Tensor], None]], query_
 
 def _forward(sensor: Any, ids: torch.Tensor, positions: torch.Tensor, fwd: list[tuple[str, Callable]],
              patterns: dict[int, Callable[[torch.Tensor], None]]) -> torch.Tensor:
-    """One plain forward of a right-padded batch under ``fwd`` (interp-style hooks); logits at ``positions`` [b, P, vocab]."""
+    """One plain forward of a right-padded batch under ``fwd`` (interp-style hooks); logits [b, P, vocab]."""
     model = sensor.hf_model
     with torch.inference_mode(), \
             attention_implementation(model, IMPLEMENTATION, _pattern_attention(patterns, positions)), \
@@ -200,7 +201,8 @@ def _forward(sensor: Any, ids: torch.Tensor, positions: torch.Tensor, fwd: list[
 def _split(sensor: Any, fwd_hooks: Sequence[tuple[str | Callable[[str], bool], TLHook]]):
     """TL-style ``(name or predicate, fn)`` pairs -> (interp hooks, pattern layer -> fn)."""
     served = served_names(sensor.hf_model)
-    plain, patterns = [], {}
+    plain: list[tuple[str, Callable]] = []
+    patterns: dict[int, list[tuple[Hook, TLHook]]] = {}
     for name, fn in fwd_hooks:
         for n in _names(served, name):
             hook = Hook(n)
@@ -226,7 +228,7 @@ def _pattern_sinks(patterns: dict[int, list[tuple[Hook, TLHook]]]) -> dict[int, 
 
 def run_with_hooks(sensor: Any, tokens: Any, fwd_hooks: Sequence[tuple[str | Callable[[str], bool], TLHook]] = (),
                    positions: Positions = -1, attention_mask: Any = None) -> torch.Tensor:
-    """Logits ``[b, P, vocab]`` at each row's ``positions`` of one fast forward with TL-style hooks (module docstring)."""
+    """Logits ``[b, P, vocab]`` at each row's ``positions``, one fast forward with TL-style hooks (module doc)."""
     ids, lengths = token_batch(sensor, tokens, attention_mask)
     pos = batch_positions(positions, lengths, ids.device)
     plain, patterns = _split(sensor, fwd_hooks)

@@ -80,7 +80,7 @@ class LoadedSensor:
     def run_with_cache(self, tokens: Any, names_filter: NamesFilter = None, positions: Positions = -1,
                        fwd_hooks: Sequence[tuple[Any, TLHook]] = (),
                        attention_mask: Any = None) -> tuple[torch.Tensor, Any]:
-        """``(logits, ActivationCache)`` at each row's ``positions`` (default: last token), fast path (``interp.sensor.api``)."""
+        """``(logits, ActivationCache)`` at each row's ``positions`` (default: its last token), fast path."""
         return api.run_with_cache(self, tokens, names_filter, positions, fwd_hooks, attention_mask)
 
     def run_with_hooks(self, tokens: Any, fwd_hooks: Sequence[tuple[Any, TLHook]] = (),
@@ -124,12 +124,14 @@ def resolve_spec(spec: str, model_path: str | Path | None = None, allow_download
         return spec, path
     if spec in SPECS:
         found = SPECS[spec].resolve()
-        if found is None and SPECS[spec].local_build:
-            found = SPECS[spec].fetch()
+        fetch = SPECS[spec].fetch
+        if found is None and SPECS[spec].local_build and fetch is not None:
+            found = fetch()
         if found is not None:
             return spec, found
-        if allow_download and SPECS[spec].hub_id:
-            return spec, SPECS[spec].hub_id
+        hub_id = SPECS[spec].hub_id
+        if allow_download and hub_id:
+            return spec, hub_id
         raise ModelUnavailable(f"model {spec!r} is not available offline: {SPECS[spec].how_to_get}")
     path = Path(spec)
     if (path / "config.json").exists():
