@@ -56,6 +56,10 @@ def main() -> None:
     OS errors print ``PATH: reason`` and exit 1; Ctrl-C says how many units of a resumable job are done, exit 130."""
     from interp.io import Interrupted
 
+    for stream in (sys.stdout, sys.stderr):  # text the terminal's encoding cannot show prints escaped, never fails
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     for out in (console, err):  # a pipe or a log file gets long lines whole
         if not out.is_terminal:
             out.width = PIPE_WIDTH
