@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from interp.sensor.api import token_ids
+from interp.sensor.api import token_batch
 from interp.sensor.forward import Plan, Snapshot
 from interp.sensor.kernels.variants import run_variants
 from interp.sensor.prefix import Branch, run_branches
@@ -145,20 +145,40 @@ def _variants(sensor: Any, pair: Pair, target: Any, source: Any, acts: dict[tupl
 
 
 def patch(sensor: Any, source: Any, target: Any, sites: Sequence[str | Sequence[str]], positions: int = 1,
-          metric: Metric | None = None) -> PatchResult:
+          metric: Metric | None = None) -> PatchResult | list[PatchResult]:
     """Patch ``sites`` of the source run into the target run's last ``positions`` tokens; ``metric`` on each (module doc).
 
-    ``source``/``target``: token lists, tensors, ``Rendered`` or strings.
-    ``metric`` defaults to the log-probability of the source's top token.
+    ``source``/``target``: token lists, tensors, ``Rendered`` or strings, or a batch of rows of different lengths
+    (what ``sensor.run_with_cache`` takes: lists of rows, ``[b, n]`` tensors with trailing pads); a batch gives one
+    :class:`PatchResult` per row (one source row is used for every target row). All rows are pairs of one
+    :func:`patch_pairs` run. ``metric`` defaults to the log-probability of each source's top token.
     """
-    src = token_ids(sensor, source)[0].tolist()
-    tgt = token_ids(sensor, target)[0].tolist()
+    srcs, tgts = _rows(sensor, source), _rows(sensor, target)
+    if len(srcs) == 1 and len(tgts) > 1:
+        srcs = srcs * len(tgts)
+    if len(srcs) != len(tgts):
+        raise ValueError(f"source: {len(srcs)} rows for {len(tgts)} target rows (give as many, or one source)")
     k = int(positions)
-    if not (1 <= k <= len(src) and k < len(tgt)):
-        raise ValueError(f"positions: {k} tail tokens do not fit (source {len(src)}, target {len(tgt)} tokens; "
-                         "the target needs at least one token before its tail)")
+    for i, (src, tgt) in enumerate(zip(srcs, tgts)):
+        if not (1 <= k <= len(src) and k < len(tgt)):
+            row = f" (row {i})" if len(tgts) > 1 else ""
+            raise ValueError(f"positions: {k} tail tokens do not fit{row} (source {len(src)}, target {len(tgt)} "
+                             "tokens; the target needs at least one token before its tail)")
     groups = _groups(sites)
-    run = next(patch_pairs(sensor, [Pair(None, src, tgt)], groups, k))
+    runs = {run.key: run for run in patch_pairs(sensor, [Pair(i, s, t) for i, (s, t) in enumerate(zip(srcs, tgts))],
+                                                 groups, k)}
+    results = [_result(sensor, runs[i], groups, metric) for i in range(len(tgts))]
+    return results if len(tgts) > 1 else results[0]
+
+
+def _rows(sensor: Any, tokens: Any) -> list[list[int]]:
+    """Each row's real tokens (``interp.sensor.api.token_batch``: one sequence or a padded or ragged batch)."""
+    ids, lengths = token_batch(sensor, tokens)
+    return [ids[i, :n].tolist() for i, n in enumerate(lengths)]
+
+
+def _result(sensor: Any, run: PairRun, groups: Sequence[Sequence[str]], metric: Metric | None) -> PatchResult:
+    """One pair's :class:`PatchResult`: the metric on its source, its unpatched target and each variant."""
     with torch.inference_mode():
         src_logits = sensor.hf_model.get_output_embeddings()(run.source_final)
     logits = torch.cat([src_logits.to(run.variants.dtype)[None], run.variants])

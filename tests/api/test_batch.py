@@ -129,3 +129,25 @@ def test_cache_helpers_stack_and_sum_the_cached_sites(tiny_sensor):
     assert torch.equal(parts[1::2], cache.stack_activation("attn_out"))
     # Residual stream identity: the pieces sum to the final residual (pre-norm blocks add their outputs).
     assert _rel(parts.sum(0), final) <= _tol(sensor)
+
+
+def test_patch_takes_a_batch_and_equals_each_pair_alone(tiny_sensor):
+    from patching.patch import PatchResult, patch
+
+    sensor = tiny_sensor
+    base = _rows(sensor, (30,))[0]
+    sources = [base, base[:22] + _rows(sensor, (6,))[0]]
+    targets = [base[:12] + base[20:], _rows(sensor, (17,))[0]]  # a deletion (shares 12 tokens), an unrelated run
+    sites = ["blocks.1.hook_resid_pre", ["blocks.3.hook_attn_out", "blocks.5.hook_mlp_out"]]
+    results = patch(sensor, sources, targets, sites, positions=2)
+    assert isinstance(results, list) and len(results) == 2
+    for result, src, tgt in zip(results, sources, targets):
+        alone = patch(sensor, src, tgt, sites, positions=2)
+        assert isinstance(alone, PatchResult) and result.sites == alone.sites
+        assert _rel(result.logits, alone.logits) <= _tol(sensor)
+        assert abs(result.target - alone.target) <= 1e-4 and abs(result.source - alone.source) <= 1e-4
+    assert results[0].target != results[1].target  # the rows are different pairs
+    shared = patch(sensor, [sources[0]], targets, sites, positions=2)  # one source for every target
+    assert _rel(shared[0].logits, results[0].logits) <= _tol(sensor)
+    with pytest.raises(ValueError, match=r"row 1"):
+        patch(sensor, sources, [targets[0], targets[1][:2]], sites, positions=2)
