@@ -85,6 +85,7 @@ from interp.sensor.forward import Plan
 from interp.sensor.prefix import Branch, run_branches
 from interp.data.render import Rendered, render
 from interp.data.trajectory import Trajectory
+from interp.sensor.protocol import Sensor
 
 FIELDS = (
     Field("schema", "{...}", "object", "-", "this table: {field: {shape, dtype, units, doc}}"),
@@ -216,7 +217,7 @@ def candidate_sets(traj: Trajectory, b: int, max_k: int = 3, budget: int = 20, s
     return sets
 
 
-def set_harms(sensor: Any, traj: Trajectory, b: int, sets: list[tuple[Unit, ...]],
+def set_harms(sensor: Sensor, traj: Trajectory, b: int, sets: list[tuple[Unit, ...]],
               share_prefix: bool = True, target: tuple[Any, int, int] | None = None) -> tuple[float, list[SetHarm]]:
     """``NLL(y | H)`` and the harm of every set at boundary ``b`` (b < n_steps).
 
@@ -256,7 +257,7 @@ def set_harms(sensor: Any, traj: Trajectory, b: int, sets: list[tuple[Unit, ...]
     return nll_full, results
 
 
-def boundary_harm(sensor: Any, traj: Trajectory, b: int, max_k: int = 3, budget: int = 20,
+def boundary_harm(sensor: Sensor, traj: Trajectory, b: int, max_k: int = 3, budget: int = 20,
                   seed: int = 0, units: Sequence[str] = ("reasoning",),
                   max_tokens: int = DEFAULT_MAX_TOKENS) -> dict[str, Any]:
     """One boundary's ``harm.json`` record: the recorded next output, its NLL and every candidate set's harm

@@ -114,6 +114,7 @@ from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit, 
 from interp.schema import Field, schema_dict
 from interp.sensor.forward import logit_dtype
 from interp.sensor.hooks import hook_name
+from interp.sensor.protocol import Sensor
 from interp.stats import task_bootstrap_ci
 from interp.data.render import Rendered, render
 from interp.data.trajectory import Trajectory
@@ -221,7 +222,7 @@ class BoundaryRepair:
     skipped: str = ""  # why the boundary was not run (over the context limit); "" when it was
 
 
-def boundary_renders(sensor: Any, traj: Trajectory, condition: str, boundaries: list[int],
+def boundary_renders(sensor: Sensor, traj: Trajectory, condition: str, boundaries: list[int],
                      params: dict[str, Any] | None = None) -> tuple[dict[int, Rendered], dict[int, Rendered]]:
     """The full and the ``condition`` render at each boundary: the two runs KL Repair compares."""
     tok, params = sensor.tokenizer, params or {}
@@ -237,7 +238,7 @@ def _check_tail(full: Rendered, deleted: Rendered, n: int) -> None:
 
 
 def kl_repair_trajectory(
-    sensor: Any,
+    sensor: Sensor,
     traj: Trajectory,
     condition: str,
     sites: list[tuple[str, int]],
@@ -293,7 +294,7 @@ def kl_repair_trajectory(
     return [results[b] for b in boundaries]
 
 
-def bridge_hook_name(sensor: Any, site: str, layer: int) -> str:
+def bridge_hook_name(sensor: Sensor, site: str, layer: int) -> str:
     """The bridge's own hook for a site: residuals by TL name, attention/MLP outputs at their module's ``hook_out``."""
     if site in ("resid_pre", "resid_post"):
         return hook_name(site, layer)
@@ -303,7 +304,7 @@ def bridge_hook_name(sensor: Any, site: str, layer: int) -> str:
     return f"blocks.{layer}.{mixer}.hook_out"
 
 
-def _reference_boundary(sensor: Any, full: Rendered, donor: Rendered, deleted: Rendered,
+def _reference_boundary(sensor: Sensor, full: Rendered, donor: Rendered, deleted: Rendered,
                         sites: list[tuple[str, int]], n_pos: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(P_full, P_del, P_patch per site)`` the TransformerLens way: whole bridge forwards, one per site."""
     bridge = sensor.bridge
@@ -357,7 +358,7 @@ def _score(task_id: str, b: int, p_full: torch.Tensor, p_del: torch.Tensor, p_pa
     return out
 
 
-def summarize(rows: list[BoundaryRepair], sites: list[tuple[str, int]], condition: str, sensor: Any,
+def summarize(rows: list[BoundaryRepair], sites: list[tuple[str, int]], condition: str, sensor: Sensor,
               method: str, n_positions: int, n_boot: int = 1000, threshold: float | None = None) -> dict[str, Any]:
     """The ``kl_repair.json`` document (``FIELDS``, table in the module docstring); pure: no model is run.
 

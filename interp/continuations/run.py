@@ -62,6 +62,7 @@ from interp.data.render import Rendered, render
 from interp.io import atomic_write_bytes, atomic_write_json
 from interp.schema import Field, schema_dict
 from interp.data.trajectory import Trajectory
+from interp.sensor.protocol import Sensor
 from interp.stats import task_bootstrap_ci
 from interp.continuations.generation import STOP_RULE, generate_turn, measured_max_new_tokens, sample_seed
 from interp.continuations.scoring import reacquires, score_turn
@@ -145,14 +146,14 @@ def _unit_key(state: State, condition: str, rendered: Rendered) -> str:
     return f"{safe}__{condition}__{digest}"
 
 
-def _settings_digest(sensor: Any, settings: RunSettings) -> str:
+def _settings_digest(sensor: Sensor, settings: RunSettings) -> str:
     ident = {"model": sensor.describe(), "device": str(sensor.device), "stop_rule": STOP_RULE, **settings.to_json()}
     ident.pop("conditions")
     ident.pop("max_new_tokens_source")
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def continue_states(sensor: Any, states: Sequence[State], trajectories: Sequence[Trajectory], out: Path,
+def continue_states(sensor: Sensor, states: Sequence[State], trajectories: Sequence[Trajectory], out: Path,
                     settings: RunSettings = RunSettings(), progress: bool = True,
                     shard: tuple[int, int] = (0, 1)) -> dict[str, Any]:
     """Generate, parse and score every state x condition; return the ``interventions.json`` document.

@@ -72,6 +72,7 @@ from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit
 from interp.schema import Field
 from interp.sensor.forward import Plan, run_plan
 from interp.sensor.prefix import Resume
+from interp.sensor.protocol import Sensor
 
 
 DROP_TABLE_FIELDS = (  # iclr_blocks.csv, one row per block
@@ -119,7 +120,7 @@ class BlockScore:
     input_tokens: int = 0  # tokens of the scorer's input for the step
 
 
-def block_entropies(sensor: Any, traj: Trajectory, max_tokens: int = DEFAULT_MAX_TOKENS) -> list[BlockScore]:
+def block_entropies(sensor: Sensor, traj: Trajectory, max_tokens: int = DEFAULT_MAX_TOKENS) -> list[BlockScore]:
     """Full-context scores of every reasoning block of ``traj`` with one forward (see module docstring)."""
     rendered = render(traj, traj.n_steps, sensor.tokenizer)
     limit = context_limit(sensor, max_tokens)
@@ -148,7 +149,7 @@ class EntropyScorer:
     counts, for tables); ``forwards`` and ``tokens_run`` count the work done.
     """
 
-    sensor: Any
+    sensor: Sensor
     max_tokens: int = DEFAULT_MAX_TOKENS
     context: str = "online"
     reuse: bool = True
@@ -252,7 +253,7 @@ def drop_table(blocks: pd.DataFrame, rho: float = ICLR_RHO) -> pd.DataFrame:
     return out
 
 
-def entropy_table(sensor: Any, trajectories: list[Trajectory], rho: float = ICLR_RHO,
+def entropy_table(sensor: Sensor, trajectories: list[Trajectory], rho: float = ICLR_RHO,
                   max_tokens: int = DEFAULT_MAX_TOKENS, context: str = "online",
                   full: pd.DataFrame | None | bool = True) -> pd.DataFrame:
     """One row per reasoning block (``DROP_TABLE_FIELDS``): ICLR at ``rho`` run with a ``context`` scorer, and

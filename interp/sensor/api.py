@@ -51,6 +51,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from interp.sensor.hooks import attention_implementation, served_names
 from interp.sensor.hooks import hooks as name_hooks
 from interp.sensor.kernels.chunk_attention import chunk_attention
+from interp.sensor.protocol import Sensor
 
 IMPLEMENTATION = "interp_api"
 Positions = int | Sequence[int] | None
@@ -73,7 +74,7 @@ class Hook:
         return f"Hook(name={self.name!r})"
 
 
-def token_batch(sensor: Any, tokens: Any, attention_mask: Any = None) -> tuple[torch.Tensor, list[int]]:
+def token_batch(sensor: Sensor, tokens: Any, attention_mask: Any = None) -> tuple[torch.Tensor, list[int]]:
     """Rows as a right-padded ``[b, n_max]`` long tensor on the sensor's device and each row's length (module doc)."""
     if isinstance(tokens, str):
         tokens = [tokens]
@@ -101,7 +102,7 @@ def token_batch(sensor: Any, tokens: Any, attention_mask: Any = None) -> tuple[t
     return batch.to(sensor.device), lengths
 
 
-def token_ids(sensor: Any, tokens: Any) -> torch.Tensor:
+def token_ids(sensor: Sensor, tokens: Any) -> torch.Tensor:
     """One sequence as a ``[1, n]`` long tensor on the sensor's device (list, tensor, Rendered or str)."""
     ids, lengths = token_batch(sensor, tokens)
     if len(lengths) != 1:
@@ -186,7 +187,7 @@ def _pattern_attention(wanted: dict[int, Callable[[torch.Tensor], None]], query_
     return attention
 
 
-def _forward(sensor: Any, ids: torch.Tensor, positions: torch.Tensor, fwd: list[tuple[str, Callable]],
+def _forward(sensor: Sensor, ids: torch.Tensor, positions: torch.Tensor, fwd: list[tuple[str, Callable]],
              patterns: dict[int, Callable[[torch.Tensor], None]]) -> torch.Tensor:
     """One plain forward of a right-padded batch under ``fwd`` (interp-style hooks); logits [b, P, vocab]."""
     model = sensor.hf_model
@@ -198,7 +199,7 @@ def _forward(sensor: Any, ids: torch.Tensor, positions: torch.Tensor, fwd: list[
         return model.get_output_embeddings()(hidden[rows, positions.to(hidden.device)])
 
 
-def _split(sensor: Any, fwd_hooks: Sequence[tuple[str | Callable[[str], bool], TLHook]]):
+def _split(sensor: Sensor, fwd_hooks: Sequence[tuple[str | Callable[[str], bool], TLHook]]):
     """TL-style ``(name or predicate, fn)`` pairs -> (interp hooks, pattern layer -> fn)."""
     served = served_names(sensor.hf_model)
     plain: list[tuple[str, Callable]] = []
@@ -226,7 +227,7 @@ def _pattern_sinks(patterns: dict[int, list[tuple[Hook, TLHook]]]) -> dict[int, 
     return {layer: sink(pairs) for layer, pairs in patterns.items()}
 
 
-def run_with_hooks(sensor: Any, tokens: Any, fwd_hooks: Sequence[tuple[str | Callable[[str], bool], TLHook]] = (),
+def run_with_hooks(sensor: Sensor, tokens: Any, fwd_hooks: Sequence[tuple[str | Callable[[str], bool], TLHook]] = (),
                    positions: Positions = -1, attention_mask: Any = None) -> torch.Tensor:
     """Logits ``[b, P, vocab]`` at each row's ``positions``, one fast forward with TL-style hooks (module doc)."""
     ids, lengths = token_batch(sensor, tokens, attention_mask)
@@ -235,7 +236,7 @@ def run_with_hooks(sensor: Any, tokens: Any, fwd_hooks: Sequence[tuple[str | Cal
     return _forward(sensor, ids, pos, plain, _pattern_sinks(patterns))
 
 
-def run_with_cache(sensor: Any, tokens: Any, names_filter: NamesFilter = None, positions: Positions = -1,
+def run_with_cache(sensor: Sensor, tokens: Any, names_filter: NamesFilter = None, positions: Positions = -1,
                    fwd_hooks: Sequence[tuple[str | Callable[[str], bool], TLHook]] = (),
                    attention_mask: Any = None) -> tuple[torch.Tensor, Any]:
     """``(logits, ActivationCache)`` at each row's ``positions`` (default: its last token), one fast forward.
@@ -262,7 +263,7 @@ def run_with_cache(sensor: Any, tokens: Any, names_filter: NamesFilter = None, p
 
 
 @contextlib.contextmanager
-def hooks(sensor: Any, fwd_hooks: Sequence[tuple[str | Callable[[str], bool], TLHook]]) -> Iterator[None]:
+def hooks(sensor: Sensor, fwd_hooks: Sequence[tuple[str | Callable[[str], bool], TLHook]]) -> Iterator[None]:
     """TL-style hooks ``fn(activation, hook)`` on ``sensor.hf_model`` for the block (any forward you run in it)."""
     plain, patterns = _split(sensor, fwd_hooks)
     if patterns:

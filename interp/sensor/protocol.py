@@ -43,6 +43,7 @@ class Sensor(ForwardSensor, Protocol):
     dtype: torch.dtype
     revision: str
     path: Path | None
+    kernels: dict[str, str]  # kernel -> the implementation bound (``interp.sensor.kernels.binding``)
 
     @property
     def full_attention_layers(self) -> list[int]:
