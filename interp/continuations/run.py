@@ -95,7 +95,7 @@ FIELDS = (
     Field("n_states", "[]", "int", "states", "states continued"),
     Field("skipped", "[n_skipped] of {state_id, condition, task_id, after_step, n_tokens, n_prompt_tokens, reason}", "object", "tokens",
           "state x condition units whose prompt (n_tokens = n_prompt_tokens) exceeds max_tokens or the model's "
-          "positions (recorded, not run, never truncated; ``interp.extraction.limits``)"),
+          "positions (recorded, not run, never truncated; ``interp.sensor.limits``)"),
     Field("rows", "[n_rows] of {state_id, task_id, domain, after_step, condition, sample, seed, text, parsed, parse_failure, truncated, stop_reason, score, checks, reacquired, hidden_step, n_prompt_tokens, n_new_tokens, stopped, edit}", "object", "score: rubric, 0..1 or null; n_*_tokens: tokens",
           "one per state x condition x generation: sample = greedy or the sample index; parsed = {status, "
           "reasoning, calls, text, error}; truncated = cut off by max_new_tokens (then score null, checks [], "
