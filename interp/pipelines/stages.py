@@ -70,11 +70,12 @@ def trajectories(path: Path, strict: bool = True, allow_control_tokens: bool = F
 
 
 def imports(fmt: str, source: Path, out: Path, field_map: Path | None = None, hook: str | None = None,
-            strict: bool = False, domain: str | None = None) -> ImportReport:
+            strict: bool = False, domain: str | None = None, id_prefix: str = "",
+            id_from: str | None = None) -> ImportReport:
     """Agent runs in a framework's format -> a validated trajectory file (``interp import``); the import report."""
-    from interp.data.importers.registry import import_runs
+    from interp.data.importers.registry import IdOptions, import_runs
 
-    return import_runs(fmt, source, out, field_map, hook, strict, domain)
+    return import_runs(fmt, source, out, field_map, hook, strict, domain, IdOptions(id_prefix, id_from))
 
 
 def sensor(spec: str, model_path: Path | None = None, device: str = "cpu", dtype: str = "auto",
