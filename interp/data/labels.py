@@ -278,7 +278,8 @@ def held_out_agreement(label_fn: Callable[[Any], Mapping[tuple[str, int], int]],
         raise ValueError("the config grid is empty")
 
     def describe(config: Any) -> Any:
-        return dataclasses.asdict(config) if dataclasses.is_dataclass(config) else repr(config)
+        is_instance = dataclasses.is_dataclass(config) and not isinstance(config, type)
+        return dataclasses.asdict(config) if is_instance else repr(config)
 
     def part(labels: Mapping[tuple[str, int], int], tasks: set[str]) -> dict[tuple[str, int], int]:
         return {k: v for k, v in labels.items() if k[0] in tasks}

@@ -294,7 +294,7 @@ class Store:
 
     def block_entropy(self, condition: str = "full") -> pd.DataFrame:
         """ICLR block entropies recorded during extraction (``block_entropy`` setting), one row per block."""
-        rows = []
+        rows: list[dict[str, Any]] = []
         for path in sorted(self.units_dir.glob(f"*__{condition}.json")):
             unit = read_json(path)
             task = unit["rows"][0]["task_id"] if unit["rows"] else None
