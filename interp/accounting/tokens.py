@@ -95,10 +95,48 @@ from interp.data.conditions import BlockScorer, apply_condition, check_condition
 from interp.data.render import RenderError, render
 from interp.data.trajectory import Trajectory
 from interp.sensor.prefix import lcp
-from interp.schema import fields_from_doc, schema_dict
+from interp.schema import Field, schema_dict
 from interp.stats import task_resamples
 
-FIELDS = fields_from_doc(__doc__, "FIELDS")
+FIELDS = (
+    Field("schema", "{...}", "object", "-", "this table: {field: {shape, dtype, units, doc}}"),
+    Field("tokenizer", "[]", "str", "-", "the tokenizer counted (name_or_path)"),
+    Field("cache_model",
+          "{...}",
+          "object", "tokens",
+          "{block, min_prefix, rule}: the prefix-cache model of cache_read_tokens"),
+    Field("policies", "[n_policies]", "str", "-", "the policies accounted, in order (skipped ones excluded)"),
+    Field("skipped",
+          "[n_skipped] of {policy, reason}",
+          "object", "-",
+          "policies not accounted and why (ICLR without an entropy table)"),
+    Field("requests",
+          "[n_requests] of {task_id, domain, policy, request, boundary, input_tokens, cache_read_tokens, "
+          "cache_write_tokens, output_tokens, direct_removal_tokens}",
+          "object", "tokens",
+          "one row per (task, policy, request k = 1..n); boundary = k - 1"),
+    Field("per_task",
+          "[n_task_rows] of {task_id, domain, policy, n_requests, input_tokens, cache_read_tokens, cache_write_tokens, "
+          "output_tokens, direct_removal_tokens}",
+          "object", "tokens",
+          "sums over a task's requests, per policy"),
+    Field("per_domain",
+          "[n_domain_rows] of {domain, policy, n_tasks, n_requests, input_tokens, cache_read_tokens, cache_write_tokens, "
+          "output_tokens, direct_removal_tokens}",
+          "object", "tokens",
+          "sums over the tasks of a domain, per policy"),
+    Field("totals",
+          "[n_policies] of {policy, n_tasks, n_requests, input_tokens, cache_read_tokens, cache_write_tokens, "
+          "output_tokens, direct_removal_tokens, rel_input, rel_cache_read, rel_output}",
+          "object", "tokens; rel_*: fraction",
+          "sums over all tasks; rel_* = (policy - full) / full (null without full or when full is 0)"),
+    Field("pair", "{...}", "object or null", "tokens", "decompose_pair's document (null when no paired run was given)"),
+    Field("entropy_table",
+          "[]",
+          "str or null", "-",
+          "the block-entropy CSV ICLR's decisions were read from (null: none given)"),
+    Field("seconds", "[]", "float", "s", "wall time of the accounting"),
+)
 TOKEN_COLUMNS = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens", "direct_removal_tokens")
 DEFAULT_POLICIES = ("full", "iclr", "iclr_step_only", "delete_all_reasoning", "delete_latest_reasoning",
                     "keep_latest_reasoning", "random:r=0.1", "sliding_window:k=5", "keep_last_k_reasoning:k=5")
