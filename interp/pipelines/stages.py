@@ -35,12 +35,14 @@ outputs of a set of shards.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from interp.io import atomic_write_bytes, atomic_write_json, run_units, writer_lock
+from interp.pipelines.steps import Step, StepContext
+from interp.reporting.analyses import analysis
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -329,3 +331,122 @@ def figures(results: Path, png: bool = True, tables: bool = True) -> dict[str, A
     made = make_figures(results, png=png)
     made["tables"] = write_tables(results) if tables else []
     return made
+
+
+# ---------------------------------------------------------------- the demo's steps
+# Each stage above attached to the file that marks it done (its analysis's result in the registry,
+# interp.reporting.analyses) with the settings the demo runs it under (interp.pipelines.steps). `ctx.config` is
+# the run's DemoConfig; the subset sizes apply unless `full`. A new analysis adds its stage above and one Step here.
+
+DEMO_POOLINGS = ("last", "mean_last:16", "mean_latest_step", "mean_reasoning")
+DEMO_CONDITIONS = ("full", "delete_all_reasoning")
+
+
+def _store_settings(ctx: StepContext) -> dict[str, Any]:
+    return {"layers": "all", "sites": ["resid_pre"], "poolings": list(DEMO_POOLINGS), "attention": "full_attention",
+            "block_entropy": True, "conditions": list(DEMO_CONDITIONS)}
+
+
+def _store(ctx: StepContext, settings: dict[str, Any]) -> None:
+    from interp.extraction.extract import ExtractConfig
+
+    sensor = ctx.sensor
+    cfg = ExtractConfig(layers=list(range(sensor.n_layers)), sites=settings["sites"], poolings=settings["poolings"],
+                        attention_layers=sensor.full_attention_layers, block_entropy=settings["block_entropy"])
+    extract(sensor, ctx.trajs, settings["conditions"], cfg, ctx.out / "store")
+    atomic_write_json(ctx.out / "store" / "DONE.json", {"units": len(ctx.trajs) * len(settings["conditions"])})
+
+
+def _shortest(ctx: StepContext) -> list[Trajectory]:
+    return sorted(ctx.trajs, key=lambda t: t.n_steps)
+
+
+def _probe_settings(ctx: StepContext) -> dict[str, Any]:
+    from probes.config import ProbeConfig
+
+    return asdict(ProbeConfig(n_boot=1000, n_perm=100 if ctx.config.full else 20, n_jobs=2))
+
+
+def _patch_settings(ctx: StepContext) -> dict[str, Any]:
+    ids = [t.task_id for t in _shortest(ctx)][: None if ctx.config.full else ctx.config.patch_trajectories]
+    subset = {} if ctx.config.full else {
+        "subset": f"{len(ids)} shortest trajectories of {len(ctx.trajs)} ({', '.join(ids)})"}
+    return {"task_ids": ids, **subset}
+
+
+def _harm_settings(ctx: StepContext) -> dict[str, Any]:
+    from patching.harm import default_boundaries
+
+    keys = default_boundaries(_shortest(ctx))[: None if ctx.config.full else ctx.config.harm_boundaries]
+    subset = {} if ctx.config.full else {
+        "subset": f"{len(keys)} boundaries ({', '.join(keys)}), {ctx.config.harm_budget} sampled sets per "
+                  "cardinality 2..3"}
+    return {"boundaries": keys, "max_k": 3, "budget": ctx.config.harm_budget, **subset}
+
+
+def _intervene_settings(ctx: StepContext) -> dict[str, Any]:
+    from interp.continuations.run import RunSettings
+    from interp.continuations.states import load_states
+
+    config = ctx.config
+    states = load_states(config.states, ctx.trajs)
+    n = len(states) if config.full else config.intervention_states
+    run = RunSettings(samples=2 if config.full else config.intervention_samples,
+                      max_new_tokens=None if config.full else config.max_new_tokens)
+    subset = {} if config.full else {
+        "subset": f"first {n} of {len(states)} states in {Path(config.states).name}, greedy only, at most "
+                  f"{config.max_new_tokens} new tokens (CPU budget; --full uses the measured limit, p95 of the "
+                  "recorded turns); cut-off turns are counted as truncated, not scored"}
+    return {"states_sha256": hashlib.sha256(Path(config.states).read_bytes()).hexdigest(), "n_states": n,
+            "settings": run.to_json(), **subset}
+
+
+def _intervene(ctx: StepContext, settings: dict[str, Any]) -> None:
+    from interp.continuations.run import RunSettings
+    from interp.continuations.states import load_states
+
+    run = settings["settings"]
+    states = load_states(ctx.config.states, ctx.trajs)[: settings["n_states"]]
+    intervene(ctx.sensor, states, ctx.trajs, ctx.out / analysis("interventions").folder,
+              RunSettings(samples=run["samples"], max_new_tokens=run["max_new_tokens"]))
+
+
+_EXT = analysis("externalization")
+STEPS: tuple[Step, ...] = (
+    Step("store", "extract boundary features", "store/DONE.json", _store, _store_settings),
+    Step("attention", "boundary attention summary", analysis("attention").path(),
+         lambda ctx, s: attention(ctx.out / "store", ctx.out / analysis("attention").folder, s["condition"]),
+         lambda ctx: {"condition": "full"}, needs=("store",), model=False),
+    Step("iclr", "ICLR block entropies (online; full context from the store)", analysis("iclr").path(),
+         lambda ctx, s: iclr(ctx.sensor, ctx.trajs, ctx.out / "store", ctx.out / analysis("iclr").folder),
+         needs=("store",)),
+    Step("probe", "future-necessity probes (nested CV)", analysis("probe").path(),
+         lambda ctx, s: probe(ctx.out / "store", ctx.out / analysis("probe").folder, probe_config(s)),
+         _probe_settings, needs=("store",), model=False),
+    Step("kl_repair", "KL Repair per layer", analysis("kl_repair").path(),
+         lambda ctx, s: patch(ctx.sensor, ctx.trajs, ctx.out / analysis("kl_repair").folder, task_ids=s["task_ids"]),
+         _patch_settings),
+    Step("harm", "set-level deletion harm", analysis("harm").path(),
+         lambda ctx, s: harm(ctx.sensor, ctx.trajs, ctx.out / analysis("harm").folder, s["boundaries"],
+                             max_k=s["max_k"], budget=s["budget"]),
+         _harm_settings),
+    Step("externalization_labels", "externalization labels (rule-based vs annotations)",
+         _EXT.path("externalization_labels.json"),
+         lambda ctx, s: externalize(ctx.config.trajectories, ctx.out / _EXT.folder), model=False,
+         outputs=tuple(_EXT.path(f) for f in ("externalization_labels.json", "externalization_labels.csv",
+                                               "externalization_evidence.csv"))),
+    Step("externalization", "externalization risk", _EXT.path(),
+         lambda ctx, s: risk(ctx.out / _EXT.folder, probe_results=ctx.out / analysis("probe").folder,
+                             trajectories=ctx.config.trajectories),
+         needs=("probe", "externalization_labels"), model=False, outputs=(_EXT.path(),)),
+    Step("interventions", "controlled continuations", analysis("interventions").path(), _intervene,
+         _intervene_settings),
+)
+
+
+def probe_config(settings: Mapping[str, Any]) -> ProbeConfig:
+    """A ProbeConfig from its JSON/TOML form (a step's recorded settings, a sweep's ``[probe]``): lists become
+    tuples; a bad value raises the config's own error."""
+    from probes.config import ProbeConfig
+
+    return ProbeConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in settings.items()})

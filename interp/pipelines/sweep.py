@@ -163,7 +163,7 @@ def _check_values(path: Path, config: dict[str, Any]) -> None:
 
 def probe_config(config: dict[str, Any]) -> ProbeConfig:
     """The sweep's ``[probe]`` section as a ProbeConfig (lists become tuples)."""
-    return ProbeConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.get("probe", {}).items()})
+    return stages.probe_config(config.get("probe", {}))
 
 
 def cells(config: dict[str, Any]) -> list[dict[str, Any]]:
