@@ -30,6 +30,11 @@ tokens, ``interp.io.balanced_shards``) and an ``executor``
 (``interp.pipelines.executors``: in process, or Ray actors that load the model
 with ``load``); ``intervene`` takes ``shard``. :func:`merge` joins the
 outputs of a set of shards.
+
+:data:`STEPS` attaches the stages to the results of the registry of analyses
+(``interp.reporting.analyses``) with the settings ``interp demo`` runs them
+under (``interp.pipelines.steps``: each step's inputs are recorded beside its
+result, and a re-run reuses a result only when they are the same).
 """
 
 from __future__ import annotations
