@@ -239,13 +239,16 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, condition: str = "
     from interp.sensor.limits import DEFAULT_MAX_TOKENS
     from patching.kl_repair import BoundaryRepair, default_sites, kl_repair_trajectory, summarize
 
+    from patching.config import PatchConfig
+
+    limit = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+    PatchConfig(condition=condition, method=method, positions=positions, max_tokens=limit)  # the CLI's errors
     by_id = {t.task_id: t for t in trajs}
     keys = task_ids or list(by_id)
     unknown = [k for k in keys if k not in by_id]
     if unknown:
         raise ValueError(f"task ids not in the trajectory file: {', '.join(unknown)}")
     sites = sites or default_sites(sensor.n_layers)
-    limit = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
     tag = f"{condition}.{method}.{positions}." + hashlib.sha1(repr(sites).encode()).hexdigest()[:12] + (
         f".t{limit}" if limit != DEFAULT_MAX_TOKENS else "")
     if positions > 1:
@@ -291,12 +294,14 @@ def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[st
     boundaries over ``max_tokens`` are skipped and listed.
 
     ``shard=(I, N)`` computes shard I's boundaries (by tokens) and writes no summary (merge, then re-run)."""
-    from interp.data.deletions import parse_unit_kinds
     from interp.extraction.batch import render_tokens
     from interp.sensor.limits import DEFAULT_MAX_TOKENS
+    from patching.config import HarmConfig
     from patching.harm import MARGIN, boundary_harm, check_boundaries, default_boundaries, summarize_harm
 
-    kinds = parse_unit_kinds(units)  # checked before any forward
+    # checked before any forward, with the CLI's errors
+    kinds = HarmConfig(max_k=max_k, budget=budget, seed=seed, units=units, margin=margin,
+                       max_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens).units
 
     by_id = {t.task_id: t for t in trajs}
     keys = check_boundaries(boundaries or default_boundaries(trajs), trajs)  # every boundary, before any forward
