@@ -4,7 +4,7 @@
 the real SmolLM2 weights by default: validation, boundary extraction (all
 layers, ``full`` and ``delete_all_reasoning``, ICLR block entropies from the
 same forwards), nested-CV probes, KL Repair per layer, ICLR statistics,
-set-level harm, externalization risk, controlled continuations, figures,
+set-level harm, DRSR's appendix analyses, externalization risk, controlled continuations, figures,
 tables and ``report.md``. The steps are ``stages.STEPS`` (each stage attached
 to its result in the registry of analyses); each writes its results
 atomically under ``out`` with the record of its inputs beside them (model,
@@ -44,13 +44,15 @@ class DemoConfig:
     patch_trajectories: int = 4
     harm_boundaries: int = 2
     harm_budget: int = 2
+    drsr_boundaries: int = 6
     intervention_states: int = 2
     intervention_samples: int = 0
     max_new_tokens: int = 96  # CPU subset only; --full uses the measured limit (continuations.generation)
     png: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("patch_trajectories", "harm_boundaries", "harm_budget", "intervention_states", "max_new_tokens"):
+        for name in ("patch_trajectories", "harm_boundaries", "harm_budget", "drsr_boundaries", "intervention_states",
+                     "max_new_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"DemoConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.intervention_samples < 0:

@@ -123,6 +123,13 @@ ANALYSES: tuple[Analysis, ...] = (
                       "set size."),),
         section="interp.reporting.report:harm_section"),
     Analysis(
+        "drsr", "DRSR appendix: granularity, relations across depth, interaction, attention", "drsr", "drsr.json",
+        files=(ResultFile("drsr.json", "patching.drsr:FIELDS"),),
+        figures=tuple(Figure(name, "drsr.json", f"interp.reporting.figures.drsr:{build}") for name, build in (
+            ("fig8_granularity", "granularity_figure"), ("fig9_relations", "relations_figure"),
+            ("fig10_interaction", "interaction_figure"), ("fig11_attention_density", "attention_density_figure"))),
+        section="interp.reporting.report:drsr_report_section"),
+    Analysis(
         "externalization", "State externalization", "externalization", "externalization.json",
         files=(ResultFile("externalization.json", "interp.externalization.risk:FIELDS"),),
         figures=(Figure("fig3_externalization", "externalization.json",

@@ -16,6 +16,7 @@ from interp.io import atomic_write_bytes
 
 from interp.reporting import reference as ref
 from interp.reporting.analyses import ANALYSES, Analysis, resolve
+from interp.reporting.drsr import drsr_section
 from interp.reporting.numbers import ci_text, num
 from interp.reporting.figures import load_result
 from interp.reporting.figures.externalization import externalization_sections
@@ -174,6 +175,11 @@ def harm_section(res: dict[str, Any], folder: Path) -> list[str]:
         lines.append(f"| {row['aggregator']} | {row['cardinality']} | {row['n_sets']} | {row['n_pairs']} | "
                      f"{_fmt(row['pair_accuracy'])} | {_fmt(row['mae'])} |")
     return lines
+
+
+def drsr_report_section(res: dict[str, Any], folder: Path) -> list[str]:
+    """DRSR's appendix section (``interp.reporting.drsr``)."""
+    return drsr_section(res)
 
 
 def risk_section(res: dict[str, Any], folder: Path) -> list[str]:

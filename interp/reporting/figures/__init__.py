@@ -33,6 +33,8 @@ import plotly.graph_objects as go
 from interp.io import read_json
 from interp.reporting.analyses import ANALYSES, resolve, schemas
 from interp.reporting.figures.attention import attention_figure
+from interp.reporting.figures.drsr import (attention_density_figure, granularity_figure, interaction_figure,
+                                          relations_figure)
 from interp.reporting.figures.export import find_chromium, write_html, write_pngs
 from interp.reporting.figures.externalization import externalization_figure
 from interp.reporting.figures.harm import harm_figure
@@ -128,7 +130,8 @@ def summary(report: dict, out_dir: Path) -> str:
 
 
 __all__ = [
-    "FIGURES", "PALETTE", "TEMPLATE", "FigureSpec", "attention_figure", "externalization_figure", "find_chromium",
-    "harm_figure", "iclr_figure", "interventions_figure", "kl_repair_figure", "load_result", "make_figures",
-    "probe_figure", "result_fields", "roc_pr_figure", "summary",
+    "FIGURES", "PALETTE", "TEMPLATE", "FigureSpec", "attention_density_figure", "attention_figure",
+    "externalization_figure", "find_chromium", "granularity_figure", "harm_figure", "iclr_figure",
+    "interaction_figure", "interventions_figure", "kl_repair_figure", "load_result", "make_figures", "probe_figure",
+    "relations_figure", "result_fields", "roc_pr_figure", "summary",
 ]
