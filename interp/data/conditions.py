@@ -53,6 +53,7 @@ import math
 import random as _random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
 from interp.data.actions import writes_code
@@ -386,7 +387,7 @@ def clear_after_code(traj: Trajectory, after_step: int, log: EditLog,
     return drop_blocks(traj, log, _all_blocks(traj, range(1, k + 1)), None, counter)
 
 
-CONDITIONS: dict[str, Callable[..., Trajectory]] = {
+CONDITIONS: Mapping[str, Callable[..., Trajectory]] = MappingProxyType({
     "full": full,
     "delete_all_reasoning": delete_all_reasoning,
     "delete_latest_reasoning": delete_latest_reasoning,
@@ -397,7 +398,7 @@ CONDITIONS: dict[str, Callable[..., Trajectory]] = {
     "hide_observation": hide_observation,
     "hide_stderr": hide_stderr,
     "clear_after_code": clear_after_code,
-}
+})
 
 
 # Checks of a condition's parameters that need no trajectory (run by the condition itself and by

@@ -107,7 +107,7 @@ def make_figures(results_dir: Path, png: bool = True) -> dict:
         except (ValueError, TypeError, IndexError) as exc:
             failed[spec.name] = f"{source}: {exc}"
     written = {name: [write_html(fig, out_dir / f"{name}.html")] for name, fig in figures.items()}
-    png_skipped = "png=False"
+    png_skipped: str | None = "png=False"
     if png:
         paths, png_skipped = write_pngs(figures, out_dir)
         for path in paths:
