@@ -32,17 +32,24 @@ tokens, ``interp.io.balanced_shards``) and an ``executor``
 (``interp.pipelines.executors``: in process, or Ray actors that load the model
 with ``load``); ``intervene`` takes ``shard``. :func:`merge` joins the
 outputs of a set of shards.
+
+:data:`STEPS` attaches the stages to the results of the registry of analyses
+(``interp.reporting.analyses``) with the settings ``interp demo`` runs them
+under (``interp.pipelines.steps``: each step's inputs are recorded beside its
+result, and a re-run reuses a result only when they are the same).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from interp.io import atomic_write_bytes, atomic_write_json, run_units, writer_lock
+from interp.pipelines.steps import Step, StepContext
+from interp.reporting.analyses import analysis
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -235,13 +242,16 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, condition: str = "
     from interp.sensor.limits import DEFAULT_MAX_TOKENS
     from patching.kl_repair import BoundaryRepair, default_sites, kl_repair_trajectory, summarize
 
+    from patching.config import PatchConfig
+
+    limit = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+    PatchConfig(condition=condition, method=method, positions=positions, max_tokens=limit)  # the CLI's errors
     by_id = {t.task_id: t for t in trajs}
     keys = task_ids or list(by_id)
     unknown = [k for k in keys if k not in by_id]
     if unknown:
         raise ValueError(f"task ids not in the trajectory file: {', '.join(unknown)}")
     sites = sites or default_sites(sensor.n_layers)
-    limit = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
     tag = f"{condition}.{method}.{positions}." + hashlib.sha1(repr(sites).encode()).hexdigest()[:12] + (
         f".t{limit}" if limit != DEFAULT_MAX_TOKENS else "")
     if positions > 1:
@@ -287,12 +297,14 @@ def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[st
     boundaries over ``max_tokens`` are skipped and listed.
 
     ``shard=(I, N)`` computes shard I's boundaries (by tokens) and writes no summary (merge, then re-run)."""
-    from interp.data.deletions import parse_unit_kinds
     from interp.extraction.batch import render_tokens
     from interp.sensor.limits import DEFAULT_MAX_TOKENS
+    from patching.config import HarmConfig
     from patching.harm import MARGIN, boundary_harm, check_boundaries, default_boundaries, summarize_harm
 
-    kinds = parse_unit_kinds(units)  # checked before any forward
+    # checked before any forward, with the CLI's errors
+    kinds = HarmConfig(max_k=max_k, budget=budget, seed=seed, units=units, margin=margin,
+                       max_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens).units
 
     by_id = {t.task_id: t for t in trajs}
     keys = check_boundaries(boundaries or default_boundaries(trajs), trajs)  # every boundary, before any forward
@@ -434,3 +446,141 @@ def tokens(trajs: list[Trajectory], out: Path, tokenizer: Any, policies: list[st
     with writer_lock(out, command="tokens"):
         atomic_write_json(out / "tokens.json", doc)
     return doc
+
+
+
+# ---------------------------------------------------------------- the demo's steps
+# Each stage above attached to the file that marks it done (its analysis's result in the registry,
+# interp.reporting.analyses) with the settings the demo runs it under (interp.pipelines.steps). `ctx.config` is
+# the run's DemoConfig; the subset sizes apply unless `full`. A new analysis adds its stage above and one Step here.
+
+DEMO_POOLINGS = ("last", "mean_last:16", "mean_latest_step", "mean_reasoning")
+DEMO_CONDITIONS = ("full", "delete_all_reasoning")
+
+
+def _store_settings(ctx: StepContext) -> dict[str, Any]:
+    return {"layers": "all", "sites": ["resid_pre"], "poolings": list(DEMO_POOLINGS), "attention": "full_attention",
+            "block_entropy": True, "conditions": list(DEMO_CONDITIONS)}
+
+
+def _store(ctx: StepContext, settings: dict[str, Any]) -> None:
+    from interp.extraction.extract import ExtractConfig
+
+    sensor = ctx.sensor
+    cfg = ExtractConfig(layers=list(range(sensor.n_layers)), sites=settings["sites"], poolings=settings["poolings"],
+                        attention_layers=sensor.full_attention_layers, block_entropy=settings["block_entropy"])
+    extract(sensor, ctx.trajs, settings["conditions"], cfg, ctx.out / "store")
+    atomic_write_json(ctx.out / "store" / "DONE.json", {"units": len(ctx.trajs) * len(settings["conditions"])})
+
+
+def _shortest(ctx: StepContext) -> list[Trajectory]:
+    return sorted(ctx.trajs, key=lambda t: t.n_steps)
+
+
+def _probe_settings(ctx: StepContext) -> dict[str, Any]:
+    from probes.config import ProbeConfig
+
+    return asdict(ProbeConfig(n_boot=1000, n_perm=100 if ctx.config.full else 20, n_jobs=2))
+
+
+def _patch_settings(ctx: StepContext) -> dict[str, Any]:
+    ids = [t.task_id for t in _shortest(ctx)][: None if ctx.config.full else ctx.config.patch_trajectories]
+    subset = {} if ctx.config.full else {
+        "subset": f"{len(ids)} shortest trajectories of {len(ctx.trajs)} ({', '.join(ids)})"}
+    return {"task_ids": ids, **subset}
+
+
+def _harm_settings(ctx: StepContext) -> dict[str, Any]:
+    from patching.harm import default_boundaries
+
+    keys = default_boundaries(_shortest(ctx))[: None if ctx.config.full else ctx.config.harm_boundaries]
+    subset = {} if ctx.config.full else {
+        "subset": f"{len(keys)} boundaries ({', '.join(keys)}), {ctx.config.harm_budget} sampled sets per "
+                  "cardinality 2..3"}
+    return {"boundaries": keys, "max_k": 3, "budget": ctx.config.harm_budget, **subset}
+
+
+def _drsr_settings(ctx: StepContext) -> dict[str, Any]:
+    from patching.harm import default_boundaries
+
+    keys = default_boundaries(_shortest(ctx))[: None if ctx.config.full else ctx.config.drsr_boundaries]
+    subset = {} if ctx.config.full else {
+        "subset": f"{len(keys)} boundaries of the shortest trajectories, units of every kind (reasoning, "
+                  f"observation, tool exchange, step), {ctx.config.harm_budget} sampled sets per cardinality 2..3"}
+    return {"boundaries": keys, "max_k": 3, "budget": ctx.config.harm_budget, **subset}
+
+
+def _intervene_settings(ctx: StepContext) -> dict[str, Any]:
+    from interp.continuations.run import RunSettings
+    from interp.continuations.states import load_states
+
+    config = ctx.config
+    states = load_states(config.states, ctx.trajs)
+    n = len(states) if config.full else config.intervention_states
+    run = RunSettings(samples=2 if config.full else config.intervention_samples,
+                      max_new_tokens=None if config.full else config.max_new_tokens)
+    subset = {} if config.full else {
+        "subset": f"first {n} of {len(states)} states in {Path(config.states).name}, greedy only, at most "
+                  f"{config.max_new_tokens} new tokens (CPU budget; --full uses the measured limit, p95 of the "
+                  "recorded turns); cut-off turns are counted as truncated, not scored"}
+    return {"states_sha256": hashlib.sha256(Path(config.states).read_bytes()).hexdigest(), "n_states": n,
+            "settings": run.to_json(), **subset}
+
+
+def _intervene(ctx: StepContext, settings: dict[str, Any]) -> None:
+    from interp.continuations.run import RunSettings
+    from interp.continuations.states import load_states
+
+    run = settings["settings"]
+    states = load_states(ctx.config.states, ctx.trajs)[: settings["n_states"]]
+    intervene(ctx.sensor, states, ctx.trajs, ctx.out / analysis("interventions").folder,
+              RunSettings(samples=run["samples"], max_new_tokens=run["max_new_tokens"]))
+
+
+_EXT = analysis("externalization")
+STEPS: tuple[Step, ...] = (
+    Step("store", "extract boundary features", "store/DONE.json", _store, _store_settings),
+    Step("attention", "boundary attention summary", analysis("attention").path(),
+         lambda ctx, s: attention(ctx.out / "store", ctx.out / analysis("attention").folder, s["condition"]),
+         lambda ctx: {"condition": "full"}, needs=("store",), model=False),
+    Step("iclr", "ICLR block entropies (online; full context from the store)", analysis("iclr").path(),
+         lambda ctx, s: iclr(ctx.sensor, ctx.trajs, ctx.out / "store", ctx.out / analysis("iclr").folder),
+         needs=("store",)),
+    Step("probe", "future-necessity probes (nested CV)", analysis("probe").path(),
+         lambda ctx, s: probe(ctx.out / "store", ctx.out / analysis("probe").folder, probe_config(s)),
+         _probe_settings, needs=("store",), model=False),
+    Step("kl_repair", "KL Repair per layer", analysis("kl_repair").path(),
+         lambda ctx, s: patch(ctx.sensor, ctx.trajs, ctx.out / analysis("kl_repair").folder, task_ids=s["task_ids"]),
+         _patch_settings),
+    Step("harm", "set-level deletion harm", analysis("harm").path(),
+         lambda ctx, s: harm(ctx.sensor, ctx.trajs, ctx.out / analysis("harm").folder, s["boundaries"],
+                             max_k=s["max_k"], budget=s["budget"]),
+         _harm_settings),
+    Step("drsr", "DRSR appendix (granularity, relations, interaction, attention)", analysis("drsr").path(),
+         lambda ctx, s: drsr(ctx.sensor, ctx.trajs, ctx.out / analysis("drsr").folder, s["boundaries"],
+                             max_k=s["max_k"], budget=s["budget"]),
+         _drsr_settings),
+    Step("externalization_labels", "externalization labels (rule-based vs annotations)",
+         _EXT.path("externalization_labels.json"),
+         lambda ctx, s: externalize(ctx.config.trajectories, ctx.out / _EXT.folder), model=False,
+         outputs=tuple(_EXT.path(f) for f in ("externalization_labels.json", "externalization_labels.csv",
+                                               "externalization_evidence.csv"))),
+    Step("externalization", "externalization risk", _EXT.path(),
+         lambda ctx, s: risk(ctx.out / _EXT.folder, probe_results=ctx.out / analysis("probe").folder,
+                             trajectories=ctx.config.trajectories),
+         needs=("probe", "externalization_labels"), model=False, outputs=(_EXT.path(),)),
+    Step("interventions", "controlled continuations", analysis("interventions").path(), _intervene,
+         _intervene_settings),
+    Step("tokens", "token accounting of the history policies (no model forward)", analysis("tokens").path(),
+         lambda ctx, s: tokens(ctx.trajs, ctx.out / analysis("tokens").folder, ctx.sensor.tokenizer,
+                               entropy=ctx.out / analysis("iclr").path()),
+         needs=("iclr",)),
+)
+
+
+def probe_config(settings: Mapping[str, Any]) -> ProbeConfig:
+    """A ProbeConfig from its JSON/TOML form (a step's recorded settings, a sweep's ``[probe]``): lists become
+    tuples; a bad value raises the config's own error."""
+    from probes.config import ProbeConfig
+
+    return ProbeConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in settings.items()})

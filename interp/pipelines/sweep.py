@@ -63,7 +63,7 @@ import pandas as pd
 from interp.io import (UnitRun, Work, atomic_write_bytes, atomic_write_json, check_output_dir, inside,
                        read_json, safe_stem, writer_lock)
 from interp.pipelines import stages
-from interp.pipelines.executors import LocalExecutor, make_executor
+from interp.pipelines.executors import EXECUTORS, LocalExecutor, make_executor
 from probes.config import ProbeConfig
 
 SECTIONS = {"trajectories", "out", "grid", "extract", "probe", "executor"}
@@ -146,8 +146,8 @@ def _check_values(path: Path, config: dict[str, Any]) -> None:
             except (ValueError, TypeError) as exc:
                 fail(f"[extract].{key}", str(exc))
     executor = config.get("executor", {})
-    if executor.get("kind", "local") not in ("local", "ray"):
-        fail("[executor].kind", f"use local or ray, got {executor['kind']!r}")
+    if executor.get("kind", "local") not in EXECUTORS:
+        fail("[executor].kind", f"use {' or '.join(EXECUTORS)}, got {executor['kind']!r}")
     if not isinstance(executor.get("address", ""), str):
         fail("[executor].address", f"expected a string, got {executor['address']!r}")
     for key, low in (("workers", 1), ("num_cpus", 0), ("num_gpus", 0), ("memory_gb", 0), ("retries", 0)):
@@ -163,7 +163,7 @@ def _check_values(path: Path, config: dict[str, Any]) -> None:
 
 def probe_config(config: dict[str, Any]) -> ProbeConfig:
     """The sweep's ``[probe]`` section as a ProbeConfig (lists become tuples)."""
-    return ProbeConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.get("probe", {}).items()})
+    return stages.probe_config(config.get("probe", {}))
 
 
 def cells(config: dict[str, Any]) -> list[dict[str, Any]]:

@@ -1,40 +1,54 @@
 """``report.md``: every headline number of a results directory beside the reference study's.
 
-Result files are read with ``interp.reporting.figures.load_result`` (checked against their
-writers' ``FIELDS``); a file that does not match gives a section naming the file and field.
+One section per analysis of the registry (``interp.reporting.analyses``), in its order: its figures, then the
+lines its ``section`` builder makes from its result file, read with ``interp.reporting.figures.load_result``
+(checked against the writer's ``FIELDS``); a file that does not match gives a section naming the file and field.
 Reference values come only from ``interp.reporting.reference``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interp.data.conditions import ICLR_RHO
 from interp.io import atomic_write_bytes
 
 from interp.reporting import reference as ref
+from interp.reporting.analyses import ANALYSES, Analysis, resolve
 from interp.reporting.drsr import drsr_section
 from interp.reporting.numbers import ci_text, num
 from interp.reporting.figures import load_result
 from interp.reporting.figures.externalization import externalization_sections
 from interp.reporting.figures.iclr import csv_bool
 from interp.reporting.figures.interventions import intervention_conditions
-from interp.reporting.figures.tokens import tokens_section
 from interp.schema import SchemaError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _load(path: Path) -> Any:
     return load_result(path) if path.exists() else None
 
 
-def _section(build: Callable[[Path], list[str]], out: Path) -> list[str]:
-    """A section's lines, or one line naming the file and field when a result file does not match its schema."""
+def _section(analysis: Analysis, out: Path) -> list[str]:
+    """An analysis's section lines from its result file; "_not run_" without one, and one line naming the file and
+    field when a result file does not match its schema."""
+    path = out / analysis.path()
+    if analysis.section is None:
+        return []
+    if not path.is_file():
+        return ["_not run_"]
     try:
-        return build(out)
+        return resolve(analysis.section)(load_result(path), path.parent)
     except SchemaError as exc:
         return [f"_not readable: {exc}_"]
+
+
+def attention_section(res: dict[str, Any], folder: Path) -> list[str]:
+    """Where the attention data is (the figure says the rest)."""
+    return [f"Boundary attention by segment kind; data in `{folder.name}/attention.json`."]
 
 
 def _ci(ci: Any) -> str:
@@ -45,10 +59,8 @@ def _fmt(x: Any) -> str:
     return num(x) or "n/a"
 
 
-def _probe_section(out: Path) -> list[str]:
-    res = _load(out / "probe" / "probe_results.json")
-    if res is None:
-        return ["_not run_"]
+def probe_section(res: dict[str, Any], folder: Path) -> list[str]:
+    """The probe's gain over the position baseline, its permutation tests and estimates beside the reference."""
     chosen = ", ".join(f"L{f.get('layer')}/{f.get('pooling')}" for f in res.get("folds", []))
     gain, base, both = res.get("gain"), res.get("baseline"), res.get("probe_plus_baseline")
     if gain:
@@ -89,10 +101,8 @@ def _probe_section(out: Path) -> list[str]:
     ]
 
 
-def _repair_section(out: Path) -> list[str]:
-    res = _load(out / "patching" / "kl_repair.json")
-    if res is None:
-        return ["_not run_"]
+def repair_section(res: dict[str, Any], folder: Path) -> list[str]:
+    """KL Repair at a spread of sites (mean, CI, median, ratio of sums, top-1) beside the reference layers."""
     threshold = res.get("d_threshold")
     lines = [f"Condition `{res['condition']}`, {res['n_samples']} boundaries ({res['n_excluded']} excluded with "
              f"KL(P_full||P_del) <= " + (f"{threshold:.3g} nats" if threshold is not None else "the threshold")
@@ -113,11 +123,8 @@ def _repair_section(out: Path) -> list[str]:
     return lines + ["", f"Reference study ({ref.MODEL}): {points}."]
 
 
-def _iclr_section(out: Path) -> list[str]:
-    path = out / "iclr" / "iclr_blocks.csv"
-    if not path.exists():
-        return ["_not run_"]
-    frame = load_result(path)
+def iclr_section(frame: pd.DataFrame, folder: Path) -> list[str]:
+    """ICLR's drop statistics at rho (tokens and blocks dropped, steps not scored, online vs full context)."""
     frame = frame.assign(scored=csv_bool(frame["scored"]), dropped=csv_bool(frame["dropped"]))
     dropped = frame[frame["dropped"]]
     steps = frame.groupby(["task_id", "step"], sort=False).agg(
@@ -150,10 +157,8 @@ def _iclr_section(out: Path) -> list[str]:
     return lines
 
 
-def _harm_section(out: Path) -> list[str]:
-    res = _load(out / "harm" / "harm.json")
-    if res is None:
-        return ["_not run_"]
+def harm_section(res: dict[str, Any], folder: Path) -> list[str]:
+    """Set-level harm: mean interaction per set size, and each aggregator's pair-ordering accuracy and MAE."""
     tokens = [b["target_tokens"] for b in res["boundaries"]]
     lines = [f"{len(res['boundaries'])} boundaries; units: {', '.join(res['units']) or '-'}; set sizes "
              f"{', '.join(map(str, res['cardinalities'])) or '-'}; recorded next output: "
@@ -172,19 +177,17 @@ def _harm_section(out: Path) -> list[str]:
     return lines
 
 
-def _drsr_section(out: Path) -> list[str]:
-    res = _load(out / "drsr" / "drsr.json")
-    return ["_not run_"] if res is None else drsr_section(res)
+def drsr_report_section(res: dict[str, Any], folder: Path) -> list[str]:
+    """DRSR's appendix section (``interp.reporting.drsr``)."""
+    return drsr_section(res)
 
 
-def _risk_section(out: Path) -> list[str]:
-    res = _load(out / "externalization" / "externalization.json")
-    if res is None:
-        return ["_not run_"]
+def risk_section(res: dict[str, Any], folder: Path) -> list[str]:
+    """The G labeler's agreement (in-sample, held out) and future risk by G beside the reference."""
     sec = externalization_sections(res)
     risk, within = sec.get("risk", {}), sec.get("within_task", {})
     g1, g0 = risk.get("G1", {}), risk.get("G0", {})
-    labels = _load(out / "externalization" / "externalization_labels.json") or {}
+    labels = _load(folder / "externalization_labels.json") or {}
     agree = labels.get("agreement") or {}
     scope = (labels.get("config") or {}).get("scope")
     kappa = (f"Rule-based G labeler (scope {scope}: {labels.get('scope_note')}; carriers "
@@ -231,10 +234,8 @@ def _tuned(report: dict[str, Any]) -> str:
     return ", ".join(f"{k}={chosen[k]}" for k in chosen if len({repr(g.get(k)) for g in grid}) > 1)
 
 
-def _continuation_section(out: Path) -> list[str]:
-    res = _load(out / "interventions" / "interventions.json")
-    if res is None:
-        return ["_not run_"]
+def continuation_section(res: dict[str, Any], folder: Path) -> list[str]:
+    """Mean continuation score per history condition, truncated turns and re-acquisition beside the reference."""
     settings = res.get("settings") or {}
     lines = [f"{res.get('what', '')} Token limit {settings.get('max_new_tokens')} "
              f"({settings.get('max_new_tokens_source', 'given')}); each turn stops at the end of its first action; "
@@ -247,11 +248,6 @@ def _continuation_section(out: Path) -> list[str]:
                      f"{row.get('parse_failures')} | {_fmt(row.get('reacquisition_rate'))} | "
                      f"{ref.CONTINUATIONS.get(name, '')} |")
     return lines
-
-
-def _tokens_section(out: Path) -> list[str]:
-    res = _load(out / "tokens" / "tokens.json")
-    return ["_not run_"] if res is None else tokens_section(res)
 
 
 def _pictures(out: Path, names: tuple[str, ...]) -> list[str]:
@@ -270,22 +266,10 @@ def _pictures(out: Path, names: tuple[str, ...]) -> list[str]:
 def write_report(out: Path, subsets: dict[str, str], timings: dict[str, float], settings: dict[str, Any]) -> Path:
     """Write ``out/report.md`` from the result files present; return its path."""
     out = Path(out)
-    sections = [
-        ("Future-necessity probe", ("fig1_probe", "fig1b_probe_roc_pr"), _section(_probe_section, out)),
-        ("KL Repair (activation patching)", ("fig2_kl_repair",), _section(_repair_section, out)),
-        ("ICLR block entropy", ("fig6_iclr",), _section(_iclr_section, out)),
-        ("Set-level deletion harm (DRSR)", ("fig7_harm",), _section(_harm_section, out)),
-        ("DRSR appendix: granularity, relations across depth, interaction, attention",
-         ("fig8_granularity", "fig9_relations", "fig10_interaction", "fig11_attention_density"),
-         _section(_drsr_section, out)),
-        ("State externalization", ("fig3_externalization",), _section(_risk_section, out)),
-        ("Controlled continuations", ("fig4_interventions",), _section(_continuation_section, out)),
-        ("Token accounting of history policies", ("fig12_tokens",), _section(_tokens_section, out)),
-        ("Attention", ("fig5_attention",), ["Boundary attention by segment kind; data in `attention/attention.json`."]),
-    ]
     lines = ["# Reasoning persistence: mechanistic analyses", ""]  # opens with the first section's picture
-    for title, figures, body in sections:
-        lines += [f"## {title}", "", *_pictures(out, figures), *body, ""]
+    for analysis in ANALYSES:  # the registry's order
+        lines += [f"## {analysis.title}", "", *_pictures(out, tuple(f.name for f in analysis.figures)),
+                  *_section(analysis, out), ""]
     lines += ["## About this run", "",
               f"Model `{settings.get('model')}`; full run: {settings.get('full')}. "
               "Reference-study numbers are from Qwen3.5-9B on the study's own trajectories; a 135M model on "

@@ -3,20 +3,21 @@
 ``write_tables(results_dir)`` reads the result files that exist (the same
 ones ``interp.reporting.figures`` reads, checked by its ``load_result``
 against the writers' ``FIELDS``) and writes ``tables/<name>.md`` and
-``tables/<name>.tex`` for each: probe, kl_repair, externalization,
-interventions, harm. Cells are preformatted strings; a missing value is "—" in
+``tables/<name>.tex`` for each table of the registry
+(``interp.reporting.analyses``: probe, kl_repair, harm, externalization,
+interventions). Cells are preformatted strings; a missing value is "—" in
 Markdown and "---" in LaTeX. Probabilities are shown in %, gaps in
 percentage points (pp), Repair and AUROC unitless.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
 from interp.reporting import reference
+from interp.reporting.analyses import ANALYSES, resolve
 from interp.reporting.numbers import ci_text as _ci
 from interp.reporting.numbers import num as _num
 from interp.reporting.numbers import pct as _pct
@@ -133,33 +134,18 @@ def harm_table(result: dict) -> pd.DataFrame:
                                        "pair-ordering accuracy", "MAE (nats/token)"])
 
 
-TABLES: tuple[tuple[str, str, Callable[[dict], pd.DataFrame], str], ...] = (
-    ("probe", "probe/probe_results.json", probe_table,
-     "Future-necessity probe, task-level nested cross-validation (95% CIs: task bootstrap)."),
-    ("kl_repair", "patching/kl_repair.json", kl_repair_table,
-     "KL Repair of the boundary token at the layers nearest the reference study's (same relative depth)."),
-    ("externalization", "externalization/externalization.json", externalization_table,
-     "State externalization G and future behavioural risk."),
-    ("interventions", "interventions/interventions.json", interventions_table,
-     "Controlled continuations: one next turn by the sensor under each edited history (not a final task score); "
-     "mean rubric score, truncated turns counted apart."),
-    ("harm", "harm/harm.json", harm_table,
-     "Set-level deletion harm (DRSR): set harm predicted from singleton harms, by aggregator and set size."),
-)
-
-
 def write_tables(results_dir: Path) -> list[Path]:
     """Write tables/<name>.md and .tex for every analysis whose result file exists; return the paths written."""
     results_dir = Path(results_dir)
     out_dir = results_dir / "tables"
     written: list[Path] = []
     failed = []
-    for name, source, build, caption in TABLES:
-        path = results_dir / source
+    for analysis, table in ((a, t) for a in ANALYSES for t in a.tables):
+        name, caption, path = table.name, table.caption, results_dir / analysis.path(table.file)
         if not path.is_file():  # that analysis did not run
             continue
         try:
-            frame = build(load_result(path))
+            frame = resolve(table.build)(load_result(path))
         except SchemaError as exc:  # names the file and the field
             failed.append(str(exc))
             continue

@@ -28,7 +28,7 @@ def _boundaries(n: int) -> str:
 
 def test_drsr_writes_its_result_figures_and_report_section(tmp_path):
     from interp.reporting.figures import FIGURES, load_result
-    from interp.reporting.report import _drsr_section
+    from interp.reporting.report import drsr_report_section
 
     out = tmp_path / "drsr"
     args = ["drsr", "--trajectories", str(DEMO), "--out", str(out), "--model", TINY, "--boundaries", _boundaries(3),
@@ -45,7 +45,7 @@ def test_drsr_writes_its_result_figures_and_report_section(tmp_path):
     for spec in FIGURES:
         if spec.source == "drsr/drsr.json":
             spec.build(doc)
-    lines = _drsr_section(tmp_path)
+    lines = drsr_report_section(doc, out)
     assert any("step-harm range" in line and "0.312" in line for line in lines)
     parts = sorted((out / "parts").rglob("*.json"))
     again = CliRunner().invoke(app, args)  # resumes: every boundary's part is reused

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -25,6 +26,7 @@ from interp.externalization.risk import risk_command
 from interp.extraction.attention_summary import attention_document, condition_summary
 from interp.extraction.entropy import drop_table
 from interp.io import atomic_write_json
+from interp.reporting.analyses import ANALYSES, Analysis, analysis
 from patching.drsr import summarize_drsr
 from patching.harm import summarize_harm
 from patching.kl_repair import BoundaryRepair, default_sites, summarize
@@ -40,18 +42,53 @@ MODEL = {"spec": "qwen3.5-toy", "revision": "synthetic", "n_layers": 32, "layer_
 
 
 def write_results(root: Path, seed: int = 0) -> Path:
-    """Write one file of each analysis under root (a results directory) and return root."""
-    rng = np.random.default_rng(seed)
-    _probe(root / "probe", rng)
-    atomic_write_json(root / "patching" / "kl_repair.json", kl_repair_doc(rng))
-    risk_command(root / "externalization", **_risk_inputs(root / "_inputs", _externalization_cells()), n_boot=200)
-    write_interventions(_interventions(), root / "interventions")
-    _json(root / "attention" / "attention.json", _attention(rng))
-    _iclr(rng).to_csv(_mkdir(root / "iclr") / "iclr_blocks.csv", index=False)
-    atomic_write_json(root / "harm" / "harm.json", summarize_harm(_harm_boundaries(rng), model=MODEL, margin=0.0))
-    atomic_write_json(root / "tokens" / "tokens.json", _tokens())
-    atomic_write_json(root / "drsr" / "drsr.json", summarize_drsr(drsr_records(rng), model=MODEL, n_boot=100))
+    """Write the files of every analysis of the registry under root (a results directory) and return root.
+
+    Each writer gets its analysis's folder from ``interp.reporting.analyses``; an analysis without a writer
+    here fails (a new analysis adds its synthetic writer to ``WRITERS``)."""
+    missing = sorted({a.name for a in ANALYSES} - set(WRITERS))
+    assert not missing, f"tests/figures/conftest.py: no synthetic writer for {missing}"
+    rng = np.random.default_rng(seed)  # one stream, drawn in WRITERS' order (the expected values depend on it)
+    for name, write in WRITERS.items():
+        write(root, analysis(name), rng)
     return root
+
+
+def _write_probe(root: Path, a: Analysis, rng: np.random.Generator) -> None:
+    _probe(root / a.folder, rng)
+
+
+def _write_kl_repair(root: Path, a: Analysis, rng: np.random.Generator) -> None:
+    atomic_write_json(root / a.path(), kl_repair_doc(rng))
+
+
+def _write_externalization(root: Path, a: Analysis, rng: np.random.Generator) -> None:
+    risk_command(root / a.folder, **_risk_inputs(root / "_inputs", _externalization_cells()), n_boot=200)
+
+
+def _write_interventions(root: Path, a: Analysis, rng: np.random.Generator) -> None:
+    write_interventions(_interventions(), root / a.folder)
+
+
+def _write_attention(root: Path, a: Analysis, rng: np.random.Generator) -> None:
+    _json(root / a.path(), _attention(rng))
+
+
+def _write_iclr(root: Path, a: Analysis, rng: np.random.Generator) -> None:
+    _mkdir(root / a.folder)
+    _iclr(rng).to_csv(root / a.path(), index=False)
+
+
+def _write_harm(root: Path, a: Analysis, rng: np.random.Generator) -> None:
+    atomic_write_json(root / a.path(), summarize_harm(_harm_boundaries(rng), model=MODEL, margin=0.0))
+
+
+def _write_drsr(root: Path, a: Analysis, rng: np.random.Generator) -> None:
+    atomic_write_json(root / a.path(), summarize_drsr(drsr_records(rng), model=MODEL, n_boot=100))
+
+
+def _write_tokens(root: Path, a: Analysis, rng: np.random.Generator) -> None:
+    atomic_write_json(root / a.path(), _tokens())  # hand figures: draws nothing from the stream
 
 
 def _tokens() -> dict:
@@ -62,6 +99,14 @@ def _tokens() -> dict:
     base = [three_steps(f"t{i}") for i in range(3)]
     return run_accounting(base, ["full", "keep_latest_reasoning", "delete_all_reasoning", "sliding_window:k=1"], TOK,
                           paired=([three_steps(f"t{i}", extra=i) for i in range(3)], "delete_all_reasoning"))
+
+
+# analysis name -> synthetic writer of its files, in the order they draw from the seeded stream
+WRITERS: dict[str, Callable[[Path, Analysis, np.random.Generator], None]] = {
+    "probe": _write_probe, "kl_repair": _write_kl_repair, "externalization": _write_externalization,
+    "interventions": _write_interventions, "attention": _write_attention, "iclr": _write_iclr, "harm": _write_harm,
+    "drsr": _write_drsr, "tokens": _write_tokens,
+}
 
 
 def _mkdir(path: Path) -> Path:
@@ -286,8 +331,6 @@ def _harm_boundaries(rng: np.random.Generator) -> list[dict]:
                            "target_tokens": 12, "nll_full": 1.0, "sets": sets})
     return boundaries
 
-
-# ---------------------------------------------------------------- DRSR appendix
 
 def drsr_records(rng: np.random.Generator, n_tasks: int = 8, n_layers: int = 8, dim: int = 6) -> list[dict]:
     """drsr boundary records (harm record + captured representations and attention) of steps with a reasoning

@@ -102,11 +102,11 @@ def test_tables_read_the_layouts_of_interp_risk_and_interp_interventions(tmp_pat
 
 
 def test_report_repair_section_lists_mean_median_ratio_and_threshold(tables):
-    from interp.reporting.report import _repair_section
+    from interp.reporting.report import repair_section
 
     root, _ = tables
     result = json.loads((root / "patching" / "kl_repair.json").read_text())
-    text = "\n".join(_repair_section(root))
+    text = "\n".join(repair_section(result, root / "patching"))
     assert "| site | Repair (mean) | 95% CI | median | ratio of sums | top-1 recovery |" in text
     assert f"{result['n_excluded']} excluded with KL(P_full||P_del) <= 1e-06 nats" in text
     assert result["d_threshold_rule"] in text

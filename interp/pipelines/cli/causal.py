@@ -26,7 +26,7 @@ from interp.pipelines.cli.common import (
     TrajectoriesOpt,
     WorkersOpt,
     app,
-    at_least,
+    build,
     console,
     executor_for,
     load_sensor,
@@ -58,32 +58,26 @@ def patch(
     max_tokens: BoundaryTokensOpt = DEFAULT_MAX_TOKENS,
 ) -> None:
     """KL Repair per layer: patch the full run's boundary activation into the deleted run."""
-    from interp.data.conditions import check_condition_name
     from interp.extraction.batch import layer_numbers, parse_layers
+    from patching.config import PatchConfig
     from patching.kl_repair import default_sites
 
     check_output_dir(out, "--out")
-    with option("--condition"):
-        check_condition_name(condition)
-    if site not in ("resid_pre", "attn_out", "mlp_out"):
-        raise ValueError(f"--site {site!r}: use resid_pre, attn_out or mlp_out")
-    if method not in ("fast", "reference"):
-        raise ValueError(f"--method {method!r}: use fast or reference")
-    at_least("--positions", positions, 1)
+    config = build(PatchConfig, condition=condition, site=site, method=method, positions=positions,
+                   max_tokens=max_tokens)
     layer_numbers(layers, "--layers")
     model_options(device, dtype)
     runner, load = executor_for(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
     chosen_shard = shard_option(shard)
-    at_least("--max-tokens", max_tokens, 1)
     trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
     unknown = [t for t in split_list(task_ids or "") if t not in {x.task_id for x in trajs}]
     if unknown:
         raise ValueError(f"--task-ids: {', '.join(unknown)} not in the trajectory file {trajectories}")
     sensor = load_sensor(model, model_path, device, dtype)
     chosen = parse_layers(layers, sensor.n_layers, sensor.full_attention_layers, "--layers")
-    sites = default_sites(sensor.n_layers, site, layers=chosen)
-    result = stages.patch(sensor, trajs, out, condition, sites, method, positions,
-                          split_list(task_ids) if task_ids else None, chosen_shard, runner, load, max_tokens)
+    sites = default_sites(sensor.n_layers, config.site, layers=chosen)
+    result = stages.patch(sensor, trajs, out, config.condition, sites, config.method, config.positions,
+                          split_list(task_ids) if task_ids else None, chosen_shard, runner, load, config.max_tokens)
     if "shard" in result:
         console.print(f"{result['parts']}: shard {shard}, {len(result['units'])} trajectories", markup=False)
         return
@@ -113,26 +107,23 @@ def harm(
     max_tokens: BoundaryTokensOpt = DEFAULT_MAX_TOKENS,
 ) -> None:
     """Set-level deletion harm (DRSR): exact vs additive harm of deleting history units jointly."""
-    from interp.data.deletions import parse_unit_kinds
+    from patching.config import HarmConfig
     from patching.harm import check_boundaries
 
     check_output_dir(out, "--out")
-    with option("--units"):
-        kinds = parse_unit_kinds(units)  # a typo fails before the model loads
-    at_least("--max-k", max_k, 1)
-    at_least("--budget", budget, 0)
-    at_least("--margin", margin, 0)
+    config = build(HarmConfig, max_k=max_k, budget=budget, seed=seed, units=units, margin=margin,
+                   max_tokens=max_tokens)  # a typo fails before the model loads
     model_options(device, dtype)
     runner, load = executor_for(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
     chosen_shard = shard_option(shard)
-    at_least("--max-tokens", max_tokens, 1)
     trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
     keys = split_list(boundaries) if boundaries else None
     if keys is not None:
         with option("--boundaries"):
             keys = check_boundaries(keys, trajs)
-    result = stages.harm(load_sensor(model, model_path, device, dtype), trajs, out, keys, max_k, budget, seed,
-                         kinds, margin, chosen_shard, runner, load, max_tokens)
+    result = stages.harm(load_sensor(model, model_path, device, dtype), trajs, out, keys, config.max_k,
+                         config.budget, config.seed, config.units, config.margin, chosen_shard, runner, load,
+                         config.max_tokens)
     if "shard" in result:
         console.print(f"{result['parts']}: shard {shard}, {len(result['units'])} boundaries", markup=False)
         return

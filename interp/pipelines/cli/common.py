@@ -4,15 +4,18 @@ any file is read or any model loads."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 
 from interp.pipelines import stages
+
+if TYPE_CHECKING:
+    from interp.io import Executor
 
 app = typer.Typer(
     help="Reasoning persistence in long-horizon agents: validate, render, extract, probe, patch.",
@@ -106,7 +109,7 @@ def shard_option(shard: str | None) -> tuple[int, int]:
 
 
 def executor_for(kind: str, address: str | None, workers: int | None, num_gpus: float, memory_gb: float | None,
-              model: str, model_path: Path | None, device: str, dtype: str) -> tuple[object | None, object | None]:
+              model: str, model_path: Path | None, device: str, dtype: str) -> tuple[Executor | None, Callable[[], Any] | None]:
     """``(executor, load)`` for ``--executor``: None for local (the loaded sensor is used), else the executor and
     how a worker loads its model."""
     from functools import partial

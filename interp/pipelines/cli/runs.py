@@ -103,7 +103,8 @@ def demo(
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "auto",
 ) -> None:
-    """The main job: every analysis on the bundled demo set, figures and report.md (re-runs reuse results)."""
+    """The main job: every analysis on the bundled demo set, figures and report.md (a re-run reuses the results made
+    from the same inputs and recomputes the others)."""
     from interp.pipelines.demo import DemoConfig, run_demo
 
     check_output_dir(out, "--out")

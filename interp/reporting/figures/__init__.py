@@ -12,7 +12,7 @@ writes ``figures/<name>.html`` (offline; all load the one ``figures/plotly.min.j
     kl_repair_figure(load_result(Path("results/demo/patching/kl_repair.json"))).show()
 
 Result files are read with ``load_result``, which checks each against the
-fields its writer declares (``RESULT_FIELDS``: the writer module's
+fields its writer declares (the registry's ``ResultFile`` schema, the writer module's
 ``FIELDS``), so a file that does not match fails naming the file and the
 field, not deep inside plotly.
 
@@ -22,7 +22,6 @@ still written and the report says what is missing.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,8 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
+from interp.io import read_json
+from interp.reporting.analyses import ANALYSES, resolve, schemas
 from interp.reporting.figures.attention import attention_figure
 from interp.reporting.figures.drsr import (attention_density_figure, granularity_figure, interaction_figure,
                                           relations_figure)
@@ -42,8 +43,6 @@ from interp.reporting.figures.interventions import interventions_figure
 from interp.reporting.figures.kl_repair import kl_repair_figure
 from interp.reporting.figures.probe import probe_figure, roc_pr_figure
 from interp.reporting.figures.theme import PALETTE, TEMPLATE
-from interp.reporting.figures.tokens import tokens_figure
-from interp.io import read_json
 from interp.schema import Field, SchemaError, check, check_columns
 
 
@@ -56,42 +55,13 @@ class FigureSpec:
     build: Callable[[Any], go.Figure]
 
 
-FIGURES = (
-    FigureSpec("fig1_probe", "probe/probe_results.json", probe_figure),
-    FigureSpec("fig1b_probe_roc_pr", "probe/oof_predictions.csv", roc_pr_figure),
-    FigureSpec("fig2_kl_repair", "patching/kl_repair.json", kl_repair_figure),
-    FigureSpec("fig3_externalization", "externalization/externalization.json", externalization_figure),
-    FigureSpec("fig4_interventions", "interventions/interventions.json", interventions_figure),
-    FigureSpec("fig5_attention", "attention/attention.json", attention_figure),
-    FigureSpec("fig6_iclr", "iclr/iclr_blocks.csv", iclr_figure),
-    FigureSpec("fig7_harm", "harm/harm.json", harm_figure),
-    FigureSpec("fig8_granularity", "drsr/drsr.json", granularity_figure),
-    FigureSpec("fig9_relations", "drsr/drsr.json", relations_figure),
-    FigureSpec("fig10_interaction", "drsr/drsr.json", interaction_figure),
-    FigureSpec("fig11_attention_density", "drsr/drsr.json", attention_density_figure),
-    FigureSpec("fig12_tokens", "tokens/tokens.json", tokens_figure),
-)
-
-
-# Result file name -> (writer module, its declaration of the file's fields). Imported on first use.
-RESULT_FIELDS: dict[str, tuple[str, str]] = {
-    "probe_results.json": ("probes.report", "FIELDS"),
-    "oof_predictions.csv": ("probes.report", "OOF_FIELDS"),
-    "kl_repair.json": ("patching.kl_repair", "FIELDS"),
-    "harm.json": ("patching.harm", "FIELDS"),
-    "drsr.json": ("patching.drsr", "FIELDS"),
-    "externalization.json": ("interp.externalization.risk", "FIELDS"),
-    "interventions.json": ("interp.continuations.run", "FIELDS"),
-    "attention.json": ("interp.extraction.attention_summary", "FIELDS"),
-    "iclr_blocks.csv": ("interp.extraction.entropy", "DROP_TABLE_FIELDS"),
-    "tokens.json": ("interp.accounting.tokens", "FIELDS"),
-}
-
+# every figure of the registry (interp.reporting.analyses), in its order
+FIGURES = tuple(FigureSpec(f.name, a.path(f.file), resolve(f.build)) for a in ANALYSES for f in a.figures)
 
 def result_fields(path: Path) -> Sequence[Field] | None:
-    """The fields the writer of ``path`` declares (by file name), or None for a file without a declaration."""
-    where = RESULT_FIELDS.get(Path(path).name)
-    return getattr(importlib.import_module(where[0]), where[1]) if where else None
+    """The fields the writer of ``path`` declares (by file name, in the registry), or None for a file without any."""
+    where = schemas().get(Path(path).name)
+    return resolve(where) if where else None
 
 
 def load_result(path: Path, fields: Sequence[Field] | None = None) -> Any:
@@ -163,5 +133,5 @@ __all__ = [
     "FIGURES", "PALETTE", "TEMPLATE", "FigureSpec", "attention_density_figure", "attention_figure",
     "externalization_figure", "find_chromium", "granularity_figure", "harm_figure", "iclr_figure",
     "interaction_figure", "interventions_figure", "kl_repair_figure", "load_result", "make_figures", "probe_figure",
-    "relations_figure", "RESULT_FIELDS", "result_fields", "roc_pr_figure", "summary",
+    "relations_figure", "result_fields", "roc_pr_figure", "summary",
 ]

@@ -11,6 +11,8 @@ are added, so amplification shows as distance from that line.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -72,7 +74,7 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:+.1%}"
 
 
-def tokens_section(result: dict) -> list[str]:
+def tokens_section(result: dict, folder: Path | None = None) -> list[str]:
     """The report's lines for tokens.json: per-policy totals and relative changes beside the reference study's,
     the skipped policies, the paired decomposition and the time the accounting took."""
     from interp.reporting import reference as ref
