@@ -90,7 +90,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
 from interp.io import (atomic_path, atomic_write_bytes, atomic_write_json, check_complete, inside, read_json,
                        safe_stem, writer_lock)
@@ -203,11 +203,13 @@ class Store:
                 for r in ok:
                     tensors[f"attn.{layer}.b{r.after_step}.per_segment"] = r.attention[layer]["per_segment"].contiguous()
         tensor_path = inside(self.units_dir, self.units_dir / f"{name}.safetensors")
-        with atomic_path(tensor_path) as tmp:
-            # one metadata key: safetensors writes its metadata map in a per-process random order, so
-            # several keys would make the same tensors differ in bytes between runs
-            save_file(tensors, tmp, metadata={"interp.unit": json.dumps({"unit": name, "dtype": "float32",
-                                                                         "settings": settings}, sort_keys=True)})
+        # one metadata key: safetensors writes its metadata map in a per-process random order, so
+        # several keys would make the same tensors differ in bytes between runs. Serialised in memory and
+        # written by atomic_write_bytes: a full disk is then an OSError naming the file (safetensors' own
+        # writer raises a SafetensorError that says neither the path nor what is needed).
+        data = save(tensors, metadata={"interp.unit": json.dumps({"unit": name, "dtype": "float32",
+                                                                  "settings": settings}, sort_keys=True)})
+        atomic_write_bytes(tensor_path, data)
         manifest_rows, segments = [], {}
         block_entropy = [e for r in rows for e in r.block_entropy]
         ok_index = {r.after_step: i for i, r in enumerate(ok)}
