@@ -225,8 +225,7 @@ def _run(sensor: Sensor, renders: dict[int, Rendered], results: dict[int, Bounda
     blocks = [sp for sp in renders[base_b].spans("reasoning_block") if sp.start >= 1]
     if config.block_entropy:
         branches[list(renders).index(base_b)].plan.entropy = entropy_positions(blocks)
-    # hold: the base forward runs whole (one snapshot per departure point), so pooled spans are summed as one run
-    for res in run_branches(sensor, branches, renders[base_b].input_ids, share=config.share_prefix, hold=True):
+    for res in run_branches(sensor, branches, renders[base_b].input_ids, share=config.share_prefix):
         _collect(res.outputs, {res.key: renders[res.key]}, results, config, res.forward, sensor.d_model)
         if config.block_entropy and res.key == base_b:
             # The score of interp.extraction.entropy.block_entropies, from this forward.

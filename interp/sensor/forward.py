@@ -126,15 +126,20 @@ def _cut_points(n_total: int, offset: int, plan: Plan) -> list[int]:
     return sorted(cuts) + [n_total]
 
 
-def run_plan(sensor: ForwardSensor, ids: list[int] | torch.Tensor, plan: Plan, start: Snapshot | None = None) -> Outputs:
-    """Run ``ids`` (the suffix after ``start``, if given) and keep what ``plan`` asks for."""
+def run_plan(sensor: ForwardSensor, ids: list[int] | torch.Tensor, plan: Plan, start: Snapshot | None = None,
+             out: Outputs | None = None) -> Outputs:
+    """Run ``ids`` (the suffix after ``start``, if given) and keep what ``plan`` asks for.
+
+    ``out``: the outputs of the forward that ``start`` was taken from, to add to in place (pooled sums
+    then accumulate chunk by chunk exactly as in one uncut run).
+    """
     model = sensor.hf_model
     device = sensor.device
     ids_t = torch.as_tensor(ids, dtype=torch.long, device=device).reshape(1, -1)
     offset = start.length if start is not None else 0
     n_total = offset + ids_t.shape[1]
     cache = snapshot_cache(start.cache) if start is not None else new_cache(sensor)
-    out = Outputs()
+    out = out if out is not None else Outputs()
     state = {"lo": offset, "hi": offset}
 
     by_site: dict[tuple[str, int | None], list[tuple[Any, torch.Tensor]]] = defaultdict(list)

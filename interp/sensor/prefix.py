@@ -46,9 +46,10 @@ forward would start a new chunk; results equal an uncut forward within
 float rounding, which is why the reference paths run whole forwards).
 
 **Memory bounds.** ``hold=False`` (default) interleaves: the base advances
-from one departure point to the next and the branches departing there run
-before it goes on, so one base snapshot (plus one group's) is held at a time
-and served branches are yielded as soon as the base has passed their end.
+from one departure point to the next (each piece adds to the same outputs, so
+the numbers are those of one uncut base run) and the branches departing there
+run before it goes on, so one base snapshot (plus one group's) is held at a
+time and served branches are yielded as soon as the base has passed their end.
 ``hold=True`` runs the whole base first, holding one snapshot per distinct
 departure point, then the departing branches: use it when a consumer needs
 the served branches' outputs before any departing one (KL Repair scores a
@@ -262,9 +263,8 @@ def _run(sensor: ForwardSensor, branches: list[Branch], base: list[int], hold: b
     for g in (g for g in groups if g.start == offset):
         yield from _depart(sensor, branches, g, start, acc, parts)
     for p in sorted(set(points) | ({end} if end > offset else set())):
-        piece = run_plan(sensor, base[pos:p], replace(plan, snapshots=[p] if p in points else []), start=snap)
-        snap, pos = piece.snapshots.pop(p, None), p
-        acc = _add(piece, acc)
+        run_plan(sensor, base[pos:p], replace(plan, snapshots=[p] if p in points else []), start=snap, out=acc)
+        snap, pos = acc.snapshots.pop(p, None), p
         while pending and len(branches[pending[0]].tokens) <= p:
             yield done(pending.pop(0), acc, snap)
         for g in (g for g in groups if g.start == p):
