@@ -219,7 +219,7 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, condition: str = "
         raise ValueError(f"task ids not in the trajectory file: {', '.join(unknown)}")
     sites = sites or default_sites(sensor.n_layers)
     limit = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
-    tag = f"{condition}.{method}.{positions}." + hashlib.sha1(repr(sites).encode()).hexdigest()[:12] + (
+    tag = f"{condition}.{method}.{positions}.null." + hashlib.sha1(repr(sites).encode()).hexdigest()[:12] + (
         f".t{limit}" if limit != DEFAULT_MAX_TOKENS else "")
     with writer_lock(out, command="patch"):
         costs = {k: render_tokens(by_id[k], by_id[k].n_steps, sensor.tokenizer) for k in keys} if shard[1] > 1 else None
@@ -235,20 +235,25 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, condition: str = "
 
 
 def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[str] | None = None,
-         max_k: int = 3, budget: int = 10, seed: int = 0, units: tuple[str, ...] | list[str] | str = ("reasoning",),
+         max_k: int | None = None, budget: int | None = None, seed: int = 0,
+         units: tuple[str, ...] | list[str] | str | None = None,
          margin: float | None = None, shard: tuple[int, int] = (0, 1), executor: Executor | None = None,
          load: Callable[[], Sensor] | None = None,
          max_tokens: int | None = None) -> dict[str, Any]:
     """Set-level deletion harm of ``units`` at ``task_id@b`` boundaries (``harm.json``); one resumable part per boundary;
     boundaries over ``max_tokens`` are skipped and listed.
 
+    ``units``, ``max_k``, ``budget`` None: DRSR's unit kinds, sets up to 4, 10 samples per size (``patching.harm``).
     ``shard=(I, N)`` computes shard I's boundaries (by tokens) and writes no summary (merge, then re-run)."""
-    from interp.data.deletions import parse_unit_kinds
+    from interp.data.deletions import DRSR_UNIT_KINDS, parse_unit_kinds
     from interp.extraction.batch import render_tokens
     from interp.extraction.limits import DEFAULT_MAX_TOKENS
-    from patching.harm import MARGIN, boundary_harm, check_boundaries, default_boundaries, summarize_harm
+    from patching.harm import (DEFAULT_BUDGET, DRSR_MAX_K, MARGIN, boundary_harm, check_boundaries, default_boundaries,
+                               summarize_harm)
 
-    kinds = parse_unit_kinds(units)  # checked before any forward
+    kinds = parse_unit_kinds(DRSR_UNIT_KINDS if units is None else units)  # checked before any forward
+    max_k = DRSR_MAX_K if max_k is None else max_k
+    budget = DEFAULT_BUDGET if budget is None else budget
 
     by_id = {t.task_id: t for t in trajs}
     keys = check_boundaries(boundaries or default_boundaries(trajs), trajs)  # every boundary, before any forward

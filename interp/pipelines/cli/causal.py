@@ -98,11 +98,14 @@ def harm(
     out: Annotated[Path, typer.Option("--out", help="Directory for harm.json.")],
     boundaries: Annotated[Optional[str], typer.Option(help="Comma list of task_id@b (default: middle boundary of each).")] = None,
     model: ModelOpt = "smollm2-135m", model_path: ModelPathOpt = None,
-    max_k: Annotated[int, typer.Option("--max-k", help="Largest set cardinality.")] = 3,
-    budget: Annotated[int, typer.Option(help="Sampled sets per cardinality >= 2.")] = 10,
+    max_k: Annotated[Optional[int], typer.Option("--max-k", help="Largest set cardinality (default 4, as DRSR "
+                                                                   "reports).")] = None,
+    budget: Annotated[Optional[int], typer.Option(help="Sampled sets per cardinality >= 2 (default 10).")] = None,
     seed: int = 0,
-    units: Annotated[str, typer.Option(help="Comma list of deletion unit kinds, any mix of reasoning, observation, "
-                                            "tool_exchange (a call with its result), step.")] = "reasoning",
+    units: Annotated[Optional[str], typer.Option(help="Comma list of deletion unit kinds, any mix of reasoning, "
+                                                      "observation, tool_exchange (a call with its result), step "
+                                                      "(default: DRSR's reasoning,observation,tool_exchange; "
+                                                      "reasoning alone is the cheaper setting).")] = None,
     margin: Annotated[Optional[float], typer.Option(help="Pair-ordering margin in nats/token (default 0.020).")] = None,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "auto",
@@ -113,12 +116,12 @@ def harm(
     max_tokens: BoundaryTokensOpt = DEFAULT_MAX_TOKENS,
 ) -> None:
     """Set-level deletion harm (DRSR): exact vs additive harm of deleting history units jointly."""
-    from interp.data.deletions import parse_unit_kinds
+    from interp.data.deletions import DRSR_UNIT_KINDS, parse_unit_kinds
     from patching.harm import check_boundaries
 
     check_output_dir(out, "--out")
     with option("--units"):
-        kinds = parse_unit_kinds(units)  # a typo fails before the model loads
+        kinds = parse_unit_kinds(DRSR_UNIT_KINDS if units is None else units)  # a typo fails before the model loads
     at_least("--max-k", max_k, 1)
     at_least("--budget", budget, 0)
     at_least("--margin", margin, 0)
