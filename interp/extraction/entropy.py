@@ -74,6 +74,7 @@ from interp.data.conditions import ICLR_RHO, apply_condition, iclr_dropped, step
 from interp.data.render import Segment, render
 from interp.data.trajectory import Trajectory
 from interp.extraction.limits import DEFAULT_MAX_TOKENS, context_limit
+from interp.progress import track
 from interp.schema import fields_from_doc
 from interp.sensor.forward import Plan, Snapshot, run_plan
 
@@ -258,18 +259,22 @@ def drop_table(blocks: pd.DataFrame, rho: float = ICLR_RHO) -> pd.DataFrame:
 
 def entropy_table(sensor: Any, trajectories: list[Trajectory], rho: float = ICLR_RHO,
                   max_tokens: int = DEFAULT_MAX_TOKENS, context: str = "online",
-                  full: pd.DataFrame | None | bool = True) -> pd.DataFrame:
+                  full: pd.DataFrame | None | bool = True, progress: bool = True) -> pd.DataFrame:
     """One row per reasoning block (``DROP_TABLE_FIELDS``): ICLR at ``rho`` run with a ``context`` scorer, and
     the full-context scores/decisions beside it (``full``: True computes them, a frame of full-context block
-    entropies is used as given, False/None leaves those columns null)."""
+    entropies is used as given, False/None leaves those columns null); a progress line per trajectory
+    (``interp.progress``: trajectories done, tokens run per second, ETA)."""
     scorer = EntropyScorer(sensor, max_tokens, context=context)
     rows = []
-    for traj in trajectories:
-        apply_condition("iclr", traj, traj.n_steps, scorer=scorer, rho=rho)
-        rows += [{"task_id": traj.task_id, "domain": traj.domain, "context": context, "step": s.step,
-                  "block": s.block, "n_tokens": s.n_tokens, "input_tokens": s.input_tokens,
-                  "mean_entropy_bits": s.mean_entropy_bits}
-                 for t in range(1, traj.n_steps + 1) for s in scorer.records.get((traj.task_id, t), [])]
+    with track(f"iclr ({context})", total=len(trajectories), unit="trajectories", enabled=progress) as bar:
+        for traj in trajectories:
+            before = scorer.tokens_run
+            apply_condition("iclr", traj, traj.n_steps, scorer=scorer, rho=rho)
+            bar.advance(tokens=scorer.tokens_run - before, info=traj.task_id)
+            rows += [{"task_id": traj.task_id, "domain": traj.domain, "context": context, "step": s.step,
+                      "block": s.block, "n_tokens": s.n_tokens, "input_tokens": s.input_tokens,
+                      "mean_entropy_bits": s.mean_entropy_bits}
+                     for t in range(1, traj.n_steps + 1) for s in scorer.records.get((traj.task_id, t), [])]
     columns = ["task_id", "domain", "context", "step", "block", "n_tokens", "input_tokens", "mean_entropy_bits"]
     table = drop_table(pd.DataFrame(rows, columns=columns), rho)
     if full is True:

@@ -150,7 +150,7 @@ def test_action_and_observation_count_toward_the_limit(tiny_sensor, mini_traject
     limit = reasoning_end + (r2.n_tokens - reasoning_end) // 2  # the reasoning fits, the whole input does not
     assert render(mini_trajectory, 1, tok).n_tokens <= limit  # step 1's whole input fits
     scorer = EntropyScorer(tiny_sensor, max_tokens=limit)
-    edited, log = apply_condition("iclr", mini_trajectory, 2, scorer=scorer)
+    edited, log = apply_condition("iclr", mini_trajectory, 2, scorer=scorer, rho=0.0)  # step 1 kept: r2 is the input
     assert scorer.records[(mini_trajectory.task_id, 1)][0].mean_entropy_bits is not None
     step2 = scorer.records[(mini_trajectory.task_id, 2)]
     assert all(s.mean_entropy_bits is None and s.input_tokens == r2.n_tokens for s in step2)
@@ -158,3 +158,10 @@ def test_action_and_observation_count_toward_the_limit(tiny_sensor, mini_traject
     assert any(n.startswith("step 2:") and "not scored" in n for n in log.notes), log.notes
     full = EntropyScorer(tiny_sensor, max_tokens=limit, context="full")
     assert full(mini_trajectory, 1) is not None and full(mini_trajectory, 2) is None  # the same rule, full context
+
+
+def test_the_online_stage_prints_progress_lines(tiny_sensor, mini_trajectory, capsys):
+    """ICLR online runs the model per step: it reports trajectories done on stderr, like extraction."""
+    entropy_table(tiny_sensor, [mini_trajectory, mini_trajectory], full=False)
+    err = capsys.readouterr().err
+    assert "iclr (online): 0/2 trajectories" in err and "iclr (online): 2/2 trajectories (100%)" in err

@@ -251,10 +251,13 @@ def test_null_patch_is_at_the_noise_floor_and_scales_with_the_dtype(tiny_sensor_
     rows = {name: kl_repair_trajectory(s, SHORT, "delete_all_reasoning", sites, method=method)
             for name, s in (("fp64", tiny_sensor_fp64), ("fp32", tiny_sensor), ("bf16", bf16))}
     noise = {name: max(r.noise for r in rs) for name, rs in rows.items()}
-    assert all(math.isfinite(r.noise) and r.noise >= -1e-12 for rs in rows.values() for r in rs)
+    assert all(math.isfinite(r.noise) and r.noise >= 0 for rs in rows.values() for r in rs)
     assert noise["fp64"] < 1e-12  # at the float64 floor
-    assert noise["fp32"] < 1e-4 and noise["bf16"] < 0.5  # round-off, not an effect
-    assert noise["fp64"] < noise["fp32"] < noise["bf16"] or method == "reference" and noise["fp32"] < noise["bf16"]
+    assert noise["fp32"] < 1e-5 and noise["bf16"] < 0.05  # round-off, far below the deletion effects
+    if method == "reference":  # two engines: the difference grows with the dtype
+        assert noise["fp64"] < noise["fp32"] < noise["bf16"]
+    else:  # one engine, two schedules: float32 accumulation differences, absorbed by bf16 rounding (docstring)
+        assert noise["fp64"] < noise["fp32"] and noise["bf16"] <= noise["fp32"] + 1e-3
     for r in rows["fp32"]:
         assert r.excluded == (r.d <= max(1e-6, 10 * r.noise))
         assert r.d > 100 * r.noise  # the deletion effect is far above float32's own noise here
