@@ -13,7 +13,7 @@ TORCH ?= torch==2.13.0
 TORCH_GPU ?= torch==2.13.0
 CAUSAL_CONV1D ?= causal-conv1d==1.7.0
 
-.PHONY: install gpu demo test figures-deps notebooks clean
+.PHONY: install gpu demo test test-deps figures-deps notebooks clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -44,7 +44,15 @@ demo: install figures-deps
 notebooks: install figures-deps
 	$(PY) notebooks/refresh.py
 
-test: install
+# The labelling page's browser tests drive Debian's chromium through its chromedriver (selenium, never a
+# downloaded browser); where neither is installed nor apt-get exists they skip, saying so.
+test-deps:
+	@(command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1) || \
+		(command -v apt-get >/dev/null 2>&1 && \
+		(apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) || \
+		echo "test-deps: chromium/chromium-driver not installed; the browser tests will be skipped")
+
+test: install test-deps
 	$(PY) -m pytest -n 2 -q -ra tests
 
 clean:

@@ -51,6 +51,8 @@ _LAZY = {
     "Store": "interp.extraction.store", "PatchResult": "patching.patch", "patch": "patching.patch",
     "kl_repair_trajectory": "patching.kl_repair", "boundary_harm": "patching.harm", "run_probe": "probes.report",
     "FeatureSet": "probes.data", "continue_states": "interp.continuations.run",
+    # hand labels: the labelling page from a notebook
+    "start_annotation": "interp.annotation.server", "annotation_iframe": "interp.annotation.notebook",
 }
 __all__ = sorted(_LAZY)
 

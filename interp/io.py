@@ -43,11 +43,13 @@ Fields of ``run.json`` (``RUN_FIELDS``), beside a sharded ``run_units`` folder:
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
 import os
 import re
+import shutil
 import socket
 import tempfile
 import time
@@ -164,9 +166,11 @@ def writer_lock(folder: Path, *, command: str) -> Iterator[Path]:
     """Hold ``folder/.lock`` while writing into ``folder``; a second writer gets :class:`WriterLocked`.
 
     The lock is created with O_CREAT|O_EXCL (atomic) and holds the JSON ``{pid, host, command, since}``; a lock
-    whose process is dead (same host) is taken over. It is removed on exit, also when the body raises.
+    whose process is dead (same host) is taken over. It is removed on exit, also when the body raises; folders it
+    created that are still empty then (a run refused inside the lock) are removed too.
     """
     folder = Path(folder)
+    created = [p for p in (folder, *folder.parents) if not p.exists()]
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK_NAME
     mine = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
@@ -204,6 +208,11 @@ def writer_lock(folder: Path, *, command: str) -> Iterator[Path]:
     finally:
         if _holder(path) == mine:
             path.unlink(missing_ok=True)
+        for made in created:  # deepest first; a folder that holds anything stays
+            try:
+                made.rmdir()
+            except OSError:
+                break
 
 
 def to_strict_json(obj: Any) -> Any:
@@ -256,11 +265,19 @@ def remove_stale_temps(folder: Path) -> int:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same directory and a rename."""
-    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
+    """Write ``data`` to ``path`` via a temporary file in the same directory and a rename; a full disk is an
+    OSError naming the file, the bytes it needs and the bytes free (nothing of it is left behind)."""
+    try:
+        with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        free = shutil.disk_usage(Path(path).parent).free
+        raise OSError(errno.ENOSPC, f"No space left on device: {len(data):,} bytes to write, {free:,} free; free "
+                                    "space and re-run (a resumable job keeps its finished units)", str(path)) from None
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:

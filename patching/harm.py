@@ -23,14 +23,15 @@ is measured as well (after the sampled pairs), so each triple can be
 reconstructed from its pairs. The render of ``H \\ A`` shares every token
 before the earliest deleted unit with the full render, so one forward of the
 full render, advanced from one such point to the next, snapshots the cache
-there and each set only runs its suffix from it (exact; tested against
-recomputation from scratch with ``share_prefix=False``). Memory is bounded in
-the number of sets: one snapshot is held at a time, and a set is kept only as
-its token suffix until it runs.
+there and each set only runs its suffix from it (the prefix scheduler,
+``interp.sensor.prefix``; exact; tested against recomputation from scratch
+with ``share_prefix=False``). Memory is bounded in the number of sets: one
+snapshot is held at a time, and a set is kept only as int32 tokens until it
+runs.
 
 A boundary whose teacher-forced render (history and y, the longest forward:
 deletions only remove) exceeds ``max_tokens`` or the model's positions is not
-run; it is listed under ``skipped`` (``interp.extraction.limits``). A step
+run; it is listed under ``skipped`` (``interp.sensor.limits``). A step
 without reasoning has no ``reasoning`` unit, so a boundary whose steps 1..b
 have none has no reasoning candidates (its record has no sets).
 
@@ -82,10 +83,10 @@ import numpy as np
 
 from interp.data.deletions import (DRSR_UNIT_KINDS, UNIT_KINDS, Unit, delete_units, history_units, parse_unit_kinds,
                                    units_overlap)
-from interp.extraction.extract import lcp
-from interp.extraction.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit, skip_record
+from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit, skip_record
 from interp.schema import fields_from_doc, schema_dict
-from interp.sensor.forward import Plan, run_plan
+from interp.sensor.forward import Plan
+from interp.sensor.prefix import Branch, run_branches
 from interp.data.render import Rendered, render
 from interp.data.trajectory import Trajectory
 
@@ -198,46 +199,35 @@ def set_harms(sensor: Any, traj: Trajectory, b: int, sets: list[tuple[Unit, ...]
               share_prefix: bool = True, target: tuple[Any, int, int] | None = None) -> tuple[float, list[SetHarm]]:
     """``NLL(y | H)`` and the harm of every set at boundary ``b`` (b < n_steps).
 
-    Memory stays bounded in the number of sets: each set's render is kept only
-    as its token suffix from where it departs from the full render (int32), and
+    Each set is one branch of the prefix scheduler (``interp.sensor.prefix``)
+    with the full render up to y's end as its base; its targets are y's
+    tokens, so it departs at its first changed token or at y's first target
+    position, whichever is earlier. Memory stays bounded in the number of sets:
     the full run advances from one departure point to the next holding one
-    cache snapshot at a time (the suffixes that start there run from it).
+    cache snapshot at a time, and a set's render is held as int32 tokens.
     """
     if not 1 <= b < traj.n_steps:
         raise ValueError(f"{traj.task_id}: harm needs a recorded next step: b in 1..{traj.n_steps - 1}, got {b}")
     tok = sensor.tokenizer
     full, y0, y1 = target or _target(traj, b, (), tok)  # ``target``: the caller's own full render (rendered once)
     base_ids = full.input_ids[:y1]
-    jobs: dict[int, list[tuple[tuple[Unit, ...], np.ndarray, int, int]]] = {}  # start -> (set, suffix, e0, e1)
-    nll: dict[tuple[Unit, ...], float] = {}  # sets whose y context changed: NLL(y | H without the set)
+    branches = [Branch(None, base_ids, Plan(targets={p - 1: base_ids[p] for p in range(y0, y1)}))]
+    spans: dict[tuple[Unit, ...], tuple[int, int]] = {None: (y0, y1)}  # y's token range in each set's render
     removed: dict[tuple[Unit, ...], int] = {}
     for s in sets:
         r, e0, e1 = _target(traj, b, s, tok)
         if r.input_ids[e0:e1] != base_ids[y0:y1]:
             raise ValueError(f"{traj.task_id}@{b}: deleting {list(s)} changes the tokens of the recorded next output")
         removed[s] = full.n_tokens - r.n_tokens
-        shared = lcp(r.input_ids, base_ids) if share_prefix else 0
-        if (e0, e1) == (y0, y1) and shared >= e1:  # nothing of y's context changed (e.g. the empty set): harm 0
-            continue
-        # the suffix starts at the first changed token, or earlier at y's first target position: a deletion that
-        # shifts y (a whole step) can leave the shared prefix running into y, where the full run has no targets
-        start = min(shared, e0 - 1)
-        jobs.setdefault(start, []).append((s, np.asarray(r.input_ids[start:e1], dtype=np.int32), e0, e1))
-    targets = {p - 1: base_ids[p] for p in range(y0, y1)}
-    base_logprob: dict[int, float] = {}
-    snap, pos = None, 0
-    for start in [*sorted(jobs), y1]:
-        if start > pos:  # advance the full run to this departure point (or to y's end), snapshot it there
-            out = run_plan(sensor, base_ids[pos:start], Plan(targets=targets, snapshots=[start]), start=snap)
-            base_logprob.update(out.target_logprob)
-            snap, pos = out.snapshots[start], start
-        for s, suffix, e0, e1 in jobs.pop(start, []):  # from scratch at start 0 (snap is None there)
-            ids = suffix.tolist()
-            res = run_plan(sensor, ids, Plan(targets={p - 1: ids[p - start] for p in range(e0, e1)}), start=snap)
-            nll[s] = _nll(res.target_logprob, e0, e1)
-    nll_full = _nll(base_logprob, y0, y1)
-    results = [SetHarm(s, removed[s], nll[s], nll[s] - nll_full) if s in nll else SetHarm(s, removed[s], nll_full, 0.0)
-               for s in sets]
+        if s not in spans:  # kept as int32 until its branch runs
+            ids = np.asarray(r.input_ids[:e1], dtype=np.int32)
+            branches.append(Branch(s, ids, Plan(targets={p - 1: int(ids[p]) for p in range(e0, e1)})))
+            spans[s] = (e0, e1)
+    # A set whose render is a prefix of the full one (e.g. the empty set) is served by the full run: harm 0.
+    nll = {res.key: _nll(res.outputs.target_logprob, *spans[res.key])
+           for res in run_branches(sensor, branches, base_ids, share=share_prefix)}
+    nll_full = nll[None]
+    results = [SetHarm(s, removed[s], nll[s], nll[s] - nll_full) for s in sets]
     single = {h.members[0]: h.harm for h in results if len(h.members) == 1}
     for h in results:
         if len(h.members) > 1 and all(m in single for m in h.members):

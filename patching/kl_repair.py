@@ -22,8 +22,9 @@ where numerical noise in the numerator is largest relative to d).
 the patched code path produces when nothing is changed: ``noise =
 KL(P_full || P_null)``, where ``P_null`` is the full run itself continued
 through the patched path with every site patched with its own activation
-(fast path: the full render's cache before its tail, advanced by a second,
-differently scheduled forward, then one variant with all sites written back;
+(fast path: the full render as its own target in ``patching.patch.patch_pairs``:
+its cache before the tail, then the variants' kernel, one extra variant with
+all sites written back at once;
 reference path: ``P_full`` computed a second time by the toolkit's own
 forward engine instead of the bridge). Exactly, ``P_null = P_full``; what is
 left is round-off of the model's dtype and the schedule. A boundary is kept
@@ -75,23 +76,22 @@ Two paths give the same numbers (parity-tested within 1e-4):
   once on the full render to take the site activations and ``P_full``, then
   one whole forward of the deleted render per site with a replacing hook
   (see ``_reference_boundary``);
-- ``fast``: the full renders of all boundaries run once (prefix-shared),
-  with cache snapshots where the deleted renders leave them; the deleted
-  renders continue from there (one forward for all that are prefixes of each
-  other, chunked at the boundaries, snapshots taken there), then per boundary
-  all sites run as one batch of variants over the shared prefix
-  (``interp.sensor.kernels.variants``): about one forward per condition plus one boundary
-  token per (boundary, site), and for a latest-step deletion only the tokens
-  after the deleted block on top of the full run. The variants are scored by
-  the general patching primitive (``patching.patch.patched_logits``, as
-  ``patching.patch`` does for one pair of runs): KL Repair is one use of it,
-  with the KL from ``P_full`` as its metric and the full renders of all
-  boundaries sharing one source forward.
+- ``fast``: every boundary is one pair of the generic patch
+  (``patching.patch.patch_pairs``: source = the full render, target = the
+  deleted render): the full renders of all boundaries run once
+  (prefix-shared), the deleted renders continue from the full run's cache
+  where they leave it (those that are prefixes of each other in one forward),
+  and per boundary all sites run as one batch of variants over the deleted
+  run's cache before the tail (``interp.sensor.kernels.variants``): about one
+  forward per condition plus one boundary token per (boundary, site), and for
+  a latest-step deletion only the tokens after the deleted block on top of
+  the full run. KL Repair is that generic patch with the KL from ``P_full``
+  as its metric.
 
 Sites are ``(site, layer)`` pairs; ``default_sites`` gives ``resid_pre`` of
 every layer plus the final ``resid_post`` (Repair there is exactly 1).
 
-Over-long boundaries (``interp.extraction.limits``): a boundary whose full,
+Over-long boundaries (``interp.sensor.limits``): a boundary whose full,
 deleted or donor render exceeds ``max_tokens`` (or the model's positions) is
 not run; it is listed under ``skipped`` with its length, and the other
 boundaries of the run are scored as usual.
@@ -130,22 +130,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from interp.data.conditions import apply_condition
-from interp.extraction.extract import lcp
-from interp.extraction.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit, skip_record
+from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit, skip_record
 from interp.schema import fields_from_doc, schema_dict
-from interp.sensor.forward import Plan, Snapshot, logit_dtype, run_plan
+from interp.sensor.forward import Plan, logit_dtype, run_plan
 from interp.sensor.hooks import hook_name
 from interp.stats import task_bootstrap_ci
 from interp.data.render import Rendered, render
 from interp.data.trajectory import Trajectory
-from patching.patch import patched_logits
+from patching.patch import Pair, patch_pairs
 
 MIN_KL = 1e-6  # nats: the floor of the exclusion threshold
 NOISE_FACTOR = 10.0  # a boundary is kept when d > max(MIN_KL, NOISE_FACTOR x its measured noise)
@@ -231,36 +230,6 @@ def _check_tail(full: Rendered, deleted: Rendered, n: int) -> None:
                          "renders; patching needs aligned tails (use n_positions within the generation prompt)")
 
 
-def _source_plan(renders: dict[int, Rendered], sites: list[tuple[str, int]], n_pos: int) -> Plan:
-    plan = Plan(logprobs=[r.n_tokens - 1 for r in renders.values()])
-    for b, r in renders.items():
-        for i in range(n_pos):
-            pos = r.n_tokens - n_pos + i
-            for site, layer in sites:
-                plan.pooled[(b, site, layer, i)] = (site, layer, [pos])
-    return plan
-
-
-def _shared_runs(sensor: Any, renders: dict[int, Rendered], plan: Plan,
-                 snapshots: tuple[int, ...] = ()) -> dict[int, Any]:
-    """Run the renders of all boundaries, one forward for those that are prefixes of the longest.
-
-    ``snapshots`` are extra cache snapshot points in that shared forward (kept where it reaches them).
-    """
-    base = max(renders.values(), key=lambda r: r.n_tokens).input_ids
-    shared = [b for b, r in renders.items() if lcp(r.input_ids, base) == r.n_tokens]
-    end = max(renders[b].n_tokens for b in shared)
-    sub = Plan(pooled={k: v for k, v in plan.pooled.items() if k[0] in shared},
-               logprobs=[renders[b].n_tokens - 1 for b in shared],
-               snapshots=sorted({n for n in snapshots if 0 < n <= end}))
-    outputs = dict.fromkeys(shared, run_plan(sensor, base[:end], sub))
-    for b in renders.keys() - set(shared):
-        r = renders[b]
-        mine = Plan(pooled={k: v for k, v in plan.pooled.items() if k[0] == b}, logprobs=[r.n_tokens - 1])
-        outputs[b] = run_plan(sensor, r.input_ids, mine)
-    return outputs
-
-
 def kl_repair_trajectory(
     sensor: Any,
     traj: Trajectory,
@@ -309,65 +278,26 @@ def kl_repair_trajectory(
             done[b] = _score(traj.task_id, b, p_full, p_del, p_patch, min_kl, full[b].n_tokens, deleted[b].n_tokens,
                              p_null)
         return [done.get(b) or skipped[b] for b in boundaries]
-    longest_b = max(full, key=lambda b: full[b].n_tokens)  # its forward is the shared one in _shared_runs
-    jobs = _deleted_jobs(deleted, n_positions, full[longest_b].input_ids)
-    null_jobs = _deleted_jobs(full, n_positions, full[longest_b].input_ids)  # the full renders before their tails
-    src = _shared_runs(sensor, full, _source_plan(full, sites, n_positions),
-                       tuple(start for start, _, _ in jobs + null_jobs))
-    # activations from another condition's run; P_full stays the full run's
-    acts = src if source == "full" else _shared_runs(sensor, donors, _source_plan(donors, sites, n_positions))
+    pairs = [Pair(b, full[b].input_ids, deleted[b].input_ids, None if source == "full" else donors[b].input_ids)
+             for b in run]
+    # the null patch: the full render as its own target (its cache before the tail, then the variants' schedule),
+    # every site written back with its own activation at once: the last group
+    pairs += [Pair(("null", b), full[b].input_ids, full[b].input_ids) for b in run]
+    names = [hook_name(site, layer) for site, layer in sites]
     results = dict(skipped)
-    nulls = {}
-    for b, snap in _deleted_runs(sensor, null_jobs, src[longest_b].snapshots):
-        # the null patch: the full run continued by a second schedule, every site given its own activation
-        own = {hook_name(site, layer): torch.stack([src[b].mean((b, site, layer, i)) for i in range(n_positions)])
-               for site, layer in sites}
-        nulls[b] = torch.log_softmax(patched_logits(sensor, snap, full[b].input_ids[-n_positions:], [own]), dim=-1)[0]
-    for b, snap in _deleted_runs(sensor, jobs, src[longest_b].snapshots):  # one deleted cache held at a time
-        f, r = full[b], deleted[b]
-        patches = [{hook_name(site, layer): torch.stack([acts[b].mean((b, site, layer, i)) for i in range(n_positions)])}
-                   for site, layer in sites]
-        # P_del is the unpatched variant of the same computation, so a site that changes
-        # nothing (layer 0 at an identical token, a self-patch) gives Repair 0 exactly.
-        both = torch.log_softmax(patched_logits(sensor, snap, r.input_ids[-n_positions:], [{}] + patches), dim=-1)
-        results[b] = _score(traj.task_id, b, src[b].logprobs[f.n_tokens - 1], both[0], both[1:], min_kl,
-                            f.n_tokens, r.n_tokens, nulls[b])
+    runs = {}
+    for res in patch_pairs(sensor, pairs, [[n] for n in names] + [names], n_positions):
+        runs[res.key] = res
+        b = res.key[1] if isinstance(res.key, tuple) else res.key
+        if b in runs and ("null", b) in runs:
+            mine, null = runs.pop(b), runs.pop(("null", b))
+            # P_del is the unpatched variant of the same computation, so a site that changes
+            # nothing (layer 0 at an identical token, a self-patch) gives Repair 0 exactly.
+            both = torch.log_softmax(mine.variants[:-1], dim=-1)
+            p_null = torch.log_softmax(null.variants[-1], dim=-1)
+            results[b] = _score(traj.task_id, b, mine.source_logprobs, both[0], both[1:], min_kl,
+                                full[b].n_tokens, deleted[b].n_tokens, p_null)
     return [results[b] for b in boundaries]
-
-
-def _deleted_jobs(deleted: dict[int, Rendered], n_pos: int,
-                  full_ids: list[int]) -> list[tuple[int, list[int], dict[int, int]]]:
-    """Forwards that give every deleted render's cache before its tail: ``(start, ids, {boundary: tail})``.
-
-    Deleted renders that are prefixes of the longest one share one forward;
-    the others get their own. Each forward starts from the full run's cache
-    where its tokens still agree with the full render (``start`` = that common
-    prefix, capped at the earliest tail): a latest-step deletion then costs
-    only the tokens after the deleted block.
-    """
-    tails = {b: r.n_tokens - n_pos for b, r in deleted.items()}
-    longest = deleted[max(tails, key=tails.get)].input_ids
-    group = [b for b in deleted if lcp(deleted[b].input_ids[:tails[b]], longest) >= tails[b]]
-    jobs = []
-    for ids, members in [(longest, group)] + [(deleted[b].input_ids, [b]) for b in deleted if b not in group]:
-        mine = {b: tails[b] for b in members}
-        jobs.append((min([lcp(ids, full_ids)] + list(mine.values())), ids, mine))
-    return jobs
-
-
-def _deleted_runs(sensor: Any, jobs: list[tuple[int, list[int], dict[int, int]]],
-                  full_snapshots: dict[int, Snapshot]) -> Iterator[tuple[int, Snapshot]]:
-    """Run :func:`_deleted_jobs`, each from the full run's snapshot at its start (from scratch at 0), yielding
-    ``(boundary, cache before its tail)`` in tail order: the forward advances from one tail to the next, so only
-    one snapshot is held at a time (memory does not grow with the number of boundaries)."""
-    for start, ids, tails in jobs:
-        snap = full_snapshots.get(start)
-        pos = start if snap is not None else 0
-        for b, tail in sorted(tails.items(), key=lambda kv: kv[1]):
-            if tail > pos:  # a tail at the start point: nothing deleted before it, the full run's own state
-                snap = run_plan(sensor, ids[pos:tail], Plan(snapshots=[tail]), start=snap).snapshots[tail]
-                pos = tail
-            yield b, snap
 
 
 def bridge_hook_name(sensor: Any, site: str, layer: int) -> str:

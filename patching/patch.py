@@ -9,34 +9,42 @@ on float32 logits ``[vocab]`` at the target's last token: a logit difference
 is ``lambda lg: lg[a] - lg[b]``. The tails are aligned from the end, as in
 KL Repair (both renders end in the same generation prompt).
 
-Shared-prefix fast path (``interp.sensor.kernels.variants``): patching the
-last k tokens cannot change any earlier position, so the target's first
-n - k tokens are run once and all variants continue from that cache as one
-batch of k tokens each. When source and target share a prefix of m tokens,
-the target's prefix run starts from the source run's cache snapshot at m (a
-latest-step deletion then costs only the tokens after the deleted block):
-about one forward of the source, the target's tokens after the shared prefix,
-and k tokens per variant. The unpatched target is variant 0 of the same
-computation, so a site that changes nothing gives exactly ``target``.
-KL Repair (``patching.kl_repair``) scores its variants with
-:func:`patched_logits` (metric: KL from the full run's distribution).
+One generic function, :func:`patch_pairs`, runs any number of (source,
+target) pairs, in the style of TransformerLens's ``patching.py`` (a generic
+patch, named uses on top): :func:`patch` is one pair with a metric, KL Repair
+(``patching.kl_repair``) is every boundary of a trajectory with the KL from
+the source's distribution as its metric, and an empty list of sites (only the
+unpatched variant) is a plain two-run comparison.
+
+Shared-prefix fast path. All sources and, for each target, its tokens before
+the tail are branches of one prefix-scheduler run (``interp.sensor.prefix``;
+base: the longest source): a target that shares m tokens with the sources
+continues from the source run's cache snapshot at m (a latest-step deletion
+then costs only the tokens after the deleted block), and targets that are
+prefixes of each other share one forward. Patching the last k tokens cannot
+change any earlier position, so each target's variants continue from its
+cache before the tail as one batch of k tokens each
+(``interp.sensor.kernels.variants``): about one forward of the sources, the
+targets' tokens after the shared prefix, and k tokens per variant. The
+unpatched target is variant 0 of the same computation, so a site that changes
+nothing gives exactly ``target``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from interp.extraction.extract import lcp
 from interp.sensor.api import token_ids
-from interp.sensor.forward import Plan, Snapshot, run_plan
-from interp.sensor.hooks import hooks
+from interp.sensor.forward import Plan, Snapshot
 from interp.sensor.kernels.variants import run_variants
+from interp.sensor.prefix import Branch, run_branches
 
 Metric = Callable[[torch.Tensor], "float | torch.Tensor"]
+FINAL = "ln_final.hook_out"  # the final norm's output: the source's own logits are its unembedding
 
 
 @dataclass
@@ -50,6 +58,28 @@ class PatchResult:
     logits: torch.Tensor  # float32 [2 + n_variants, vocab]: source, target, then each variant (last token)
 
 
+@dataclass
+class Pair:
+    """One (source, target) pair of :func:`patch_pairs`; ``donor``: the run the activations come from, if not the source."""
+
+    key: Hashable
+    source: list[int]
+    target: list[int]
+    donor: list[int] | None = None
+
+
+@dataclass
+class PairRun:
+    """One pair's runs, on the sensor's device: the source's last-token log-probs and final-norm output, the
+    variants' float32 logits ``[1 + n_groups, vocab]`` (unpatched target first), where the target left the source run."""
+
+    key: Hashable
+    source_logprobs: torch.Tensor
+    source_final: torch.Tensor
+    variants: torch.Tensor
+    departure: int
+
+
 def patched_logits(sensor: Any, prefix: Snapshot, tail_ids: list[int],
                    patches: list[dict[str, torch.Tensor]]) -> torch.Tensor:
     """Float32 logits ``[S, vocab]`` at the last tail token of S variants that continue ``prefix`` (one batch)."""
@@ -61,6 +91,57 @@ def _groups(sites: Sequence[str | Sequence[str]]) -> list[list[str]]:
     if not groups or any(not g for g in groups):
         raise ValueError("sites: give at least one hook name (or a non-empty list of names patched together)")
     return groups
+
+
+def _source_branch(key: Hashable, ids: list[int], names: list[str], k: int, own: bool) -> Branch:
+    """Captures of ``names`` at the last ``k`` tokens; ``own``: also the last token's log-probs and final norm."""
+    plan = Plan(captures={(n, i): (n, len(ids) - k + i) for n in names for i in range(k)})
+    if own:
+        plan.logprobs = [len(ids) - 1]
+        plan.captures[FINAL] = (FINAL, len(ids) - 1)
+    return Branch(key, ids, plan)
+
+
+def patch_pairs(sensor: Any, pairs: Sequence[Pair], groups: Sequence[Sequence[str]],
+                positions: int = 1) -> Iterator[PairRun]:
+    """The generic patch: for each pair, its source's distribution and its target's variants (module docstring).
+
+    Variant 0 is the unpatched target; variant j patches ``groups[j - 1]``
+    (TL hook names) at the last ``positions`` tokens with the source's (or the
+    donor's) activations there. Pairs are yielded as their targets' caches are
+    ready (one target cache held at a time).
+    """
+    k = int(positions)
+    names = sorted({n for g in groups for n in g})
+    acts: dict[Hashable, dict[tuple[str, int], torch.Tensor]] = {}
+    donors = [_source_branch(p.key, p.donor, names, k, False) for p in pairs if p.donor is not None]
+    for res in run_branches(sensor, donors, hold=True):
+        acts[res.key] = res.outputs.captures
+    branches = [_source_branch(("source", p.key), p.source, [] if p.donor is not None else names, k, True)
+                for p in pairs]
+    branches += [Branch(("target", p.key), p.target[:len(p.target) - k], keep_cache=True) for p in pairs]
+    base = max((p.source for p in pairs), key=len) if pairs else None
+    by_key = {p.key: p for p in pairs}
+    sources: dict[Hashable, Any] = {}
+    waiting: dict[Hashable, Any] = {}  # target caches whose source is not done yet (a source off the base)
+    for res in run_branches(sensor, branches, base, hold=True):  # hold: the sources first, then the targets
+        role, key = res.key
+        if role == "source":
+            sources[key] = res.outputs
+            acts.setdefault(key, res.outputs.captures)
+        else:
+            waiting[key] = res
+        for key in [key for key in waiting if key in sources]:
+            yield _variants(sensor, by_key[key], waiting.pop(key), sources[key],
+                            acts[key], groups, k)
+
+
+def _variants(sensor: Any, pair: Pair, target: Any, source: Any, acts: dict[tuple[str, int], torch.Tensor],
+              groups: Sequence[Sequence[str]], k: int) -> PairRun:
+    patches = [{n: torch.stack([acts[(n, i)] for i in range(k)]) for n in g} for g in groups]
+    variants = patched_logits(sensor, target.cache, pair.target[-k:], [{}] + patches)
+    n = len(pair.source)
+    return PairRun(pair.key, source.logprobs[n - 1], source.captures[FINAL], variants, target.departure)
 
 
 def patch(sensor: Any, source: Any, target: Any, sites: Sequence[str | Sequence[str]], positions: int = 1,
@@ -77,26 +158,10 @@ def patch(sensor: Any, source: Any, target: Any, sites: Sequence[str | Sequence[
         raise ValueError(f"positions: {k} tail tokens do not fit (source {len(src)}, target {len(tgt)} tokens; "
                          "the target needs at least one token before its tail)")
     groups = _groups(sites)
-    names = sorted({n for g in groups for n in g})
-    start = len(tgt) - k
-    shared = min(lcp(src, tgt), start, len(src) - k)
-    acts: dict[str, torch.Tensor] = {}
-
-    def take(x: torch.Tensor, name: str) -> None:  # the last call is the source's last chunk, which holds its tail
-        acts[name] = x[0, -k:].clone()
-
-    with hooks(sensor.hf_model, [(n, take) for n in [*names, "ln_final.hook_out"]]):
-        src_run = run_plan(sensor, src, Plan(snapshots=[shared] if shared else []))
+    run = next(patch_pairs(sensor, [Pair(None, src, tgt)], groups, k))
     with torch.inference_mode():
-        src_logits = sensor.hf_model.get_output_embeddings()(acts.pop("ln_final.hook_out")[-1])
-    begin = src_run.snapshots.get(shared)
-    if begin is not None and shared == start:
-        prefix = begin
-    else:
-        prefix = run_plan(sensor, tgt[shared:start] if begin is not None else tgt[:start], Plan(snapshots=[start]),
-                          start=begin).snapshots[start]
-    variants = patched_logits(sensor, prefix, tgt[start:], [{}] + [{n: acts[n] for n in g} for g in groups])
-    logits = torch.cat([src_logits.to(variants.dtype)[None], variants])
+        src_logits = sensor.hf_model.get_output_embeddings()(run.source_final)
+    logits = torch.cat([src_logits.to(run.variants.dtype)[None], run.variants])
     if metric is None:
         top = int(src_logits.argmax())
 

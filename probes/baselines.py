@@ -32,9 +32,9 @@ the root-mean-square column SD of the hidden matrix, so the probes without
 fold's own scaler rescales it anyway.
 
 The baseline is linear in the listed features. To widen it (another length
-measure, a squared term), record the column at extraction
-(``interp.extraction.extract.position_features`` and the manifest table in
-``interp.extraction.store``) and add its name to `NUISANCE_FEATURES`.
+measure, a squared term), record the column at extraction: its one definition
+is ``interp.extraction.position`` (``POSITION_FEATURES``, which
+`NUISANCE_FEATURES` is, and ``position_features``).
 """
 
 from __future__ import annotations
@@ -45,21 +45,15 @@ import numpy as np
 import pandas as pd
 from sklearn.metrics import average_precision_score
 
+from interp.extraction.position import POSITION_FEATURES
 from probes.config import ProbeConfig
 from probes.data import CandidateKey, FeatureSet
 from probes.metrics import auroc
 from probes.nested_cv import NestedCVResult, run_nested_cv
 from probes.stats import BootstrapResult, PairedGain, paired_gain, task_bootstrap
 
-NUISANCE_FEATURES: tuple[str, ...] = (
-    "after_step",          # boundary b: completed steps before it
-    "n_steps",             # steps of the trajectory
-    "rel_position",        # after_step / n_steps
-    "n_tokens",            # length of the render (tokens)
-    "reasoning_tokens",    # tokens in the render's reasoning-block spans so far
-    "n_reasoning_blocks",  # reasoning-block spans in the render so far
-)
-"""Manifest columns of the position baseline, in column order; each is computed from the render at extraction."""
+NUISANCE_FEATURES = POSITION_FEATURES
+"""Manifest columns of the position baseline, in column order (defined once in ``interp.extraction.position``)."""
 
 BASELINE_KEY: CandidateKey = (-1, "nuisance")
 """Candidate key of the nuisance-only feature matrix (layer -1: not a layer of the model)."""

@@ -76,6 +76,10 @@ class ProbeConfig:
             raise ValueError("ProbeConfig grids must be non-empty")
         if any(k is not None and k < 1 for k in self.pca_grid):
             raise ValueError(f"ProbeConfig.pca_grid entries must be None or >= 1, got {self.pca_grid}")
+        if isinstance(self.n_jobs, bool) or not isinstance(self.n_jobs, int) or self.n_jobs == 0 \
+                or self.n_jobs < -1:
+            raise ValueError(f"ProbeConfig.n_jobs must be a positive number of workers or -1 (all cores), "
+                             f"got {self.n_jobs!r}")
         for name in ("n_boot", "n_perm"):
             if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int) \
                     or getattr(self, name) < 0:

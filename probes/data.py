@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from interp.extraction.position import POSITION_FEATURES
+
 if TYPE_CHECKING:
     from interp.extraction.store import Store
 
@@ -28,7 +30,7 @@ class FeatureSet:
     groups: str [n_samples], the task_id of each sample; all CV splits are by task.
     sample_ids: one unique id per sample, in row order.
     nuisance: name -> float [n_samples], position/length features of each sample for the
-       baseline (`probes.baselines.NUISANCE_FEATURES`; empty: no baseline can be fitted).
+       baseline (`interp.extraction.position.POSITION_FEATURES`; empty: no baseline can be fitted).
     undefined: sample_ids whose target is undefined (final boundaries, after_step == n_steps:
        no later step); their y is -1, so `drop_missing` excludes them.
     """
@@ -84,16 +86,14 @@ class FeatureSet:
         (``after_step == n_steps``) has no later step, so "the later trajectory
         needed the reasoning" is undefined there: whatever its label, it gets
         :data:`MISSING` and is listed in ``undefined``. The manifest's position
-        columns (``probes.baselines.NUISANCE_FEATURES``) become ``nuisance``.
+        columns (``interp.extraction.position.POSITION_FEATURES``) become ``nuisance``.
         """
-        from probes.baselines import NUISANCE_FEATURES
-
         frame, features = store.load_features(site, condition=condition)
         if frame.empty:
             present = sorted(set(store.manifest().get("condition", [])))
             raise ValueError(f"{store.root}: no extracted samples for condition {condition!r} "
                              f"(the store has: {', '.join(present) or 'none'})")
-        absent = [c for c in NUISANCE_FEATURES if c not in frame or frame[c].isna().any()]
+        absent = [c for c in POSITION_FEATURES if c not in frame or frame[c].isna().any()]
         if absent:
             raise ValueError(f"{store.root}: manifest rows lack the position columns {absent} (a store written "
                              f"before they were recorded); re-extract into a new --store directory")
@@ -105,7 +105,7 @@ class FeatureSet:
         final = (frame["after_step"] == frame["n_steps"]).to_numpy()
         y = np.where(final, MISSING, y)
         return cls(features=features, y=y, groups=frame["task_id"].to_numpy(), sample_ids=frame["sample_id"].tolist(),
-                   nuisance={c: frame[c].to_numpy(dtype=np.float64) for c in NUISANCE_FEATURES},
+                   nuisance={c: frame[c].to_numpy(dtype=np.float64) for c in POSITION_FEATURES},
                    undefined=frame.loc[final, "sample_id"].tolist())
 
     def _check_matrix(self, key: CandidateKey, X: np.ndarray, n: int) -> None:

@@ -40,6 +40,10 @@ Honest agreement of a rule labeler whose thresholds are tuned on annotations:
 and a config grid) on the tuning tasks only and reports its kappa on the
 held-out tasks, with :func:`kappa_ci` (a task-bootstrap CI of kappa, the
 resampling rule of ``interp.stats``).
+
+Two annotators: :func:`pair_agreement` is the report of ``interp labels
+agree`` (kappa with a task-bootstrap CI, the confusion table with rows = the
+first annotator, and :func:`disagreements`, the boundaries where they differ).
 """
 
 from __future__ import annotations
@@ -307,4 +311,24 @@ def held_out_agreement(label_fn: Callable[[Any], Mapping[tuple[str, int], int]],
     if default is not None:
         out["default"] = describe(default)
         out["default_held_out"] = kappa_ci(part(label_fn(default), held), part(reference, held), n_boot, seed)
+    return out
+
+
+def disagreements(first: Mapping[tuple[str, int], int],
+                  second: Mapping[tuple[str, int], int]) -> list[dict[str, Any]]:
+    """``[{task_id, after_step, first, second}]``: the shared boundaries where two label sets differ, sorted."""
+    return [{"task_id": k[0], "after_step": k[1], "first": int(first[k]), "second": int(second[k])}
+            for k in sorted(set(first) & set(second)) if int(first[k]) != int(second[k])]
+
+
+def pair_agreement(first: Mapping[tuple[str, int], int], second: Mapping[tuple[str, int], int],
+                   n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """Agreement of two annotators: :func:`kappa_ci` (confusion rows = ``first``, columns = ``second``) plus
+    ``only_first``/``only_second`` (boundaries one of them labelled) and ``disagreements``."""
+    out = kappa_ci(predicted=second, reference=first, n_boot=n_boot, seed=seed)
+    out["first_positive_rate"] = out.pop("reference_positive_rate")
+    out["second_positive_rate"] = out.pop("predicted_positive_rate")
+    out["only_first"] = len(set(first) - set(second))
+    out["only_second"] = len(set(second) - set(first))
+    out["disagreements"] = disagreements(first, second)
     return out

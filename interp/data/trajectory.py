@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import re
 import warnings
 from collections.abc import Iterator, Mapping
@@ -291,6 +292,34 @@ def trajectory_schema() -> dict[str, Any]:
     return json.loads(text)
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def strict_json_problems(value: Any, where: tuple[Any, ...] = ()) -> list[tuple[str, str]]:
+    """``(field, message)`` for every value strict JSON (RFC 8259) or UTF-8 text cannot hold: NaN and
+    Infinity (Python's json reads them) and lone surrogates (a ``\\ud800`` escape decodes to one and no
+    UTF-8 writer can print it). Linear in the record's size; iterative, so a deep record cannot recurse."""
+    found: list[tuple[str, str]] = []
+    stack: list[tuple[tuple[Any, ...], Any]] = [(where, value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            shown = "NaN" if math.isnan(item) else ("Infinity" if item > 0 else "-Infinity")
+            found.append((_path_str(path), f"{shown} is not a JSON number (strict JSON has no NaN or Infinity); "
+                                           "write null or a finite number"))
+        elif isinstance(item, str) and _LONE_SURROGATE.search(item):
+            found.append((_path_str(path), "lone surrogate (a \\ud800-\\udfff escape without its pair): "
+                                           "not valid Unicode; fix the escape or remove the character"))
+        elif isinstance(item, dict):
+            for key, sub in item.items():
+                if isinstance(key, str) and _LONE_SURROGATE.search(key):
+                    found.append((_path_str(path), "lone surrogate in a field name"))
+                stack.append(((*path, key), sub))
+        elif isinstance(item, list):
+            stack.extend(((*path, i), sub) for i, sub in enumerate(item))
+    return sorted(found)
+
+
 def _path_str(path: Any) -> str:
     out = ""
     for part in path:
@@ -443,7 +472,7 @@ def iter_records(path: str | Path, report: ValidationReport | None = None,
                 if not isinstance(raw, dict):
                     found.append(f"{path}:{lineno}: (record): expected a JSON object, got {type(raw).__name__}")
                 else:
-                    probs = _schema_problems(raw)
+                    probs = strict_json_problems(raw) or _schema_problems(raw)
                     if not probs:
                         findings = _semantic_problems(raw)
                         probs = findings.problems + (findings.warnings if strict else [])

@@ -282,11 +282,14 @@ def extract_items(block: str, step: int, block_index: int, kinds: Iterable[str] 
     found: list[tuple[int, Item]] = []
     masked = block
     for kind, pattern in ITEM_PATTERNS:
+        pieces, pos = [], 0  # the claimed text blanked in one pass: linear in the block, however many matches
         for m in pattern.finditer(masked):
             text = next((g for g in m.groups() if g), m.group(0)) if m.groups() else m.group(0)
             if kind in kinds and len(text.strip()) >= 2:
                 found.append((m.start(), Item(kind, text.strip(), step, block_index)))
-            masked = masked[:m.start()] + " " * (m.end() - m.start()) + masked[m.end():]
+            pieces += [masked[pos:m.start()], " " * (m.end() - m.start())]
+            pos = m.end()
+        masked = "".join(pieces) + masked[pos:]
     items = [it for _, it in found]
     if "cue" in kinds:
         for a, b in _sentence_spans(block):
@@ -320,6 +323,18 @@ class Sources:
 
     given: list[tuple[str, str, set[str]]]  # (where, normalized text, words)
     carriers: list[tuple[Carrier, str, set[str]]]  # (carrier, normalized text, words)
+    # (needle, numeric) -> (indices into given, into carriers) holding it: every boundary in scope re-judges the
+    # same items, and one search per item and text keeps a huge trajectory linear in its boundaries
+    hits: dict[tuple[str, bool], tuple[frozenset[int], frozenset[int]]] = field(default_factory=dict, repr=False)
+
+    def where(self, needle: str, numeric: bool) -> tuple[frozenset[int], frozenset[int]]:
+        """Which given texts and which carriers hold ``needle`` as a whole token (searched once per trajectory)."""
+        key = (needle, numeric)
+        if key not in self.hits:
+            self.hits[key] = (frozenset(i for i, (_, text, _) in enumerate(self.given) if _find(needle, text, numeric)),
+                              frozenset(i for i, (_, text, _) in enumerate(self.carriers)
+                                        if _find(needle, text, numeric)))
+        return self.hits[key]
 
     @classmethod
     def of(cls, traj: Trajectory, kinds: Iterable[str] = STUDY_CARRIERS) -> Sources:
@@ -380,18 +395,15 @@ def cue_status(ev: ItemEvidence, config: GapLabelerConfig) -> str:
 def judge_item(item: Item, sources: Sources, after_step: int, config: GapLabelerConfig) -> ItemEvidence:
     """Status of ``item`` at boundary ``after_step`` and every place it was found (see the module docstring)."""
     ev = ItemEvidence(item.kind, item.text, item.step, item.block, "not_externalized")
-    before = [(c, text, words) for c, text, words in sources.carriers if c.step < item.step]
-    window = [(c, text, words) for c, text, words in sources.carriers if item.step <= c.step <= after_step]
     if item.kind == "cue":
+        before = [(c, text, words) for c, text, words in sources.carriers if c.step < item.step]
+        window = [(c, text, words) for c, text, words in sources.carriers if item.step <= c.step <= after_step]
         return _judge_cue(item, ev, sources, before, window, after_step, config)
-    needle = _normalize(item.text)
-    numeric = item.kind == "number"
-    given = [{"source": "given", "step": None, "where": where} for where, text, _ in sources.given
-             if _find(needle, text, numeric)]
-    earlier = [{"source": c.kind, "step": c.step, "where": c.where}
-               for c, text, _ in before if _find(needle, text, numeric)]
-    later = [{"source": c.kind, "step": c.step, "where": c.where}
-             for c, text, _ in window if _find(needle, text, numeric)]
+    in_given, in_carriers = sources.where(_normalize(item.text), item.kind == "number")
+    given = [{"source": "given", "step": None, "where": sources.given[i][0]} for i in sorted(in_given)]
+    held = [sources.carriers[i][0] for i in sorted(in_carriers)]
+    earlier = [{"source": c.kind, "step": c.step, "where": c.where} for c in held if c.step < item.step]
+    later = [{"source": c.kind, "step": c.step, "where": c.where} for c in held if item.step <= c.step <= after_step]
     ev.found_in = given + earlier + later
     if given:
         ev.status = "given"

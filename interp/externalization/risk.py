@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 import warnings
 from pathlib import Path
@@ -98,8 +99,12 @@ def read_oof_scores(path: str | Path, condition: str = "full") -> dict[tuple[str
                 continue
             try:
                 score = float(row["score"])
-            except ValueError:
+            except (TypeError, ValueError):
                 problems.append(f"{path}:{line}: score: {row['score']!r} is not a number")
+                continue
+            if not math.isfinite(score):  # a NaN score would read as a gap of 0.000, a number that looks like a finding
+                problems.append(f"{path}:{line}: score: {row['score']!r} is not finite; re-run `interp probe` "
+                                "(a score must be a finite log-odds or probability)")
                 continue
             key = (m["task_id"], int(m["after_step"]))
             if key in out:
@@ -107,7 +112,8 @@ def read_oof_scores(path: str | Path, condition: str = "full") -> dict[tuple[str
                 continue
             out[key] = score
     if problems:
-        raise ValueError(f"{len(problems)} problem(s) in {path}:\n" + "\n".join(problems[:50]))
+        raise ValueError(problems[0] if len(problems) == 1 else
+                         f"{len(problems)} problem(s) in {path}:\n" + "\n".join(problems[:50]))
     if not out:
         raise ValueError(f"{path}: no samples of condition {condition!r} (conditions present: "
                          f"{', '.join(sorted(seen_conditions)) or 'none'})")

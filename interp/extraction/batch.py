@@ -109,7 +109,7 @@ def condition_params(sensor: Any, conditions: Iterable[str],
                      max_tokens: int | None = None) -> dict[str, dict[str, Any]]:
     """What the model-dependent conditions need from the sensor: block scorers (ICLR), its tokenizer (random r)."""
     from interp.extraction.entropy import EntropyScorer
-    from interp.extraction.limits import DEFAULT_MAX_TOKENS
+    from interp.sensor.limits import DEFAULT_MAX_TOKENS
 
     limit = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
     needs = {

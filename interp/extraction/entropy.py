@@ -15,9 +15,9 @@ tokens after it change none of them), but the limit counts the whole input.
   the ``iclr`` condition has already compressed steps 1..t-1 (dropped blocks
   are ``[SKIP]``). Successive inputs share long prefixes: the forward for step
   t continues from a cache snapshot at the longest shared prefix of the
-  previous input (snapshots are taken at the start of each step's reasoning
-  and at its end), so a step whose compression drops nothing costs only its
-  new tokens. ``reuse=False`` re-runs every input from scratch (the reference).
+  previous input (``interp.sensor.prefix.Resume``; snapshots are taken at the
+  start of each step's reasoning and at its end), so a step whose compression
+  drops nothing costs only its new tokens. ``reuse=False`` re-runs every input from scratch (the reference).
 - ``full`` (a departure from the study, kept for comparison): every block
   under the uncompressed recorded trajectory, one forward over its whole
   render (:func:`block_entropies`, also computed in-forward by
@@ -73,10 +73,11 @@ import pandas as pd
 from interp.data.conditions import ICLR_RHO, apply_condition, iclr_dropped, step_only_history
 from interp.data.render import Segment, render
 from interp.data.trajectory import Trajectory
-from interp.extraction.limits import DEFAULT_MAX_TOKENS, context_limit
+from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit
 from interp.progress import track
 from interp.schema import fields_from_doc
-from interp.sensor.forward import Plan, Snapshot, run_plan
+from interp.sensor.forward import Plan, run_plan
+from interp.sensor.prefix import Resume
 
 
 DROP_TABLE_FIELDS = fields_from_doc(__doc__, "DROP_TABLE_FIELDS")  # iclr_blocks.csv, one row per block
@@ -133,14 +134,6 @@ CONTEXTS = ("online", "full", "step_only")
 
 
 @dataclass
-class _Prefix:
-    """The last input scored for a task and cache snapshots of its prefixes."""
-
-    ids: list[int]
-    snapshots: dict[int, Snapshot]
-
-
-@dataclass
 class EntropyScorer:
     """A block scorer for the ``iclr`` conditions, ``scorer(history, t)`` (see module docstring).
 
@@ -157,7 +150,7 @@ class EntropyScorer:
     tokens_run: int = 0
     _cache: dict[str, list[BlockScore]] = field(default_factory=dict)
     _memo: dict[tuple[str, int, str], list[BlockScore]] = field(default_factory=dict)
-    _prefix: dict[str, _Prefix] = field(default_factory=dict)
+    _resume: Resume | None = None  # the online inputs of one task, continued from one another (prefix scheduler)
 
     def __post_init__(self) -> None:
         if self.context not in CONTEXTS:
@@ -207,22 +200,18 @@ class EntropyScorer:
 
     def _forward(self, task_id: str, ids: list[int], spans: list[Segment]) -> dict[int, float]:
         """Next-token entropies at the blocks' positions, continuing from the best snapshot of this task."""
-        from interp.extraction.extract import lcp  # (extract imports this module)
-
-        positions = entropy_positions([s for s in spans if s.start >= 1])
-        prev = self._prefix.get(task_id) if self.reuse else None
-        shared = lcp(ids, prev.ids) if prev else 0
-        usable = [p for p in (prev.snapshots if prev else {}) if p <= min([shared, *positions]) and p < len(ids)]
-        start = prev.snapshots[max(usable)] if usable else None
-        offset = start.length if start else 0
-        marks = {min((s.start for s in spans), default=len(ids)), len(ids)} if self.reuse else set()
-        plan = Plan(entropy=positions, snapshots=sorted(p for p in marks if offset < p <= len(ids)))
-        out = run_plan(self.sensor, ids[offset:], plan, start=start)
+        plan = Plan(entropy=entropy_positions([s for s in spans if s.start >= 1]))
         self.forwards += 1
-        self.tokens_run += len(ids) - offset
-        if self.reuse:
-            kept = {offset: start} if start else {}  # still a prefix of ids; the rest are replaced
-            self._prefix = {task_id: _Prefix(list(ids), {**kept, **out.snapshots})}  # one task's snapshots held
+        if not self.reuse:
+            self.tokens_run += len(ids)
+            return run_plan(self.sensor, ids, plan).entropy
+        if self._resume is None:
+            self._resume = Resume(self.sensor)
+        before = self._resume.tokens_run
+        # snapshots at the start of the step's reasoning and at the input's end: where the next input may depart
+        marks = {min((s.start for s in spans), default=len(ids)), len(ids)}
+        out = self._resume.run(ids, plan, marks, context=task_id)
+        self.tokens_run += self._resume.tokens_run - before
         return out.entropy
 
 

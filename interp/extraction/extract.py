@@ -5,27 +5,23 @@ hooked residuals at the requested layers, the boundary attention row at the
 requested full-attention layers (summed per segment and per segment kind),
 and the boundary next-token entropy (bits) and top-1 token.
 
-Prefix sharing. A causal model's state at position i depends only on tokens
-0..i. Let R be the render at the last requested boundary. For each b the
-render r_b is compared token by token with R: if r_b is a prefix of R (it is
-for ``full``, ``delete_all_reasoning`` and online ``iclr`` with these
-templates), its features come from the one forward over R; otherwise its
-suffix after the longest common prefix is run from a snapshot of the cache
-taken at that point during R's forward (conditions that edit only the latest
-step share everything before the edit). With ``share_prefix=False`` every
-boundary gets its own forward (the reference path; parity-tested).
+Prefix sharing. Every boundary's render is one branch of the prefix
+scheduler (``interp.sensor.prefix``) with the longest render R as its base: a
+render that is a prefix of R (it is for ``full``, ``delete_all_reasoning`` and
+online ``iclr`` with these templates) gets its features from the one forward
+over R (``forward`` = ``shared``); another runs its suffix after the longest
+common prefix from a snapshot of R's cache there (``suffix@<n>``; conditions
+that edit only the latest step share everything before the edit). With
+``share_prefix=False`` every boundary gets its own forward (the reference
+path; parity-tested).
 
 Over-long renders (more than ``max_tokens``, or more positions than the model
-has; ``interp.extraction.limits``) are skipped and recorded with their length,
+has; ``interp.sensor.limits``) are skipped and recorded with their length,
 never truncated.
 
 Position features. Every boundary row also records where the boundary sits
-and how long its history is, computed exactly from the condition's render
-(no re-tokenising) by :func:`position_features`: ``n_steps``,
-``rel_position = after_step / n_steps``, ``reasoning_tokens`` and
-``n_reasoning_blocks`` (reasoning-block spans in the render so far), beside
-the row's ``after_step`` and ``n_tokens``. They are the nuisance features of
-the probe's position baseline (``probes.baselines.NUISANCE_FEATURES``).
+and how long its history is (``interp.extraction.position``, the one
+definition of the probe's position baseline columns).
 
 ``ExtractConfig`` validates itself on construction (poolings through
 ``interp.extraction.pooling.parse_pooling``, sites against
@@ -46,9 +42,11 @@ from interp.data.conditions import apply_condition
 from interp.data.render import SEGMENT_KINDS, Rendered, render
 from interp.data.trajectory import Trajectory
 from interp.extraction.entropy import block_mean_entropy, entropy_positions
-from interp.extraction.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit
+from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit
 from interp.extraction.pooling import parse_pooling, pooling_positions
-from interp.sensor.forward import Outputs, Plan, run_plan
+from interp.extraction.position import position_features
+from interp.sensor.forward import Outputs, Plan
+from interp.sensor.prefix import Branch, run_branches
 from interp.sensor.hooks import SITES
 
 LN2 = math.log(2.0)
@@ -161,30 +159,14 @@ class BoundaryFeatures:
     position: dict[str, Any] = field(default_factory=dict)  # position_features of the render (manifest columns)
 
 
-def position_features(traj: Trajectory, after_step: int, r: Rendered) -> dict[str, Any]:
-    """Where boundary b sits and how much reasoning its render holds (exact spans), for the probe's position baseline."""
-    blocks = r.spans("reasoning_block")
-    return {"n_steps": traj.n_steps, "rel_position": after_step / traj.n_steps,
-            "reasoning_tokens": sum(s.n_tokens for s in blocks), "n_reasoning_blocks": len(blocks)}
-
-
-def lcp(a: list[int], b: list[int]) -> int:
-    """Length of the longest common token prefix."""
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
-
-
 def _segments_json(r: Rendered) -> list[dict[str, Any]]:
     return [{"kind": s.kind, "step": s.step, "block": s.block, "start": s.start, "end": s.end} for s in r.segments]
 
 
-def _requests(bf_key: Any, r: Rendered, config: ExtractConfig, lo: int, hi: int, plan: Plan) -> None:
-    """Add the pooled requests of one boundary restricted to positions in [lo, hi)."""
+def _requests(bf_key: Any, r: Rendered, config: ExtractConfig, plan: Plan) -> None:
+    """Add the pooled requests of one boundary (absolute positions of its render)."""
     for pooling in config.poolings:
-        positions = [p for p in pooling_positions(pooling, r) if lo <= p < hi]
+        positions = pooling_positions(pooling, r)
         if not positions:
             continue
         for site in config.sites:
@@ -230,57 +212,26 @@ def extract_trajectory(
 
 def _run(sensor: Any, renders: dict[int, Rendered], results: dict[int, BoundaryFeatures],
          config: ExtractConfig) -> None:
-    if not config.share_prefix:
-        for b, r in renders.items():
-            plan = Plan(logprobs=[r.n_tokens - 1])
-            _requests(b, r, config, 0, r.n_tokens, plan)
-            for layer in config.attention_layers:
-                plan.rows[(layer, r.n_tokens - 1)] = b
-            _collect(run_plan(sensor, r.input_ids, plan), {b: r}, results, config, "own", sensor.d_model)
-        return
+    """Every boundary's render as one branch of the prefix scheduler (``interp.sensor.prefix``), base = the longest."""
+    branches = []
+    for b, r in renders.items():
+        plan = Plan(logprobs=[r.n_tokens - 1])
+        _requests(b, r, config, plan)
+        for layer in config.attention_layers:
+            plan.rows[(layer, r.n_tokens - 1)] = b
+        branches.append(Branch(b, r.input_ids, plan))
     base_b = max(renders, key=lambda b: renders[b].n_tokens)
-    base = renders[base_b].input_ids
-    shared = {b: lcp(r.input_ids, base) for b, r in renders.items()}
-    served = {b for b, n in shared.items() if n == renders[b].n_tokens}
-    suffix = {b: n for b, n in shared.items() if b not in served}
-    # Snapshot points must leave at least one token to run; a zero-length prefix means an own forward.
-    snaps = sorted({n for n in suffix.values() if n > 0})
-    end = max([renders[b].n_tokens for b in served] + snaps)
-    plan = Plan(logprobs=[renders[b].n_tokens - 1 for b in served], snapshots=snaps)
-    blocks = [sp for sp in renders[base_b].spans("reasoning_block") if 1 <= sp.start and sp.end <= end]
+    blocks = [sp for sp in renders[base_b].spans("reasoning_block") if sp.start >= 1]
     if config.block_entropy:
-        plan.entropy = entropy_positions(blocks)
-    for b in served:
-        _requests(b, renders[b], config, 0, renders[b].n_tokens, plan)
-        for layer in config.attention_layers:
-            plan.rows[(layer, renders[b].n_tokens - 1)] = b
-    for b, n in suffix.items():
-        _requests(b, renders[b], config, 0, n, plan)
-    base_out = run_plan(sensor, base[:end], plan)
-    _collect(base_out, {b: renders[b] for b in served}, results, config, "shared", sensor.d_model)
-    if config.block_entropy:
-        # The score of interp.extraction.entropy.block_entropies, from this forward.
-        results[base_b].block_entropy = [
-            {"step": sp.step, "block": sp.block, "n_tokens": sp.n_tokens,
-             "mean_entropy_bits": block_mean_entropy(base_out.entropy, sp)} for sp in blocks]
-    for b, n in suffix.items():
-        r = renders[b]
-        start = base_out.snapshots.get(n)
-        splan = Plan(logprobs=[r.n_tokens - 1])
-        _requests(b, r, config, n, r.n_tokens, splan)
-        for layer in config.attention_layers:
-            splan.rows[(layer, r.n_tokens - 1)] = b
-        out = run_plan(sensor, r.input_ids[n:] if start else r.input_ids, splan, start=start)
-        _merge(out, base_out, b)
-        _collect(out, {b: r}, results, config, f"suffix@{n}" if start else "own", sensor.d_model)
-
-
-def _merge(out: Outputs, base_out: Outputs, b: int) -> None:
-    """Add the base forward's partial sums of boundary ``b`` (its shared prefix) into ``out``."""
-    for key, value in base_out.sums.items():
-        if key[0] == b:
-            out.sums[key] = out.sums[key] + value if key in out.sums else value
-            out.counts[key] = out.counts.get(key, 0) + base_out.counts[key]
+        branches[list(renders).index(base_b)].plan.entropy = entropy_positions(blocks)
+    # hold: the base forward runs whole (one snapshot per departure point), so pooled spans are summed as one run
+    for res in run_branches(sensor, branches, renders[base_b].input_ids, share=config.share_prefix, hold=True):
+        _collect(res.outputs, {res.key: renders[res.key]}, results, config, res.forward, sensor.d_model)
+        if config.block_entropy and res.key == base_b:
+            # The score of interp.extraction.entropy.block_entropies, from this forward.
+            results[base_b].block_entropy = [
+                {"step": sp.step, "block": sp.block, "n_tokens": sp.n_tokens,
+                 "mean_entropy_bits": block_mean_entropy(res.outputs.entropy, sp)} for sp in blocks]
 
 
 def _collect(out: Outputs, renders: dict[int, Rendered], results: dict[int, BoundaryFeatures],

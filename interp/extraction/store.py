@@ -19,7 +19,8 @@ n_tokens, status (ok|skipped), reason, forward, row (index into the unit's
 tensors, -1 when skipped), unit, boundary_entropy_bits, top1,
 future_necessity, externalization_gap (annotations; -1 when absent),
 chars_removed, tokens_removed, n_steps, rel_position, reasoning_tokens,
-n_reasoning_blocks, pool_count.<pooling>``.
+n_reasoning_blocks, pool_count.<pooling>``. The position columns of the probe's
+baseline are ``interp.extraction.position.POSITION_FEATURES`` (one definition).
 
 Each unit is written to temporary files and renamed into place (tensors
 first, the JSON last): a unit counts as done only when its JSON exists, so a
@@ -84,18 +85,20 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
-from interp.extraction.extract import BoundaryFeatures
 from interp.io import (atomic_path, atomic_write_bytes, atomic_write_json, check_complete, inside, read_json,
                        safe_stem, writer_lock)
 from interp.schema import fields_from_doc
 from interp.data.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from interp.extraction.extract import BoundaryFeatures
 
 SCHEMA_VERSION = 2  # 2: unit stems carry a hash of the task id (interp.io.safe_stem)
 
@@ -200,11 +203,13 @@ class Store:
                 for r in ok:
                     tensors[f"attn.{layer}.b{r.after_step}.per_segment"] = r.attention[layer]["per_segment"].contiguous()
         tensor_path = inside(self.units_dir, self.units_dir / f"{name}.safetensors")
-        with atomic_path(tensor_path) as tmp:
-            # one metadata key: safetensors writes its metadata map in a per-process random order, so
-            # several keys would make the same tensors differ in bytes between runs
-            save_file(tensors, tmp, metadata={"interp.unit": json.dumps({"unit": name, "dtype": "float32",
-                                                                         "settings": settings}, sort_keys=True)})
+        # one metadata key: safetensors writes its metadata map in a per-process random order, so
+        # several keys would make the same tensors differ in bytes between runs. Serialised in memory and
+        # written by atomic_write_bytes: a full disk is then an OSError naming the file (safetensors' own
+        # writer raises a SafetensorError that says neither the path nor what is needed).
+        data = save(tensors, metadata={"interp.unit": json.dumps({"unit": name, "dtype": "float32",
+                                                                  "settings": settings}, sort_keys=True)})
+        atomic_write_bytes(tensor_path, data)
         manifest_rows, segments = [], {}
         block_entropy = [e for r in rows for e in r.block_entropy]
         ok_index = {r.after_step: i for i, r in enumerate(ok)}

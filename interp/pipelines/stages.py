@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from interp.io import Executor
     from interp.sensor.models import Sensor
     from probes.config import ProbeConfig
+    from probes.data import FeatureSet
     from probes.targets import TargetLabelerConfig
 
 def trajectories(path: Path, strict: bool = True, allow_control_tokens: bool = False) -> list[Trajectory]:
@@ -150,7 +151,7 @@ def entropy(sensor: Sensor, trajs: list[Trajectory], out: Path, rho: float | Non
     what ICLR drops at ``rho``, and the full-context decisions beside them (``full``: True computes them)."""
     from interp.data.conditions import ICLR_RHO
     from interp.extraction.entropy import entropy_table
-    from interp.extraction.limits import DEFAULT_MAX_TOKENS
+    from interp.sensor.limits import DEFAULT_MAX_TOKENS
 
     with writer_lock(Path(out).parent, command=f"entropy {Path(out).name}"):
         table = entropy_table(sensor, trajs, rho=ICLR_RHO if rho is None else rho,
@@ -194,9 +195,28 @@ def probe(store: Path, out: Path, config: ProbeConfig, labels: Path | None = Non
         if missing:
             raise ValueError(f"{store}: no features for (layer, pooling) {missing[:5]}")
         fs = replace(fs, features=keep)
+    _check_labelled(fs, config, f"--labels {labels}" if labels is not None else f"the annotations in {store}")
     result = run_probe(fs, config)
     write_probe_results(result, oof_frame(result), out)
     return result
+
+
+def _check_labelled(fs: FeatureSet, config: ProbeConfig, source: str) -> None:
+    """Refuse, naming the label source and what it lacks, labels the task-level CV cannot run on (before any fit)."""
+    labelled, _ = fs.drop_missing()
+    all_tasks = len(set(fs.groups))
+    if not labelled.y.size:
+        raise ValueError(f"{source}: no labelled boundary of the {all_tasks} tasks in the store (every label cell "
+                         "empty, or no row matches a task_id and after_step of the store)")
+    try:
+        labelled.check_cv(config.min_tasks)
+    except ValueError as exc:
+        cover = f"labels cover {labelled.n_tasks} of the store's {all_tasks} tasks ({labelled.y.size} boundaries)"
+        if labelled.n_tasks >= config.min_tasks:  # both classes are needed
+            raise ValueError(f"{source}: {cover}: {exc}") from None
+        fewer = config.outer == "kfold" and labelled.n_tasks >= 2
+        raise ValueError(f"{source}: {cover}; the outer CV ({config.outer}) needs at least {config.min_tasks}: "
+                         "label more tasks" + (f", or use --n-outer {labelled.n_tasks}" if fewer else "")) from None
 
 
 def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, condition: str = "delete_all_reasoning",
@@ -209,7 +229,7 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, condition: str = "
 
     ``shard=(I, N)`` computes shard I's trajectories (by tokens) and writes no summary (merge, then re-run)."""
     from interp.extraction.batch import render_tokens
-    from interp.extraction.limits import DEFAULT_MAX_TOKENS
+    from interp.sensor.limits import DEFAULT_MAX_TOKENS
     from patching.kl_repair import BoundaryRepair, default_sites, kl_repair_trajectory, summarize
 
     by_id = {t.task_id: t for t in trajs}
@@ -221,6 +241,8 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, condition: str = "
     limit = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
     tag = f"{condition}.{method}.{positions}.null." + hashlib.sha1(repr(sites).encode()).hexdigest()[:12] + (
         f".t{limit}" if limit != DEFAULT_MAX_TOKENS else "")
+    if positions > 1:
+        _check_positions(sensor, [by_id[k] for k in keys], condition, positions)
     with writer_lock(out, command="patch"):
         costs = {k: render_tokens(by_id[k], by_id[k].n_steps, sensor.tokenizer) for k in keys} if shard[1] > 1 else None
         parts = _units(sensor, trajs, keys, lambda s, k: [asdict(r) for r in kl_repair_trajectory(
@@ -232,6 +254,25 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, condition: str = "
         result = summarize(rows, sites, condition, sensor, method, positions)
         atomic_write_json(out / "kl_repair.json", result)
     return result
+
+
+def _check_positions(sensor: Sensor, trajs: list[Trajectory], condition: str, positions: int) -> None:
+    """Refuse ``--positions`` longer than the tail the full and the ``condition`` renders share at some boundary,
+    before any output exists (a condition that needs the model, ICLR, is checked when its unit runs)."""
+    from patching.kl_repair import boundary_renders
+
+    for traj in trajs:
+        try:
+            full, deleted = boundary_renders(sensor, traj, condition, list(range(1, traj.n_steps + 1)))
+        except ValueError:  # the condition needs the model's scorer
+            return
+        for b in full:
+            a, d = full[b].input_ids, deleted[b].input_ids
+            shared = next((i for i in range(min(len(a), len(d))) if a[-1 - i] != d[-1 - i]), min(len(a), len(d)))
+            if positions > shared:
+                raise ValueError(f"--positions {positions}: {traj.task_id} at boundary {b} has only its last "
+                                 f"{shared} tokens alike in the full and the {condition} render; patching needs "
+                                 f"aligned tails: use --positions {shared} or fewer")
 
 
 def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[str] | None = None,
@@ -247,7 +288,7 @@ def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[st
     ``shard=(I, N)`` computes shard I's boundaries (by tokens) and writes no summary (merge, then re-run)."""
     from interp.data.deletions import DRSR_UNIT_KINDS, parse_unit_kinds
     from interp.extraction.batch import render_tokens
-    from interp.extraction.limits import DEFAULT_MAX_TOKENS
+    from interp.sensor.limits import DEFAULT_MAX_TOKENS
     from patching.harm import (DEFAULT_BUDGET, DRSR_MAX_K, MARGIN, boundary_harm, check_boundaries, default_boundaries,
                                summarize_harm)
 

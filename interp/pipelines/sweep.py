@@ -208,7 +208,12 @@ def run_sweep(path: Path, executor: str | None = None, address: str | None = Non
         raise ValueError(f"{path}: {exc}") from None
     runner = executor_of(config, executor, address)
     with writer_lock(out, command=f"sweep {path}"):
-        plan, extract_seconds = _extract_all(config, runner, out)
+        try:
+            plan, extract_seconds = _extract_all(config, runner, out)
+        except ValueError as exc:  # a config value only the model can check ([grid].layers): name the file
+            if str(exc).startswith("["):
+                raise ValueError(f"{path}: {exc}") from None
+            raise
         names = [n for n in plan if not (Path(plan[n]["out"]) / "probe_results.json").exists()]
         work = Work("probe", names, lambda: None, partial(_probe_cell, probe_config(config), plan),
                     lambda n: (Path(plan[n]["out"]) / "probe_results.json").exists())
@@ -228,7 +233,7 @@ def _extract_all(config: dict[str, Any], runner: Any, out: Path) -> tuple[dict[s
     plan of every unfinished cell and the seconds its store's extraction took in this run."""
     from interp.extraction.batch import parse_layers
     from interp.extraction.extract import ExtractConfig
-    from interp.extraction.limits import DEFAULT_MAX_TOKENS
+    from interp.sensor.limits import DEFAULT_MAX_TOKENS
 
     trajs = stages.trajectories(Path(config["trajectories"]), strict=False)
     extract = config.get("extract", {})

@@ -166,8 +166,8 @@ def write_tables(results_dir: Path) -> list[Path]:
         except KeyError as exc:
             failed.append(f"{path}: missing field {exc}")
             continue
-        except (ValueError, TypeError, IndexError) as exc:
-            failed.append(f"{path}: {exc}")
+        except (ValueError, TypeError, IndexError) as exc:  # the readers' own messages already name the file
+            failed.append(str(exc) if str(exc).startswith(str(path)) else f"{path}: {exc}")
             continue
         for suffix, text in ((".md", to_markdown(frame, caption)), (".tex", to_latex(frame, caption, name))):
             atomic_write_bytes(out_dir / f"{name}{suffix}", text.encode("utf-8"))

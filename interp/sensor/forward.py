@@ -8,7 +8,11 @@ computed:
 
 - ``pooled``: sums (float32) of a hooked site over given absolute positions
   (a mean pool is ``sum / count``), e.g. ``resid_pre`` of layer 12 at the
-  boundary token;
+  boundary token (a site of ``interp.sensor.hooks.SITES`` with its layer, or
+  any TransformerLens name the hooks serve with layer ``None``);
+- ``captures``: the activation at a TransformerLens name and one absolute
+  position, as computed (the model's dtype, its TL shape without batch and
+  position), e.g. a patch source;
 - ``rows``: attention rows of given query positions at full-attention layers
   (``interp.sensor.kernels.attention_rows``), computed when the chunk ending at that query runs;
 - ``logprobs``: float32 log-softmax of the next-token distribution at given
@@ -67,7 +71,8 @@ class Snapshot:
 class Plan:
     """What one run keeps (positions absolute in the full sequence)."""
 
-    pooled: dict[Any, tuple[str, int, torch.Tensor]] = field(default_factory=dict)  # key -> (site, layer, positions)
+    pooled: dict[Any, tuple[str, int | None, Any]] = field(default_factory=dict)  # key -> (site, layer, positions)
+    captures: dict[Any, tuple[str, int]] = field(default_factory=dict)  # key -> (TL hook name, position)
     rows: dict[tuple[int, int], Any] = field(default_factory=dict)  # (layer, query pos) -> key
     logprobs: list[int] = field(default_factory=list)
     entropy: list[int] = field(default_factory=list)
@@ -82,6 +87,7 @@ class Outputs:
 
     sums: dict[Any, torch.Tensor] = field(default_factory=dict)  # float32 [d_model], on the sensor's device
     counts: dict[Any, int] = field(default_factory=dict)
+    captures: dict[Any, torch.Tensor] = field(default_factory=dict)  # key -> activation (model dtype), device
     rows: dict[Any, dict[int, torch.Tensor]] = field(default_factory=dict)  # key -> {layer: [heads, p+1]}, device
     logprobs: dict[int, torch.Tensor] = field(default_factory=dict)  # pos -> float32 [vocab], device
     entropy: dict[int, float] = field(default_factory=dict)  # pos -> bits
@@ -148,7 +154,18 @@ def run_plan(sensor: ForwardSensor, ids: list[int] | torch.Tensor, plan: Plan, s
                     out.counts[key] = out.counts.get(key, 0) + int(sel.numel())
         return fn
 
-    fwd = [(hook_name(site, layer), pool_hook(site, layer)) for site, layer in by_site]
+    def capture_hook(requests: list[tuple[Any, int]]):
+        def fn(x: torch.Tensor, name: str) -> None:
+            for key, pos in requests:
+                if state["lo"] <= pos < state["hi"]:
+                    out.captures[key] = x[0, pos - state["lo"]].clone()
+        return fn
+
+    by_name: dict[str, list[tuple[Any, int]]] = defaultdict(list)
+    for key, (name, pos) in plan.captures.items():
+        by_name[name].append((key, int(pos)))
+    fwd = [(site if layer is None else hook_name(site, layer), pool_hook(site, layer)) for site, layer in by_site]
+    fwd += [(name, capture_hook(requests)) for name, requests in by_name.items()]
     row_layers = sorted({layer for layer, _ in plan.rows})
 
     def queries(layer: int, chunk_len: int) -> list[int]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import sys
 import traceback
 from dataclasses import dataclass
@@ -88,6 +89,14 @@ def _inputs(root: Path) -> None:
     (root / "sweep_nboot.toml").write_text(ok + "[probe]\nn_boot = -5\n")
     (root / "sweep_workers.toml").write_text(ok + '[executor]\nkind = "ray"\nworkers = "two"\n')
     (root / "sweep_executor.toml").write_text(ok + '[executor]\nkind = "slurm"\n')
+    (root / "sweep_layers99.toml").write_text(ok.replace('layers = ["3,7"]', 'layers = ["99"]'))
+    nan = {"reward": float("nan"), "success": False}
+    (root / "nan_reward.jsonl").write_text(_record(outcome=nan) + "\n")  # json.dumps writes NaN
+    (root / "surrogate.jsonl").write_text(_record(task="fix the \ud800 bug") + "\n")  # written as a \\ud800 escape
+    (root / "oof_nan.csv").write_text(f"sample_id,task_id,y,score\n{TASK}@1:full,{TASK},1,nan\n")
+    (root / "labels_few.csv").write_text("task_id,after_step,future_necessity\ncode-001,1,1\ncode-001,2,0\n"
+                                         "code-002,1,0\ncode-002,2,1\n")
+    (root / "labels_blank.csv").write_text("task_id,after_step,future_necessity\ncode-001,1,\ncode-002,2,\n")
 
 
 @dataclass
@@ -98,7 +107,7 @@ class Case:
     args: list[str]
     expect: tuple[str, ...] = ()
     code: int = 2
-    store: bool = False  # needs in/store (a finished extraction of mini.jsonl)
+    store: bool | str = False  # needs in/store: True, a finished extraction of mini.jsonl; "demo", of 6 demo tasks
     setup: Callable[[Path], None] | None = None
     out_may_exist: bool = False  # the case fails after creating out/ legitimately (e.g. a resumable run's lock)
     check: Callable[[Path], None] | None = None  # extra assertions on the result (accepted cases)
@@ -149,15 +158,14 @@ def _figures_is_file(root: Path) -> None:
 
 
 def _disk_full(root: Path) -> None:
-    """Every atomic write fails as a full disk does (ENOSPC) once the tensors of a unit are written."""
-    import interp.io as io
+    """Every file flushed to disk fails as on a full disk (ENOSPC at fsync): patched in ``os`` itself, so a module
+    that imported a writer by name during the case cannot keep the fault after it."""
+    real = os.fsync
 
-    real = io.atomic_write_bytes
-
-    def full(path, data):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
-    _PATCHES.append((io, "atomic_write_bytes", real))
-    io.atomic_write_bytes = full
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    _PATCHES.append((os, "fsync", real))
+    os.fsync = full
 
 
 def _read_only(root: Path) -> None:
@@ -363,6 +371,16 @@ CASES = [
     Case("intervene-conditions", ["intervene", "--states", "in/states_bad.jsonl", "--trajectories", T, "--out", "out", "--conditions", "nope", *TINY], ("--conditions", "nope")),
     Case("intervene-max-tokens", ["intervene", "--states", "in/states_bad.jsonl", "--trajectories", T, "--out", "out", "--max-tokens", "0", *TINY], ("--max-tokens",)),
     Case("intervene-out-file", ["intervene", "--states", "in/states_bad.jsonl", "--trajectories", T, "--out", "in/a_file", *TINY], ("--out", "in/a_file")),
+    # the last silent passes and crashes (issue 31)
+    Case("validate-nan-reward", ["validate", "in/nan_reward.jsonl"], ("in/nan_reward.jsonl:1", "outcome.reward", "NaN"), 1),
+    Case("validate-lone-surrogate", ["validate", "in/surrogate.jsonl"], ("in/surrogate.jsonl:1", "task", "lone surrogate"), 1),
+    Case("risk-probe-nan", ["externalize", "risk", "--out", "out", "--trajectories", T, "--probe-results", "in/oof_nan.csv"], ("in/oof_nan.csv:2", "score", "not finite")),
+    Case("probe-labels-few-tasks", ["probe", "--store", "in/store", "--out", "out", "--labels", "in/labels_few.csv"], ("--labels in/labels_few.csv", "2 of the store's 6 tasks", "--n-outer 2"), store="demo"),
+    Case("probe-labels-blank", ["probe", "--store", "in/store", "--out", "out", "--labels", "in/labels_blank.csv"], ("--labels in/labels_blank.csv", "no labelled boundary"), store="demo"),
+    Case("probe-n-jobs-0", ["probe", "--store", "in/nope", "--out", "out", "--n-jobs", "0"], ("--n-jobs", "0")),
+    Case("probe-n-outer-1", ["probe", "--store", "in/nope", "--out", "out", "--n-outer", "1"], ("--n-outer",)),
+    Case("patch-positions-huge", ["patch", "--trajectories", T, "--out", "out", "--positions", "100000", "--layers", "3", *TINY], ("--positions 100000", "--positions 93")),
+    Case("sweep-layers-model", ["sweep", "in/sweep_layers99.toml"], ("sweep_layers99.toml", "[grid].layers", "99")),
     # figures, demo
     Case("figures-missing", ["figures", "in/nope"], ("in/nope",)),
     Case("figures-file", ["figures", "in/a_file"], ("in/a_file",)),
@@ -383,6 +401,19 @@ def built_store(tmp_path_factory, tiny_model) -> Path:
 
     store = tmp_path_factory.mktemp("store") / "store"
     extract_to_store(tiny_model, load_trajectories(MINI), ["full"], ExtractConfig(layers=[3, 7]), store, progress=False)
+    return store
+
+
+@pytest.fixture(scope="module")
+def demo_store(tmp_path_factory, tiny_model) -> Path:
+    """A finished extraction of the first 6 demo tasks on the tiny model (layer 3), for label-coverage cases."""
+    from interp.extraction.batch import extract_to_store
+    from interp.extraction.extract import ExtractConfig
+    from interp.data.trajectory import load_trajectories
+
+    store = tmp_path_factory.mktemp("demo_store") / "store"
+    extract_to_store(tiny_model, load_trajectories(DEMO)[:6], ["full"], ExtractConfig(layers=[3]), store,
+                     progress=False)
     return store
 
 
@@ -415,6 +446,9 @@ def _outcome(case: Case, code, err: str, crashed: str | None, root: Path, before
     lines = [line for line in err.splitlines() if line.strip()]
     if len(lines) != 1:
         return "vague", f"{len(lines)} lines: {err[-400:]}"
+    twice = re.search(r"(\S+): \1:", lines[0])
+    if twice:
+        return "vague", f"message {lines[0]!r} names {twice.group(1)} twice"
     missing = [s for s in case.expect if s not in lines[0]]
     if missing:
         return "vague", f"message {lines[0]!r} lacks {missing}"
@@ -429,7 +463,8 @@ def test_bad_input(case: Case, tmp_path: Path, monkeypatch, capsys, cached_model
     if case.store:
         import shutil
 
-        shutil.copytree(request.getfixturevalue("built_store"), root / "in" / "store")
+        fixture = "demo_store" if case.store == "demo" else "built_store"
+        shutil.copytree(request.getfixturevalue(fixture), root / "in" / "store")
     monkeypatch.chdir(root)
     monkeypatch.setenv("INTERP_CACHE", os.environ.get("INTERP_CACHE", str(Path.home() / ".cache" / "interp")))
     if case.setup:

@@ -64,7 +64,7 @@ def test_all_skipped_runs_no_forward(tiny_sensor, mini_trajectory, monkeypatch):
     def no_forward(*args, **kwargs):
         raise AssertionError("a forward ran although every boundary is over the limit")
 
-    monkeypatch.setattr(extract_mod, "run_plan", no_forward)
+    monkeypatch.setattr(extract_mod, "run_branches", no_forward)
     rows = extract_trajectory(tiny_sensor, mini_trajectory, "full", _config(tiny_sensor, 50))
     assert [r.status for r in rows] == ["skipped"] * mini_trajectory.n_steps
     assert all("exceeds the limit of 50" in r.reason for r in rows)

@@ -121,20 +121,20 @@ def test_deleted_runs_continue_the_full_run_where_they_agree(tiny_sensor):
     """Cost, not value: a deletion's forward starts where its render leaves the full one."""
     from interp.data.conditions import apply_condition
     from interp.data.render import render
-    from patching.kl_repair import _deleted_jobs
+    from patching.patch import Pair, patch_pairs
 
     tok = tiny_sensor.tokenizer
-    full = render(SHORT, SHORT.n_steps, tok)
     starts = {b: min(sp.start for sp in render(SHORT, b, tok).spans("reasoning_block") if sp.step == b)
               for b in range(1, SHORT.n_steps + 1)}
     for condition, blocks in [("delete_latest_reasoning", sorted(starts.values())),
                               ("delete_all_reasoning", [starts[1]])]:
-        deleted = {b: render(apply_condition(condition, SHORT, b)[0], b, tok) for b in range(1, SHORT.n_steps + 1)}
-        jobs = _deleted_jobs(deleted, 1, full.input_ids)
-        got = sorted(start for start, _, _ in jobs)
+        pairs = [Pair(b, render(SHORT, b, tok).input_ids, render(apply_condition(condition, SHORT, b)[0], b, tok).input_ids)
+                 for b in range(1, SHORT.n_steps + 1)]
+        runs = list(patch_pairs(tiny_sensor, pairs, [], 1))
+        got = sorted({r.departure for r in runs})
         # each forward starts at the deleted block, less the few template tokens that wrap it
         assert len(got) == len(blocks) and all(block - 4 <= start <= block for start, block in zip(got, blocks))
-        assert sorted(b for _, _, tails in jobs for b in tails) == [1, 2, 3]
+        assert sorted(r.key for r in runs) == [1, 2, 3]
 
 
 def test_default_sites_is_the_one_rule():

@@ -2,7 +2,7 @@
 :mod:`interp.pipelines.stages`.
 
 One module per concern registers its commands on the shared :data:`~interp.pipelines.cli.common.app`
-(``data``, ``models``, ``features``, ``causal``, ``probing``, ``externalize``, ``runs``); the import order below
+(``data``, ``models``, ``features``, ``causal``, ``probing``, ``externalize``, ``annotate``, ``runs``); the import order below
 (``COMMAND_MODULES``) is the order ``interp --help`` lists them in. A new command goes in the module of its
 concern, or in a new module named in ``COMMAND_MODULES``.
 """
@@ -19,7 +19,7 @@ from interp.pipelines.cli.common import PIPE_WIDTH, app, console, err
 __all__ = ["app", "main"]
 
 # each module registers its commands on `app` when imported; this order is `interp --help`'s
-COMMAND_MODULES = ("data", "models", "features", "causal", "probing", "externalize", "runs")
+COMMAND_MODULES = ("data", "models", "features", "causal", "probing", "externalize", "annotate", "runs")
 for _name in COMMAND_MODULES:
     importlib.import_module(f"{__name__}.{_name}")
 
@@ -56,6 +56,10 @@ def main() -> None:
     OS errors print ``PATH: reason`` and exit 1; Ctrl-C says how many units of a resumable job are done, exit 130."""
     from interp.io import Interrupted
 
+    for stream in (sys.stdout, sys.stderr):  # text the terminal's encoding cannot show prints escaped, never fails
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     for out in (console, err):  # a pipe or a log file gets long lines whole
         if not out.is_terminal:
             out.width = PIPE_WIDTH

@@ -65,7 +65,8 @@ def build(cls: Any, **kwargs: Any) -> Any:
         named = sorted((msg.find(k), k) for k in kwargs if k in msg)
         if not named:
             raise
-        raise ValueError(f"--{named[0][1].replace('_', '-')}: {msg}") from None
+        field = named[0][1]
+        raise ValueError(f"--{field.replace('_', '-')}: {msg.removeprefix(f'{field}: ')}") from None
 
 
 def at_least(option: str, value: float | None, low: float) -> None:

@@ -41,6 +41,8 @@ def probe(
     condition: Annotated[str, typer.Option(help="Condition of the samples to probe.")] = "full",
     site: Annotated[str, typer.Option(help="Hooked site of the features.")] = "resid_pre",
     outer: Annotated[str, typer.Option(help="kfold or loto (leave one task out).")] = "kfold",
+    n_outer: Annotated[int, typer.Option("--n-outer", help="Outer folds of --outer kfold (needs at least as many "
+                                                           "labelled tasks).")] = 5,
     n_perm: Annotated[int, typer.Option("--n-perm", help="Permutations for the p-value.")] = 100,
     n_boot: Annotated[int, typer.Option("--n-boot", help="Task-bootstrap resamples for CIs.")] = 1000,
     search: Annotated[str, typer.Option(help="two_stage or full inner search.")] = "two_stage",
@@ -55,7 +57,7 @@ def probe(
     from probes.config import ProbeConfig
 
     check_output_dir(out, "--out")
-    config = build(ProbeConfig, outer=outer, n_perm=n_perm, n_boot=n_boot, search=search, permutation=permutation,
+    config = build(ProbeConfig, outer=outer, n_outer=n_outer, n_perm=n_perm, n_boot=n_boot, search=search, permutation=permutation,
                     baselines=baselines, n_jobs=n_jobs)
     result = stages.probe(store, out, config, labels, condition, site)
     gain = result["gain"]

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from interp.extraction.limits import DEFAULT_MAX_TOKENS
+from interp.sensor.limits import DEFAULT_MAX_TOKENS
 from interp.io import check_output_dir
 from interp.pipelines import stages
 from interp.pipelines.cli.common import (

@@ -1,0 +1,39 @@
+"""The labelling page inside a notebook: an IFrame of a running server's URL (token included).
+
+    >>> import interp
+    >>> run = interp.start_annotation("runs.jsonl", "labels/alice.csv", "alice", task="g")   # doctest: +SKIP
+    >>> run.frame()             # the page in the cell; label with the keyboard   # doctest: +SKIP
+    >>> run.stop()              # labels are already on disk (journal + CSV)      # doctest: +SKIP
+
+:func:`annotation_iframe` builds the frame for any URL ``interp annotate``
+printed. It needs no IPython: the object's ``_repr_html_`` is what Jupyter shows.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from interp.annotation.server import HOST
+
+
+@dataclass(frozen=True)
+class AnnotationFrame:
+    """An ``<iframe>`` of the labelling page; Jupyter displays it through :meth:`_repr_html_`."""
+
+    url: str
+    width: str = "100%"
+    height: int = 720
+
+    def _repr_html_(self) -> str:
+        return (f'<iframe src="{html.escape(self.url, quote=True)}" width="{html.escape(str(self.width), quote=True)}"'
+                f' height="{int(self.height)}" style="border:1px solid #ccc"></iframe>')
+
+
+def annotation_iframe(url: str, width: str = "100%", height: int = 720) -> AnnotationFrame:
+    """An IFrame of the labelling page at ``url`` (``http://127.0.0.1:PORT/?token=...``) for a notebook cell."""
+    parts = urlsplit(url)
+    if parts.scheme != "http" or parts.hostname not in (HOST, "localhost") or "token=" not in parts.query:
+        raise ValueError(f"url: {url!r} is not a labelling page URL (http://{HOST}:PORT/?token=...)")
+    return AnnotationFrame(url, width, height)

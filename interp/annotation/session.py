@@ -1,0 +1,382 @@
+"""One annotator's labelling session: the queue of labels to give, the journal that keeps every one, the CSV.
+
+Queue. One *item* per label: ``(task_id, after_step, field)``. ``--task g``
+asks G (``externalization_gap``) at every boundary 1..n of each trajectory,
+``--task y`` asks y (``future_necessity``) at 1..n-1 (the final boundary has no
+later step: y is undefined there, as in :mod:`probes.targets`), ``--task both``
+asks, per trajectory, all its G items first and then its y items: G is judged
+on the history up to b only, so the annotator meets the later steps of a
+trajectory (shown for y) only after every G label of it is given.
+
+Adjudication. With two annotators' CSVs, the queue keeps the items both
+labelled and labelled differently; the output CSV holds their agreed labels
+(``annotator`` = ``A+B``, ``adjudicated`` = 0) and the adjudicator's decisions
+(``adjudicated`` = 1). Boundaries only one of them labelled are left out.
+
+Journal. ``<labels>.annotate/journal.jsonl``: one JSON object per line,
+appended, flushed and fsynced before the page hears that a label is kept; the
+CSV is rewritten atomically from it after every event and when a session
+starts, so killing the server at any moment loses nothing but a line being
+written (a torn last line is dropped on restart). The folder's writer lock
+(:func:`interp.io.writer_lock`) refuses a second server on the same output.
+Fields of a journal line (``JOURNAL_FIELDS``):
+
+| name | shape | dtype | units | meaning |
+|---|---|---|---|---|
+| ``event`` | ``[]`` | str | - | start (a server started), label, skip, undo (the latest label still set is removed) or note |
+| ``time`` | ``[]`` | str | UTC | when it happened, ISO 8601 (``2026-12-01T21:40:05Z``) |
+| ``task_id`` | ``[]`` | str | - | the item's trajectory (every event but start) |
+| ``after_step`` | ``[]`` | int | steps | the item's boundary b (every event but start) |
+| ``field`` | ``[]`` | str | - | externalization_gap or future_necessity (every event but start) |
+| ``value`` | ``[]`` | int | - | label: 0 or 1 |
+| ``suggestions`` | ``[]`` | bool | - | label: whether the rule labelers' evidence was shown when it was given |
+| ``note`` | ``[]`` | str | - | note: the free-text note of the item (empty clears it) |
+| ``session`` | ``{...}`` | object | - | start: annotator, task, mode, trajectories (path and sha256), compared (the two CSVs of adjudication) |
+
+The labels CSV has one row per boundary with a label; it is the format
+:func:`interp.data.labels.read_labels_csv` reads, so ``interp externalize risk
+--labels`` and ``interp probe --labels`` take it. Its columns (``CSV_FIELDS``):
+
+| name | shape | dtype | units | meaning |
+|---|---|---|---|---|
+| ``task_id`` | ``[n_rows]`` | str | - | the trajectory |
+| ``after_step`` | ``[n_rows]`` | int | steps | the boundary b |
+| ``externalization_gap`` | ``[n_rows]`` | int or null | - | G (task g or both); empty = not labelled |
+| ``future_necessity`` | ``[n_rows]`` | int or null | - | y (task y or both); empty = not labelled |
+| ``annotator`` | ``[n_rows]`` | str | - | who gave the row's labels (``A+B`` for an agreement in adjudication) |
+| ``time`` | ``[n_rows]`` | str | UTC | the latest label of the row, ISO 8601 (empty for an agreement) |
+| ``suggestions`` | ``[n_rows]`` | int | - | 1 when the rule evidence was shown for some label of the row |
+| ``note`` | ``[n_rows]`` | str | - | the notes of the row's items (``G: ...; y: ...`` with both) |
+| ``adjudicated`` | ``[n_rows]`` | int | - | adjudication only: 1 when the adjudicator decided a label of the row |
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from interp.data.labels import Labels, read_labels_csv, write_labels_csv
+from interp.data.trajectory import Trajectory
+from interp.io import read_text
+from interp.schema import fields_from_doc
+
+JOURNAL_FIELDS = fields_from_doc(__doc__, "JOURNAL_FIELDS")
+CSV_FIELDS = fields_from_doc(__doc__, "CSV_FIELDS")
+TASKS = {"g": ("externalization_gap",), "y": ("future_necessity",),
+         "both": ("externalization_gap", "future_necessity")}
+SHORT = {"externalization_gap": "G", "future_necessity": "y"}
+EVENTS = ("start", "label", "skip", "undo", "note")
+JOURNAL_NAME = "journal.jsonl"
+
+
+@dataclass(frozen=True)
+class Item:
+    """One label to give: ``field`` at boundary ``after_step`` of trajectory ``task_id``."""
+
+    task_id: str
+    after_step: int
+    field: str
+
+    @property
+    def boundary(self) -> tuple[str, int]:
+        """The ``(task_id, after_step)`` key of :mod:`interp.data.labels`."""
+        return self.task_id, self.after_step
+
+
+def task_fields(task: str) -> tuple[str, ...]:
+    """The label fields of ``--task`` g, y or both."""
+    if task not in TASKS:
+        raise ValueError(f"--task: unknown task {task!r}; use g, y or both")
+    return TASKS[task]
+
+
+def build_queue(trajectories: Iterable[Trajectory], task: str) -> list[Item]:
+    """Every item of ``task`` in labelling order: per trajectory, its G items (b = 1..n), then its y items (1..n-1)."""
+    fields = task_fields(task)
+    queue = []
+    for traj in trajectories:
+        for name in fields:
+            last = traj.n_steps if name == "externalization_gap" else traj.n_steps - 1
+            queue += [Item(traj.task_id, b, name) for b in range(1, last + 1)]
+    return queue
+
+
+def folder_for(labels_csv: Path) -> Path:
+    """The session folder of an output CSV (journal and writer lock): ``<labels>.annotate`` beside it."""
+    labels_csv = Path(labels_csv)
+    return labels_csv.parent / f"{labels_csv.name}.annotate"
+
+
+def now() -> str:
+    """The current UTC time, ISO 8601 to the second."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+@dataclass
+class AnnotatorLabels:
+    """One annotator's CSV as read for agreement and adjudication: labels per field, name, notes, suggestion flags."""
+
+    path: Path
+    annotator: str
+    labels: dict[str, Labels]
+    notes: dict[tuple[str, int], str] = field(default_factory=dict)
+    suggestions: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+def read_annotator_csv(path: Path, fields: Sequence[str], trajectories: Iterable[Trajectory] | None = None
+                       ) -> AnnotatorLabels:
+    """An annotator's labels CSV (each of ``fields`` required; errors name FILE:LINE: field), with its annotator
+    name (the ``annotator`` column, else the file stem), notes and suggestion flags."""
+    trajs = list(trajectories) if trajectories is not None else None
+    labels = {name: read_labels_csv(path, name, trajs) for name in fields}
+    names, notes, shown = set(), {}, {}
+    with io.StringIO(read_text(Path(path)), newline="") as fh:
+        for row in csv.DictReader(fh):
+            key = ((row.get("task_id") or "").strip(), int((row.get("after_step") or "0").strip()))
+            if (row.get("annotator") or "").strip():
+                names.add(row["annotator"].strip())
+            if (row.get("note") or "").strip():
+                notes[key] = row["note"].strip()
+            shown[key] = int((row.get("suggestions") or "0").strip() in ("1", "1.0", "True", "true"))
+    return AnnotatorLabels(Path(path), "+".join(sorted(names)) or Path(path).stem, labels, notes, shown)
+
+
+def disagreement_queue(queue: Sequence[Item], first: AnnotatorLabels, second: AnnotatorLabels) -> list[Item]:
+    """The items of ``queue`` both annotators labelled, differently (the adjudication walk)."""
+    out = []
+    for item in queue:
+        a, b = first.labels[item.field].get(item.boundary), second.labels[item.field].get(item.boundary)
+        if a is not None and b is not None and a != b:
+            out.append(item)
+    return out
+
+
+class Journal:
+    """The append-only journal of a session: every event is one line, flushed and fsynced before it counts."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def read(self) -> list[dict[str, Any]]:
+        """Every event; a torn last line (a kill while writing) is cut off the file; other bad lines are errors."""
+        if not self.path.exists():
+            return []
+        raw = self.path.read_bytes()
+        keep = raw.rfind(b"\n") + 1
+        if keep < len(raw):  # the last line has no end: it was being written when the process died
+            with open(self.path, "r+b") as fh:
+                fh.truncate(keep)
+                fh.flush()
+                os.fsync(fh.fileno())
+        events = []
+        for line, text in enumerate(raw[:keep].decode("utf-8", errors="replace").splitlines(), start=1):
+            try:
+                event = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{self.path}:{line}: not JSON ({exc.msg}); the journal was edited by hand?") \
+                    from None
+            if not isinstance(event, dict) or event.get("event") not in EVENTS:
+                raise ValueError(f"{self.path}:{line}: event: expected one of {', '.join(EVENTS)}")
+            event["_line"] = line
+            events.append(event)
+        return events
+
+    def append(self, event: Mapping[str, Any]) -> None:
+        """Append one event and force it to disk (flush + fsync) before returning."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        data = (json.dumps(dict(event), ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+        with open(self.path, "ab") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+class Session:
+    """The labels of one output CSV: the queue, the state replayed from the journal, and the rules that change it.
+
+    Every change is journaled first, then applied, then the CSV is rewritten; a
+    restart replays the journal and resumes at the item after the last one
+    labelled or skipped (or at the one an undo reopened).
+    """
+
+    def __init__(self, queue: Sequence[Item], labels_csv: Path, annotator: str, task: str,
+                 start: Mapping[str, Any], compared: tuple[AnnotatorLabels, AnnotatorLabels] | None = None,
+                 full_queue: Sequence[Item] | None = None):
+        self.queue = list(queue)
+        self.index = {item: i for i, item in enumerate(self.queue)}
+        self.labels_csv = Path(labels_csv)
+        self.annotator, self.task, self.fields = annotator.strip(), task, task_fields(task)
+        self.compared = compared
+        self.full_queue = list(full_queue if full_queue is not None else queue)
+        self.journal = Journal(folder_for(labels_csv) / JOURNAL_NAME)
+        self.values: dict[Item, list[tuple[int, str, bool]]] = {}  # item -> stack of (value, time, suggestions)
+        self.order: list[Item] = []  # label events still set, oldest first (undo pops the last)
+        self.notes: dict[Item, str] = {}
+        self.position = 0
+        self.mode = "adjudicate" if compared else "label"
+        for event in self.journal.read():
+            self._replay(event)
+        self.journal.append({"event": "start", "time": now(),
+                             "session": {**start, "annotator": self.annotator, "task": task, "mode": self.mode}})
+        self.write_csv()
+
+    # ---- replay and changes -------------------------------------------------------------------------------
+    def _item(self, event: Mapping[str, Any]) -> Item:
+        where = f"{self.journal.path}:{event.get('_line', '?')}"
+        try:
+            item = Item(str(event["task_id"]), int(event["after_step"]), str(event["field"]))
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"{where}: task_id/after_step/field: missing or malformed") from None
+        if item not in self.index:
+            raise ValueError(f"{where}: {item.task_id}@{item.after_step} {item.field} is not an item of this "
+                             f"session (other trajectories or --task?); use another --labels file")
+        return item
+
+    def _replay(self, event: dict[str, Any]) -> None:
+        kind, where = event["event"], f"{self.journal.path}:{event['_line']}"
+        if kind == "start":
+            prior = event.get("session") or {}
+            for key, mine in (("annotator", self.annotator), ("task", self.task), ("mode", self.mode)):
+                if prior.get(key) != mine:
+                    raise ValueError(f"{where}: session.{key}: this output was started with {key} "
+                                     f"{prior.get(key)!r}, not {mine!r}; use another --labels file")
+            return
+        item = self._item(event)
+        if kind == "label":
+            if event.get("value") not in (0, 1):
+                raise ValueError(f"{where}: value: {event.get('value')!r} is not 0 or 1")
+            self._set(item, int(event["value"]), str(event.get("time", "")), bool(event.get("suggestions")))
+        elif kind == "skip":
+            self.position = self._after(item)
+        elif kind == "undo":
+            if not self.order or self.order[-1] != item:
+                raise ValueError(f"{where}: undo of {item.task_id}@{item.after_step} {item.field}, which is not "
+                                 "the latest label")
+            self._pop()
+        else:
+            self.notes[item] = str(event.get("note", ""))
+
+    def _after(self, item: Item) -> int:
+        return min(self.index[item] + 1, len(self.queue) - 1)
+
+    def _set(self, item: Item, value: int, when: str, suggestions: bool) -> None:
+        self.values.setdefault(item, []).append((value, when, suggestions))
+        self.order.append(item)
+        self.position = self._after(item)
+
+    def _pop(self) -> Item:
+        item = self.order.pop()
+        self.values[item].pop()
+        if not self.values[item]:
+            del self.values[item]
+        self.position = self.index[item]
+        return item
+
+    def item_at(self, index: int) -> Item:
+        """The item at queue position ``index``; ValueError outside the queue."""
+        if not 0 <= index < len(self.queue):
+            raise ValueError(f"index {index} outside 0..{len(self.queue) - 1}")
+        return self.queue[index]
+
+    def _event(self, kind: str, item: Item, **extra: Any) -> dict[str, Any]:
+        return {"event": kind, "time": now(), "task_id": item.task_id, "after_step": item.after_step,
+                "field": item.field, **extra}
+
+    def label(self, index: int, value: int, suggestions: bool) -> None:
+        """Give ``value`` (0/1) to the item at ``index``: journaled (fsync), applied, CSV rewritten."""
+        if value not in (0, 1) or isinstance(value, bool):
+            raise ValueError(f"value: {value!r} is not 0 or 1")
+        item = self.item_at(index)
+        event = self._event("label", item, value=value, suggestions=bool(suggestions))
+        self.journal.append(event)
+        self._set(item, value, event["time"], bool(suggestions))
+        self.write_csv()
+
+    def skip(self, index: int) -> None:
+        """Move past the item at ``index`` without a label (journaled, so a restart resumes after it)."""
+        item = self.item_at(index)
+        self.journal.append(self._event("skip", item))
+        self.position = self._after(item)
+
+    def undo(self) -> int | None:
+        """Remove the latest label still set; the queue index of its item (None when there is none)."""
+        if not self.order:
+            return None
+        self.journal.append(self._event("undo", self.order[-1]))
+        item = self._pop()
+        self.write_csv()
+        return self.index[item]
+
+    def note(self, index: int, text: str) -> None:
+        """Set (empty: clear) the free-text note of the item at ``index``."""
+        item = self.item_at(index)
+        self.journal.append(self._event("note", item, note=text))
+        self.notes[item] = text
+        self.write_csv()
+
+    # ---- reading ------------------------------------------------------------------------------------------
+    def value(self, item: Item) -> int | None:
+        """The label of ``item`` now (None when unlabelled)."""
+        stack = self.values.get(item)
+        return stack[-1][0] if stack else None
+
+    def labelled(self) -> int:
+        """How many items of the queue have a label."""
+        return len(self.values)
+
+    def others(self, item: Item) -> list[dict[str, Any]]:
+        """The compared annotators' labels and notes of ``item`` (adjudication), else ``[]``."""
+        return [{"annotator": c.annotator, "value": c.labels[item.field].get(item.boundary),
+                 "note": c.notes.get(item.boundary, "")} for c in self.compared or ()]
+
+    def csv_rows(self) -> list[dict[str, Any]]:
+        """The CSV rows (``CSV_FIELDS``): one per boundary with a label, in queue order."""
+        rows: dict[tuple[str, int], dict[str, Any]] = {}
+        for item in self.full_queue:
+            value, when, shown, who, decided = self._row_value(item)
+            if value is None:
+                continue
+            row = rows.setdefault(item.boundary, {"task_id": item.task_id, "after_step": item.after_step,
+                                                  "annotator": who, "time": "", "suggestions": 0, "notes": [],
+                                                  "adjudicated": 0})
+            row[item.field] = value
+            row["time"] = max(row["time"], when)
+            row["suggestions"] = max(row["suggestions"], int(shown))
+            if decided:
+                row["annotator"], row["adjudicated"] = who, 1
+            if self.notes.get(item):
+                row["notes"].append((item.field, self.notes[item]))
+        for row in rows.values():
+            notes = row.pop("notes")
+            row["note"] = notes[0][1] if len(self.fields) == 1 and notes else \
+                "; ".join(f"{SHORT[f]}: {n}" for f, n in notes)
+            if not self.compared:
+                del row["adjudicated"]
+        return list(rows.values())
+
+    def _row_value(self, item: Item) -> tuple[int | None, str, bool, str, bool]:
+        """``(value, time, suggestions, annotator, adjudicated)`` of one item for the CSV."""
+        stack = self.values.get(item)
+        if stack:
+            value, when, shown = stack[-1]
+            return value, when, shown, self.annotator, self.compared is not None
+        if self.compared:
+            first, second = self.compared
+            a, b = (c.labels[item.field].get(item.boundary) for c in self.compared)
+            if a is not None and a == b:
+                shown = bool(first.suggestions.get(item.boundary) or second.suggestions.get(item.boundary))
+                return a, "", shown, f"{first.annotator}+{second.annotator}", False
+        return None, "", False, "", False
+
+    def write_csv(self) -> Path:
+        """Rewrite the labels CSV atomically from the state (``CSV_FIELDS``)."""
+        extra = [*self.fields[1:], "annotator", "time", "suggestions", "note"]
+        extra += ["adjudicated"] if self.compared else []
+        return write_labels_csv(self.labels_csv, self.csv_rows(), self.fields[0], extra)

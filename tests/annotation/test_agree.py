@@ -1,0 +1,87 @@
+"""``interp labels agree``: Cohen's kappa as scikit-learn computes it, a task-bootstrap CI, the disagreements."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from sklearn.metrics import cohen_kappa_score
+from typer.testing import CliRunner
+
+from interp.data.labels import pair_agreement, write_labels_csv
+from interp.pipelines.cli import app
+
+pytestmark = pytest.mark.parity
+
+
+def annotators(rng: np.random.Generator, n_tasks: int, flip: float) -> tuple[dict, dict]:
+    """Two label sets over ``n_tasks`` tasks of 3-9 boundaries; the second flips each label with prob ``flip``
+    (0.5: independent of the first)."""
+    a, b = {}, {}
+    for t in range(n_tasks):
+        for s in range(1, int(rng.integers(3, 10)) + 1):
+            a[(f"task{t:02d}", s)] = int(rng.random() < 0.45)
+            b[(f"task{t:02d}", s)] = a[(f"task{t:02d}", s)] ^ int(rng.random() < flip)
+    return a, b
+
+
+def reference_bootstrap(a: dict, b: dict, n_boot: int, seed: int) -> list[float]:
+    """The task bootstrap, written out: draw tasks with replacement, pool their boundaries, kappa (defined ones)."""
+    rng = np.random.default_rng(seed)
+    tasks = sorted({k[0] for k in a})
+    by_task = {t: sorted(k for k in a if k[0] == t) for t in tasks}
+    kappas = []
+    for _ in range(n_boot):
+        keys = [k for i in rng.integers(len(tasks), size=len(tasks)) for k in by_task[tasks[i]]]
+        x, y = [a[k] for k in keys], [b[k] for k in keys]
+        if len(set(x) | set(y)) > 1:
+            k = cohen_kappa_score(x, y, labels=[0, 1])
+            if k == k:
+                kappas.append(k)
+    return kappas
+
+
+def test_kappa_equals_sklearn_and_its_ci_is_a_task_bootstrap():
+    a, b = annotators(np.random.default_rng(0), 20, 0.2)
+    del b[("task03", 1)]  # boundaries only one annotator labelled are counted, not compared
+    report = pair_agreement(a, b, n_boot=300, seed=1)
+    keys = sorted(set(a) & set(b))
+    assert report["kappa"] == round(cohen_kappa_score([a[k] for k in keys], [b[k] for k in keys]), 4)
+    ref = reference_bootstrap({k: a[k] for k in keys}, b, 300, 1)
+    assert report["n_boot_defined"] == len(ref)
+    assert report["kappa_ci"] == [round(float(np.percentile(ref, 2.5)), 4), round(float(np.percentile(ref, 97.5)), 4)]
+    assert report["only_first"] == 1 and report["only_second"] == 0 and report["n_tasks"] == 20
+    (n00, n01), (n10, n11) = report["confusion"]
+    assert (n00, n01, n10, n11) == tuple(sum(1 for k in keys if (a[k], b[k]) == p) for p in ((0, 0), (0, 1), (1, 0), (1, 1)))
+    assert report["disagreements"] == [{"task_id": k[0], "after_step": k[1], "first": a[k], "second": b[k]}
+                                       for k in keys if a[k] != b[k]]
+
+
+@pytest.mark.parametrize("flip, agree", [(0.1, True), (0.5, False)])
+def test_the_ci_finds_agreement_only_where_there_is_some(flip, agree):
+    a, b = annotators(np.random.default_rng(3), 30, flip)
+    lo, hi = pair_agreement(a, b, n_boot=400, seed=0)["kappa_ci"]
+    assert (lo > 0.3) if agree else (lo < 0 < hi)
+
+
+def test_the_command_prints_and_writes_the_report(tmp_path):
+    a, b = annotators(np.random.default_rng(5), 8, 0.3)
+    for name, labels in (("alice", a), ("bob", b)):
+        write_labels_csv(tmp_path / f"{name}.csv", [{"task_id": k[0], "after_step": k[1], "future_necessity": v,
+                                                     "annotator": name} for k, v in labels.items()],
+                         "future_necessity", ["annotator"])
+    result = CliRunner().invoke(app, ["labels", "agree", str(tmp_path / "alice.csv"), str(tmp_path / "bob.csv"),
+                                      "--n-boot", "200", "--out", str(tmp_path / "agree.json")])
+    assert result.exit_code == 0, result.output
+    keys = sorted(a)
+    kappa = round(cohen_kappa_score([a[k] for k in keys], [b[k] for k in keys]), 4)
+    assert f"future_necessity: {len(keys)} shared boundaries of 8 tasks" in result.output
+    assert f"Cohen's kappa {kappa} [" in result.output
+    n_disagree = sum(a[k] != b[k] for k in keys)
+    assert result.output.count("disagree ") == n_disagree
+    doc = json.loads((tmp_path / "agree.json").read_text())
+    assert doc["fields"]["future_necessity"]["kappa"] == kappa and "externalization_gap" not in doc["fields"]
+    bad = CliRunner().invoke(app, ["labels", "agree", str(tmp_path / "alice.csv"), str(tmp_path / "bob.csv"),
+                                   "--field", "externalization_gap"])
+    assert bad.exit_code != 0 and "missing column" in str(bad.exception)
