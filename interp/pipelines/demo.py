@@ -124,9 +124,12 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> Path:
     harm_keys = default_boundaries(shortest)[: None if config.full else config.harm_boundaries]
     if not config.full:
         subsets["set-level harm"] = (f"{len(harm_keys)} boundaries ({', '.join(harm_keys)}), "
-                                     f"{config.harm_budget} sampled sets per cardinality 2..3")
+                                     f"{config.harm_budget} sampled sets per cardinality 2..3, reasoning units only "
+                                     "(DRSR's default also deletes observations and tool exchanges, sets up to 4)")
     run("set-level deletion harm", out / "harm" / "harm.json",
-        lambda: stages.harm(sensor, trajs, out / "harm", harm_keys, max_k=3, budget=config.harm_budget))
+        lambda: stages.harm(sensor, trajs, out / "harm", harm_keys, max_k=None if config.full else 3,
+                            budget=config.harm_budget,
+                            units=None if config.full else ("reasoning",)))
 
     ext = out / "externalization"
     run("externalization labels (rule-based vs annotations)", ext / "externalization_labels.json",
