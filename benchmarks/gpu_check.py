@@ -288,7 +288,7 @@ def check_kl_repair(sensor: Any, traj: Trajectory, boundaries: list[int]) -> dic
 
 def check_harm(sensor: Any, traj: Trajectory, b: int) -> dict[str, Any]:
     """Set harms with the full run's prefix reused vs every deleted render from scratch."""
-    sets = candidate_sets(traj, b, max_k=2, budget=4)
+    sets = candidate_sets(traj, b, max_k=2, budget=4, units=("reasoning",))
     device = sensor.device
     (nll, reuse), t_reuse, _ = _timed(device, lambda: set_harms(sensor, traj, b, sets))
     (nll2, scratch), t_scratch, _ = _timed(device, lambda: set_harms(sensor, traj, b, sets, share_prefix=False))

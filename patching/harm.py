@@ -85,7 +85,7 @@ from interp.data.deletions import (DRSR_UNIT_KINDS, UNIT_KINDS, Unit, delete_uni
                                    units_overlap)
 from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit, skip_record
 from interp.schema import fields_from_doc, schema_dict
-from interp.sensor.forward import Plan
+from interp.sensor.forward import Outputs, Plan
 from interp.sensor.prefix import Branch, run_branches
 from interp.data.render import Rendered, render
 from interp.data.trajectory import Trajectory
@@ -196,7 +196,8 @@ def candidate_sets(traj: Trajectory, b: int, max_k: int = DRSR_MAX_K, budget: in
 
 
 def set_harms(sensor: Any, traj: Trajectory, b: int, sets: list[tuple[Unit, ...]],
-              share_prefix: bool = True, target: tuple[Any, int, int] | None = None) -> tuple[float, list[SetHarm]]:
+              share_prefix: bool = True, target: tuple[Any, int, int] | None = None,
+              capture: tuple[Plan, Outputs] | None = None) -> tuple[float, list[SetHarm]]:
     """``NLL(y | H)`` and the harm of every set at boundary ``b`` (b < n_steps).
 
     Each set is one branch of the prefix scheduler (``interp.sensor.prefix``)
@@ -205,13 +206,19 @@ def set_harms(sensor: Any, traj: Trajectory, b: int, sets: list[tuple[Unit, ...]
     position, whichever is earlier. Memory stays bounded in the number of sets:
     the full run advances from one departure point to the next holding one
     cache snapshot at a time, and a set's render is held as int32 tokens.
+
+    ``capture = (plan, outputs)``: the full render's own branch (the base forward) also keeps ``plan.pooled`` and
+    ``plan.rows`` (absolute positions of the full render), written into ``outputs``, so an analysis of the
+    candidates' representations and attention rides on the forward harm runs anyway (``patching.drsr``).
     """
     if not 1 <= b < traj.n_steps:
         raise ValueError(f"{traj.task_id}: harm needs a recorded next step: b in 1..{traj.n_steps - 1}, got {b}")
     tok = sensor.tokenizer
     full, y0, y1 = target or _target(traj, b, (), tok)  # ``target``: the caller's own full render (rendered once)
     base_ids = full.input_ids[:y1]
-    branches = [Branch(None, base_ids, Plan(targets={p - 1: base_ids[p] for p in range(y0, y1)}))]
+    branches = [Branch(None, base_ids, Plan(targets={p - 1: base_ids[p] for p in range(y0, y1)},
+                                            pooled=dict(capture[0].pooled) if capture else {},
+                                            rows=dict(capture[0].rows) if capture else {}))]
     spans: dict[tuple[Unit, ...], tuple[int, int]] = {None: (y0, y1)}  # y's token range in each set's render
     removed: dict[tuple[Unit, ...], int] = {}
     for s in sets:
@@ -224,8 +231,13 @@ def set_harms(sensor: Any, traj: Trajectory, b: int, sets: list[tuple[Unit, ...]
             branches.append(Branch(s, ids, Plan(targets={p - 1: int(ids[p]) for p in range(e0, e1)})))
             spans[s] = (e0, e1)
     # A set whose render is a prefix of the full one (e.g. the empty set) is served by the full run: harm 0.
-    nll = {res.key: _nll(res.outputs.target_logprob, *spans[res.key])
-           for res in run_branches(sensor, branches, base_ids, share=share_prefix)}
+    nll = {}
+    for res in run_branches(sensor, branches, base_ids, share=share_prefix):
+        nll[res.key] = _nll(res.outputs.target_logprob, *spans[res.key])
+        if capture and res.key is None:
+            capture[1].sums.update(res.outputs.sums)
+            capture[1].counts.update(res.outputs.counts)
+            capture[1].rows.update(res.outputs.rows)
     nll_full = nll[None]
     results = [SetHarm(s, removed[s], nll[s], nll[s] - nll_full) for s in sets]
     single = {h.members[0]: h.harm for h in results if len(h.members) == 1}
@@ -237,15 +249,19 @@ def set_harms(sensor: Any, traj: Trajectory, b: int, sets: list[tuple[Unit, ...]
 
 def boundary_harm(sensor: Any, traj: Trajectory, b: int, max_k: int = DRSR_MAX_K, budget: int = DEFAULT_BUDGET,
                   seed: int = 0, units: Sequence[str] = DRSR_UNIT_KINDS,
-                  max_tokens: int = DEFAULT_MAX_TOKENS) -> dict[str, Any]:
+                  max_tokens: int = DEFAULT_MAX_TOKENS,
+                  capture: Callable[[Rendered, int], tuple[Plan, Outputs]] | None = None) -> dict[str, Any]:
     """One boundary's ``harm.json`` record: the recorded next output, its NLL and every candidate set's harm
-    (or, over ``max_tokens``, a ``skipped`` record: task_id, after_step, n_tokens, reason)."""
+    (or, over ``max_tokens``, a ``skipped`` record: task_id, after_step, n_tokens, reason).
+
+    ``capture(full_render, prompt_length)`` returns what the full render's forward also keeps (``set_harms``)."""
     kinds = parse_unit_kinds(units)
     full, y0, y1 = _target(traj, b, (), sensor.tokenizer)
     reason = over_limit(y1, context_limit(sensor, max_tokens))
     if reason:
         return {**skip_record(traj.task_id, b, y1, reason), "skipped": True}
-    nll, sets = set_harms(sensor, traj, b, candidate_sets(traj, b, max_k, budget, seed, kinds), target=(full, y0, y1))
+    nll, sets = set_harms(sensor, traj, b, candidate_sets(traj, b, max_k, budget, seed, kinds), target=(full, y0, y1),
+                          capture=capture(full, y0) if capture else None)
     return {"task_id": traj.task_id, "after_step": b, "units": list(kinds),
             "target": full.text[full.offsets[y0][0]:full.offsets[y1 - 1][1]], "target_tokens": y1 - y0,
             "nll_full": nll,
@@ -257,15 +273,19 @@ def pair_ordering_accuracy(harms: list[SetHarm], single: dict[Unit, float], aggr
                            margin: float = 0.0) -> tuple[float, int]:
     """Score and count of set pairs the aggregate prediction orders like the exact harm (rule: module docstring)."""
     agg = AGGREGATORS[aggregator]
-    score, counted = 0.0, 0
-    for a, c in itertools.combinations(harms, 2):
-        true = a.harm - c.harm
-        if true == 0 or abs(true) < margin:
-            continue
-        pred = agg([single[m] for m in a.members]) - agg([single[m] for m in c.members])
-        counted += 1
-        score += 0.5 if pred == 0 else float((pred > 0) == (true > 0))
-    return score, counted
+    return ordered_pairs([h.harm for h in harms], [agg([single[m] for m in h.members]) for h in harms], margin)
+
+
+def ordered_pairs(harm: Sequence[float], pred: Sequence[float], margin: float = 0.0) -> tuple[float, int]:
+    """Score and count of the pairs of one boundary's sets that ``pred`` orders like ``harm`` (the one rule of
+    pair-ordering accuracy, module docstring): pairs with ``abs(harm difference) >= margin`` (and nonzero) are
+    counted; each scores 1 when the predictions differ with its sign, 0.5 when they tie, 0 otherwise."""
+    h, p = np.asarray(harm, float), np.asarray(pred, float)
+    i, j = np.triu_indices(len(h), 1)
+    true, guess = h[i] - h[j], p[i] - p[j]
+    keep = (true != 0) & (np.abs(true) >= margin)
+    true, guess = true[keep], guess[keep]
+    return float(np.sum(np.where(guess == 0, 0.5, (guess > 0) == (true > 0)))), int(keep.sum())
 
 
 def _pairwise_errors(sets: list[SetHarm], single: dict[Unit, float]) -> list[float]:

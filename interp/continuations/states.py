@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from interp.data.jsonl import InputError, read_lines
 from interp.data.trajectory import Trajectory
 
 
@@ -26,15 +27,10 @@ STATE_FIELDS = frozenset({"state_id", "task_id", "after_step", "hide_step", "not
 RUBRIC_FIELDS = frozenset({"next_tool", "args_match", "args_not_match", "no_repeat", "writes_code"})
 
 
-class StatesError(ValueError):
+class StatesError(InputError):
     """Invalid states input; ``problems`` holds one ``FILE:LINE: field: message`` per issue."""
 
-    def __init__(self, problems: list[str]):
-        self.problems = problems
-        if len(problems) == 1:
-            super().__init__(problems[0])
-            return
-        super().__init__(f"{len(problems)} problem(s) in states input:\n" + "\n".join(problems[:50]))
+    kind = "states input"
 
 
 @dataclass(frozen=True)
@@ -148,17 +144,14 @@ def load_states(path: str | Path, trajectories: Sequence[Trajectory]) -> list[St
     states: list[State] = []
     problems: list[str] = []
     first_line: dict[str, int] = {}
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
+    for entry in read_lines(path):
+        lineno, raw = entry.number, entry.value
         found: list[str] = []
-        try:
-            raw = json.loads(line)
-        except json.JSONDecodeError as exc:
-            problems.append(f"{path}:{lineno}: (line): invalid JSON: {exc.msg} at column {exc.colno}")
+        if entry.problem:
+            problems.append(f"{entry.at(path)}: {entry.problem}")
             continue
         if not isinstance(raw, dict):
-            problems.append(f"{path}:{lineno}: (record): expected a JSON object")
+            problems.append(f"{entry.at(path)}: (record): expected a JSON object")
             continue
         for key in sorted(set(raw) - STATE_FIELDS):
             found.append(f"{key}: unknown field (known: {', '.join(sorted(STATE_FIELDS))})")

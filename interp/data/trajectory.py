@@ -40,11 +40,17 @@ from typing import Any
 
 import jsonschema
 
+from interp.data.jsonl import InputError, read_lines
+
 KNOWN_FIELDS = frozenset(
     {"task_id", "domain", "system_prompt", "tools", "task", "steps", "final_answer",
      "outcome", "annotations", "source"}
 )
 STEP_FIELDS = frozenset({"reasoning", "action", "observation"})
+# declared in the schema for what `interp import` keeps beside the trajectory (passed through as extra fields,
+# never rendered); not unknown under `interp validate --strict`
+IMPORT_FIELDS = frozenset({"metadata"})
+IMPORT_STEP_FIELDS = frozenset({"assistant_text", "is_error", "redacted_thinking"})
 BOUNDARY_FIELDS = frozenset({"after_step", "future_necessity", "externalization_gap", "note"})
 # Strings chat templates give a meaning (Qwen/SmolLM ChatML, reasoning and tool tags); the <|...|> form covers
 # every special token of those tokenizers (<|im_start|>, <|im_end|>, <|endoftext|>, <|vision_start|>, ...).
@@ -272,17 +278,10 @@ class Trajectory:
         return out
 
 
-class TrajectoryError(ValueError):
+class TrajectoryError(InputError):
     """Invalid trajectory input; ``problems`` holds one ``FILE:LINE: field: message`` per issue."""
 
-    def __init__(self, problems: list[str]):
-        self.problems = problems
-        if len(problems) == 1:
-            super().__init__(problems[0])
-            return
-        shown = "\n".join(problems[:50])
-        more = f"\n... and {len(problems) - 50} more" if len(problems) > 50 else ""
-        super().__init__(f"{len(problems)} problem(s) in trajectory input:\n{shown}{more}")
+    kind = "trajectory input"
 
 
 @cache
@@ -423,10 +422,10 @@ def control_token_problems(raw: Any, where: str = "") -> list[tuple[str, str]]:
 
 
 def _unknown_fields(raw: Mapping[str, Any]) -> list[str]:
-    found = [k for k in raw if k not in KNOWN_FIELDS]
+    found = [k for k in raw if k not in KNOWN_FIELDS | IMPORT_FIELDS]
     for i, step in enumerate(raw.get("steps", [])):
         if isinstance(step, dict):
-            found += [f"steps[{i}].{k}" for k in step if k not in STEP_FIELDS]
+            found += [f"steps[{i}].{k}" for k in step if k not in STEP_FIELDS | IMPORT_STEP_FIELDS]
     for i, ann in enumerate(raw.get("annotations", {}).get("boundaries", []) if isinstance(raw.get("annotations"), dict) else []):
         if isinstance(ann, dict):
             found += [f"annotations.boundaries[{i}].{k}" for k in ann if k not in BOUNDARY_FIELDS]
@@ -449,57 +448,45 @@ def iter_records(path: str | Path, report: ValidationReport | None = None,
     if path.is_dir():
         raise TrajectoryError([f"{path}: is a directory, not a trajectory file (JSON Lines)"])
     seen_ids: dict[str, int] = {}
-    with path.open("rb") as fh:
-        for lineno, raw_line in enumerate(fh, start=1):
-            found: list[str] = []
-            raw = None
-            try:
-                line = raw_line.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                found.append(f"{path}:{lineno}: (line): not UTF-8 (byte {exc.start + 1} of the line); "
-                             "re-encode the file as UTF-8")
-                line = ""
-            if not line.strip() and not found:
-                continue
-            if line.strip():
-                try:
-                    raw = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    found.append(f"{path}:{lineno}: (line): invalid JSON: {exc.msg} at column {exc.colno}")
-                except RecursionError:
-                    found.append(f"{path}:{lineno}: (line): JSON nested too deeply to read")
-            if raw is not None:
-                if not isinstance(raw, dict):
-                    found.append(f"{path}:{lineno}: (record): expected a JSON object, got {type(raw).__name__}")
-                else:
-                    probs = strict_json_problems(raw) or _schema_problems(raw)
-                    if not probs:
-                        findings = _semantic_problems(raw)
-                        probs = findings.problems + (findings.warnings if strict else [])
-                        if report is not None:
-                            report.warnings.extend(f"{path}:{lineno}: {where}: {msg}"
-                                                   for where, msg in ([] if strict else findings.warnings))
-                            report.notes.extend(f"{path}:{lineno}: {where}: {msg}" for where, msg in findings.notes)
-                    if not allow_control_tokens:
-                        probs += control_token_problems(raw)
-                    tid = raw.get("task_id")
-                    if isinstance(tid, str):
-                        if tid in seen_ids:
-                            probs.append(("task_id", f"duplicate task_id {tid!r} (first on line {seen_ids[tid]})"))
-                        else:
-                            seen_ids[tid] = lineno
-                    found.extend(f"{path}:{lineno}: {where}: {msg}" for where, msg in probs)
-                    if report is not None:
-                        report.unknown_fields.extend(
-                            f"{path}:{lineno}: {where}: unknown field (kept and passed through)"
-                            for where in _unknown_fields(raw)
-                        )
-            if found:
-                if report is None:
-                    raise TrajectoryError(found)
-                report.problems.extend(found)
-                continue
-            yield lineno, Trajectory.from_json(raw)
+    for entry in read_lines(path):
+        at = entry.at(path)
+        if entry.problem:
+            found = [f"{at}: {entry.problem}"]
+        elif not isinstance(entry.value, dict):
+            found = [f"{at}: (record): expected a JSON object, got {type(entry.value).__name__}"]
+        else:
+            found = [f"{at}: {where}: {msg}" for where, msg in
+                     _record_problems(entry.value, at, entry.number, report, strict, allow_control_tokens, seen_ids)]
+        if found:
+            if report is None:
+                raise TrajectoryError(found)
+            report.problems.extend(found)
+            continue
+        yield entry.number, Trajectory.from_json(entry.value)
+
+
+def _record_problems(raw: dict[str, Any], at: str, lineno: int, report: ValidationReport | None, strict: bool,
+                     allow_control_tokens: bool, seen_ids: dict[str, int]) -> list[tuple[str, str]]:
+    """``(field, message)`` problems of one parsed record; its warnings, notes and unknown fields go to ``report``."""
+    probs = strict_json_problems(raw) or _schema_problems(raw)
+    if not probs:
+        findings = _semantic_problems(raw)
+        probs = findings.problems + (findings.warnings if strict else [])
+        if report is not None:
+            report.warnings.extend(f"{at}: {where}: {msg}" for where, msg in ([] if strict else findings.warnings))
+            report.notes.extend(f"{at}: {where}: {msg}" for where, msg in findings.notes)
+    if not allow_control_tokens:
+        probs += control_token_problems(raw)
+    tid = raw.get("task_id")
+    if isinstance(tid, str):
+        if tid in seen_ids:
+            probs.append(("task_id", f"duplicate task_id {tid!r} (first on line {seen_ids[tid]})"))
+        else:
+            seen_ids[tid] = lineno
+    if report is not None:
+        report.unknown_fields.extend(f"{at}: {where}: unknown field (kept and passed through)"
+                                     for where in _unknown_fields(raw))
+    return probs
 
 
 def validate_file(path: str | Path, strict: bool = False, allow_control_tokens: bool = False) -> ValidationReport:

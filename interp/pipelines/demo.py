@@ -4,7 +4,7 @@
 the real SmolLM2 weights by default: validation, boundary extraction (all
 layers, ``full`` and ``delete_all_reasoning``, ICLR block entropies from the
 same forwards), nested-CV probes, KL Repair per layer, ICLR statistics,
-set-level harm, externalization risk, controlled continuations, figures,
+set-level harm, DRSR's appendix analyses, externalization risk, controlled continuations, figures,
 tables and ``report.md``. Each stage writes its results atomically under
 ``out`` and is skipped on a re-run when its result exists (delete a result
 to recompute it); extraction resumes per unit. Stages that do not fit the
@@ -44,13 +44,15 @@ class DemoConfig:
     patch_trajectories: int = 4
     harm_boundaries: int = 2
     harm_budget: int = 2
+    drsr_boundaries: int = 6
     intervention_states: int = 2
     intervention_samples: int = 0
     max_new_tokens: int = 96  # CPU subset only; --full uses the measured limit (continuations.generation)
     png: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("patch_trajectories", "harm_boundaries", "harm_budget", "intervention_states", "max_new_tokens"):
+        for name in ("patch_trajectories", "harm_boundaries", "harm_budget", "drsr_boundaries", "intervention_states",
+                     "max_new_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"DemoConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.intervention_samples < 0:
@@ -130,6 +132,14 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> Path:
         lambda: stages.harm(sensor, trajs, out / "harm", harm_keys, max_k=None if config.full else 3,
                             budget=config.harm_budget,
                             units=None if config.full else ("reasoning",)))
+
+    drsr_keys = default_boundaries(shortest)[: None if config.full else config.drsr_boundaries]
+    if not config.full:
+        subsets["DRSR appendix"] = (f"{len(drsr_keys)} boundaries of the shortest trajectories, units of every kind "
+                                    f"(reasoning, observation, tool exchange, step), {config.harm_budget} sampled "
+                                    "sets per cardinality 2..3")
+    run("DRSR appendix (granularity, relations, interaction, attention)", out / "drsr" / "drsr.json",
+        lambda: stages.drsr(sensor, trajs, out / "drsr", drsr_keys, max_k=3, budget=config.harm_budget))
 
     ext = out / "externalization"
     run("externalization labels (rule-based vs annotations)", ext / "externalization_labels.json",

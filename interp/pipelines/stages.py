@@ -19,6 +19,7 @@ stage               result                                        writer / schem
 :func:`probe`       ``probe_results.json``, ``oof_predictions.csv`` ``probes.report``
 :func:`patch`       ``kl_repair.json``                             ``patching.kl_repair``
 :func:`harm`        ``harm.json``                                  ``patching.harm``
+:func:`drsr`        ``drsr.json`` (DRSR appendix)                  ``patching.drsr``
 :func:`externalize` ``externalization_labels.json/.csv``           ``interp.externalization.labeler``
 :func:`risk`        ``externalization.json``                       ``interp.externalization.risk``
 :func:`intervene`   ``interventions.json/.md``                     ``interp.continuations.run``
@@ -70,11 +71,12 @@ def trajectories(path: Path, strict: bool = True, allow_control_tokens: bool = F
 
 
 def imports(fmt: str, source: Path, out: Path, field_map: Path | None = None, hook: str | None = None,
-            strict: bool = False, domain: str | None = None) -> ImportReport:
+            strict: bool = False, domain: str | None = None, id_prefix: str = "",
+            id_from: str | None = None) -> ImportReport:
     """Agent runs in a framework's format -> a validated trajectory file (``interp import``); the import report."""
-    from interp.data.importers.registry import import_runs
+    from interp.data.importers.registry import IdOptions, import_runs
 
-    return import_runs(fmt, source, out, field_map, hook, strict, domain)
+    return import_runs(fmt, source, out, field_map, hook, strict, domain, IdOptions(id_prefix, id_from))
 
 
 def sensor(spec: str, model_path: Path | None = None, device: str = "cpu", dtype: str = "auto",
@@ -375,3 +377,49 @@ def figures(results: Path, png: bool = True, tables: bool = True) -> dict[str, A
     made = make_figures(results, png=png)
     made["tables"] = write_tables(results) if tables else []
     return made
+
+
+def drsr(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[str] | None = None,
+         max_k: int = 3, budget: int = 10, seed: int = 0, units: tuple[str, ...] | list[str] | str | None = None,
+         margin: float | None = None, unsafe: float | None = None, relation_layer: int | None = None,
+         proj_dim: int | None = None, shard: tuple[int, int] = (0, 1), executor: Executor | None = None,
+         load: Callable[[], Sensor] | None = None, max_tokens: int | None = None, n_boot: int = 1000) -> dict[str, Any]:
+    """DRSR's mechanistic appendix (``drsr.json``, ``patching.drsr``): set-level harm of steps and their blocks
+    with each candidate's representation and attention from the same forwards; one resumable part per boundary.
+
+    ``shard=(I, N)`` computes shard I's boundaries (by tokens) and writes no summary (merge, then re-run)."""
+    from interp.data.deletions import UNIT_KINDS, parse_unit_kinds
+    from interp.extraction.batch import render_tokens
+    from interp.sensor.limits import DEFAULT_MAX_TOKENS
+    from patching.drsr import boundary_record, summarize_drsr
+    from patching.granularity import UNSAFE
+    from patching.harm import MARGIN, check_boundaries, default_boundaries
+    from patching.relations import PROJ_DIM
+
+    kinds = parse_unit_kinds(units or UNIT_KINDS)
+    keys = check_boundaries(boundaries or default_boundaries(trajs), trajs)
+    if relation_layer is not None and not 0 <= relation_layer < sensor.n_layers:
+        raise ValueError(f"relation layer {relation_layer}: the model has layers 0..{sensor.n_layers - 1}")
+    by_id = {t.task_id: t for t in trajs}
+    dim = PROJ_DIM if proj_dim is None else proj_dim
+    limit = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+
+    def compute(model: Sensor, key: str) -> dict[str, Any]:
+        task_id, _, b = key.rpartition("@")
+        return boundary_record(model, by_id[task_id], int(b), max_k, budget, seed, kinds, limit, dim)
+
+    def cost(key: str) -> int:
+        task_id, _, b = key.rpartition("@")
+        return render_tokens(by_id[task_id], int(b), sensor.tokenizer)
+
+    cache = out / "parts" / (f"drsr.{'+'.join(kinds)}.k{max_k}.n{budget}.s{seed}.p{dim}"
+                             + (f".t{limit}" if limit != DEFAULT_MAX_TOKENS else ""))
+    with writer_lock(out, command="drsr"):
+        parts = _units(sensor, trajs, keys, compute, cache, "drsr", shard,
+                       {k: cost(k) for k in keys} if shard[1] > 1 else None, executor, load)
+        if shard[1] > 1:
+            return {"shard": list(shard), "units": list(parts), "parts": str(cache)}
+        result = summarize_drsr([parts[k] for k in keys], sensor.describe(), MARGIN if margin is None else margin,
+                                UNSAFE if unsafe is None else unsafe, relation_layer, dim, n_boot)
+        atomic_write_json(out / "drsr.json", result)
+    return result

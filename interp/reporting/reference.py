@@ -20,3 +20,12 @@ CONTINUATIONS = {  # controlled continuations: mean rubric score by history cond
     "delete_all_reasoning": 0.675,
     "clear_after_code": 0.759,
 }
+
+# DRSR (Qwen3.5-9B, 566 trajectories, 1,698 decision states, ~24,122 set labels; split 80:10:10 by trajectory)
+DRSR_PAIR_ACCURACY = {"sum": 0.5894, "mean": 0.5681, "max": 0.4617, "min": 0.1489}  # singleton aggregators, margin 0.020
+DRSR_MAE = {"additive": 0.018, "pairwise": 0.008}  # joint-harm reconstruction, nats/token
+DRSR_INTERACTION = {1: 0.0, 2: 0.008, 3: 0.016, 4: 0.027}  # mean interaction by set size, nats/token
+DRSR_N_SETS = {1: 6623, 2: 9682, 3: 6287, 4: 1530}  # labelled sets by size
+DRSR_GRANULARITY = {"step_range": 0.312, "block_range": 0.028, "unsafe_parent_safe_child": 0.714}  # medians; fraction
+DRSR_STATE_ONLY = 0.500  # pair accuracy from the current state alone (no candidate relation)
+DRSR_ATTENTION_LAYERS_1BASED = (4, 8, 12, 16, 20, 24, 28, 32)

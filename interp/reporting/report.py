@@ -15,6 +15,7 @@ from interp.data.conditions import ICLR_RHO
 from interp.io import atomic_write_bytes
 
 from interp.reporting import reference as ref
+from interp.reporting.drsr import drsr_section
 from interp.reporting.numbers import ci_text, num
 from interp.reporting.figures import load_result
 from interp.reporting.figures.externalization import externalization_sections
@@ -172,6 +173,11 @@ def _harm_section(out: Path) -> list[str]:
     return lines
 
 
+def _drsr_section(out: Path) -> list[str]:
+    res = _load(out / "drsr" / "drsr.json")
+    return ["_not run_"] if res is None else drsr_section(res)
+
+
 def _risk_section(out: Path) -> list[str]:
     res = _load(out / "externalization" / "externalization.json")
     if res is None:
@@ -265,6 +271,9 @@ def write_report(out: Path, subsets: dict[str, str], timings: dict[str, float], 
         ("KL Repair (activation patching)", ("fig2_kl_repair",), _section(_repair_section, out)),
         ("ICLR block entropy", ("fig6_iclr",), _section(_iclr_section, out)),
         ("Set-level deletion harm (DRSR)", ("fig7_harm",), _section(_harm_section, out)),
+        ("DRSR appendix: granularity, relations across depth, interaction, attention",
+         ("fig8_granularity", "fig9_relations", "fig10_interaction", "fig11_attention_density"),
+         _section(_drsr_section, out)),
         ("State externalization", ("fig3_externalization",), _section(_risk_section, out)),
         ("Controlled continuations", ("fig4_interventions",), _section(_continuation_section, out)),
         ("Attention", ("fig5_attention",), ["Boundary attention by segment kind; data in `attention/attention.json`."]),

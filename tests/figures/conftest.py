@@ -25,6 +25,7 @@ from interp.externalization.risk import risk_command
 from interp.extraction.attention_summary import attention_document, condition_summary
 from interp.extraction.entropy import drop_table
 from interp.io import atomic_write_json
+from patching.drsr import summarize_drsr
 from patching.harm import summarize_harm
 from patching.kl_repair import BoundaryRepair, default_sites, summarize
 from probes.config import ProbeConfig
@@ -48,6 +49,7 @@ def write_results(root: Path, seed: int = 0) -> Path:
     _json(root / "attention" / "attention.json", _attention(rng))
     _iclr(rng).to_csv(_mkdir(root / "iclr") / "iclr_blocks.csv", index=False)
     atomic_write_json(root / "harm" / "harm.json", summarize_harm(_harm_boundaries(rng), model=MODEL, margin=0.0))
+    atomic_write_json(root / "drsr" / "drsr.json", summarize_drsr(drsr_records(rng), model=MODEL, n_boot=100))
     return root
 
 
@@ -272,3 +274,39 @@ def _harm_boundaries(rng: np.random.Generator) -> list[dict]:
         boundaries.append({"task_id": f"t{task}", "after_step": 3, "units": ["reasoning"], "target": "y",
                            "target_tokens": 12, "nll_full": 1.0, "sets": sets})
     return boundaries
+
+
+# ---------------------------------------------------------------- DRSR appendix
+
+def drsr_records(rng: np.random.Generator, n_tasks: int = 8, n_layers: int = 8, dim: int = 6) -> list[dict]:
+    """drsr boundary records (harm record + captured representations and attention) of steps with a reasoning
+    block, an observation and a tool exchange each, 3-step histories; set harms 0.9-1.3 x additive."""
+    records = []
+    for i in range(n_tasks):
+        b = 3
+        units = [[kind, t, None if kind == "step" else 0] for t in range(1, b + 1)
+                 for kind in ("reasoning", "observation", "tool_exchange", "step")]
+        harm = {tuple(u): float(abs(rng.normal(0.08 if u[0] == "step" else 0.02, 0.03))) for u in units}
+        sets = [{"members": [u], "tokens_removed": 10, "nll": 1.0 + harm[tuple(u)], "harm": harm[tuple(u)],
+                 "interaction": None} for u in units]
+        blocks = [u for u in units if u[0] == "reasoning"] + [u for u in units if u[0] == "observation"]
+        for a, c in [(0, 3), (1, 4), (0, 4), (2, 5), (0, 1), (1, 2)]:
+            members = [blocks[a], blocks[c]]
+            additive = sum(harm[tuple(m)] for m in members)
+            joint = additive * float(rng.uniform(0.9, 1.3))
+            sets.append({"members": members, "tokens_removed": 20, "nll": 1.0 + joint, "harm": joint,
+                         "interaction": joint - additive})
+        trio = [blocks[0], blocks[1], blocks[2]]
+        additive = sum(harm[tuple(m)] for m in trio)
+        sets.append({"members": trio, "tokens_removed": 30, "nll": 1.0, "harm": 1.2 * additive,
+                     "interaction": 0.2 * additive})
+        records.append({"task_id": f"t{i}", "after_step": b, "units": ["reasoning", "observation", "tool_exchange",
+                                                                        "step"],
+                        "target": "y", "target_tokens": 12, "nll_full": 1.0, "sets": sets,
+                        "layers": list(range(n_layers)), "attention_layers": [3, 7],
+                        "state": rng.normal(size=(n_layers, dim)).round(4).tolist(),
+                        "candidates": [{"unit": u, "n_tokens": int(rng.integers(5, 60)),
+                                        "rep": rng.normal(size=(n_layers, dim)).round(4).tolist(),
+                                        "attention": rng.uniform(0, 0.15, size=(2, 4)).round(4).tolist()}
+                                       for u in units]})
+    return records

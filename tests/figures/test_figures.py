@@ -49,6 +49,18 @@ EXPECTED = {
                   "additive prediction: sum of singleton harms (nats", "exact harm of the set (nats",
                   "mean interaction", "pair-order acc. 0.80", "additive MAE", "units: reasoning",
                   "margin of 0.000 nats"],
+    "fig8_granularity": ["Deletion harm of whole steps and of their blocks at the same state", "whole step",
+                         "unsafe parent, safe block (shaded)", "step position in the history (step", "reference 0.312",
+                         "lowest harm of one of its blocks (nats", "8 boundaries, model qwen3.5-toy"],
+    "fig9_relations": ["Which features order deletion sets by their exact harm, layer by layer",
+                       "decision-conditioned relation", "mismatched state (control)", "current state only (control)",
+                       "surface features (tokens, recency, kind, position)", "sum of singleton harms",
+                       "grouped 5-fold CV by trajectory", "margin (nats"],
+    "fig10_interaction": ["Interaction of jointly deleted units, by what the set holds", "a  by size", "e  by composition",
+                          "mean interaction (95% task-bootstrap CI)", "temporal span (steps)", "R reasoning"],
+    "fig11_attention_density": ["Boundary attention density on deletion candidates, split by exact harm",
+                                "selected by exact harm (harm ", "retained (harm ",
+                                "Lower attention alone is not a deletion-safety test"],
 }
 
 
@@ -105,7 +117,7 @@ def test_missing_inputs_are_skipped_and_reported(tmp_path, capsys):
     assert "fig1b_probe_roc_pr" in report["written"] and not (tmp_path / "figures" / "fig1_probe.html").exists()
     assert capsys.readouterr().out == "", "make_figures is library code: it prints nothing"
     line = summary(report, tmp_path / "figures")
-    assert "5 written" in line and "skipped fig1_probe (no probe/probe_results.json)" in line
+    assert f"{len(NAMES) - 3} written" in line and "skipped fig1_probe (no probe/probe_results.json)" in line
 
 
 def test_an_empty_results_dir_skips_everything(tmp_path):

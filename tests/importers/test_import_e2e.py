@@ -12,6 +12,7 @@ accepts them (branch i15); until then they are reported and skipped.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import sys
@@ -25,10 +26,11 @@ from typer.testing import CliRunner
 from interp.data.trajectory import load_trajectories
 from interp.pipelines.cli import app, main
 
-from ._support import EMPTY_REASONING_RUNS, SAMPLES, empty_reasoning_valid, needs_empty_reasoning
+from ._support import EMPTY_REASONING_RUNS, REAL, SAMPLES, empty_reasoning_valid, needs_empty_reasoning
 
 pytestmark = pytest.mark.e2e
 
+HAS_INSPECT = importlib.util.find_spec("inspect_ai") is not None  # the optional extra (in dev: CI has it)
 TINY = "tiny-qwen3.5"
 LAYERS = "3,7"
 IMPORTS = {  # name: (FORMAT, INPUT, extra options)
@@ -37,6 +39,11 @@ IMPORTS = {  # name: (FORMAT, INPUT, extra options)
     "swe-agent": ("swe-agent", SAMPLES / "swe-agent", []),
     "map": ("map", SAMPLES / "custom.jsonl", ["--map", SAMPLES / "custom_map.json"]),
     "hook": ("map", SAMPLES / "hooked.jsonl", ["--hook", f"{SAMPLES / 'custom_hook.py'}:convert"]),
+    # real public samples (tests/importers/samples/README.md), sniffed
+    "tau2": ("auto", REAL / "tau2_claude-sonnet-4-5_retail.json", []),
+    "atif": ("auto", REAL / "atif_rfc_example", []),
+    "mini-swe-agent": ("auto", REAL / "mini-swe-agent_astropy__astropy-12907.traj.json", []),
+    **({"inspect": ("auto", REAL / "inspect_popularity.json", [])} if HAS_INSPECT else {}),
 }
 RUNNER = CliRunner()
 
@@ -84,14 +91,16 @@ def labels(imported):
 
 
 def test_every_sample_imports_and_validates(imported):
-    expected = 12 if empty_reasoning_valid() else 12 - len(EMPTY_REASONING_RUNS)
+    expected = 15 + HAS_INSPECT - (0 if empty_reasoning_valid() else len(EMPTY_REASONING_RUNS))
     assert len(imported.ids) == len(set(imported.ids)) == expected
     assert not EMPTY_REASONING_RUNS & set(imported.ids) or empty_reasoning_valid()
     result = cli("validate", imported.path)
     assert f"{expected} trajectories" in result.output
     openai = imported.outputs["openai"].output
-    assert "formats: openai" in openai and "image_url content parts 1" in openai
-    assert "redacted_thinking blocks 2" in imported.outputs["anthropic"].output  # sniffed: auto
+    assert "formats: openai" in openai and "image_url content parts x1" in openai
+    assert "redacted_thinking blocks x2" in imported.outputs["anthropic"].output  # sniffed: auto
+    strict = cli("validate", "--strict", imported.path)
+    assert "unknown field" not in strict.output  # metadata and the importer's step fields are declared
     text = imported.path.read_text(encoding="utf-8")
     for word in ("Müller", "café", "Søren", "✅", "zoë@example.com"):  # non-ASCII kept verbatim
         assert word in text
@@ -132,6 +141,13 @@ def test_externalize_on_the_imported_runs(imported):
     cli("externalize", "label", "--trajectories", imported.path, "--out", out, "--n-boot", 20)
     doc = json.loads((out / "externalization_labels.json").read_text(encoding="utf-8"))
     assert doc["n_boundaries"] == imported.n_boundaries
+
+
+def test_real_samples_render_on_the_tiny_model(imported):
+    for name in ("tau2", "atif"):
+        task_id = json.loads(imported.outputs[name].path.read_text(encoding="utf-8").splitlines()[0])["task_id"]
+        result = cli("render", imported.path, "--task-id", task_id, "--after-step", 2, "--model", TINY)
+        assert "reasoning_block" in result.output  # the imported reasoning reaches the prompt
 
 
 def test_import_errors_name_file_line_and_field(monkeypatch, capsys, tmp_path):

@@ -71,7 +71,7 @@ def test_visible_text_is_the_thought_when_there_is_no_reasoning_field():
     out, ctx = convert(RUNS["oa-web-1"])
     assert out["system_prompt"] == "You browse the web for the user."  # a developer message
     assert out["task"] == "Find the opening hours of the Musée d'Orsay on Mondays."  # image part dropped
-    assert ctx.dropped == {"image_url content parts": 1}
+    assert ctx.dropped == {"image_url content parts": 1, "messages[].name": 1}  # name: documented as dropped
     first, legacy = out["steps"][:2]
     assert first["reasoning"] == ("I will search for the museum's official page first.\n\n"
                                   "The official site is the most reliable source.")
@@ -134,7 +134,9 @@ def test_tool_results_match_open_calls_by_id():
 
 @pytest.mark.parametrize("record, where, message", [
     ({"messages": [{"role": "user", "content": "go"}]}, "messages", "no assistant turn"),
-    ({"messages": [{"role": "assistant", "content": "hi"}]}, "messages", "no user text before the first"),
+    ({"messages": [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]}]},
+     "messages", "no user text before the first"),
     ({"messages": [{"role": "user", "content": "go"}, {"role": "robot"}]}, "messages[1].role", "unknown role 'robot'"),
     ({"messages": "hello"}, "messages", "expected a list of chat messages, got a string"),
     ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content", "expected a string or a list"),

@@ -77,7 +77,7 @@ def test_duplicate_task_ids_skip_the_later_run(tmp_path):
     source.write_text(f"{line}\n\n{line}\n", encoding="utf-8")
     report = import_runs("openai", source, tmp_path / "t.jsonl")
     assert report.converted == 1 and report.problems == [
-        f"{source}:3: task_id: duplicate task_id 'oa-code-1' (first on line 1) (in the converted trajectory)"]
+        f"{source}:3: task_id: duplicate task_id 'oa-code-1' (first in {source}:1) (in the converted trajectory)"]
 
 
 def test_auto_sniffs_each_run(tmp_path):
@@ -87,8 +87,9 @@ def test_auto_sniffs_each_run(tmp_path):
     mixed.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in lines), encoding="utf-8")
     report = import_runs("auto", mixed, tmp_path / "t.jsonl")
     assert dict(report.formats) == {"openai": 1, "anthropic": 1, "swe-agent": 1}
-    assert report.problems == [f"{mixed}:4: (record): format not recognised (auto): expected a .traj object, or "
-                               f"chat messages (openai, anthropic); name the format or use map"]
+    assert report.problems == [f"{mixed}:4: (record): format not recognised (auto): expected a .traj object, an "
+                               f"ATIF trajectory, a tau2-bench result file, an Inspect log, or chat messages (openai, anthropic); "
+                               f"name the format or use map"]
     assert [t.task_id for t in load_trajectories(tmp_path / "t.jsonl")] == ["oa-code-1", "an-office-1", "mixed-3"]
 
 

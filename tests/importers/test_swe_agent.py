@@ -46,11 +46,12 @@ def test_without_history_the_prompt_comes_from_the_first_query():
         "command": "open text/slug.py\n"}}, "observation": "1:def slugify(s):\n2:    return s.lower().replace(' ', '-')"}
 
 
-def test_a_blank_action_is_an_empty_text_action_and_json_observations_are_text():
+def test_a_thought_with_a_blank_action_is_a_text_action_and_json_observations_are_text():
     _, raw = convert("demo__slug-2")
     raw["trajectory"][-1].update(action="  ", observation={"exit": "cost"})
+    thought = raw["trajectory"][-1]["thought"]
     out, _ = convert("x", raw)
-    assert out["steps"][-1]["action"] == {"text": ""} and out["steps"][-1]["observation"] == '{"exit": "cost"}'
+    assert out["steps"][-1] == {"reasoning": "", "action": {"text": thought}, "observation": '{"exit": "cost"}'}
 
 
 @pytest.mark.parametrize("edit, where, message", [

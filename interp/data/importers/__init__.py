@@ -1,6 +1,6 @@
 """Importers: agent runs as frameworks log them -> the trajectory format (``interp import``).
 
-One module per format (:mod:`.openai`, :mod:`.anthropic`, :mod:`.swe_agent`,
+One module per format (:mod:`.openai`, :mod:`.anthropic`, :mod:`.swe_agent`, :mod:`.tau2`, :mod:`.atif`,
 :mod:`.mapping` for a JSON field map or a Python hook), the text rules they
 share (:mod:`.common`), input reading (:mod:`.reader`) and the registry with
 the import driver (:mod:`.registry`). ``data/README.md`` lists, per importer,

@@ -35,6 +35,8 @@ FORMAT = "anthropic"
 DEFAULT_DOMAIN = "unknown"
 USED = {"system", "messages", "tools", "task_id", "instance_id", "id", "domain", "reward", "success", "outcome"}
 BLOCK_TYPES = {"thinking", "redacted_thinking", "tool_use", "tool_result"}
+MESSAGE_USED = frozenset({"role", "content"})
+KNOWN_DROPPED = frozenset({"id", "type", "model", "stop_reason", "stop_sequence", "usage", "timestamp", "name"})
 
 
 def looks_like(record: Any) -> bool:
@@ -63,6 +65,7 @@ def convert(record: Any, ctx: RunContext) -> dict[str, Any]:
         expect(blocks, list, f"{where}.content", "a string or a list of content blocks")
         for j, block in enumerate(blocks):
             expect(block, dict, f"{where}.content[{j}]", "a content block object")
+        ctx.unmapped(msg, where, MESSAGE_USED, KNOWN_DROPPED)
         if role == "user":
             _user(chat, blocks, f"{where}.content", ctx)
         elif role == "assistant":
@@ -84,6 +87,8 @@ def _user(chat: ChatSteps, blocks: list[dict[str, Any]], where: str, ctx: RunCon
     for j, block in enumerate(blocks):
         at = f"{where}[{j}]"
         if block.get("type") == "tool_result":
+            if block.get("content") is None:
+                ctx.null(f"{at}.content")
             result = text_of(block.get("content"), f"{at}.content", ctx)
             chat.tool_result(expect(block.get("tool_use_id"), str, f"{at}.tool_use_id", "a string"), result, at,
                              is_error=block.get("is_error") is True)

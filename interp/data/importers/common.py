@@ -15,7 +15,15 @@ several formats share:
   reasoning block of its own;
 * tool-call arguments given as a JSON string are parsed; the result must be a
   JSON object (an empty string is ``{}``);
-* ``<think>...</think>`` sections are cut out of message text (:func:`split_think`).
+* ``<think>...</think>`` sections are cut out of message text (:func:`split_think`);
+* provider reasoning fields are read in one place (:func:`provider_reasoning`):
+  ``reasoning_content``, ``reasoning``, ``reasoning_details``, ``thinking_blocks``
+  (top level or in ``raw_data``, as tau2-bench and LiteLLM write them);
+* nothing is lost silently: every field of a message that the format does not
+  map is counted by its path (``messages[].timestamp``), a field the format
+  does not know at all is counted as ``(unknown)`` and, when it holds text, is
+  a problem under ``--strict`` (:meth:`RunContext.unmapped`); a ``null``
+  turned into an empty text is counted too (:meth:`RunContext.null`).
 """
 
 from __future__ import annotations
@@ -51,10 +59,20 @@ class RunContext:
     stem: str  # the input file's name without suffix: default task id (with the line for multi-run files)
     single: bool = False  # the file holds this one run (a .traj file): the task id is the stem alone
     domain: str | None = None  # --domain: overrides the run's own and the format's default
+    id_from: str | None = None  # --id-from: dotted path of the run's field that is its task id
     dropped: Counter = field(default_factory=Counter)
+    dropped_text: Counter = field(default_factory=Counter)  # unknown fields that held text (problems under strict)
 
     def task_id(self, record: Any) -> str:
-        """The run's own id (``task_id``, ``instance_id`` or ``id``) or one made from the file and line."""
+        """The run's ``--id-from`` field, else its own id (``task_id``, ``instance_id`` or ``id``), else one made
+        from the file and line."""
+        if self.id_from is not None:
+            value: Any = record
+            for key in self.id_from.split("."):
+                value = value.get(key) if isinstance(value, Mapping) else None
+            if not isinstance(value, (str, int)) or isinstance(value, bool) or not str(value):
+                raise RunProblem(self.id_from, "--id-from: the run has no such field holding a string or integer")
+            return str(value)
         if isinstance(record, Mapping):
             for key in ID_FIELDS:
                 if isinstance(record.get(key), (str, int)) and str(record[key]):
@@ -71,6 +89,82 @@ class RunContext:
     def drop(self, what: str, n: int = 1) -> None:
         """Count something the trajectory format does not keep (listed in the summary)."""
         self.dropped[what] += n
+
+    def unmapped(self, obj: Mapping[str, Any], where: str, used: frozenset[str] | set[str],
+                 known: frozenset[str] | set[str]) -> None:
+        """Count every field of ``obj`` (at input path ``where``) outside ``used``: by path when the format
+        documents dropping it (``known``), as ``(unknown)`` otherwise (remembered when it holds text)."""
+        for key, value in obj.items():
+            if key in used or value is None or value == "" or value == [] or value == {}:
+                continue
+            path = f"{field_pattern(where)}.{key}"
+            if key in known:
+                self.drop(path)
+            else:
+                self.drop(f"{path} (unknown)")
+                if holds_text(value):
+                    self.dropped_text[path] += 1
+
+    def null(self, where: str) -> None:
+        """Count a ``null`` the trajectory keeps as an empty text (a tool result, a text action)."""
+        self.drop(f"{field_pattern(where)}: null as \"\"")
+
+
+def field_pattern(where: str) -> str:
+    """A field path with its list indices elided (``messages[3].content`` -> ``messages[].content``)."""
+    return re.sub(r"\[\d+\]", "[]", where)
+
+
+def holds_text(value: Any) -> bool:
+    """Whether a JSON value holds a non-blank string anywhere inside it."""
+    if isinstance(value, str):
+        return bool(value.strip())
+    if isinstance(value, Mapping):
+        return any(holds_text(v) for v in value.values())
+    if isinstance(value, list):
+        return any(holds_text(v) for v in value)
+    return False
+
+
+REASONING_KEYS = ("reasoning_content", "reasoning", "reasoning_details", "thinking_blocks")
+
+
+def _response_message(msg: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The message of the raw provider response mini-swe-agent keeps in ``extra.response`` (empty when absent)."""
+    extra = msg.get("extra")
+    response = extra.get("response") if isinstance(extra, Mapping) else None
+    choices = response.get("choices") if isinstance(response, Mapping) else None
+    first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], Mapping) else {}
+    message = first.get("message")
+    return message if isinstance(message, Mapping) else {}
+
+
+def provider_reasoning(msg: Mapping[str, Any], where: str, ctx: RunContext) -> tuple[str, set[str]]:
+    """``(reasoning, keys read)``: a message's provider reasoning field, the first present of
+    :data:`REASONING_KEYS` (``thinking_blocks`` also inside ``raw_data``); encrypted pieces are counted."""
+    raw = msg.get("raw_data") if isinstance(msg.get("raw_data"), Mapping) else {}
+    response = _response_message(msg)
+    for key in REASONING_KEYS:
+        value, at = msg.get(key), f"{where}.{key}"
+        if value is None and key == "thinking_blocks":
+            value, at = raw.get(key), f"{where}.raw_data.{key}"
+        if value is None and response.get(key) is not None:  # kept only in the raw response (mini-swe-agent)
+            value, at = response[key], f"{where}.extra.response.choices[0].message.{key}"
+        if value is None or value == [] or value == "":
+            continue
+        if isinstance(value, str):
+            return value, {key}
+        expect(value, list, at, "a string or a list of reasoning parts")
+        pieces = []
+        for i, part in enumerate(value):
+            expect(part, dict, f"{at}[{i}]", "a reasoning part object")
+            text = part.get("thinking", part.get("text", part.get("summary")))
+            if isinstance(text, str):
+                pieces.append(text)
+            else:  # redacted_thinking, reasoning.encrypted: no readable text
+                ctx.drop(f"{field_pattern(at)}[] ({part.get('type', 'untyped')}, no text)")
+        return join_reasoning(pieces), {key}
+    return "", set()
 
 
 def expect(value: Any, kind: type | tuple[type, ...], where: str, what: str) -> Any:
@@ -221,6 +315,7 @@ class ChatSteps:
     The rules both chat formats follow (documented per format in ``data/README.md``):
 
     * user text before the first assistant turn is the task (several pieces joined with ``"\\n\\n"``);
+      a text-only assistant turn before it (a greeting) is dropped and counted;
     * an assistant turn is one step: its tool calls (several: one parallel
       ``{"calls": [...]}`` action), or its text as a ``{"text"}`` action;
     * a tool result answers the call with its id among the calls still open in
@@ -251,7 +346,13 @@ class ChatSteps:
         With tool calls and no reasoning, the visible text is the step's reasoning
         (the thought a ReAct agent writes before acting); with both, the text is
         kept in the step's ``assistant_text`` field (passed through, not rendered).
+        A turn of text alone before any user text (an agent's greeting, as
+        tau2-bench opens every chat) precedes the task, so it cannot be a step:
+        it is dropped and counted.
         """
+        if not self.task and not self.steps and not calls:
+            self.ctx.drop("assistant turns before the task (a greeting)")
+            return
         extra = dict(extra or {})
         if calls and not reasoning.strip():
             reasoning, text = text, ""

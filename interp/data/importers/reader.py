@@ -1,6 +1,10 @@
 """Reading runs from an input path, each with the file and line it starts on (for ``FILE:LINE`` errors).
 
-* a directory: every ``*.traj`` file under it (recursively, sorted), one run each;
+* a directory: every run file under it (recursively, sorted): ``*.traj`` and
+  ``*.traj.json`` (SWE-agent, mini-swe-agent) and Harbor's
+  ``agent/trajectory.json`` (ATIF), one run each, and Inspect AI ``*.eval`` logs;
+* ``.eval`` (Inspect AI's binary log): one record naming the file, which the
+  ``inspect`` importer reads with ``inspect_ai``'s own reader;
 * ``.jsonl``/``.ndjson``: one run per line, streamed line by line (a huge file
   is never held whole);
 * ``.json``/``.traj``: one JSON value: an array of runs (each item with the line
@@ -17,8 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from interp.data.jsonl import read_lines
+
+EVAL_FILE = "$inspect_eval_file"  # the record of a .eval file (the inspect importer's marker)
+
 LINE_SUFFIXES = (".jsonl", ".ndjson")
 WHOLE_SUFFIXES = (".json", ".traj")
+DIR_PATTERNS = ("*.traj", "*.traj.json", "agent/trajectory.json", "*.eval")
+EVAL_SUFFIX = ".eval"  # Inspect AI's binary log: read by its own reader (interp.data.importers.inspect_log)  # the run files read from a directory
 
 
 @dataclass(frozen=True)
@@ -36,13 +46,15 @@ def read_records(path: Path) -> Iterator[Record]:
     """Every record under ``path`` (a file or a directory of ``.traj`` files), in order."""
     path = Path(path)
     if path.is_dir():
-        files = sorted(path.rglob("*.traj"))
+        files = sorted({f for pattern in DIR_PATTERNS for f in path.rglob(pattern) if f.is_file()})
         if not files:
-            raise FileNotFoundError(f"{path}: directory holds no *.traj files")
+            raise FileNotFoundError(f"{path}: directory holds no run files ({', '.join(DIR_PATTERNS)})")
         for file in files:
-            yield from _whole(file)
+            yield from read_records(file)
     elif not path.is_file():
         raise FileNotFoundError(f"{path}: input not found")
+    elif path.suffix == EVAL_SUFFIX:
+        yield Record(path, 1, {EVAL_FILE: str(path)}, single=True)
     elif path.suffix in LINE_SUFFIXES or (path.suffix not in WHOLE_SUFFIXES and _first_line_is_json(path)):
         yield from _lines(path)
     else:
@@ -62,18 +74,12 @@ def _first_line_is_json(path: Path) -> bool:
 
 
 def _lines(path: Path) -> Iterator[Record]:
-    with path.open("rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            try:
-                yield Record(path, lineno, json.loads(raw.decode("utf-8")))
-            except UnicodeDecodeError as exc:
-                yield Record(path, lineno, problem=("(line)", f"not UTF-8 (byte {exc.start + 1} of the line)"))
-            except json.JSONDecodeError as exc:
-                yield Record(path, lineno, problem=("(line)", f"invalid JSON: {exc.msg} at column {exc.colno}"))
-            except RecursionError:
-                yield Record(path, lineno, problem=("(line)", "JSON nested too deeply to read"))
+    for entry in read_lines(path):
+        if entry.problem:
+            where, message = entry.problem.split(": ", 1)
+            yield Record(path, entry.number, problem=(where, message))
+        else:
+            yield Record(path, entry.number, entry.value)
 
 
 def _whole(path: Path) -> Iterator[Record]:

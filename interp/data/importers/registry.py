@@ -16,8 +16,11 @@ format          input                                   importer
 ``openai``      chat messages with ``tool_calls``       :mod:`.openai`
 ``anthropic``   messages with content blocks            :mod:`.anthropic`
 ``swe-agent``   ``.traj`` files (``trajectory`` list)   :mod:`.swe_agent`
+``tau2``        tau2-bench result files (simulations)   :mod:`.tau2`
+``atif``        ATIF v1.x (Harbor, terminal-bench)      :mod:`.atif`
+``inspect``     Inspect AI logs (``.eval``, ``.json``)  :mod:`.inspect_log`
 ``map``         anything, via ``--map`` or ``--hook``   :mod:`.mapping`
-``auto``        sniffed per run: swe-agent, anthropic, openai (in that order)
+``auto``        sniffed per run: swe-agent, atif, tau2, inspect, anthropic, openai (in that order)
 ==============  ======================================  =============================
 """
 
@@ -33,13 +36,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from interp.data.importers import anthropic, mapping, openai, swe_agent
+from interp.data.importers import anthropic, atif, inspect_log, mapping, openai, swe_agent, tau2
 from interp.data.importers.common import RunContext, RunProblem
 from interp.data.importers.reader import read_records
 from interp.io import atomic_path
 
-IMPORTERS = {m.FORMAT: m for m in (openai, anthropic, swe_agent)}
-SNIFF_ORDER = (swe_agent, anthropic, openai)
+IMPORTERS = {m.FORMAT: m for m in (openai, anthropic, swe_agent, tau2, atif, inspect_log)}
+SNIFF_ORDER = (swe_agent, atif, tau2, inspect_log, anthropic, openai)
 FORMATS = (*IMPORTERS, mapping.FORMAT, "auto")
 
 
@@ -67,17 +70,18 @@ class ImportReport:
         if self.formats:
             lines.append("formats: " + ", ".join(f"{f} {n}" for f, n in sorted(self.formats.items())))
         if self.dropped:
-            lines.append("dropped: " + ", ".join(f"{d} {n}" for d, n in sorted(self.dropped.items())))
+            lines.append("dropped: " + ", ".join(f"{d} x{n}" for d, n in sorted(self.dropped.items())))
         return "\n".join(lines)
 
 
 def _reason(message: str) -> str:
     """The kind of a problem, for the summary: names and numbers masked, cut before details."""
-    kind = re.sub(r"'[^']*'|\"[^\"]*\"|\d+", "_", message)
+    kind = re.sub(r"'[^']*'|\"[^\"]*\"|(?<![\w-])\d+(?!\w)", "_", message)  # "UTF-8" stays
     return re.split(r"[:(;]", kind, maxsplit=1)[0].strip()
 
 
-Converter = Callable[[Any, RunContext], tuple[str, list[dict[str, Any]]]]
+# (format used, one trajectory dict per run of the record, or the problem of a run that could not be converted)
+Converter = Callable[[Any, RunContext], tuple[str, list[dict[str, Any] | RunProblem]]]
 
 
 def converter(fmt: str, field_map: Path | None = None, hook: str | None = None) -> Converter:
@@ -96,21 +100,39 @@ def converter(fmt: str, field_map: Path | None = None, hook: str | None = None) 
         raise ValueError(f"--map and --hook go with format map, not {fmt}")
     if fmt != "auto":
         module = IMPORTERS[fmt]
-        return lambda record, ctx: (module.FORMAT, [module.convert(record, ctx)])
+        return lambda record, ctx: (module.FORMAT, _runs(module, record, ctx))
 
     def sniffed(record: Any, ctx: RunContext) -> tuple[str, list[dict[str, Any]]]:
         module = next((m for m in SNIFF_ORDER if m.looks_like(record)), None)
         if module is None:
-            raise RunProblem("(record)", "format not recognised (auto): expected a .traj object, or chat messages "
-                                         "(openai, anthropic); name the format or use map")
-        return module.FORMAT, [module.convert(record, ctx)]
+            raise RunProblem("(record)", "format not recognised (auto): expected a .traj object, an ATIF trajectory, "
+                                         "a tau2-bench result file, an Inspect log, or chat messages (openai, anthropic); name the "
+                                         "format or use map")
+        return module.FORMAT, _runs(module, record, ctx)
     return sniffed
 
 
+def _runs(module: Any, record: Any, ctx: RunContext) -> list[dict[str, Any] | RunProblem]:
+    """The runs of one record: a multi-run format (``convert_all``) gives each run or its problem."""
+    if hasattr(module, "convert_all"):
+        return module.convert_all(record, ctx)
+    return [module.convert(record, ctx)]
+
+
+@dataclass(frozen=True)
+class IdOptions:
+    """How task ids are made: ``prefix`` before every id (``--id-prefix``), ``field`` the run's id (``--id-from``)."""
+
+    prefix: str = ""
+    field: str | None = None
+
+
 def import_runs(fmt: str, source: Path, out: Path, field_map: Path | None = None, hook: str | None = None,
-                strict: bool = False, domain: str | None = None) -> ImportReport:
+                strict: bool = False, domain: str | None = None, ids: IdOptions = IdOptions()) -> ImportReport:
     """Convert every run of ``source`` to a trajectory file ``out``; see the module docstring."""
     source, out = Path(source), Path(out)
+    if ids.field is not None and not ids.field.strip("."):
+        raise ValueError("--id-from: expected a dotted field path such as instance_id or info.id")
     convert = converter(fmt, field_map, hook)  # option errors before any work
     if not source.exists():
         raise FileNotFoundError(f"{source}: input not found")
@@ -123,7 +145,7 @@ def import_runs(fmt: str, source: Path, out: Path, field_map: Path | None = None
     candidates = Path(name)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            origins = _convert_all(convert, source, fh, domain, report, found)
+            origins = _convert_all(convert, source, fh, Settings(domain, ids, strict), report, found)
         valid = _check(candidates, origins, report, found, strict)
         report.problems = [f"{file}:{line}: {text}" for file, line, text in sorted(found, key=lambda p: p[:2])]
         if report.converted and not (strict and report.problems):
@@ -137,29 +159,56 @@ def import_runs(fmt: str, source: Path, out: Path, field_map: Path | None = None
     return report
 
 
-def _convert_all(convert: Converter, source: Path, fh: TextIO, domain: str | None, report: ImportReport,
+@dataclass(frozen=True)
+class Settings:
+    """The per-run options of one import."""
+
+    domain: str | None
+    ids: IdOptions
+    strict: bool
+
+
+def _convert_all(convert: Converter, source: Path, fh: TextIO, settings: Settings, report: ImportReport,
                  found: list[tuple[str, int, str]]) -> list[tuple[str, int, str]]:
     """Each record of ``source`` converted and written to ``fh`` (one candidate per line), problems to ``found``;
     returns the (file, line, format) of each candidate line."""
     origins = []
+
+    def skip(rec: Any, exc: RunProblem) -> None:
+        found.append((str(rec.file), rec.line, f"{exc.where}: {exc.message}"))
+        report.skipped += 1
+        report.reasons[_reason(exc.message)] += 1
+
     for rec in read_records(source):
-        ctx = RunContext(file=str(rec.file), line=rec.line, stem=_stem(rec.file), single=rec.single, domain=domain)
+        ctx = RunContext(file=str(rec.file), line=rec.line, stem=_stem(rec.file), single=rec.single,
+                         domain=settings.domain, id_from=settings.ids.field)
         try:
             if rec.problem:
                 raise RunProblem(*rec.problem)
             used, runs = convert(rec.value, ctx)
-            try:
-                lines = [json.dumps(run, ensure_ascii=False, allow_nan=False) + "\n" for run in runs]
-            except (TypeError, ValueError) as exc:
-                raise RunProblem("(record)", f"converted run is not plain JSON ({exc})") from None
         except RunProblem as exc:
-            found.append((str(rec.file), rec.line, f"{exc.where}: {exc.message}"))
-            report.skipped += 1
-            report.reasons[_reason(exc.message)] += 1
+            skip(rec, exc)
+            continue
+        if settings.strict and ctx.dropped_text:
+            path = sorted(ctx.dropped_text)[0]
+            skip(rec, RunProblem(path, f"unknown field holding text, dropped ({used} does not map it; "
+                                       f"{len(ctx.dropped_text)} such field(s)); --strict refuses a text it "
+                                       "would lose"))
             continue
         report.dropped.update(ctx.dropped)
-        fh.writelines(lines)
-        origins += [(str(rec.file), rec.line, used)] * len(lines)
+        for run in runs:
+            try:
+                if isinstance(run, RunProblem):
+                    raise run
+                if settings.ids.prefix and isinstance(run, dict) and isinstance(run.get("task_id"), str):
+                    run["task_id"] = settings.ids.prefix + run["task_id"]
+                line = json.dumps(run, ensure_ascii=False, allow_nan=False) + "\n"
+            except (TypeError, ValueError) as exc:
+                skip(rec, exc if isinstance(exc, RunProblem)
+                     else RunProblem("(record)", f"converted run is not plain JSON ({exc})"))
+                continue
+            fh.write(line)
+            origins.append((str(rec.file), rec.line, used))
     return origins
 
 
@@ -183,11 +232,19 @@ def _check(candidates: Path, origins: list[tuple[str, int, str]], report: Import
             report.converted += 1
             report.formats[used] += 1
             continue
-        rests = failed.get(k, ["(record): invalid converted trajectory"])
+        rests = [_first_at(rest, origins) for rest in failed.get(k, ["(record): invalid converted trajectory"])]
         found += [(file, line, f"{rest} (in the converted trajectory)") for rest in rests]
         report.skipped += 1
         report.reasons[_reason(rests[0].split(": ", 1)[-1])] += 1
     return valid
+
+
+def _first_at(rest: str, origins: list[tuple[str, int, str]]) -> str:
+    """A validator message with its candidate line number (``first on line K``) as the run's input file and line."""
+    def input_at(m: re.Match[str]) -> str:
+        file, line, _ = origins[int(m.group(1)) - 1]
+        return f"(first in {file}:{line})"
+    return re.sub(r"\(first on line (\d+)\)", input_at, rest)
 
 
 def _candidate_line(candidates: Path, problem: str) -> tuple[int, str]:

@@ -7,11 +7,18 @@ A ``.traj`` file is one JSON object: ``trajectory`` (one entry per step:
 (``data/README.md`` lists it with what is dropped):
 
 * each ``trajectory`` entry: one step; ``thought`` is the reasoning verbatim
-  (empty when the model wrote none); ``action``, the command line the agent
-  ran (SWE-agent's own commands such as ``open`` or ``edit`` are shell
-  functions too), becomes ``{"tool": "bash", "arguments": {"command": action}}``
-  verbatim; a blank action is an empty text action; ``observation`` is the
-  observation (non-string JSON as its JSON text);
+  (empty when the model wrote none); the action of a function-calling run is
+  the structured tool call the model wrote, read from the assistant message of
+  ``history`` that belongs to the step (tool name and arguments as written:
+  ``str_replace_editor {command, path, old_str, ...}``); where there is none,
+  ``action``, the command line the agent ran (SWE-agent's own commands such
+  as ``open`` or ``edit`` are shell functions too), becomes
+  ``{"tool": "bash", "arguments": {"command": action}}`` verbatim; a thought
+  with a blank action (a final summary) is a text action holding the thought;
+  ``observation`` is the observation (non-string JSON as its JSON text);
+* harness steps (an ``exit_*`` action, or a blank action whose thought is
+  "Exit due to ..." after a cost, step or format limit) are not the model's:
+  dropped and counted;
 * the system prompt and task: the ``system`` message and the ``user`` messages
   before the first ``assistant`` one in ``history`` (demonstrations skipped),
   or in the first step's ``query`` when there is no history;
@@ -27,16 +34,18 @@ documentation is in the system prompt).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from interp.data.importers.common import (
-    REASONING_JOIN, RunContext, RunProblem, expect, metadata_of, text_of,
+    REASONING_JOIN, RunContext, RunProblem, call_action, expect, metadata_of, parse_arguments, text_of,
 )
 
 FORMAT = "swe-agent"
 DEFAULT_DOMAIN = "code"
 TOOL = "bash"
 USED = {"trajectory", "history", "task_id", "instance_id", "id", "domain"}
+HARNESS = re.compile(r"\s*Exit(?:ed)? due to\b")  # the thought SWE-agent writes for a step it ends itself
 
 
 def looks_like(record: Any) -> bool:
@@ -51,8 +60,14 @@ def convert(record: Any, ctx: RunContext) -> dict[str, Any]:
     entries = expect(record.get("trajectory"), list, "trajectory", "a list of steps")
     if not entries:
         raise RunProblem("trajectory", "no steps: a trajectory needs at least one")
-    steps = [_step(expect(e, dict, f"trajectory[{i}]", "a step object"), f"trajectory[{i}]")
-             for i, e in enumerate(entries)]
+    calls = _history_calls(record.get("history"), len(entries), ctx)
+    steps = []
+    for i, entry in enumerate(entries):
+        step = _step(expect(entry, dict, f"trajectory[{i}]", "a step object"), f"trajectory[{i}]", calls[i], ctx)
+        if step is not None:
+            steps.append(step)
+    if not steps:
+        raise RunProblem("trajectory", "no step of the model: every step is a harness message")
     history, where = record.get("history"), "history"
     if not history:
         history, where = entries[0].get("query"), "trajectory[0].query"
@@ -67,15 +82,58 @@ def convert(record: Any, ctx: RunContext) -> dict[str, Any]:
     return {**out, "metadata": meta} if meta else out
 
 
-def _step(entry: dict[str, Any], where: str) -> dict[str, Any]:
+def _step(entry: dict[str, Any], where: str, calls: list[dict[str, Any]] | None,
+          ctx: RunContext) -> dict[str, Any] | None:
+    """One step, or None for a harness step (dropped and counted)."""
     thought = entry.get("thought")
     reasoning = "" if thought is None else expect(thought, str, f"{where}.thought", "a string")
     command = expect(entry.get("action"), str, f"{where}.action", "the command as a string")
+    if command.strip().startswith("exit_") or (not command.strip() and HARNESS.match(reasoning)):
+        ctx.drop(f"trajectory[] (harness step: {command.strip() or reasoning.strip()[:40]})")
+        return None
     obs = entry.get("observation")
     if obs is not None and not isinstance(obs, str):
         obs = json.dumps(obs, ensure_ascii=False)
-    action = {"tool": TOOL, "arguments": {"command": command}} if command.strip() else {"text": ""}
+    if calls:
+        action = call_action(calls)
+    elif command.strip():
+        action = {"tool": TOOL, "arguments": {"command": command}}
+    else:  # a thought with no command: what the model wrote is its text (a final summary)
+        if not reasoning.strip():
+            ctx.drop("trajectory[].action (blank, with a blank thought: an empty text action)")
+        action, reasoning = {"text": reasoning}, ""
     return {"reasoning": reasoning, "action": action, "observation": obs}
+
+
+def _history_calls(history: Any, n_steps: int, ctx: RunContext) -> list[list[dict[str, Any]] | None]:
+    """The structured tool calls of each step, from the model's assistant messages in ``history``.
+
+    The assistant messages that are not demonstrations belong to the steps in
+    order; when their number is not the number of steps (a history cut or
+    rewritten), no call is taken from it and the steps keep their command
+    lines (counted).
+    """
+    none: list[list[dict[str, Any]] | None] = [None] * n_steps
+    if not isinstance(history, list):
+        return none
+    turns = [(i, m) for i, m in enumerate(history) if isinstance(m, dict) and m.get("role") == "assistant"
+             and not (m.get("is_demo") or m.get("message_type") == "demonstration")]
+    if not any(m.get("tool_calls") for _, m in turns):
+        return none
+    if len(turns) != n_steps:
+        ctx.drop("history[].tool_calls (not one assistant message per step: command lines kept)")
+        return none
+    out: list[list[dict[str, Any]] | None] = []
+    for i, msg in turns:
+        calls = []
+        for j, call in enumerate(msg.get("tool_calls") or []):
+            at = f"history[{i}].tool_calls[{j}]"
+            fn = expect(expect(call, dict, at, "a tool call object").get("function", call), dict, at,
+                        "a function object")
+            name = expect(fn.get("name"), str, f"{at}.function.name", "the tool name as a string")
+            calls.append({"tool": name, "arguments": parse_arguments(fn.get("arguments"), f"{at}.function.arguments")})
+        out.append(calls or None)
+    return out
 
 
 def _prompt(history: list[Any], where: str, ctx: RunContext) -> tuple[str, str]:

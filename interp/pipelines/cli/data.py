@@ -52,11 +52,12 @@ def validate(
 
 @app.command("import")
 def import_(
-    fmt: Annotated[str, typer.Argument(metavar="FORMAT", help="openai, anthropic, swe-agent, map (with --map or "
-                                                              "--hook) or auto (sniffed per run).")],
+    fmt: Annotated[str, typer.Argument(metavar="FORMAT", help="openai, anthropic, swe-agent, tau2, atif, map (with "
+                                                              "--map or --hook) or auto (sniffed per run).")],
     source: Annotated[Path, typer.Argument(metavar="INPUT", help="JSON Lines (one run per line), a JSON file "
-                                                                 "(one run or an array of runs) or a directory "
-                                                                 "of .traj files.")],
+                                                                 "(one run, an array of runs, a tau2-bench result "
+                                                                 "file) or a directory of .traj, .traj.json and "
+                                                                 "agent/trajectory.json files.")],
     out: Annotated[Path, typer.Option("--out", help="Trajectory file to write (JSON Lines, atomically).")],
     field_map: Annotated[Optional[Path], typer.Option("--map", help="JSON field map (dotted paths; format in "
                                                                     "interp/data/importers/mapping.py).")] = None,
@@ -65,6 +66,11 @@ def import_(
     strict: Annotated[bool, typer.Option(help="Write nothing if any run has a problem.")] = False,
     domain: Annotated[Optional[str], typer.Option(help="Domain of every run (default: the run's own, else "
                                                        "code for swe-agent, unknown otherwise).")] = None,
+    id_prefix: Annotated[str, typer.Option("--id-prefix", help="Text put before every task id, so runs of "
+                                                               "several models or agents can share one file.")] = "",
+    id_from: Annotated[Optional[str], typer.Option("--id-from", help="Dotted path of the run's field that is its "
+                                                                     "task id (default: task_id, instance_id or "
+                                                                     "id).")] = None,
 ) -> None:
     """Convert agent runs from a framework's format into a validated trajectory file.
 
@@ -72,7 +78,7 @@ def import_(
     run converted; 1: some run skipped (the others written unless --strict) or
     none converted; 2: bad FORMAT, option or INPUT.
     """
-    report = stages.imports(fmt, source, out, field_map, hook, strict, domain)
+    report = stages.imports(fmt, source, out, field_map, hook, strict, domain, id_prefix, id_from)
     for line in report.problems:
         err.print(line, markup=False, highlight=False)
     for line in report.warnings:

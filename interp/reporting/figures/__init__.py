@@ -32,6 +32,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from interp.reporting.figures.attention import attention_figure
+from interp.reporting.figures.drsr import (attention_density_figure, granularity_figure, interaction_figure,
+                                          relations_figure)
 from interp.reporting.figures.export import find_chromium, write_html, write_pngs
 from interp.reporting.figures.externalization import externalization_figure
 from interp.reporting.figures.harm import harm_figure
@@ -62,6 +64,10 @@ FIGURES = (
     FigureSpec("fig5_attention", "attention/attention.json", attention_figure),
     FigureSpec("fig6_iclr", "iclr/iclr_blocks.csv", iclr_figure),
     FigureSpec("fig7_harm", "harm/harm.json", harm_figure),
+    FigureSpec("fig8_granularity", "drsr/drsr.json", granularity_figure),
+    FigureSpec("fig9_relations", "drsr/drsr.json", relations_figure),
+    FigureSpec("fig10_interaction", "drsr/drsr.json", interaction_figure),
+    FigureSpec("fig11_attention_density", "drsr/drsr.json", attention_density_figure),
 )
 
 
@@ -71,6 +77,7 @@ RESULT_FIELDS: dict[str, tuple[str, str]] = {
     "oof_predictions.csv": ("probes.report", "OOF_FIELDS"),
     "kl_repair.json": ("patching.kl_repair", "FIELDS"),
     "harm.json": ("patching.harm", "FIELDS"),
+    "drsr.json": ("patching.drsr", "FIELDS"),
     "externalization.json": ("interp.externalization.risk", "FIELDS"),
     "interventions.json": ("interp.continuations.run", "FIELDS"),
     "attention.json": ("interp.extraction.attention_summary", "FIELDS"),
@@ -150,7 +157,8 @@ def summary(report: dict, out_dir: Path) -> str:
 
 
 __all__ = [
-    "FIGURES", "PALETTE", "TEMPLATE", "FigureSpec", "attention_figure", "externalization_figure", "find_chromium",
-    "harm_figure", "iclr_figure", "interventions_figure", "kl_repair_figure", "load_result", "make_figures",
-    "probe_figure", "RESULT_FIELDS", "result_fields", "roc_pr_figure", "summary",
+    "FIGURES", "PALETTE", "TEMPLATE", "FigureSpec", "attention_density_figure", "attention_figure",
+    "externalization_figure", "find_chromium", "granularity_figure", "harm_figure", "iclr_figure",
+    "interaction_figure", "interventions_figure", "kl_repair_figure", "load_result", "make_figures", "probe_figure",
+    "relations_figure", "RESULT_FIELDS", "result_fields", "roc_pr_figure", "summary",
 ]

@@ -1,0 +1,102 @@
+"""tau2-bench result files: ``{info, tasks, simulations}``, one trajectory per simulation.
+
+A result file is one JSON object written by ``tau2 run``: ``info`` (the
+agent, user simulator and environment: ``environment_info.domain_name``,
+``policy``, ``tool_defs``), ``tasks`` (each with ``id`` and ``user_scenario``)
+and ``simulations`` (each with ``task_id``, ``trial``, ``messages``,
+``reward_info``, ``termination_reason``). What is mapped (``data/README.md``
+lists it with what is dropped):
+
+* each simulation: one trajectory. Its ``messages`` are OpenAI-style chat
+  messages (:func:`interp.data.importers.openai.convert_messages`): assistant
+  ``tool_calls`` ``{id, name, arguments}``, tool results by their ``id``, the
+  thinking of Claude agents in ``raw_data.thinking_blocks`` (every step that
+  has it keeps it as its reasoning), ``reasoning_content`` of others;
+* the agent's greeting that opens every chat comes before the task (the
+  user's first message): dropped and counted (:class:`ChatSteps`);
+* the system prompt: ``info.environment_info.policy`` (the domain policy the
+  agent was given); tools: ``info.environment_info.tool_defs`` when written;
+* the domain: ``info.environment_info.domain_name``; the outcome:
+  ``reward_info.reward``; the task id: the simulation's ``task_id``, with
+  ``/trial-N`` when the file holds several trials;
+* ``metadata``: the simulation's ``id``, ``trial``, ``termination_reason``,
+  the agent and user models, and the task's ``user_scenario`` (when the file
+  lists the task).
+
+One problem skips its simulation only; the others of the file convert.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from interp.data.importers import openai
+from interp.data.importers.common import REASONING_JOIN, RunContext, RunProblem, expect
+
+FORMAT = "tau2"
+SIM_USED = frozenset({"task_id", "trial", "messages", "reward_info", "termination_reason", "id"})
+# documented as dropped: timings, costs, seeds; the rest of reward_info (checks behind the reward)
+SIM_KNOWN = frozenset({"timestamp", "start_time", "end_time", "duration", "agent_cost", "user_cost", "seed",
+                       "mode", "states", "ticks"})
+
+
+def looks_like(record: Any) -> bool:
+    """Sniff (``interp import auto``): an object with a ``simulations`` list and an ``info`` object."""
+    return isinstance(record, dict) and isinstance(record.get("simulations"), list) and "info" in record
+
+
+def convert(record: Any, ctx: RunContext) -> dict[str, Any]:
+    """The first simulation's trajectory (one run); :func:`convert_all` converts every one."""
+    first = convert_all(record, ctx)[0]
+    if isinstance(first, RunProblem):
+        raise first
+    return first
+
+
+def convert_all(record: Any, ctx: RunContext) -> list[dict[str, Any] | RunProblem]:
+    """Every simulation of a result file as a trajectory, or the problem that skips it."""
+    expect(record, dict, "(record)", "a tau2-bench result object with 'simulations'")
+    sims = expect(record.get("simulations"), list, "simulations", "a list of simulations")
+    if not sims:
+        raise RunProblem("simulations", "no simulations in the result file")
+    info = record.get("info") if isinstance(record.get("info"), dict) else {}
+    env = info.get("environment_info") if isinstance(info.get("environment_info"), dict) else {}
+    tasks = {str(t.get("id")): t for t in record.get("tasks") or [] if isinstance(t, dict)}
+    trials = len({s.get("trial") for s in sims if isinstance(s, dict)})
+    out: list[dict[str, Any] | RunProblem] = []
+    for i, sim in enumerate(sims):
+        try:
+            out.append(_simulation(expect(sim, dict, f"simulations[{i}]", "a simulation object"),
+                                   f"simulations[{i}]", info, env, tasks, trials > 1, ctx))
+        except RunProblem as exc:
+            out.append(exc)
+    return out
+
+
+def _simulation(sim: dict[str, Any], where: str, info: dict[str, Any], env: dict[str, Any],
+                tasks: dict[str, Any], several_trials: bool, ctx: RunContext) -> dict[str, Any]:
+    system, chat = openai.convert_messages(sim.get("messages"), f"{where}.messages", ctx)
+    ctx.unmapped(sim, where, SIM_USED, SIM_KNOWN)
+    reward_info = sim.get("reward_info") if isinstance(sim.get("reward_info"), dict) else {}
+    reward = reward_info.get("reward")
+    own_id = ctx.task_id(sim) if ctx.id_from else str(sim.get("task_id", ""))
+    if not own_id:
+        raise RunProblem(f"{where}.task_id", "expected the simulation's task id")
+    if several_trials and not ctx.id_from:
+        own_id = f"{own_id}/trial-{sim.get('trial')}"
+    task = tasks.get(str(sim.get("task_id")))
+    agent, user = info.get("agent_info") or {}, info.get("user_info") or {}
+    meta = {"simulation_id": sim.get("id"), "trial": sim.get("trial"),
+            "termination_reason": sim.get("termination_reason"),
+            "agent_llm": agent.get("llm") if isinstance(agent, dict) else None,
+            "user_llm": user.get("llm") if isinstance(user, dict) else None}
+    if isinstance(task, dict) and task.get("user_scenario") is not None:
+        meta["user_scenario"] = task["user_scenario"]
+    policy = env.get("policy") if isinstance(env.get("policy"), str) else ""
+    domain = env.get("domain_name") if isinstance(env.get("domain_name"), str) and env["domain_name"] else "unknown"
+    return {"task_id": own_id, "domain": ctx.domain or domain,
+            "system_prompt": REASONING_JOIN.join([policy, *system]) if system else policy,
+            "tools": openai.tools_of(env.get("tool_defs"), "info.environment_info.tool_defs"),
+            **chat.trajectory(f"{where}.messages"),
+            "outcome": {"reward": reward} if isinstance(reward, (int, float)) and not isinstance(reward, bool) else {},
+            "metadata": {k: v for k, v in meta.items() if v is not None}}
