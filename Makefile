@@ -52,7 +52,9 @@ test-deps:
 		(apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) || \
 		echo "test-deps: chromium/chromium-driver not installed; the browser tests will be skipped")
 
+# The type checker first (config: [tool.mypy] in pyproject.toml), then the suite.
 test: install test-deps
+	$(PY) -m mypy
 	$(PY) -m pytest -n 2 -q -ra tests
 
 clean:

@@ -62,9 +62,15 @@ from typing import Any, Protocol
 import numpy as np
 
 from interp.progress import track
-from interp.schema import fields_from_doc
+from interp.schema import Field
 
-RUN_FIELDS = fields_from_doc(__doc__, "RUN_FIELDS")
+RUN_FIELDS = (
+    Field("label", "[]", "str", "-", "which stage wrote the folder"),
+    Field("shard", "{index, count}", "object", "-", "this shard of ``count`` (0-based index)"),
+    Field("units", "[n_units]", "str", "-", "the keys of this shard, in run order"),
+    Field("all_units", "[n_all]", "str", "-", "the keys of the whole run (every shard)"),
+    Field("record", "{...}", "object", "-", "what must match across shards: settings digest and input hash"),
+)
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 STEM_CHARS = 64  # readable part of a file stem; the hash keeps stems distinct
 LOCK_NAME = ".lock"

@@ -1,9 +1,11 @@
 """Result-file schemas: one declared layout per file, owned by the module that writes it.
 
-Each writer module declares a ``FIELDS`` tuple of :class:`Field` (every
-top-level field of the file it writes), embeds ``schema_dict(FIELDS)`` as the
-file's ``"schema"`` entry and pastes ``schema_table(FIELDS)`` into its module
-docstring (a unit test keeps the two equal). Readers call
+Each writer module declares a ``FIELDS`` tuple of :class:`Field` in code
+(every top-level field of the file it writes; never parsed from a docstring,
+so ``python -OO`` imports it), embeds ``schema_dict(FIELDS)`` as the file's
+``"schema"`` entry and pastes ``schema_table(FIELDS)`` into its module
+docstring for ``help()`` (``tests/reporting/test_schema.py`` finds every
+declaration and keeps the two equal). Readers call
 ``check(doc, FIELDS, file)`` on load, so a file that does not match fails
 with the file and the field named.
 
@@ -72,36 +74,6 @@ def schema_table(fields: Iterable[Field]) -> str:
                 raise ValueError(f"field {f.name!r}: a table cell may not hold '|' or a newline: {cell!r}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def fields_from_doc(doc: str | None, label: str) -> tuple[Field, ...]:
-    """The fields of the Markdown table that follows the docstring line naming ````label```` (its one home).
-
-    Writers declare their layout once, as the table in their module
-    docstring (what a reader sees in ``help()``), and take ``FIELDS`` from it:
-    ``FIELDS = fields_from_doc(__doc__, "FIELDS")``.
-    """
-    lines = (doc or "").splitlines()
-    marker = f"``{label}``"
-    start = next((i for i, line in enumerate(lines) if marker in line and not line.startswith("|")), None)
-    if start is None:
-        raise ValueError(f"no line naming {marker} before a field table in the docstring")
-    rows = []
-    for line in lines[start + 1:]:
-        if not line.strip() and not rows:
-            continue
-        if not line.startswith("|"):
-            break
-        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
-    if len(rows) < 3 or rows[0] != ["name", "shape", "dtype", "units", "meaning"]:
-        raise ValueError(f"the table after {marker} needs the header | name | shape | dtype | units | meaning |")
-    fields = []
-    for cells in rows[2:]:
-        if len(cells) != 5:
-            raise ValueError(f"{marker}: table row {cells[0]!r} has {len(cells)} cells, expected 5")
-        name, shape, dtype, units, meaning = cells
-        fields.append(Field(name.strip("`"), shape.strip("`"), dtype, units, meaning))
-    return tuple(fields)
 
 
 def schema_dict(fields: Iterable[Field]) -> dict[str, dict[str, str]]:

@@ -41,14 +41,28 @@ from interp.data.deletions import UNIT_KINDS, history_units, parse_unit_kinds
 from interp.data.render import Rendered
 from interp.data.trajectory import Trajectory
 from interp.sensor.limits import DEFAULT_MAX_TOKENS
-from interp.schema import fields_from_doc, schema_dict
+from interp.schema import Field, schema_dict
 from interp.sensor.forward import Outputs, Plan
 from patching.granularity import UNSAFE, granularity
 from patching.harm import MARGIN, boundary_harm
 from patching.interaction import attention_density, interaction_structure
 from patching.relations import PROJ_DIM, Capture, capture_plan, captured, projection, relations_by_layer
 
-FIELDS = fields_from_doc(__doc__, "FIELDS")
+FIELDS = (
+    Field('schema', '{...}', 'object', '-', 'this table: {field: {shape, dtype, units, doc}}'),
+    Field('units', '[n_kinds]', 'str', '-', 'the unit kinds candidates were drawn from (UNIT_KINDS order)'),
+    Field('margin', '[]', 'float', 'nats/token', 'the primary pair-ordering margin'),
+    Field('unsafe_threshold', '[]', 'float', 'nats/token', 'a deletion with harm above this is unsafe (granularity, attention density)'),
+    Field('proj_dim', '[]', 'int or null', 'dims', 'stored representation size (null: d_model, not projected)'),
+    Field('relation_layer', '[]', 'int', '0-based layer', 'the layer of the margin curve and of the semantic overlap'),
+    Field('granularity', '{unsafe_threshold, step_range, block_range, n_unsafe_parents, n_unsafe_parents_with_safe_child, unsafe_parent_safe_child_fraction, steps}', 'object', 'harm: nats/token', 'step_range / block_range: {median, ci, n_states} of the within-state range of singleton harms (ci: 95% task bootstrap, null with < 3 tasks); the fraction of unsafe steps (harm > threshold) with a safe block (harm <= threshold); steps: [{task_id, after_step, step, position, harm, unsafe, min_child_harm, n_children, safe_child}]'),
+    Field('relations', '{n_sets, n_tasks, layers, families, margin_curve}', 'object', 'accuracy: fraction', 'families: {relation, block, mismatched, state, surface: [{layer, pair_accuracy, ci, n_pairs}]} (one row per captured layer; surface one row, layer null); margin_curve: {layer, margins [nats/token], accuracy: {sum, mean, max, min, <family>: [per margin]}}'),
+    Field('interaction', '{head_threshold, semantic_bins, by_size, by_composition, by_semantic, by_heads, by_span, sets}', 'object', 'interaction: nats/token', 'by_*: [{group, mean_interaction, ci, n_sets, n_tasks}]; sets: [{task_id, size, composition, semantic, heads, span, interaction}]'),
+    Field('attention_density', '{unsafe_threshold, layers, candidates}', 'object', 'attention mass per token', 'layers: [{layer, selected: {mean, n}, retained: {mean, n}}]; candidates: [{task_id, after_step, unit, harm, selected, density [per attention layer]}]'),
+    Field('boundaries', '[n_boundaries] of {task_id, after_step, target_tokens, nll_full, n_sets}', 'object', 'nats/token', 'the boundaries analysed (their harm records and representations are in the parts)'),
+    Field('skipped', '[n_skipped] of {task_id, after_step, n_tokens, reason}', 'object', 'n_tokens: tokens', 'boundaries not run (over max_tokens)'),
+    Field('model', '{...}', 'object or null', '-', "the sensor's describe()"),
+)
 
 
 def boundary_record(sensor: Any, traj: Trajectory, b: int, max_k: int = 3, budget: int = 10, seed: int = 0,

@@ -84,13 +84,41 @@ import numpy as np
 from interp.data.deletions import (DRSR_UNIT_KINDS, UNIT_KINDS, Unit, delete_units, history_units, parse_unit_kinds,
                                    units_overlap)
 from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit, skip_record
-from interp.schema import fields_from_doc, schema_dict
+from interp.schema import Field, schema_dict
 from interp.sensor.forward import Outputs, Plan
 from interp.sensor.prefix import Branch, run_branches
 from interp.data.render import Rendered, render
 from interp.data.trajectory import Trajectory
+from interp.sensor.protocol import Sensor
 
-FIELDS = fields_from_doc(__doc__, "FIELDS")
+FIELDS = (
+    Field("schema", "{...}", "object", "-", "this table: {field: {shape, dtype, units, doc}}"),
+    Field("units", "[n_kinds]", "str", "-",
+          "the unit kinds the candidate sets were drawn from (reasoning, observation, tool_exchange, step), in "
+          "that order"),
+    Field("cardinalities", "[n_cardinalities]", "int", "units per set", "the set sizes measured (1 = singletons)"),
+    Field("margin", "[]", "float", "nats/token",
+          "pairs of sets whose exact harms differ by less than this are not counted in pair_accuracy"),
+    Field("aggregates", "[n_aggregates] of {aggregator, cardinality, n_sets, n_pairs, pair_accuracy, mae}", "object", "accuracy: fraction; mae: nats/token",
+          'one row per aggregator (sum, mean, max, min) and cardinality ("2", "3", ... and "all" = sets of '
+          "size >= 2): n_sets with all singletons measured, n_pairs counted at the margin, pair_accuracy (null "
+          "without a counted pair), mae of predicting set harm by the aggregate of singleton harms (null "
+          "without sets)"),
+    Field("per_cardinality", "{k: {mean_interaction, n_sets, mae_pairwise, n_pairwise}}", "object", "interaction, mae: nats/token",
+          "per set size k >= 2 (keys are strings): mean interaction over sets (null without sets), n_sets "
+          "(sets with an interaction); for k = 3 mae_pairwise of the reconstruction from singletons plus "
+          "pairwise interactions over the n_pairwise triples with all three pairs measured (null otherwise)"),
+    Field("boundaries", "[n_boundaries] of {task_id, after_step, units, target, target_tokens, nll_full, sets}", "object", "nats/token",
+          "one boundary_harm record per boundary: units = kinds drawn from; target = the recorded next output "
+          "y (text) and target_tokens its token count; nll_full = NLL(y given H); sets = [{members: [[kind, "
+          "step, index], ...], tokens_removed, nll, harm, interaction}] (index null for a step unit), harm = "
+          "NLL(y given H minus A) - NLL(y given H), interaction = harm - sum of its singleton harms (null for "
+          "singletons)"),
+    Field("skipped", "[n_skipped] of {task_id, after_step, n_tokens, reason}", "object", "n_tokens: tokens",
+          "boundaries not run: the teacher-forced render (n_tokens) exceeds max_tokens or the model's "
+          "positions; in no aggregate"),
+    Field("model", "{...}", "object or null", "-", "the sensor's describe() (null when not given)"),
+)
 MARGIN = 0.020  # nats/token: the reference study's pair-ordering margin
 DRSR_MAX_K = 4  # DRSR reports sets up to 4 units
 DEFAULT_BUDGET = 10  # sampled sets per cardinality >= 2
@@ -195,7 +223,7 @@ def candidate_sets(traj: Trajectory, b: int, max_k: int = DRSR_MAX_K, budget: in
     return sets
 
 
-def set_harms(sensor: Any, traj: Trajectory, b: int, sets: list[tuple[Unit, ...]],
+def set_harms(sensor: Sensor, traj: Trajectory, b: int, sets: list[tuple[Unit, ...]],
               share_prefix: bool = True, target: tuple[Any, int, int] | None = None,
               capture: tuple[Plan, Outputs] | None = None) -> tuple[float, list[SetHarm]]:
     """``NLL(y | H)`` and the harm of every set at boundary ``b`` (b < n_steps).
@@ -247,7 +275,7 @@ def set_harms(sensor: Any, traj: Trajectory, b: int, sets: list[tuple[Unit, ...]
     return nll_full, results
 
 
-def boundary_harm(sensor: Any, traj: Trajectory, b: int, max_k: int = DRSR_MAX_K, budget: int = DEFAULT_BUDGET,
+def boundary_harm(sensor: Sensor, traj: Trajectory, b: int, max_k: int = DRSR_MAX_K, budget: int = DEFAULT_BUDGET,
                   seed: int = 0, units: Sequence[str] = DRSR_UNIT_KINDS,
                   max_tokens: int = DEFAULT_MAX_TOKENS,
                   capture: Callable[[Rendered, int], tuple[Plan, Outputs]] | None = None) -> dict[str, Any]:

@@ -138,9 +138,10 @@ import torch
 
 from interp.data.conditions import apply_condition
 from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit, skip_record
-from interp.schema import fields_from_doc, schema_dict
+from interp.schema import Field, schema_dict
 from interp.sensor.forward import Plan, logit_dtype, run_plan
 from interp.sensor.hooks import hook_name
+from interp.sensor.protocol import Sensor
 from interp.stats import task_bootstrap_ci
 from interp.data.render import Rendered, render
 from interp.data.trajectory import Trajectory
@@ -150,7 +151,49 @@ MIN_KL = 1e-6  # nats: the floor of the exclusion threshold
 NOISE_FACTOR = 10.0  # a boundary is kept when d > max(MIN_KL, NOISE_FACTOR x its measured noise)
 DTYPE_NOISE_C = 4.0  # d_threshold = max(MIN_KL, C x eps(dtype) x sqrt(d_model)); see the module docstring
 
-FIELDS = fields_from_doc(__doc__, "FIELDS")
+FIELDS = (
+    Field("schema", "{...}", "object", "-", "this table: {field: {shape, dtype, units, doc}}"),
+    Field("condition", "[]", "str", "-", "history condition of the deleted run (P_del)"),
+    Field("model", "{...}", "object", "-", "the sensor's describe(): spec, revision, n_layers, layer_types, ..."),
+    Field("method", "[]", "str", "-", "fast or reference (same numbers within 1e-4)"),
+    Field("n_positions", "[]", "int", "tokens", "patched tail length (1 = the boundary token)"),
+    Field("sites", "[n_sites]", "str", "-", "patched sites as site.layer, e.g. resid_pre.12"),
+    Field("site", "[n_kinds]", "str", "-", "distinct site kinds among sites, sorted"),
+    Field("layers", "[n_sites]", "int", "layer index", "layer of each site"),
+    Field("full_attention_layers", "[n_full]", "int", "layer index", "the model's full-attention layers"),
+    Field("repair_mean", "[n_sites]", "float", "unitless",
+          "mean over kept samples of 1 - KL(P_full ‖ P_patch) / KL(P_full ‖ P_del); empty when no sample is "
+          "kept"),
+    Field("repair_ci", "[n_sites, 2]", "float or null", "unitless",
+          "95% task-level bootstrap CI [lo, hi] of repair_mean; null entries when no sample is kept"),
+    Field("repair_median", "[n_sites]", "float", "unitless",
+          "median over kept samples of the per-sample Repair; empty when no sample is kept"),
+    Field("repair_ratio", "[n_sites]", "float", "unitless",
+          "ratio of sums over kept samples: 1 - sum KL(P_full ‖ P_patch) / sum d (each boundary weighted by "
+          "d); empty when no sample is kept"),
+    Field("top1_mean", "[n_sites]", "float", "fraction",
+          "fraction of kept samples whose patched argmax equals the full-history argmax; empty when none kept"),
+    Field("d_threshold", "[]", "float", "nats",
+          "the formula bound max(MIN_KL, C x eps(dtype) x sqrt(d_model)) (module docstring): a sanity figure, not the exclusion rule; a threshold given to summarize replaces the measured-noise rule"),
+    Field("d_threshold_rule", "[]", "str", "-",
+          "how d_threshold was derived, with the numbers put in"),
+    Field("exclusion_rule", "[]", "str", "-",
+          "the rule applied: d > max(MIN_KL, NOISE_FACTOR x noise) per boundary, with the numbers put in (or the given threshold)"),
+    Field("noise_median", "[]", "float or null", "nats",
+          "median over run boundaries of the measured noise KL(P_full ‖ P_null); null without rows"),
+    Field("noise_max", "[]", "float or null", "nats",
+          "largest measured noise over run boundaries; null without rows"),
+    Field("n_samples", "[]", "int", "samples",
+          "kept samples: d = KL(P_full ‖ P_del) above their noise_threshold"),
+    Field("n_excluded", "[]", "int", "samples",
+          "samples with d <= noise_threshold (left out of every summary)"),
+    Field("excluded", "[n_excluded]", "str", "-", "the excluded samples as task_id@after_step"),
+    Field("skipped", "[n_skipped] of {task_id, after_step, n_tokens, reason}", "object", "n_tokens: tokens",
+          "boundaries not run because a render (full, deleted or donor) exceeds max_tokens or the model's "
+          "positions; n_tokens = the longer of the full and deleted renders; in no summary"),
+    Field("per_sample", "[n_rows] of {task_id, after_step, d, noise, noise_threshold, kl_patch, repair, top1, n_tokens_full, n_tokens_deleted, excluded}", "object", "d, noise, noise_threshold, kl_patch: nats; repair: unitless; n_tokens: tokens",
+          "every sample: d = KL(P_full ‖ P_del) (float32 arithmetic), noise = KL(P_full ‖ P_null) (null patch), noise_threshold = max(MIN_KL, NOISE_FACTOR x noise), kl_patch = KL(P_full ‖ P_patch) per site, repair and top1 per site (repair null when excluded), render lengths"),
+)
 
 
 def default_sites(n_layers: int, site: str = "resid_pre",
@@ -215,7 +258,7 @@ class BoundaryRepair:
     skipped: str = ""  # why the boundary was not run (over the context limit); "" when it was
 
 
-def boundary_renders(sensor: Any, traj: Trajectory, condition: str, boundaries: list[int],
+def boundary_renders(sensor: Sensor, traj: Trajectory, condition: str, boundaries: list[int],
                      params: dict[str, Any] | None = None) -> tuple[dict[int, Rendered], dict[int, Rendered]]:
     """The full and the ``condition`` render at each boundary: the two runs KL Repair compares."""
     tok, params = sensor.tokenizer, params or {}
@@ -231,7 +274,7 @@ def _check_tail(full: Rendered, deleted: Rendered, n: int) -> None:
 
 
 def kl_repair_trajectory(
-    sensor: Any,
+    sensor: Sensor,
     traj: Trajectory,
     condition: str,
     sites: list[tuple[str, int]],
@@ -300,7 +343,7 @@ def kl_repair_trajectory(
     return [results[b] for b in boundaries]
 
 
-def bridge_hook_name(sensor: Any, site: str, layer: int) -> str:
+def bridge_hook_name(sensor: Sensor, site: str, layer: int) -> str:
     """The bridge's own hook for a site: residuals by TL name, attention/MLP outputs at their module's ``hook_out``."""
     if site in ("resid_pre", "resid_post"):
         return hook_name(site, layer)
@@ -310,7 +353,7 @@ def bridge_hook_name(sensor: Any, site: str, layer: int) -> str:
     return f"blocks.{layer}.{mixer}.hook_out"
 
 
-def _reference_boundary(sensor: Any, full: Rendered, donor: Rendered, deleted: Rendered,
+def _reference_boundary(sensor: Sensor, full: Rendered, donor: Rendered, deleted: Rendered,
                         sites: list[tuple[str, int]], n_pos: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(P_full, P_del, P_patch per site)`` the TransformerLens way: whole bridge forwards, one per site."""
     bridge = sensor.bridge
@@ -372,7 +415,7 @@ def _score(task_id: str, b: int, p_full: torch.Tensor, p_del: torch.Tensor, p_pa
     return out
 
 
-def summarize(rows: list[BoundaryRepair], sites: list[tuple[str, int]], condition: str, sensor: Any,
+def summarize(rows: list[BoundaryRepair], sites: list[tuple[str, int]], condition: str, sensor: Sensor,
               method: str, n_positions: int, n_boot: int = 1000, threshold: float | None = None) -> dict[str, Any]:
     """The ``kl_repair.json`` document (``FIELDS``, table in the module docstring); pure: no model is run.
 

@@ -38,10 +38,11 @@ from typing import Any
 
 import torch
 
-from interp.sensor.api import token_ids
+from interp.sensor.api import token_batch
 from interp.sensor.forward import Plan, Snapshot
 from interp.sensor.kernels.variants import run_variants
 from interp.sensor.prefix import Branch, run_branches
+from interp.sensor.protocol import Sensor
 
 Metric = Callable[[torch.Tensor], "float | torch.Tensor"]
 FINAL = "ln_final.hook_out"  # the final norm's output: the source's own logits are its unembedding
@@ -80,7 +81,7 @@ class PairRun:
     departure: int
 
 
-def patched_logits(sensor: Any, prefix: Snapshot, tail_ids: list[int],
+def patched_logits(sensor: Sensor, prefix: Snapshot, tail_ids: list[int],
                    patches: list[dict[str, torch.Tensor]]) -> torch.Tensor:
     """Float32 logits ``[S, vocab]`` at the last tail token of S variants that continue ``prefix`` (one batch)."""
     return run_variants(sensor, prefix.cache, prefix.length, tail_ids, patches, log_probs=False)
@@ -102,7 +103,7 @@ def _source_branch(key: Hashable, ids: list[int], names: list[str], k: int, own:
     return Branch(key, ids, plan)
 
 
-def patch_pairs(sensor: Any, pairs: Sequence[Pair], groups: Sequence[Sequence[str]],
+def patch_pairs(sensor: Sensor, pairs: Sequence[Pair], groups: Sequence[Sequence[str]],
                 positions: int = 1) -> Iterator[PairRun]:
     """The generic patch: for each pair, its source's distribution and its target's variants (module docstring).
 
@@ -136,7 +137,7 @@ def patch_pairs(sensor: Any, pairs: Sequence[Pair], groups: Sequence[Sequence[st
                             acts[key], groups, k)
 
 
-def _variants(sensor: Any, pair: Pair, target: Any, source: Any, acts: dict[tuple[str, int], torch.Tensor],
+def _variants(sensor: Sensor, pair: Pair, target: Any, source: Any, acts: dict[tuple[str, int], torch.Tensor],
               groups: Sequence[Sequence[str]], k: int) -> PairRun:
     patches = [{n: torch.stack([acts[(n, i)] for i in range(k)]) for n in g} for g in groups]
     variants = patched_logits(sensor, target.cache, pair.target[-k:], [{}] + patches)
@@ -144,21 +145,41 @@ def _variants(sensor: Any, pair: Pair, target: Any, source: Any, acts: dict[tupl
     return PairRun(pair.key, source.logprobs[n - 1], source.captures[FINAL], variants, target.departure)
 
 
-def patch(sensor: Any, source: Any, target: Any, sites: Sequence[str | Sequence[str]], positions: int = 1,
-          metric: Metric | None = None) -> PatchResult:
+def patch(sensor: Sensor, source: Any, target: Any, sites: Sequence[str | Sequence[str]], positions: int = 1,
+          metric: Metric | None = None) -> PatchResult | list[PatchResult]:
     """Patch ``sites`` of the source run into the target run's last ``positions`` tokens; ``metric`` on each (module doc).
 
-    ``source``/``target``: token lists, tensors, ``Rendered`` or strings.
-    ``metric`` defaults to the log-probability of the source's top token.
+    ``source``/``target``: token lists, tensors, ``Rendered`` or strings, or a batch of rows of different lengths
+    (what ``sensor.run_with_cache`` takes: lists of rows, ``[b, n]`` tensors with trailing pads); a batch gives one
+    :class:`PatchResult` per row (one source row is used for every target row). All rows are pairs of one
+    :func:`patch_pairs` run. ``metric`` defaults to the log-probability of each source's top token.
     """
-    src = token_ids(sensor, source)[0].tolist()
-    tgt = token_ids(sensor, target)[0].tolist()
+    srcs, tgts = _rows(sensor, source), _rows(sensor, target)
+    if len(srcs) == 1 and len(tgts) > 1:
+        srcs = srcs * len(tgts)
+    if len(srcs) != len(tgts):
+        raise ValueError(f"source: {len(srcs)} rows for {len(tgts)} target rows (give as many, or one source)")
     k = int(positions)
-    if not (1 <= k <= len(src) and k < len(tgt)):
-        raise ValueError(f"positions: {k} tail tokens do not fit (source {len(src)}, target {len(tgt)} tokens; "
-                         "the target needs at least one token before its tail)")
+    for i, (src, tgt) in enumerate(zip(srcs, tgts)):
+        if not (1 <= k <= len(src) and k < len(tgt)):
+            row = f" (row {i})" if len(tgts) > 1 else ""
+            raise ValueError(f"positions: {k} tail tokens do not fit{row} (source {len(src)}, target {len(tgt)} "
+                             "tokens; the target needs at least one token before its tail)")
     groups = _groups(sites)
-    run = next(patch_pairs(sensor, [Pair(None, src, tgt)], groups, k))
+    runs = {run.key: run for run in patch_pairs(sensor, [Pair(i, s, t) for i, (s, t) in enumerate(zip(srcs, tgts))],
+                                                 groups, k)}
+    results = [_result(sensor, runs[i], groups, metric) for i in range(len(tgts))]
+    return results if len(tgts) > 1 else results[0]
+
+
+def _rows(sensor: Sensor, tokens: Any) -> list[list[int]]:
+    """Each row's real tokens (``interp.sensor.api.token_batch``: one sequence or a padded or ragged batch)."""
+    ids, lengths = token_batch(sensor, tokens)
+    return [ids[i, :n].tolist() for i, n in enumerate(lengths)]
+
+
+def _result(sensor: Sensor, run: PairRun, groups: Sequence[Sequence[str]], metric: Metric | None) -> PatchResult:
+    """One pair's :class:`PatchResult`: the metric on its source, its unpatched target and each variant."""
     with torch.inference_mode():
         src_logits = sensor.hf_model.get_output_embeddings()(run.source_final)
     logits = torch.cat([src_logits.to(run.variants.dtype)[None], run.variants])

@@ -37,7 +37,7 @@ from scipy.stats import rankdata
 from sklearn.metrics import average_precision_score, balanced_accuracy_score, roc_auc_score
 from threadpoolctl import threadpool_limits
 
-from interp.stats import task_resamples
+from interp.stats import percentile_ci, task_resamples
 from probes.config import ProbeConfig, ProbeParams
 from probes.data import CandidateKey, FeatureSet
 from probes.estimator import LinearProbe
@@ -246,5 +246,4 @@ def _candidate_cis(fs: FeatureSet, scores: np.ndarray, config: ProbeConfig) -> l
             draws.append((ranks[:, y].sum(axis=1) - n_pos * (n_pos + 1) / 2) / (n_pos * (y.size - n_pos)))
     if not draws:
         return [None] * len(scores)
-    lo, hi = np.percentile(np.array(draws), [2.5, 97.5], axis=0)
-    return [[float(a), float(b)] for a, b in zip(lo, hi)]
+    return [[float(a), float(b)] for a, b in percentile_ci(np.array(draws), 0.95)]

@@ -80,7 +80,7 @@ import sklearn
 from sklearn.metrics import average_precision_score
 
 from interp.io import atomic_write_bytes
-from interp.schema import fields_from_doc, schema_dict
+from interp.schema import Field, schema_dict
 from probes import __version__
 from probes.baselines import BaselineComparison, compare_baselines, estimate_summary
 from probes.config import ProbeConfig
@@ -92,8 +92,92 @@ from probes.stats import (STATISTICS, BootstrapResult, PermutationResult, contro
 
 SCHEMA_VERSION = 1
 
-FIELDS = fields_from_doc(__doc__, "FIELDS")
-OOF_FIELDS = fields_from_doc(__doc__, "OOF_FIELDS")
+FIELDS = (
+    Field("auroc", "[]", "float", "unitless, [0, 1]",
+          "pooled out-of-fold ROC AUC of the task-level nested CV (headline)"),
+    Field("auroc_ci", "[2]", "float or null", "unitless",
+          "[low, high] 95% task-level percentile bootstrap CI of auroc; null if n_boot = 0"),
+    Field("ap", "[]", "float", "unitless, [0, 1]",
+          "pooled out-of-fold average precision; chance = n_positive / n_samples"),
+    Field("ap_ci", "[2]", "float or null", "unitless", "[low, high] 95% task-level percentile bootstrap CI of ap"),
+    Field("balanced_accuracy", "[]", "float", "fraction",
+          "pooled out-of-fold balanced accuracy, each fold at its own inner-selected threshold"),
+    Field("bootstrap_n_used", "[]", "int", "resamples", "bootstrap resamples with both classes (others skipped)"),
+    Field("permutation_statistic", "[]", "str or null", "-",
+          "what both permutation p-values test (config permutation = fixed: max over candidates of the fixed "
+          "probe's grouped-CV AUROC; nested: the headline nested-CV AUROC, nested CV rerun per permutation); "
+          "null if n_perm = 0"),
+    Field("permutation_p", "[]", "float or null", "probability",
+          "(1 + #null >= observed) / (1 + n_valid) of permutation_statistic under the across-task null (each "
+          "task gets another task's positive rate at random boundaries: task clustering kept, position "
+          "structure destroyed); null if n_perm = 0"),
+    Field("permutation_p_min", "[]", "float or null", "probability",
+          "smallest p the across-task test could give, 1 / (1 + n_valid) (n_valid: permutations in permutation_null); null if n_perm = 0"),
+    Field("permutation_observed", "[]", "float or null", "AUROC", "the permutation statistic on the real labels"),
+    Field("permutation_null", "[n_perm]", "float", "AUROC",
+          "the statistic for each permuted label vector of the across-task null"),
+    Field("permutation_p_position", "[]", "float or null", "probability",
+          "p of the same statistic under the position-keeping null (whole label sequences, in after_step "
+          "order, swapped between tasks with equal numbers of boundaries); null if n_perm = 0"),
+    Field("permutation_null_position", "[n_perm_position]", "float", "AUROC",
+          "the statistic for each label vector of the position-keeping null"),
+    Field("permutation_position_fixed_tasks", "[]", "int", "tasks",
+          "tasks alone in their length stratum, which keep their own labels under the position-keeping null"),
+    Field("permutation_n_failed", "[]", "int", "permutations",
+          "permuted label vectors (both nulls) whose nested CV could not run, left out of the nulls (nested "
+          "only)"),
+    Field("control_auroc", "[]", "float", "AUROC",
+          "nested-CV AUROC on control labels (real labels shuffled across samples); expected ~0.5"),
+    Field("selectivity", "[]", "float", "AUROC points", "auroc - control_auroc"),
+    Field("n_samples", "[]", "int", "samples", "labelled samples (boundaries) used"),
+    Field("n_tasks", "[]", "int", "tasks", "distinct task_ids among them"),
+    Field("n_positive", "[]", "int", "samples", "samples with y = 1"),
+    Field("nuisance_features", "[n_nuisance]", "str", "-",
+          "position/length features of the baseline (probes.baselines.NUISANCE_FEATURES present in the "
+          "samples); empty: no baseline"),
+    Field("gain", "{...}", "object or null", "AUROC / AP points",
+          "probe minus baseline on the same out-of-fold samples: {auroc, auroc_ci, ap, ap_ci, n_used}; CIs "
+          "from a task bootstrap drawing the same tasks for both; null when no baseline ran"),
+    Field("baseline", "{...}", "object or null", "unitless",
+          "nested CV of the nuisance-only probe (same folds and search): {auroc, auroc_ci, ap, ap_ci, "
+          "balanced_accuracy, folds}"),
+    Field("probe_plus_baseline", "{...}", "object or null", "unitless",
+          "nested CV of every hidden-state candidate with the scaled nuisance block appended: {auroc, "
+          "auroc_ci, ap, ap_ci, balanced_accuracy, folds}"),
+    Field("n_excluded", "[]", "int", "samples", "samples left out: missing label (y = -1) or undefined target"),
+    Field("excluded", "[n_excluded]", "str", "-", "their sample_ids"),
+    Field("n_excluded_final", "[]", "int", "samples",
+          "of those, final boundaries (after_step = n_steps): no later step, so the target is undefined (never "
+          "labelled 0)"),
+    Field("excluded_final", "[n_excluded_final]", "str", "-", "their sample_ids"),
+    Field("candidates", "[n_candidates, 2]", "any", "-",
+          "[layer, pooling] feature candidates searched, in selection order (ties go to the earlier)"),
+    Field("folds", "[n_folds] of {fold, test_tasks, n_train, n_test, layer, pooling, standardize, pca, C, threshold, inner_auroc, auroc, n_inner_skipped}", "object", "threshold: log-odds; auroc: unitless",
+          "per outer fold: chosen layer, pooling, standardize, pca (requested components or null), C (inverse "
+          "L2 strength), threshold, inner_auroc (mean inner AUROC of the chosen configuration), auroc (null if "
+          "one class), n_inner_skipped (inner folds without both classes)"),
+    Field("layer_curve", "{pooling: {layers, auroc, auroc_ci}}", "object", "AUROC",
+          "DESCRIPTIVE, not the headline: pooled out-of-fold AUROC of the fixed probe (config "
+          "fixed_standardize, no PCA, fixed_C) per candidate under the outer grouped folds, no selection; "
+          "auroc_ci: 95% task-bootstrap CI per point ([lo, hi] or null)"),
+    Field("config", "{...}", "object", "-", "the ProbeConfig of the run"),
+    Field("elapsed_s", "{phase: seconds}", "object", "s",
+          "wall-clock seconds per phase (nested_cv, bootstrap, baselines, permutation_and_layer_curve, "
+          "control_task)"),
+    Field("schema_version", "[]", "int", "-", "version of this layout"),
+    Field("code_version", "[]", "str", "-", "version of the probes package"),
+    Field("sklearn_version", "[]", "str", "-", "scikit-learn version used"),
+    Field("schema", "{...}", "object", "-", "this table: {field: {shape, dtype, units, doc}}"),
+)
+OOF_FIELDS = (
+    Field("sample_id", "[n_samples]", "str", "-", "the labelled sample"),
+    Field("task_id", "[n_samples]", "str", "-", "its task (the CV group)"),
+    Field("y", "[n_samples]", "int", "0/1", "the label"),
+    Field("score", "[n_samples]", "float", "log-odds", "held-out score of the sample's outer fold"),
+    Field("fold", "[n_samples]", "int", "-", "outer fold index"),
+    Field("threshold", "[n_samples]", "float", "log-odds", "that fold's inner-selected cut"),
+    Field("pred", "[n_samples]", "int", "0/1", "score >= threshold"),
+)
 SCHEMA = schema_dict(FIELDS)
 
 

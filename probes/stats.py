@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from joblib import Parallel, delayed
 
-from interp.stats import task_resamples
+from interp.stats import percentile_ci, task_resamples
 from probes.config import ProbeConfig
 from probes.data import FeatureSet
 from probes.nested_cv import NestedCVResult, run_nested_cv
@@ -121,8 +121,7 @@ def _task_percentile_cis(y: np.ndarray, groups: np.ndarray, statistic: Callable[
             continue
         for name, value in statistic(rows).items():
             values.setdefault(name, []).append(value)
-    tail = (1 - level) / 2
-    cis = {name: [float(q) for q in np.quantile(values[name], [tail, 1 - tail])] if values.get(name) else None
+    cis = {name: [float(q) for q in percentile_ci(values[name], level)] if values.get(name) else None
            for name in names}
     return cis, skipped
 

@@ -44,9 +44,9 @@ fires no ``reasoning_surge``.
 
 Every evidence entry names the later ``step`` (1-based) and the ``cue``
 that fired (the tool for a re-issued call, the length comparison for a
-surge, the cue phrase for replanning). The replanning cues (``REPLAN_CUES``
-is read from this table, so it is their one home; a unit test checks that
-each example fires its cue):
+surge, the cue phrase for replanning). The replanning cues (``REPLAN_CUES``;
+a unit test checks that this table shows them and that each example fires
+its cue):
 
 | cue | example reasoning that fires it |
 |---|---|
@@ -97,25 +97,48 @@ from typing import Any
 from interp.data.labels import agreement, annotation_labels, final_boundaries, read_labels_csv, write_labels_csv
 from interp.data.trajectory import Trajectory, load_trajectories
 from interp.io import atomic_write_json
-from interp.schema import fields_from_doc, schema_dict
+from interp.schema import Field, schema_dict
 
-FIELDS = fields_from_doc(__doc__, "FIELDS")
+FIELDS = (
+    Field("schema", "{...}", "object", "-", "this table: {field: {shape, dtype, units, doc}}"),
+    Field("config", "{...}", "object", "-",
+          "the labeler's settings: window (later steps inspected; null = the rest of the trajectory), "
+          "surge_factor, cues"),
+    Field("agreement", "{...}", "object", "-",
+          "rule labels vs the reference on their shared defined boundaries: n, kappa (Cohen's), confusion "
+          "(rows reference 0/1, columns rule 0/1)"),
+    Field("n_labelled", "[]", "int", "boundaries",
+          "boundaries with a defined rule label (every boundary but each trajectory's last)"),
+    Field("n_positive", "[]", "int", "boundaries", "labelled boundaries with y = 1"),
+    Field("labels", "[n_labelled] of {task_id, after_step, y, evidence}", "object", "-",
+          "every labelled boundary: y (0/1) and evidence, one entry per rule firing: {rule, step, cue, ...}"),
+    Field("n_undefined", "[]", "int", "boundaries", "boundaries left without a label (nothing follows them)"),
+    Field("undefined", "[n_undefined] of {task_id, after_step, reason}", "object", "-",
+          "the boundaries left without a label, with why; absent from the CSV and from agreement"),
+)
 
 
-def _cue_table(doc: str | None) -> tuple[tuple[str, str], ...]:
-    """``(cue, example)`` rows of the docstring's ``| cue | example ... |`` table (the cues' one home)."""
-    lines = (doc or "").splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("| cue | example"))
-    rows = []
-    for line in lines[start + 2:]:
-        if not line.startswith("|"):
-            break
-        cue, example = (cell.strip() for cell in line.strip().strip("|").split("|"))
-        rows.append((cue.strip("`"), example))
-    return tuple(rows)
-
-
-REPLAN_CUE_EXAMPLES = _cue_table(__doc__)
+# The replanning cues and an example each fires on (their one home; the docstring's table shows them and a
+# unit test keeps the two equal).
+REPLAN_CUE_EXAMPLES: tuple[tuple[str, str], ...] = (
+    ("re-plan", "I should re-plan: the API has no batch endpoint."),
+    ("replan", "Time to replan around the missing dependency."),
+    ("let me reconsider", "Let me reconsider the parser design."),
+    ("i need to reconsider", "I need to reconsider which table holds the totals."),
+    ("wait,", "Wait, the config lives in setup.cfg, not pyproject."),
+    ("actually,", "Actually, the failing test is in utils."),
+    ("going back to", "Going back to the original error message."),
+    ("change of plan", "Change of plan: patch the caller instead."),
+    ("new plan", "New plan: read the logs first."),
+    ("that didn't work", "That didn't work; the import still fails."),
+    ("that did not work", "That did not work, the cache is stale."),
+    ("start over", "I will start over with a clean checkout."),
+    ("different approach", "A different approach: bisect the commits."),
+    ("instead, i", "Instead, I will mock the network call."),
+    ("my earlier assumption", "My earlier assumption about the encoding was wrong."),
+    ("i was wrong", "I was wrong about the off-by-one."),
+    ("revisit", "Revisit the schema before writing the migration."),
+)
 REPLAN_CUES = tuple(cue for cue, _ in REPLAN_CUE_EXAMPLES)
 UNDEFINED_FINAL = "final boundary: no later step, so future necessity is undefined"
 

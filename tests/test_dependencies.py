@@ -43,6 +43,7 @@ INDIRECT = {  # runtime dependencies used without an import of their own
 }
 TOOLS = {  # dev entries run as commands or plugins, not imported
     "pytest-xdist": "pytest -n (make test)",
+    "mypy": "the type checker make test runs before pytest ([tool.mypy] in pyproject.toml)",
     "ipykernel": "the kernel nbclient starts to execute the notebooks",
 }
 

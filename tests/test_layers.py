@@ -22,12 +22,12 @@ LAYERS = (
     ("interp.data", 1),
     ("interp.sensor", 2),
     ("interp.extraction", 3),
-    ("interp.externalization", 4), ("interp.continuations", 4), ("probes", 4), ("patching", 4),
+    ("interp.externalization", 4), ("interp.continuations", 4), ("interp.accounting", 4), ("probes", 4), ("patching", 4),
     # annotation reads the labelers' rules and evidence (analyses) for the labelling page: beside reporting
     ("interp.reporting", 5), ("interp.annotation", 5),
     ("interp.pipelines", 6), ("interp.__main__", 6),
 )
-ANALYSES = ("interp.externalization", "interp.continuations", "probes", "patching")
+ANALYSES = ("interp.externalization", "interp.continuations", "interp.accounting", "probes", "patching")
 
 
 def layer(module: str) -> tuple[str, int] | None:

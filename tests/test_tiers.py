@@ -86,3 +86,16 @@ def test_collected_items_carry_exactly_one_tier(request):
         if len(tiers) != 1:
             wrong[item.nodeid] = tiers
     assert not wrong, wrong
+
+
+def uses_real_weights(item: pytest.Item) -> bool:
+    """Whether a collected test loads real SmolLM2 (its fixture, or a ``smollm2`` parameter)."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return "smol_sensor" in getattr(item, "fixturenames", ()) or "smollm2-135m" in params.values()
+
+
+def test_tests_on_real_weights_are_slow_and_not_unit(request):
+    """``-m unit`` and ``-m "parity and not slow"`` must not select a test that loads real SmolLM2 weights."""
+    wrong = [item.nodeid for item in request.session.items if uses_real_weights(item)
+             and (item.get_closest_marker("slow") is None or item.get_closest_marker("unit") is not None)]
+    assert not wrong, wrong

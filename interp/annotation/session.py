@@ -65,10 +65,34 @@ from typing import Any
 from interp.data.labels import Labels, read_labels_csv, write_labels_csv
 from interp.data.trajectory import Trajectory
 from interp.io import read_text
-from interp.schema import fields_from_doc
+from interp.schema import Field
 
-JOURNAL_FIELDS = fields_from_doc(__doc__, "JOURNAL_FIELDS")
-CSV_FIELDS = fields_from_doc(__doc__, "CSV_FIELDS")
+JOURNAL_FIELDS = (
+    Field("event", "[]", "str", "-",
+          "start (a server started), label, skip, undo (the latest label still set is removed) or note"),
+    Field("time", "[]", "str", "UTC", "when it happened, ISO 8601 (``2026-12-01T21:40:05Z``)"),
+    Field("task_id", "[]", "str", "-", "the item's trajectory (every event but start)"),
+    Field("after_step", "[]", "int", "steps", "the item's boundary b (every event but start)"),
+    Field("field", "[]", "str", "-", "externalization_gap or future_necessity (every event but start)"),
+    Field("value", "[]", "int", "-", "label: 0 or 1"),
+    Field("suggestions", "[]", "bool", "-", "label: whether the rule labelers' evidence was shown when it was given"),
+    Field("note", "[]", "str", "-", "note: the free-text note of the item (empty clears it)"),
+    Field("session", "{...}", "object", "-",
+          "start: annotator, task, mode, trajectories (path and sha256), compared (the two CSVs of "
+          "adjudication)"),
+)
+CSV_FIELDS = (
+    Field("task_id", "[n_rows]", "str", "-", "the trajectory"),
+    Field("after_step", "[n_rows]", "int", "steps", "the boundary b"),
+    Field("externalization_gap", "[n_rows]", "int or null", "-", "G (task g or both); empty = not labelled"),
+    Field("future_necessity", "[n_rows]", "int or null", "-", "y (task y or both); empty = not labelled"),
+    Field("annotator", "[n_rows]", "str", "-", "who gave the row's labels (``A+B`` for an agreement in adjudication)"),
+    Field("time", "[n_rows]", "str", "UTC", "the latest label of the row, ISO 8601 (empty for an agreement)"),
+    Field("suggestions", "[n_rows]", "int", "-", "1 when the rule evidence was shown for some label of the row"),
+    Field("note", "[n_rows]", "str", "-", "the notes of the row's items (``G: ...; y: ...`` with both)"),
+    Field("adjudicated", "[n_rows]", "int", "-",
+          "adjudication only: 1 when the adjudicator decided a label of the row"),
+)
 TASKS = {"g": ("externalization_gap",), "y": ("future_necessity",),
          "both": ("externalization_gap", "future_necessity")}
 SHORT = {"externalization_gap": "G", "future_necessity": "y"}

@@ -38,6 +38,7 @@ from typing import Any
 from interp.data.parse import CALL_CLOSE, CALL_OPEN
 from interp.data.render import render
 from interp.data.trajectory import Trajectory
+from interp.sensor.protocol import Sensor
 
 OBSERVATION_OPEN = "<tool_response>"  # the model writing an observation itself: its turn is over
 STOP_RULE = "action_end.v1"  # part of the generation cache key: change when the stop rule changes
@@ -50,7 +51,7 @@ def sample_seed(seed: int, state_id: str, condition: str, sample: int) -> int:
     return int(digest[:8], 16)
 
 
-def stop_token_ids(sensor: Any) -> list[int]:
+def stop_token_ids(sensor: Sensor) -> list[int]:
     """End-of-turn token ids: the generation config's EOS ids, the tokenizer's EOS, ``<|im_end|>``, ``<|im_start|>``."""
     tok = sensor.tokenizer
     eos = sensor.hf_model.generation_config.eos_token_id
@@ -106,7 +107,7 @@ class _ActionEnd:
         return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
 
 
-def generate_turn(sensor: Any, input_ids: list[int], max_new_tokens: int, seed: int | None = None,
+def generate_turn(sensor: Sensor, input_ids: list[int], max_new_tokens: int, seed: int | None = None,
                   temperature: float = 0.7, top_p: float = 1.0) -> dict[str, Any]:
     """One continuation up to the end of its first action: greedy when ``seed`` is None, else sampled."""
     import torch

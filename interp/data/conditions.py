@@ -31,6 +31,14 @@ only that step's reasoning is in context.
 | random                   | per step t <= b: a seeded fraction r (RANDOM_R = 0.05, 0.1, 0.2, 0.4) of the step's reasoning tokens deleted (no marker); seeded by task and step, so a step's edit is the same at every boundary after it |
 | hide_observation         | the observation of step k (default b) -> ``[output hidden]``          |
 | clear_after_code         | the reasoning of steps 1..k, k = latest step <= b whose action wrote code or a file |
+| keep_last_k_reasoning    | the reasoning of steps 1..b-k (the last k steps' reasoning kept; k >= 1, the study's K = 5, 10, 20; k = 1 is keep_latest_reasoning) |
+
+``sliding_window`` (the study's baseline: keep the last K steps, K = 5, 10,
+20) removes whole steps, so the edited trajectory has fewer steps and its
+boundary moves: it is not in ``CONDITIONS`` (whose edits keep every step and
+are rendered at b) but a policy of its own, :func:`sliding_window`, returning
+``(Trajectory', boundary', EditLog)`` like ``interp.data.deletions.delete_units``;
+render the result at ``boundary'``. Its log has one ``step`` edit per removed step.
 
 A step without reasoning (no block) is left as it is by every condition:
 the deletions have nothing to remove in it, ICLR does not score it (N = 0
@@ -53,6 +61,7 @@ import math
 import random as _random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
 from interp.data.actions import writes_code
@@ -159,6 +168,41 @@ def keep_latest_reasoning(traj: Trajectory, after_step: int, log: EditLog,
                           counter: TokenCounter | None = None) -> Trajectory:
     """Remove the reasoning of steps 1..b-1, keep step b's."""
     return drop_blocks(traj, log, _all_blocks(traj, range(1, after_step)), None, counter)
+
+
+def keep_last_k_reasoning(traj: Trajectory, after_step: int, log: EditLog, counter: TokenCounter | None = None,
+                          k: int = 5) -> Trajectory:
+    """Remove the reasoning of steps 1..b-k: only the last ``k`` steps keep their reasoning."""
+    _check_window(k=k)
+    log.params["k"] = k
+    return drop_blocks(traj, log, _all_blocks(traj, range(1, after_step - k + 1)), None, counter)
+
+
+WINDOW_K = (5, 10, 20)  # the study's window sizes (sliding_window, keep_last_k_reasoning)
+
+
+def _check_window(k: int = 5) -> None:
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an integer >= 1 (the study's windows: {', '.join(map(str, WINDOW_K))}); got {k!r}")
+
+
+def sliding_window(traj: Trajectory, after_step: int, k: int = 5,
+                   counter: TokenCounter | None = None) -> tuple[Trajectory, int, EditLog]:
+    """Keep only the last ``k`` steps of the history at b (steps 1..b-k removed whole); return
+    (trajectory, its boundary min(b, k), edit log); later steps are kept as recorded."""
+    _check_window(k=k)
+    if not 0 <= after_step <= traj.n_steps:
+        raise ValueError(f"{traj.task_id}: boundary {after_step} out of range 0..{traj.n_steps}")
+    log = EditLog("sliding_window", after_step, params={"k": k})
+    cut = max(0, after_step - k)
+    for t in range(1, cut + 1):
+        step = traj.steps[t - 1]
+        text = step.reasoning + "".join(step.observations) + json.dumps(step.action.to_json())
+        log.edits.append(Edit(t, None, "step", "removed", len(text), _count(counter, text)))
+    if not cut:
+        return traj, after_step, log
+    annotations = tuple(replace(a, after_step=a.after_step - cut) for a in traj.annotations if a.after_step > cut)
+    return replace(traj, steps=traj.steps[cut:], annotations=annotations), after_step - cut, log
 
 
 def _check_fraction(condition: str, name: str, value: float) -> None:
@@ -386,7 +430,7 @@ def clear_after_code(traj: Trajectory, after_step: int, log: EditLog,
     return drop_blocks(traj, log, _all_blocks(traj, range(1, k + 1)), None, counter)
 
 
-CONDITIONS: dict[str, Callable[..., Trajectory]] = {
+CONDITIONS: Mapping[str, Callable[..., Trajectory]] = MappingProxyType({
     "full": full,
     "delete_all_reasoning": delete_all_reasoning,
     "delete_latest_reasoning": delete_latest_reasoning,
@@ -397,13 +441,14 @@ CONDITIONS: dict[str, Callable[..., Trajectory]] = {
     "hide_observation": hide_observation,
     "hide_stderr": hide_stderr,
     "clear_after_code": clear_after_code,
-}
+    "keep_last_k_reasoning": keep_last_k_reasoning,
+})
 
 
 # Checks of a condition's parameters that need no trajectory (run by the condition itself and by
 # validate_condition, before any extraction starts).
 _PARAM_CHECKS: dict[str, Callable[..., None]] = {"iclr": _check_iclr, "iclr_step_only": _check_iclr,
-                                                 "random": _check_random}
+                                                 "random": _check_random, "keep_last_k_reasoning": _check_window}
 _POSITIONAL = ("traj", "after_step", "log", "counter")
 
 

@@ -240,7 +240,7 @@ def kappa_ci(predicted: Mapping[tuple[str, int], int], reference: Mapping[tuple[
     from sklearn.exceptions import UndefinedMetricWarning
     from sklearn.metrics import cohen_kappa_score
 
-    from interp.stats import task_resamples
+    from interp.stats import percentile_ci, task_resamples
 
     out = agreement(predicted, reference)
     keys = sorted(set(predicted) & set(reference))
@@ -260,8 +260,7 @@ def kappa_ci(predicted: Mapping[tuple[str, int], int], reference: Mapping[tuple[
                 kappas.append(k)
     out["n_boot_defined"] = len(kappas)
     if kappas:
-        lo, hi = np.percentile(kappas, [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
-        out["kappa_ci"] = [round(float(lo), 4), round(float(hi), 4)]
+        out["kappa_ci"] = [round(float(bound), 4) for bound in percentile_ci(kappas, level)]
     return out
 
 
@@ -289,7 +288,8 @@ def held_out_agreement(label_fn: Callable[[Any], Mapping[tuple[str, int], int]],
         raise ValueError("the config grid is empty")
 
     def describe(config: Any) -> Any:
-        return dataclasses.asdict(config) if dataclasses.is_dataclass(config) else repr(config)
+        is_instance = dataclasses.is_dataclass(config) and not isinstance(config, type)
+        return dataclasses.asdict(config) if is_instance else repr(config)
 
     def part(labels: Mapping[tuple[str, int], int], tasks: set[str]) -> dict[tuple[str, int], int]:
         return {k: v for k, v in labels.items() if k[0] in tasks}

@@ -60,11 +60,35 @@ import pandas as pd
 from interp.data.labels import annotation_labels, final_boundaries, read_labels_csv
 from interp.data.trajectory import Trajectory, load_trajectories
 from interp.io import atomic_write_json, read_text
-from interp.schema import fields_from_doc, schema_dict
+from interp.schema import Field, schema_dict
 from interp.stats import task_bootstrap_ci
 
-_GAP = "{estimate, ci, n_tasks, per_task}"
-FIELDS = fields_from_doc(__doc__, "FIELDS")
+FIELDS = (
+    Field("schema", "{...}", "object", "-", "this table: {field: {shape, dtype, units, doc}}"),
+    Field("p_y_given_g1", "{estimate, ci, n, n_positive, n_tasks}", "object", "fraction, [0, 1]",
+          "fraction of G=1 boundaries with y=1, pooled over boundaries (estimate null without such "
+          "boundaries); ci = 95% task-bootstrap [lo, hi] or null"),
+    Field("p_y_given_g0", "{estimate, ci, n, n_positive, n_tasks}", "object", "fraction, [0, 1]",
+          "the same for G=0 boundaries"),
+    Field("risk_difference", "[]", "float or null", "fraction (x100 = percentage points)",
+          "p_y_given_g1 - p_y_given_g0 (pooled); no CI"),
+    Field("within_task_gap", "{estimate, ci, n_tasks, per_task}", "object", "fraction (x100 = percentage points)",
+          "mean over tasks with both G values of P(y=1 given G=1, task) - P(y=1 given G=0, task); per_task = "
+          "{task_id: difference}; estimate and ci null without such tasks"),
+    Field("hidden_score_gap", "{logodds: {estimate, ci, n_tasks, per_task}, probability: {estimate, ci, n_tasks, per_task}}", "object or null", "logodds: log-odds; probability: unitless",
+          "mean over tasks with both G values of mean OOF probe score (G=1) - mean OOF score (G=0); logodds: "
+          "raw held-out scores; probability: sigmoid(score); null without probe scores"),
+    Field("n_boundaries", "[]", "int", "boundaries", "boundaries with both G and y"),
+    Field("n_tasks", "[]", "int", "tasks", "their distinct tasks"),
+    Field("n_without_score", "[]", "int", "boundaries", "boundaries without a probe score"),
+    Field("n_without_y", "[]", "int", "boundaries", "boundaries with G but no y (left out)"),
+    Field("n_undefined", "[]", "int or null", "boundaries",
+          "final boundaries with G or y left out (y undefined: nothing follows them); null without trajectories"),
+    Field("sources", "{G, y, scores}", "object", "-", "where G, y and the scores came from (scores null if none)"),
+    Field("condition", "[]", "str or null", "-", "probe-score condition used (null without scores)"),
+    Field("n_boot", "[]", "int", "resamples", "bootstrap resamples"),
+    Field("seed", "[]", "int", "-", "bootstrap seed"),
+)
 SCHEMA = schema_dict(FIELDS)
 _SAMPLE_ID = re.compile(r"^(?P<task_id>.+)@(?P<after_step>\d+):(?P<condition>.+)$")
 

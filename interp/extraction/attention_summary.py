@@ -28,9 +28,22 @@ import numpy as np
 
 from interp.data.render import SEGMENT_KINDS
 from interp.extraction.store import Store
-from interp.schema import fields_from_doc, schema_dict
+from interp.schema import Field, schema_dict
 
-FIELDS = fields_from_doc(__doc__, "FIELDS")
+FIELDS = (
+    Field("schema", "{...}", "object", "-", "this table: {field: {shape, dtype, units, doc}}"),
+    Field("layers", "[n_layers]", "int", "layer index (0-based)", "full-attention layers of the store"),
+    Field("kinds", "[n_kinds]", "str", "-", "segment kinds, in `SEGMENT_KINDS` order (the columns of `mass`)"),
+    Field("condition", "[]", "str", "-", "history condition of the boundaries averaged"),
+    Field("n", "[]", "int", "boundaries", "boundaries averaged"),
+    Field("mass", "[n_layers, n_kinds]", "float", "fraction of 1",
+          "mean over boundaries and heads of the boundary query's attention mass per segment kind"),
+    Field("conditions", "{condition: {...}}", "object", "-",
+          "per history condition in the store: ``n`` (boundaries), ``mass`` and ``per_token`` "
+          "``[n_layers][n_kinds]`` means, ``mass_q`` and ``per_token_q`` ``[n_layers][n_kinds][2]`` 25th/75th "
+          "percentiles over boundaries (per_token: mass / tokens of the kind, fraction per token; null where "
+          "no boundary has the kind), ``tokens`` ``[n_kinds]`` mean tokens per kind"),
+)
 
 
 def attention_document(mass: np.ndarray, layers: list[int], condition: str, n: int,

@@ -25,6 +25,7 @@ from interp.extraction.extract import ExtractConfig, extract_trajectory
 from interp.extraction.store import Store, unit_name
 from interp.io import Executor, Interrupted, Work, read_json, record_failures, remove_stale_temps, shard_keys
 from interp.progress import track
+from interp.sensor.protocol import Sensor
 
 
 def layer_numbers(spec: str, option: str = "layers") -> tuple[set[int], bool]:
@@ -105,7 +106,7 @@ def parse_shard(spec: str | None) -> tuple[int, int]:
     return i, n
 
 
-def condition_params(sensor: Any, conditions: Iterable[str],
+def condition_params(sensor: Sensor, conditions: Iterable[str],
                      max_tokens: int | None = None) -> dict[str, dict[str, Any]]:
     """What the model-dependent conditions need from the sensor: block scorers (ICLR), its tokenizer (random r)."""
     from interp.extraction.entropy import EntropyScorer
@@ -144,7 +145,7 @@ def trajectories_sha256(trajectories: list[Trajectory]) -> str:
                                   for t in trajectories).encode()).hexdigest()
 
 
-def store_settings(sensor: Any, config: ExtractConfig) -> dict[str, Any]:
+def store_settings(sensor: Sensor, config: ExtractConfig) -> dict[str, Any]:
     """Settings that must match for two runs to share a store."""
     return {"model": sensor.spec, "revision": sensor.revision, "dtype": str(sensor.dtype).removeprefix("torch."),
             "d_model": sensor.d_model, "layer_types": sensor.layer_types, **config.to_json(),
@@ -152,7 +153,7 @@ def store_settings(sensor: Any, config: ExtractConfig) -> dict[str, Any]:
 
 
 def check_request(
-    sensor: Any,
+    sensor: Sensor,
     trajectories: list[Trajectory],
     conditions: list[str],
     config: ExtractConfig,
@@ -186,7 +187,7 @@ def check_request(
 
 
 def extract_to_store(
-    sensor: Any,
+    sensor: Sensor,
     trajectories: Iterable[Trajectory],
     conditions: list[str],
     config: ExtractConfig,
@@ -225,7 +226,7 @@ def extract_to_store(
                               progress, settings, executor, load)
 
 
-def _extract_units(sensor: Any, store: Store, units: dict[str, tuple[Trajectory, str]], mine: list[str],
+def _extract_units(sensor: Sensor, store: Store, units: dict[str, tuple[Trajectory, str]], mine: list[str],
                    costs: dict[str, int], config: ExtractConfig, boundaries: list[int] | None,
                    condition_params: dict[str, dict[str, Any]] | None, progress: bool, settings: dict[str, Any],
                    executor: Executor | None, load: Callable[[], Any] | None) -> dict[str, int]:
@@ -271,7 +272,7 @@ def condition_params_factory(max_tokens: int,
     scorer, tokenizer) built once per worker sensor and condition from the worker's own sensor."""
     built: dict[tuple[int, str], dict[str, Any]] = {}
 
-    def params(sensor: Any, condition: str) -> dict[str, Any] | None:
+    def params(sensor: Sensor, condition: str) -> dict[str, Any] | None:
         key = (id(sensor), condition)
         if key not in built:
             built[key] = condition_params(sensor, [condition], max_tokens).get(condition) or {}
@@ -280,7 +281,7 @@ def condition_params_factory(max_tokens: int,
     return params
 
 
-def _extract_unit(sensor: Any, store: Store, unit: tuple[Trajectory, str], config: ExtractConfig,
+def _extract_unit(sensor: Sensor, store: Store, unit: tuple[Trajectory, str], config: ExtractConfig,
                   boundaries: list[int] | None, params: Callable[[Any, str], dict[str, Any] | None],
                   settings: dict[str, Any]) -> list[Any]:
     """Extract one (trajectory, condition) unit and write it into the store (atomically); its rows."""

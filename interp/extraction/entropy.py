@@ -75,12 +75,34 @@ from interp.data.render import Segment, render
 from interp.data.trajectory import Trajectory
 from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit
 from interp.progress import track
-from interp.schema import fields_from_doc
+from interp.schema import Field
 from interp.sensor.forward import Plan, run_plan
 from interp.sensor.prefix import Resume
+from interp.sensor.protocol import Sensor
 
 
-DROP_TABLE_FIELDS = fields_from_doc(__doc__, "DROP_TABLE_FIELDS")  # iclr_blocks.csv, one row per block
+DROP_TABLE_FIELDS = (  # iclr_blocks.csv, one row per block
+    Field("task_id", "[n_blocks]", "str", "-", "trajectory"),
+    Field("domain", "[n_blocks]", "str", "-", "the trajectory's domain"),
+    Field("context", "[n_blocks]", "str", "-",
+          "scorer context of mean_entropy_bits and dropped: online, full or step_only"),
+    Field("step", "[n_blocks]", "int", "step", "step t whose reasoning holds the block (1-based)"),
+    Field("block", "[n_blocks]", "int", "-", "block index within the step's reasoning (0-based)"),
+    Field("n_tokens", "[n_blocks]", "int", "tokens", "tokens of the block in the scorer's input"),
+    Field("input_tokens", "[n_blocks]", "int or null", "tokens",
+          "tokens of the scorer's whole input for the step: the render at boundary t, step t's action and "
+          "observation included (over max_tokens: not scored); null when not recorded"),
+    Field("mean_entropy_bits", "[n_blocks]", "float or null", "bits/token",
+          "mean next-token entropy over the block's tokens; null when the step was not scored"),
+    Field("n_blocks_in_step", "[n_blocks]", "int", "blocks", "blocks of the step"),
+    Field("scored", "[n_blocks]", "bool", "-", "every block of the step has a score (fit the scorer context)"),
+    Field("dropped", "[n_blocks]", "bool", "-", "ICLR at rho replaces the block with [SKIP]"),
+    Field("mean_entropy_bits_full", "[n_blocks]", "float or null", "bits/token",
+          "the block's score under the full uncompressed trajectory (context full); null when not computed or "
+          "not scored"),
+    Field("dropped_full", "[n_blocks]", "bool or null", "-",
+          "what ICLR at rho drops with full-context scores; null when not computed"),
+)
 
 
 def entropy_positions(spans: Iterable[Segment]) -> list[int]:
@@ -111,7 +133,7 @@ def scorer_input_tokens(history: Trajectory, step: int, tokenizer: Any) -> int:
     return render(history, step, tokenizer).n_tokens
 
 
-def block_entropies(sensor: Any, traj: Trajectory, max_tokens: int = DEFAULT_MAX_TOKENS) -> list[BlockScore]:
+def block_entropies(sensor: Sensor, traj: Trajectory, max_tokens: int = DEFAULT_MAX_TOKENS) -> list[BlockScore]:
     """Full-context scores of every reasoning block of ``traj`` with one forward (see module docstring)."""
     rendered = render(traj, traj.n_steps, sensor.tokenizer)
     limit = context_limit(sensor, max_tokens)
@@ -141,7 +163,7 @@ class EntropyScorer:
     counts, for tables); ``forwards`` and ``tokens_run`` count the work done.
     """
 
-    sensor: Any
+    sensor: Sensor
     max_tokens: int = DEFAULT_MAX_TOKENS
     context: str = "online"
     reuse: bool = True
@@ -246,7 +268,7 @@ def drop_table(blocks: pd.DataFrame, rho: float = ICLR_RHO) -> pd.DataFrame:
     return out
 
 
-def entropy_table(sensor: Any, trajectories: list[Trajectory], rho: float = ICLR_RHO,
+def entropy_table(sensor: Sensor, trajectories: list[Trajectory], rho: float = ICLR_RHO,
                   max_tokens: int = DEFAULT_MAX_TOKENS, context: str = "online",
                   full: pd.DataFrame | None | bool = True, progress: bool = True) -> pd.DataFrame:
     """One row per reasoning block (``DROP_TABLE_FIELDS``): ICLR at ``rho`` run with a ``context`` scorer, and

@@ -48,6 +48,7 @@ from interp.extraction.position import position_features
 from interp.sensor.forward import Outputs, Plan
 from interp.sensor.prefix import Branch, run_branches
 from interp.sensor.hooks import SITES
+from interp.sensor.protocol import Sensor
 
 LN2 = math.log(2.0)
 
@@ -88,7 +89,7 @@ class ExtractConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"ExtractConfig.{name} must be True or False, got {getattr(self, name)!r}")
 
-    def check_sensor(self, sensor: Any) -> None:
+    def check_sensor(self, sensor: Sensor) -> None:
         """Refuse layers the model does not have and attention layers without softmax attention."""
         n_layers = getattr(sensor, "n_layers", None)
         if n_layers is not None:
@@ -175,7 +176,7 @@ def _requests(bf_key: Any, r: Rendered, config: ExtractConfig, plan: Plan) -> No
 
 
 def extract_trajectory(
-    sensor: Any,
+    sensor: Sensor,
     traj: Trajectory,
     condition: str,
     config: ExtractConfig,
@@ -210,7 +211,7 @@ def extract_trajectory(
     return [results[b] for b in boundaries]
 
 
-def _run(sensor: Any, renders: dict[int, Rendered], results: dict[int, BoundaryFeatures],
+def _run(sensor: Sensor, renders: dict[int, Rendered], results: dict[int, BoundaryFeatures],
          config: ExtractConfig) -> None:
     """Every boundary's render as one branch of the prefix scheduler (``interp.sensor.prefix``), base = the longest."""
     branches = []

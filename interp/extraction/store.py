@@ -94,7 +94,7 @@ from safetensors.torch import load_file, save
 
 from interp.io import (atomic_path, atomic_write_bytes, atomic_write_json, check_complete, inside, read_json,
                        safe_stem, writer_lock)
-from interp.schema import fields_from_doc
+from interp.schema import Field
 from interp.data.trajectory import Trajectory
 
 if TYPE_CHECKING:
@@ -102,9 +102,55 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 2  # 2: unit stems carry a hash of the task id (interp.io.safe_stem)
 
-STORE_FIELDS = fields_from_doc(__doc__, "STORE_FIELDS")  # store.json
-UNIT_FIELDS = fields_from_doc(__doc__, "UNIT_FIELDS")  # units/<unit>.json
-MANIFEST_FIELDS = fields_from_doc(__doc__, "MANIFEST_FIELDS")
+STORE_FIELDS = (  # store.json
+    Field("schema_version", "[]", "int", "-", "version of this layout"),
+    Field("settings", "{...}", "object", "-",
+          "model spec and revision, layers, sites, poolings, attention layers, max_tokens, dtype, code "
+          "version; a run with other settings is refused"),
+    Field("run", "{shard, input_sha256, units}", "object", "-",
+          "what this store holds: ``shard`` ``{index, count}`` (0-based), the sha256 of the input trajectories "
+          "(their JSON lines, ``batch.trajectories_sha256``: the same whether they came from a file or from "
+          "Python), ``units`` the unit stems of this shard (sorted); ``all_units`` (every shard's units) on a "
+          "shard of a split run; a run with another ``run`` is refused, ``merge`` refuses shards of other "
+          "settings or input and an incomplete set"),
+    Field("layout", "[]", "str", "-", "this module's docstring (the layout of the store)"),
+)
+UNIT_FIELDS = (  # units/<unit>.json
+    Field("rows", "[n_boundaries] of {sample_id, task_id, after_step, condition, status, row}", "object", "-",
+          "one manifest row per boundary of the unit (columns in MANIFEST_FIELDS)"),
+    Field("segments", "{after_step: [...]}", "object", "tokens", "segment table of each boundary's render"),
+    Field("block_entropy", "[n_blocks] of {...}", "object", "bits/token", "reasoning-block entropies of the unit"),
+)
+MANIFEST_FIELDS = (
+    Field("sample_id", "[n_rows]", "str", "-", "task_id@after_step:condition"),
+    Field("task_id", "[n_rows]", "str", "-", "trajectory"),
+    Field("domain", "[n_rows]", "str", "-", "the trajectory's domain"),
+    Field("after_step", "[n_rows]", "int", "step", "boundary b (after step b)"),
+    Field("condition", "[n_rows]", "str", "-", "history condition of the render"),
+    Field("model", "[n_rows]", "str", "-", "model spec"),
+    Field("revision", "[n_rows]", "str or null", "-", "model revision"),
+    Field("n_tokens", "[n_rows]", "int", "tokens", "length of the render"),
+    Field("status", "[n_rows]", "str", "-", "ok or skipped"),
+    Field("reason", "[n_rows]", "str or null", "-", "why skipped"),
+    Field("forward", "[n_rows]", "str or null", "-", "which forward produced the row"),
+    Field("row", "[n_rows]", "int", "index", "index into the unit's tensors, -1 when skipped"),
+    Field("unit", "[n_rows]", "str", "-", "unit file stem"),
+    Field("boundary_entropy_bits", "[n_rows]", "float or null", "bits", "next-token entropy at the boundary token"),
+    Field("top1", "[n_rows]", "int or null", "token id", "argmax next token at the boundary"),
+    Field("future_necessity", "[n_rows]", "int", "0/1", "annotation y; -1 when absent"),
+    Field("externalization_gap", "[n_rows]", "int", "0/1", "annotation G; -1 when absent"),
+    Field("chars_removed", "[n_rows]", "int or null", "characters", "removed by the condition's edit"),
+    Field("tokens_removed", "[n_rows]", "int or null", "tokens", "removed by the condition's edit"),
+    Field("n_steps", "[n_rows]", "int", "steps", "steps of the trajectory (boundary b = n_steps has no later step)"),
+    Field("rel_position", "[n_rows]", "float", "fraction", "after_step / n_steps"),
+    Field("reasoning_tokens", "[n_rows]", "int", "tokens",
+          "tokens in the render's reasoning-block spans (reasoning so far, after the condition's edit)"),
+    Field("n_reasoning_blocks", "[n_rows]", "int", "blocks", "reasoning-block spans in the render"),
+    Field("pool_count.<pooling>", "[n_rows]", "int", "tokens",
+          "tokens pooled, one column per pooling; 0 when the rule selects no token (e.g. mean_reasoning with "
+          "no reasoning in the render): the feature is then the zero vector, never NaN "
+          "(``interp.extraction.pooling``)"),
+)
 
 
 class StoreMismatch(ValueError):
@@ -248,7 +294,7 @@ class Store:
 
     def block_entropy(self, condition: str = "full") -> pd.DataFrame:
         """ICLR block entropies recorded during extraction (``block_entropy`` setting), one row per block."""
-        rows = []
+        rows: list[dict[str, Any]] = []
         for path in sorted(self.units_dir.glob(f"*__{condition}.json")):
             unit = read_json(path)
             task = unit["rows"][0]["task_id"] if unit["rows"] else None

@@ -4,7 +4,8 @@
 the real SmolLM2 weights by default: validation, boundary extraction (all
 layers, ``full`` and ``delete_all_reasoning``, ICLR block entropies from the
 same forwards), nested-CV probes, KL Repair per layer, ICLR statistics,
-set-level harm, DRSR's appendix analyses, externalization risk, controlled continuations, figures,
+set-level harm, DRSR's appendix analyses, externalization risk, controlled continuations, token
+accounting of the history policies (ICLR from the ICLR table), figures,
 tables and ``report.md``. Each stage writes its results atomically under
 ``out`` and is skipped on a re-run when its result exists (delete a result
 to recompute it); extraction resumes per unit. Stages that do not fit the
@@ -112,6 +113,8 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> Path:
         lambda: stages.attention(store, out / "attention"))
     run("ICLR block entropies (online; full context from the store)", out / "iclr" / "iclr_blocks.csv",
         lambda: stages.iclr(sensor, trajs, store, out / "iclr"))
+    run("token accounting of the history policies (no model forward)", out / "tokens" / "tokens.json",
+        lambda: stages.tokens(trajs, out / "tokens", sensor.tokenizer, entropy=out / "iclr" / "iclr_blocks.csv"))
     probe_config = ProbeConfig(n_boot=1000, n_perm=100 if config.full else 20, n_jobs=2)
     run("future-necessity probes (nested CV)", out / "probe" / "probe_results.json",
         lambda: stages.probe(store, out / "probe", probe_config))

@@ -23,6 +23,7 @@ stage               result                                        writer / schem
 :func:`externalize` ``externalization_labels.json/.csv``           ``interp.externalization.labeler``
 :func:`risk`        ``externalization.json``                       ``interp.externalization.risk``
 :func:`intervene`   ``interventions.json/.md``                     ``interp.continuations.run``
+:func:`tokens`      ``tokens.json`` (no model forward)             ``interp.accounting.tokens``
 :func:`figures`     ``figures/*.html|png``, ``tables/*``            ``interp.reporting``
 ==================  ===========================================  ==========================================
 
@@ -423,3 +424,18 @@ def drsr(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[st
                                 UNSAFE if unsafe is None else unsafe, relation_layer, dim, n_boot)
         atomic_write_json(out / "drsr.json", result)
     return result
+
+
+def tokens(trajs: list[Trajectory], out: Path, tokenizer: Any, policies: list[str] | None = None,
+           cache_block: int = 1, min_prefix: int = 0, entropy: Path | None = None,
+           paired: tuple[list[Trajectory], str] | None = None) -> dict[str, Any]:
+    """Request-level token accounting of history policies with a prefix cache, and a paired-run amplification
+    decomposition (``tokens.json``, ``interp.accounting.tokens``); no model forward."""
+    from interp.accounting.tokens import DEFAULT_POLICIES, CacheModel, read_entropy_table, run_accounting
+
+    table = read_entropy_table(entropy) if entropy is not None else None
+    doc = run_accounting(trajs, policies or list(DEFAULT_POLICIES), tokenizer, CacheModel(cache_block, min_prefix),
+                         table, paired, None if entropy is None else str(entropy))
+    with writer_lock(out, command="tokens"):
+        atomic_write_json(out / "tokens.json", doc)
+    return doc

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-def num(value: float | None, digits: int = 3) -> str | None:
-    """value with fixed decimals; a negative value that rounds to zero prints without its sign; None stays None."""
+def num(value: float | None, digits: int = 3, signed: bool = False) -> str | None:
+    """value with fixed decimals (``signed``: always with its sign, a gain); a value that rounds to zero prints
+    without a minus; None stays None."""
     if value is None:
         return None
-    text = f"{value:.{digits}f}"
-    return text.removeprefix("-") if float(text) == 0 else text
+    text = f"{value:{'+' if signed else ''}.{digits}f}"
+    return ("+" if signed else "") + text.lstrip("+-") if float(text) == 0 else text
 
 
 def pct(value: float | None) -> str | None:
@@ -18,9 +19,10 @@ def pct(value: float | None) -> str | None:
     return None if value is None else f"{100 * value:.1f}%"
 
 
-def ci_text(ci: Sequence[float | None] | None, scale: float = 1.0, unit: str = "") -> str | None:
-    """'[lo, hi]' with three decimals, or one decimal and a unit when scaled to % / pp; None without both ends."""
+def ci_text(ci: Sequence[float | None] | None, scale: float = 1.0, unit: str = "", signed: bool = False) -> str | None:
+    """'[lo, hi]' with three decimals, or one decimal and a unit when scaled to % / pp (``signed``: ends with their
+    sign, the CI of a gain); None without both ends."""
     if not ci or ci[0] is None or ci[1] is None:
         return None
     digits = 3 if scale == 1.0 else 1
-    return f"[{num(scale * ci[0], digits)}, {num(scale * ci[1], digits)}]{unit}"
+    return f"[{num(scale * ci[0], digits, signed)}, {num(scale * ci[1], digits, signed)}]{unit}"

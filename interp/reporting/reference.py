@@ -20,6 +20,10 @@ CONTINUATIONS = {  # controlled continuations: mean rubric score by history cond
     "delete_all_reasoning": 0.675,
     "clear_after_code": 0.759,
 }
+# token change of ICLR against the full-history agent, relative (fraction), 260 tasks (re-run agents, so
+# output changes too)
+TOKENS = {"iclr": {"input": -0.255, "output": -0.144, "cache_read": -0.333}}
+TOKENS_N_TASKS = 260
 
 # DRSR (Qwen3.5-9B, 566 trajectories, 1,698 decision states, ~24,122 set labels; split 80:10:10 by trajectory)
 DRSR_PAIR_ACCURACY = {"sum": 0.5894, "mean": 0.5681, "max": 0.4617, "min": 0.1489}  # singleton aggregators, margin 0.020

@@ -21,6 +21,7 @@ from interp.reporting.figures import load_result
 from interp.reporting.figures.externalization import externalization_sections
 from interp.reporting.figures.iclr import csv_bool
 from interp.reporting.figures.interventions import intervention_conditions
+from interp.reporting.figures.tokens import tokens_section
 from interp.schema import SchemaError
 
 
@@ -250,6 +251,11 @@ def _continuation_section(out: Path) -> list[str]:
     return lines
 
 
+def _tokens_section(out: Path) -> list[str]:
+    res = _load(out / "tokens" / "tokens.json")
+    return ["_not run_"] if res is None else tokens_section(res)
+
+
 def _pictures(out: Path, names: tuple[str, ...]) -> list[str]:
     """Each figure as an embedded PNG (relative link) with its interactive HTML linked below; nothing when absent."""
     lines = []
@@ -276,6 +282,7 @@ def write_report(out: Path, subsets: dict[str, str], timings: dict[str, float], 
          _section(_drsr_section, out)),
         ("State externalization", ("fig3_externalization",), _section(_risk_section, out)),
         ("Controlled continuations", ("fig4_interventions",), _section(_continuation_section, out)),
+        ("Token accounting of history policies", ("fig12_tokens",), _section(_tokens_section, out)),
         ("Attention", ("fig5_attention",), ["Boundary attention by segment kind; data in `attention/attention.json`."]),
     ]
     lines = ["# Reasoning persistence: mechanistic analyses", ""]  # opens with the first section's picture

@@ -137,11 +137,11 @@ def run_plan(sensor: ForwardSensor, ids: list[int] | torch.Tensor, plan: Plan, s
     out = Outputs()
     state = {"lo": offset, "hi": offset}
 
-    by_site: dict[tuple[str, int], list[tuple[Any, torch.Tensor]]] = defaultdict(list)
+    by_site: dict[tuple[str, int | None], list[tuple[Any, torch.Tensor]]] = defaultdict(list)
     for key, (site, layer, positions) in plan.pooled.items():
         by_site[(site, layer)].append((key, torch.as_tensor(positions, dtype=torch.long)))
 
-    def pool_hook(site: str, layer: int):
+    def pool_hook(site: str, layer: int | None):
         requests = by_site[(site, layer)]
 
         def fn(x: torch.Tensor, name: str) -> None:

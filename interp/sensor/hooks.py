@@ -153,7 +153,7 @@ def _register(layer: Any, where: Layout, site: str, module: Any, fn: HookFn, nam
         dh = getattr(layer, where.attn).head_dim
         return [module.register_forward_pre_hook(
             lambda m, args, kwargs: _call_pre(fn, args, kwargs, name, lambda x: _heads(x, dh)), with_kwargs=True)]
-    if site == "linear_attn.hook_recurrence_out":
+    if site == "linear_attn.hook_recurrence_out" and where.linear_attn:
         mixer = getattr(layer, where.linear_attn)
         shape: dict[str, tuple[int, int]] = {}
 

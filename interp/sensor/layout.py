@@ -64,7 +64,7 @@ def layout(model: Any) -> Layout:
         raise ValueError(f"model architecture {arch!r} has no TransformerLens architecture adapter; "
                          f"supported decoder families: {names}")
     config = build_bridge_config_from_hf(model.config, arch, "layout", torch.float32)
-    mapping = ArchitectureAdapterFactory.select_architecture_adapter(config).component_mapping
+    mapping: dict[str, Any] = ArchitectureAdapterFactory.select_architecture_adapter(config).component_mapping or {}
     blocks = mapping.get("blocks")
     subs = getattr(blocks, "submodules", None) or {}
     attn = subs.get("attn")

@@ -20,15 +20,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from interp.sensor.protocol import ForwardSensor
+
 DEFAULT_MAX_TOKENS = 42_000  # "42K" read as 42,000, not 43,008 (module docstring)
 
 
-def model_max_positions(sensor: Any) -> int:
+def model_max_positions(sensor: ForwardSensor) -> int:
     """Longest context the model's position scheme supports (from its config)."""
     return int(getattr(sensor.hf_model.config, "max_position_embeddings", 1 << 30))
 
 
-def context_limit(sensor: Any, max_tokens: int = DEFAULT_MAX_TOKENS) -> int:
+def context_limit(sensor: ForwardSensor, max_tokens: int = DEFAULT_MAX_TOKENS) -> int:
     """Most tokens one forward may take: ``max_tokens``, capped by the model's positions."""
     return min(max_tokens, model_max_positions(sensor))
 

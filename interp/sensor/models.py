@@ -78,14 +78,30 @@ class LoadedSensor:
                 "layer_types": self.layer_types}
 
     def run_with_cache(self, tokens: Any, names_filter: NamesFilter = None, positions: Positions = -1,
-                       fwd_hooks: Sequence[tuple[Any, TLHook]] = ()) -> tuple[torch.Tensor, Any]:
-        """``(logits, ActivationCache)`` at ``positions`` (default: last token), fast path (``interp.sensor.api``)."""
-        return api.run_with_cache(self, tokens, names_filter, positions, fwd_hooks)
+                       fwd_hooks: Sequence[tuple[Any, TLHook]] = (),
+                       attention_mask: Any = None) -> tuple[torch.Tensor, Any]:
+        """``(logits, ActivationCache)`` at each row's ``positions`` (default: its last token), fast path."""
+        return api.run_with_cache(self, tokens, names_filter, positions, fwd_hooks, attention_mask)
 
     def run_with_hooks(self, tokens: Any, fwd_hooks: Sequence[tuple[Any, TLHook]] = (),
-                       positions: Positions = -1) -> torch.Tensor:
-        """Logits at ``positions`` under TransformerLens-style hooks ``fn(activation, hook)``, fast path."""
-        return api.run_with_hooks(self, tokens, fwd_hooks, positions)
+                       positions: Positions = -1, attention_mask: Any = None) -> torch.Tensor:
+        """Logits at each row's ``positions`` under TransformerLens-style hooks ``fn(activation, hook)``, fast path."""
+        return api.run_with_hooks(self, tokens, fwd_hooks, positions, attention_mask)
+
+    def to_tokens(self, input: str | list[str], prepend_bos: bool | None = None, padding_side: str | None = None,
+                  move_to_device: bool = True, truncate: bool = True) -> torch.Tensor:
+        """``[batch, pos]`` tokens of a string or strings, as ``HookedTransformer.to_tokens`` (the bridge's)."""
+        return self.bridge.to_tokens(input, prepend_bos=prepend_bos, padding_side=padding_side,
+                                     move_to_device=move_to_device, truncate=truncate)
+
+    def to_string(self, tokens: Any) -> str | list[str]:
+        """The text of ``[pos]`` tokens (a string) or ``[batch, pos]`` tokens (one per row), as TransformerLens."""
+        return self.bridge.to_string(tokens)
+
+    def to_str_tokens(self, input: Any, prepend_bos: bool | None = None,
+                      padding_side: str | None = None) -> list[str] | list[list[str]]:
+        """Each token of ``input`` (text or tokens) as its string, as ``HookedTransformer.to_str_tokens``."""
+        return self.bridge.to_str_tokens(input, prepend_bos=prepend_bos, padding_side=padding_side)
 
 
 def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device = "cpu") -> torch.dtype:
@@ -108,12 +124,14 @@ def resolve_spec(spec: str, model_path: str | Path | None = None, allow_download
         return spec, path
     if spec in SPECS:
         found = SPECS[spec].resolve()
-        if found is None and SPECS[spec].local_build:
-            found = SPECS[spec].fetch()
+        fetch = SPECS[spec].fetch
+        if found is None and SPECS[spec].local_build and fetch is not None:
+            found = fetch()
         if found is not None:
             return spec, found
-        if allow_download and SPECS[spec].hub_id:
-            return spec, SPECS[spec].hub_id
+        hub_id = SPECS[spec].hub_id
+        if allow_download and hub_id:
+            return spec, hub_id
         raise ModelUnavailable(f"model {spec!r} is not available offline: {SPECS[spec].how_to_get}")
     path = Path(spec)
     if (path / "config.json").exists():

@@ -302,7 +302,7 @@ class Resume:
     counts the tokens forwarded.
     """
 
-    sensor: Any
+    sensor: ForwardSensor
     context: Hashable = None
     tokens: list[int] = field(default_factory=list)
     snapshots: dict[int, Snapshot] = field(default_factory=dict)

@@ -43,6 +43,7 @@ class Sensor(ForwardSensor, Protocol):
     dtype: torch.dtype
     revision: str
     path: Path | None
+    kernels: dict[str, str]  # kernel -> the implementation bound (``interp.sensor.kernels.binding``)
 
     @property
     def full_attention_layers(self) -> list[int]:
@@ -59,10 +60,25 @@ class Sensor(ForwardSensor, Protocol):
         ...
 
     def run_with_cache(self, tokens: Any, names_filter: Any = None, positions: Any = -1,
-                       fwd_hooks: Any = ()) -> tuple[torch.Tensor, Any]:
-        """``(logits, ActivationCache)`` at ``positions`` on the fast path (``interp.sensor.api``)."""
+                       fwd_hooks: Any = (), attention_mask: Any = None) -> tuple[torch.Tensor, Any]:
+        """``(logits, ActivationCache)`` at each row's ``positions`` on the fast path (``interp.sensor.api``)."""
         ...
 
-    def run_with_hooks(self, tokens: Any, fwd_hooks: Any = (), positions: Any = -1) -> torch.Tensor:
-        """Logits at ``positions`` under TransformerLens-style hooks, fast path (``interp.sensor.api``)."""
+    def run_with_hooks(self, tokens: Any, fwd_hooks: Any = (), positions: Any = -1,
+                       attention_mask: Any = None) -> torch.Tensor:
+        """Logits at each row's ``positions`` under TransformerLens-style hooks, fast path (``interp.sensor.api``)."""
+        ...
+
+    def to_tokens(self, input: str | list[str], prepend_bos: bool | None = None, padding_side: str | None = None,
+                  move_to_device: bool = True, truncate: bool = True) -> torch.Tensor:
+        """``[batch, pos]`` tokens of a string or strings (``HookedTransformer.to_tokens``)."""
+        ...
+
+    def to_string(self, tokens: Any) -> str | list[str]:
+        """Text of ``[pos]`` tokens, or one text per row of ``[batch, pos]`` (``HookedTransformer.to_string``)."""
+        ...
+
+    def to_str_tokens(self, input: Any, prepend_bos: bool | None = None,
+                      padding_side: str | None = None) -> list[str] | list[list[str]]:
+        """Each token as its string (``HookedTransformer.to_str_tokens``)."""
         ...

@@ -1,4 +1,4 @@
-"""Controlled continuations: states validation, rubric scoring, re-acquisition, and end-to-end generation."""
+"""Controlled continuations: states validation, rubric scoring, re-acquisition, and end-to-end generation (tiny model; SmolLM2 in test_ext_smollm2.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,6 @@ import json
 
 import pytest
 
-from interp.continuations import generation
-from interp.data.render import render
 from interp.continuations.run import CONTINUATION_CONDITIONS, RunSettings, continue_states, summarize, write_results
 from interp.continuations.scoring import reacquires, score_turn
 from interp.continuations.states import StatesError, load_states
@@ -164,18 +162,3 @@ def test_end_to_end_on_tiny_qwen_is_deterministic(tmp_path, tiny_sensor, mini_tr
                                RunSettings(conditions=("full",), samples=1, max_new_tokens=8, seed=12), progress=False)
     greedy = [r["text"] for r in reseeded["rows"] if r["sample"] == "greedy"]
     assert greedy == [r["text"] for r in first["rows"] if r["sample"] == "greedy" and r["condition"] == "full"]
-
-
-@pytest.mark.slow
-def test_end_to_end_on_smollm2(tmp_path, smol_sensor, mini_trajectory, mini_states):
-    """The fallback (no tool support) template end to end; kept small: SmolLM2 prefill is seconds per prompt on CPU."""
-    settings = RunSettings(conditions=("full", "hide_observation"), samples=0, max_new_tokens=24, seed=0)
-    doc = continue_states(smol_sensor, mini_states, [mini_trajectory], tmp_path, settings, progress=False)
-    assert set(doc["summary"]) == set(settings.conditions)
-    assert all(row["n_generations"] == 2 for row in doc["summary"].values())
-    assert doc["summary"]["hide_observation"]["reacquisition_rate"] is not None
-    for cond, row in doc["summary"].items():
-        assert row["parse_failures"] == sum(r["parse_failure"] for r in doc["rows"] if r["condition"] == cond)
-    ids = render(mini_trajectory, 1, smol_sensor.tokenizer).input_ids
-    sampled = [generation.generate_turn(smol_sensor, ids, 12, seed=7)["text"] for _ in range(2)]
-    assert sampled[0] == sampled[1]

@@ -7,7 +7,7 @@ import pytest
 from ._reference import random_ids
 
 
-@pytest.fixture(scope="session", params=["tiny-qwen3.5", "smollm2-135m"])
+@pytest.fixture(scope="session", params=["tiny-qwen3.5", pytest.param("smollm2-135m", marks=pytest.mark.slow)])
 def sensor(request):
     """Each sensor in turn (session-scoped, read-only): the hybrid tiny Qwen3.5 and real SmolLM2."""
     return request.getfixturevalue("tiny_sensor" if request.param == "tiny-qwen3.5" else "smol_sensor")

@@ -40,6 +40,7 @@ def patterns(sensor, mini_trajectory):
     return sensor, ids, {l: cache[f"blocks.{l}.attn.hook_pattern"][0].float() for l in sensor.full_attention_layers}
 
 
+@pytest.mark.slow  # loads real SmolLM2 weights
 def test_full_attention_layers_are_the_documented_ones(tiny_sensor, smol_sensor):
     assert tiny_sensor.full_attention_layers == [3, 7]
     assert smol_sensor.full_attention_layers == list(range(30))

@@ -182,6 +182,7 @@ def test_every_analysis_accepts_steps_without_reasoning(tiny_sensor, mini_trajec
     json.dumps(after_empty, allow_nan=False)
 
 
+@pytest.mark.slow  # fetches real SmolLM2 (its tokenizer)
 def test_fallback_template_writes_no_think_section_for_a_step_without_reasoning(mini_trajectory):
     """SmolLM2 (fallback convention): the empty step's turn is its action alone; blank = empty, byte for byte."""
     from interp.sensor.models import SPECS, load_tokenizer

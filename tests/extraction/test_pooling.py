@@ -67,7 +67,7 @@ def _check_step_pieces(rendered, positions, step) -> None:
     assert texts[n_blocks + n_actions:] == list(step.observations)
 
 
-@pytest.fixture(scope="module", params=["tiny-qwen3.5", "smollm2-135m"])
+@pytest.fixture(scope="module", params=["tiny-qwen3.5", pytest.param("smollm2-135m", marks=pytest.mark.slow)])
 def tok(request):
     from interp.sensor.models import SPECS, load_tokenizer
 

@@ -148,6 +148,7 @@ def test_tiny_demo(tiny_sensor, demo_trajectories, task_id, condition):
     _check_attention_tables(shared)
 
 
+@pytest.mark.slow  # real SmolLM2 weights
 @pytest.mark.parametrize("condition", CONDITIONS)
 def test_smollm2_mini(smol_sensor, mini_trajectory, condition):
     """Boundaries 2 and 3 (renders of 400-700 tokens): each condition still exercises its shared/suffix path."""

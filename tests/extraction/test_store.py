@@ -25,6 +25,7 @@ import torch
 from safetensors import safe_open
 
 import interp.extraction.store as store_mod
+from interp.io import atomic_path
 from interp.extraction.batch import extract_to_store, trajectories_sha256
 from interp.extraction.extract import ExtractConfig, extract_trajectory
 from interp.extraction.store import Store, StoreMismatch
@@ -120,23 +121,24 @@ def test_reference_store_layout(ref_store, trajs):
 def test_resume_after_interrupt_mid_tensor_write(tiny_sensor, trajs, ref_store, tmp_path, monkeypatch):
     """Ctrl-C while the 3rd unit's tensors are being written: 2 units done, nothing half-written; resume = reference."""
     root = tmp_path / "store"
-    real_save = store_mod.save_file
+    real_write = store_mod.atomic_write_bytes
     calls = []
 
-    def interrupted_save(tensors, filename, metadata=None):
-        calls.append(filename)
-        if len(calls) == 3:
-            Path(filename).write_bytes(b"partial")  # the temp file holds half a unit when the signal lands
-            raise KeyboardInterrupt
-        return real_save(tensors, filename, metadata=metadata)
+    def interrupted_write(path, data):
+        calls.append(path)
+        if len(calls) == 3:  # the temp file holds half a unit when the signal lands
+            with atomic_path(path) as tmp:
+                tmp.write_bytes(data[: len(data) // 2])
+                raise KeyboardInterrupt
+        return real_write(path, data)
 
-    monkeypatch.setattr(store_mod, "save_file", interrupted_save)
+    monkeypatch.setattr(store_mod, "atomic_write_bytes", interrupted_write)
     with pytest.raises(KeyboardInterrupt):
         _extract(tiny_sensor, trajs, root)
     assert _done_units(root) == 2
     assert len(list((root / "units").glob("*.safetensors"))) == 2
     assert _temp_files(root) == []
-    monkeypatch.setattr(store_mod, "save_file", real_save)
+    monkeypatch.setattr(store_mod, "atomic_write_bytes", real_write)
     counts = _extract(tiny_sensor, trajs, root)
     assert counts["skipped_done"] == 2 and counts["units"] == 6
     _assert_same_store(root, ref_store)
@@ -177,6 +179,7 @@ def test_shards_merge_in_process(tiny_sensor, trajs, ref_store, tmp_path):
     _assert_same_store(tmp_path / "merged", ref_store)
 
 
+@pytest.mark.slow  # loads real SmolLM2 weights
 def test_other_settings_refused(tiny_sensor, smol_sensor, trajs, ref_store):
     before = {p.name: p.stat().st_mtime_ns for p in ref_store.rglob("*")}
     other_layers = _config()

@@ -49,8 +49,19 @@ def write_results(root: Path, seed: int = 0) -> Path:
     _json(root / "attention" / "attention.json", _attention(rng))
     _iclr(rng).to_csv(_mkdir(root / "iclr") / "iclr_blocks.csv", index=False)
     atomic_write_json(root / "harm" / "harm.json", summarize_harm(_harm_boundaries(rng), model=MODEL, margin=0.0))
+    atomic_write_json(root / "tokens" / "tokens.json", _tokens())
     atomic_write_json(root / "drsr" / "drsr.json", summarize_drsr(drsr_records(rng), model=MODEL, n_boot=100))
     return root
+
+
+def _tokens() -> dict:
+    """tokens.json of three hand trajectories under four policies, with a paired run (hand tokenizer)."""
+    from interp.accounting.tokens import run_accounting
+    from tests.accounting.test_tokens import TOK, three_steps
+
+    base = [three_steps(f"t{i}") for i in range(3)]
+    return run_accounting(base, ["full", "keep_latest_reasoning", "delete_all_reasoning", "sliding_window:k=1"], TOK,
+                          paired=([three_steps(f"t{i}", extra=i) for i in range(3)], "delete_all_reasoning"))
 
 
 def _mkdir(path: Path) -> Path:

@@ -61,6 +61,8 @@ EXPECTED = {
     "fig11_attention_density": ["Boundary attention density on deletion candidates, split by exact harm",
                                 "selected by exact harm (harm ", "retained (harm ",
                                 "Lower attention alone is not a deletion-safety test"],
+    "fig12_tokens": ["Tokens sent, cached and generated under each history policy", "input read from the cache",
+                     "input written to the cache", "direct removal (input tokens)", "paired amplification"],
 }
 
 

@@ -449,10 +449,9 @@ def test_conditions_return_new_frozen_objects(mini_trajectory):
 
 
 def test_iclr_dropped_rule():
-    from interp.data.conditions import ICLR_RHO, iclr_dropped
+    from interp.data.conditions import iclr_dropped
 
-    assert ICLR_RHO == 0.8
-    assert iclr_dropped([5, 3, 9, 1, 7]) == {1, 3, 0, 4}  # floor(0.8 * 5) = 4 lowest
+    assert iclr_dropped([5, 3, 9, 1, 7]) == {1, 3, 0, 4}  # the default rho 0.8: floor(0.8 * 5) = 4 lowest
     assert iclr_dropped([2.0, 2.0, 2.0], 0.5) == {0}  # ties: the earlier block first
     assert iclr_dropped([1.0, 1.0, 0.5, 1.0], 0.5) == {2, 0}
     assert iclr_dropped([3.0]) == set() and iclr_dropped([3.0], 1.0) == set()  # N = 1 untouched

@@ -97,34 +97,6 @@ def test_boundary_out_of_range_raises(mini_trajectory, tokenizer):
             render(traj, b, tokenizer)
 
 
-def test_fallback_tool_calls_read_back_as_json(corpus):
-    """SmolLM2 (no tool support): each call is <tool_call> JSON that json.loads reads back."""
-    SPECS["smollm2-135m"].fetch()
-    tok = load_tokenizer("smollm2-135m")
-    _, trajs = corpus
-    n_calls = 0
-    for traj in trajs:
-        r = render(traj, traj.n_steps, tok)
-        assert r.mode == "fallback"
-        for t, step in enumerate(traj.steps, start=1):
-            spans = [s for s in r.spans("action", step=t)]
-            if step.action.is_text:
-                continue
-            assert [s.block for s in spans] == list(range(len(step.action.calls)))
-            for s, call in zip(spans, step.action.calls):
-                obj = parse_tool_call(r.text[s.char_start:s.char_end])
-                assert obj == {"name": call.tool, "arguments": dict(call.arguments)}
-                n_calls += 1
-        # The tool definitions are in the system turn, and observations are <tool_response> user turns.
-        if traj.tools:
-            (tools,) = r.spans("tools")
-            assert tools.char_start < r.spans("task")[0].char_start
-        for s in r.spans("observation"):
-            assert r.text[:s.char_start].endswith("<tool_response>\n")
-            assert r.text[s.char_end:].startswith("\n</tool_response>")
-    assert n_calls > 0
-
-
 def test_template_dropping_reasoning_renders_it_inline(corpus, tiny_template_tokenizer):
     tok = tiny_template_tokenizer(lambda tpl: tpl.replace(DROP_REASONING, ""))
     assert "reasoning_content" not in tok.chat_template  # the edit took

@@ -150,3 +150,41 @@ def test_mini_swe_agent_tool_calls_equal_the_raw_file(tmp_path):
     assert traj.task_id == "mini-swe-agent_astropy__astropy-12907"  # the file name without .traj.json
     assert traj.extra["metadata"]["info"]["exit_status"] == "Submitted"
     assert report.dropped["messages[].extra"] == 2  # raw response and raw output: documented, counted
+
+
+SWE = REAL / "swe-agent_gpt-4o_6e44b9__sweagenttestrepo-1c2844.traj"
+
+
+def swe_agent_reference(doc):
+    """(reasoning, [(tool, arguments)], observation) per step: the call of the history message with the step's action."""
+    by_action = {m["action"]: m["tool_calls"] for m in doc["history"]
+                 if m["role"] == "assistant" and m.get("tool_calls")}
+    steps = []
+    for s in doc["trajectory"]:
+        calls = by_action.get(s["action"])
+        action = ([(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] if calls
+                  else [("bash", {"command": s["action"]})])  # no structured call written: the command line
+        steps.append((s["thought"], action, s["observation"]))
+    return steps
+
+
+@pytest.mark.parametrize("fmt", ["swe-agent", "auto"])
+def test_swe_agent_function_calling_actions_are_the_models_structured_calls(tmp_path, fmt):
+    doc = json.loads(SWE.read_text(encoding="utf-8"))
+    report, (traj,) = imported(fmt, SWE, tmp_path, strict=True)
+    assert report.formats == {"swe-agent": 1}
+    assert actual(traj) == swe_agent_reference(doc)
+    written = [[(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in m["tool_calls"]]
+               for m in doc["history"] if m.get("tool_calls")]
+    # the four calls the model wrote, in order; the last step (submit) has no message in history
+    assert [a for _, a, _ in actual(traj)][:4] == written and len(traj.steps) == 5
+    edit = traj.steps[2].action.calls[0]
+    assert (edit.tool, dict(edit.arguments)) == ("edit", {"search": "def division(a: float, b: float) -> float",
+                                                          "replace": "def division(a: float, b: float) -> float:",
+                                                          "replace-all": False})  # not `edit '...' '...' False`
+    assert traj.steps[-1].action.calls[0].arguments == {"command": "submit"}
+    assert report.dropped == {"trajectory[].action (no assistant message in history: command line kept)": 1}
+    assert traj.system_prompt == doc["history"][0]["content"] and traj.task == doc["history"][1]["content"]
+    assert traj.final_answer == doc["info"]["submission"]
+    assert traj.task_id == SWE.name.removesuffix(".traj") and traj.domain == "code"
+    assert traj.extra["metadata"]["info"]["exit_status"] == "submitted"

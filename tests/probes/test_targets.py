@@ -65,7 +65,11 @@ def test_every_positive_names_its_later_step_and_cue(demo_trajectories):
 
 
 def test_each_documented_cue_fires_on_its_example():
+    import probes.targets
+
     assert len(REPLAN_CUES) == 17 and "wait," in REPLAN_CUES
+    table = "\n".join(f"| ``{cue}`` | {example} |" for cue, example in REPLAN_CUE_EXAMPLES)
+    assert "| cue | example reasoning that fires it |\n|---|---|\n" + table + "\n" in probes.targets.__doc__
     for cue, example in REPLAN_CUE_EXAMPLES:
         traj = _traj([("Start.", OTHER), (example, {"tool": "read", "arguments": {"path": "b.py"}})])
         evidence = label_target(traj, 1, TargetLabelerConfig(surge_factor=100)).evidence

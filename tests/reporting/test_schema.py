@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
+from pathlib import Path
 
 import pytest
 
-from interp.schema import Field, SchemaError, check, check_columns, fields_from_doc, schema_dict, schema_table
+from interp.schema import Field, SchemaError, check, check_columns, schema_dict, schema_table
 
 pytestmark = pytest.mark.unit
 
@@ -23,17 +25,32 @@ FIELDS = (
 GOOD = {"sites": ["a.0", "a.1"], "repair_mean": [0.1, 0.2], "repair_ci": [[0.0, 0.2], [None, None]], "n_samples": 3,
         "model": {"spec": "x"}, "per_sample": [{"task_id": "t", "d": 0.5, "extra": 1}], "p": None, "other": "ok"}
 
-# Every writer module: (module, its declarations of result-file fields).
-WRITERS = [
-    ("patching.kl_repair", ["FIELDS"]),
-    ("patching.harm", ["FIELDS"]),
-    ("probes.report", ["FIELDS", "OOF_FIELDS"]),
-    ("interp.continuations.run", ["FIELDS"]),
-    ("interp.externalization.risk", ["FIELDS"]),
-    ("interp.extraction.store", ["STORE_FIELDS", "UNIT_FIELDS", "MANIFEST_FIELDS"]),
-    ("interp.extraction.attention_summary", ["FIELDS"]),
-    ("interp.extraction.entropy", ["DROP_TABLE_FIELDS"]),
-]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+DECLARED = r"^([A-Z_]*FIELDS)(?:: [^=]+)? = \([^\n]*\n\s+Field\("
+
+
+def _declarations() -> list[tuple[str, str]]:
+    """(module, name) of every ``*FIELDS = (Field(...), ...)`` declaration in the library's source."""
+    found = []
+    for package in ("interp", "probes", "patching"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+            source = path.read_text()
+            found += [(module, name) for name in re.findall(DECLARED, source, flags=re.M)]
+    return found
+
+
+DECLARATIONS = _declarations()
+
+
+def test_every_known_writer_is_found():
+    modules = {m for m, _ in DECLARATIONS}
+    assert {"patching.kl_repair", "patching.harm", "probes.report", "probes.targets", "interp.io",
+            "interp.continuations.run", "interp.externalization.risk", "interp.extraction.store",
+            "interp.extraction.attention_summary", "interp.extraction.entropy"} <= modules, modules
+    assert ("interp.extraction.store", "MANIFEST_FIELDS") in DECLARATIONS
 
 
 def test_table_and_schema_dict():
@@ -80,21 +97,13 @@ def test_check_names_a_missing_field_and_a_missing_column():
         check_columns(["x"], [Field("x", "[n]", "int", "-", ""), Field("y", "[n]", "int", "-", "")], "t.csv")
 
 
-@pytest.mark.parametrize("module, names", WRITERS)
-def test_docstring_table_equals_the_declared_fields(module, names):
+@pytest.mark.parametrize("module, name", DECLARATIONS)
+def test_docstring_table_equals_the_declared_fields(module, name):
     mod = importlib.import_module(module)
-    for name in names:
-        fields = getattr(mod, name)
-        assert len({f.name for f in fields}) == len(fields), f"{module}.{name}: duplicate field"
-        assert schema_table(fields) in mod.__doc__, f"{module}.{name}: paste schema_table({name}) into the docstring"
-
-
-@pytest.mark.parametrize("module", ["patching.kl_repair", "patching.harm", "probes.report", "interp.continuations.run",
-                                    "interp.externalization.risk"])
-def test_writers_embed_their_schema(module):
-    mod = importlib.import_module(module)
-    assert mod.SCHEMA == schema_dict(mod.FIELDS) if hasattr(mod, "SCHEMA") else True
-    assert "schema" in {f.name for f in mod.FIELDS}
+    fields = getattr(mod, name)
+    assert fields and all(isinstance(f, Field) for f in fields), f"{module}.{name}"
+    assert len({f.name for f in fields}) == len(fields), f"{module}.{name}: duplicate field"
+    assert schema_table(fields) in mod.__doc__, f"{module}.{name}: paste schema_table({name}) into the docstring"
 
 
 def test_written_documents_match_their_fields(tmp_path):
@@ -112,14 +121,3 @@ def test_written_documents_match_their_fields(tmp_path):
         if path.suffix == ".json":
             assert set(doc) - {"reference"} == {f.name for f in fields}, rel  # every top-level field declared
             assert json.loads(path.read_text())["schema"] == schema_dict(fields), rel
-
-
-def test_fields_come_from_the_docstring_table():
-    doc = "Intro.\n\nFields of ``x.json`` (``FIELDS``):\n\n" + schema_table(FIELDS) + "\n\nMore prose.\n"
-    assert fields_from_doc(doc, "FIELDS") == tuple(FIELDS)
-    with pytest.raises(ValueError, match="no line naming ``OTHER``"):
-        fields_from_doc(doc, "OTHER")
-    with pytest.raises(ValueError, match="header"):
-        fields_from_doc("(``FIELDS``)\n\n| a | b |\n|---|---|\n| x | y |\n", "FIELDS")
-    with pytest.raises(ValueError, match="has 4 cells"):
-        fields_from_doc("(``F``)\n\n" + schema_table(FIELDS[:1]) + "\n| ``y`` | ``[]`` | int | - |\n", "F")

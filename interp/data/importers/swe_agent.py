@@ -60,7 +60,8 @@ def convert(record: Any, ctx: RunContext) -> dict[str, Any]:
     entries = expect(record.get("trajectory"), list, "trajectory", "a list of steps")
     if not entries:
         raise RunProblem("trajectory", "no steps: a trajectory needs at least one")
-    calls = _history_calls(record.get("history"), len(entries), ctx)
+    calls = _history_calls(record.get("history"), [e.get("action") if isinstance(e, dict) else None for e in entries],
+                           ctx)
     steps = []
     for i, entry in enumerate(entries):
         step = _step(expect(entry, dict, f"trajectory[{i}]", "a step object"), f"trajectory[{i}]", calls[i], ctx)
@@ -105,14 +106,18 @@ def _step(entry: dict[str, Any], where: str, calls: list[dict[str, Any]] | None,
     return {"reasoning": reasoning, "action": action, "observation": obs}
 
 
-def _history_calls(history: Any, n_steps: int, ctx: RunContext) -> list[list[dict[str, Any]] | None]:
+def _history_calls(history: Any, actions: list[Any], ctx: RunContext) -> list[list[dict[str, Any]] | None]:
     """The structured tool calls of each step, from the model's assistant messages in ``history``.
 
     The assistant messages that are not demonstrations belong to the steps in
-    order; when their number is not the number of steps (a history cut or
-    rewritten), no call is taken from it and the steps keep their command
-    lines (counted).
+    order. SWE-agent does not write the last step's message when that step
+    ends the run (``submit``): fewer messages than steps pair with the first
+    steps when each message's ``action`` is its step's action, and the steps
+    left keep their command lines (counted). Otherwise, when the numbers
+    differ (a history cut or rewritten), no call is taken from it and every
+    step keeps its command line (counted).
     """
+    n_steps = len(actions)
     none: list[list[dict[str, Any]] | None] = [None] * n_steps
     if not isinstance(history, list):
         return none
@@ -120,7 +125,9 @@ def _history_calls(history: Any, n_steps: int, ctx: RunContext) -> list[list[dic
              and not (m.get("is_demo") or m.get("message_type") == "demonstration")]
     if not any(m.get("tool_calls") for _, m in turns):
         return none
-    if len(turns) != n_steps:
+    if len(turns) < n_steps and all("action" in m and m["action"] == actions[k] for k, (_, m) in enumerate(turns)):
+        ctx.drop("trajectory[].action (no assistant message in history: command line kept)", n_steps - len(turns))
+    elif len(turns) != n_steps:
         ctx.drop("history[].tool_calls (not one assistant message per step: command lines kept)")
         return none
     out: list[list[dict[str, Any]] | None] = []
@@ -133,7 +140,7 @@ def _history_calls(history: Any, n_steps: int, ctx: RunContext) -> list[list[dic
             name = expect(fn.get("name"), str, f"{at}.function.name", "the tool name as a string")
             calls.append({"tool": name, "arguments": parse_arguments(fn.get("arguments"), f"{at}.function.arguments")})
         out.append(calls or None)
-    return out
+    return out + none[len(out):]
 
 
 def _prompt(history: list[Any], where: str, ctx: RunContext) -> tuple[str, str]:

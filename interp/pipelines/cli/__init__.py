@@ -20,7 +20,8 @@ from interp.pipelines.cli.common import PIPE_WIDTH, app, console, err
 __all__ = ["app", "main"]
 
 # each module registers its commands on `app` when imported; this order is `interp --help`'s
-COMMAND_MODULES = ("data", "models", "features", "causal", "drsr", "probing", "externalize", "annotate", "runs")
+COMMAND_MODULES = ("data", "models", "features", "causal", "drsr", "probing", "externalize", "annotate", "tokens",
+                   "runs")
 for _name in COMMAND_MODULES:
     importlib.import_module(f"{__name__}.{_name}")
 

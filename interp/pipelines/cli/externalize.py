@@ -17,6 +17,8 @@ from interp.pipelines.cli.common import (
     console,
     split_list,
 )
+from interp.reporting.numbers import ci_text, num
+from interp.reporting.numbers import pct as pct_text
 
 externalize_app = typer.Typer(help="State externalization: rule-based G labels with evidence, and future risk by G.",
                               no_args_is_help=True)
@@ -60,8 +62,8 @@ def externalize_label(
     console.print(line, markup=False, highlight=False)
     for name, report in (summary["held_out"] or {}).items():
         held, ci = report["held_out"], report["held_out"]["kappa_ci"]
-        console.print(f"held-out kappa, {name} labeler: {held['kappa']} [{ci[0] if ci else '-'}, "
-                      f"{ci[1] if ci else '-'}] on {held['n']} boundaries of {len(report['eval_tasks'])} tasks "
+        console.print(f"held-out kappa, {name} labeler: {held['kappa']} {ci_text(ci) or '[-, -]'} "
+                      f"on {held['n']} boundaries of {len(report['eval_tasks'])} tasks "
                       f"(thresholds tuned on {len(report['tune_tasks'])} other tasks: {report['chosen']})",
                       markup=False, highlight=False)
 
@@ -94,7 +96,8 @@ def externalize_risk(
         ci = stat["ci"]
         if stat["estimate"] is None:
             return "-"
-        return f"{100 * stat['estimate']:.1f}%" + (f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci else "")
+        interval = ci_text(ci, scale=100)
+        return f"{pct_text(stat['estimate'])}" + (f" {interval}" if interval else "")
 
     g1, g0, within = doc["p_y_given_g1"], doc["p_y_given_g0"], doc["within_task_gap"]
     console.print(f"P(y=1|G=1) {pct(g1)} (n={g1['n']}) vs P(y=1|G=0) {pct(g0)} (n={g0['n']}); reference "
@@ -105,8 +108,7 @@ def externalize_risk(
         hidden = doc["hidden_score_gap"]
         logodds, prob = hidden["logodds"], hidden["probability"]
         if logodds["estimate"] is not None:
-            console.print(f"hidden-score gap {logodds['estimate']:.3f} log-odds [{logodds['ci'][0]:.3f}, "
-                          f"{logodds['ci'][1]:.3f}], {prob['estimate']:.3f} probability [{prob['ci'][0]:.3f}, "
-                          f"{prob['ci'][1]:.3f}] over {logodds['n_tasks']} tasks; reference "
-                          f"{reference.HIDDEN_SCORE_GAP} (probability)", markup=False)
+            console.print(f"hidden-score gap {num(logodds['estimate'])} log-odds {ci_text(logodds['ci'])}, "
+                          f"{num(prob['estimate'])} probability {ci_text(prob['ci'])} over {logodds['n_tasks']} "
+                          f"tasks; reference {reference.HIDDEN_SCORE_GAP} (probability)", markup=False)
     console.print(f"-> {out / 'externalization.json'}", markup=False)

@@ -10,6 +10,7 @@ import typer
 from interp.io import check_output_dir
 from interp.pipelines import stages
 from interp.pipelines.cli.common import TrajectoriesOpt, app, build, console
+from interp.reporting.numbers import ci_text, num
 
 
 @app.command()
@@ -62,9 +63,10 @@ def probe(
     result = stages.probe(store, out, config, labels, condition, site)
     gain = result["gain"]
     ci = gain and gain["auroc_ci"]
-    lead = (f"gain over position baseline {gain['auroc']:+.3f}" + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "")
+    lead = (f"gain over position baseline {num(gain['auroc'], signed=True)}"
+            + (f" {ci_text(ci, signed=True)}" if ci_text(ci, signed=True) else "")
             + f" (baseline AUROC {result['baseline']['auroc']:.3f}); " if gain else "")
-    console.print(f"{lead}AUROC {result['auroc']:.3f} {result['auroc_ci']}, AP {result['ap']:.3f}, "
+    console.print(f"{lead}AUROC {result['auroc']:.3f} {ci_text(result['auroc_ci']) or '(no CI)'}, AP {result['ap']:.3f}, "
                   f"balanced acc {result['balanced_accuracy']:.3f}, p={result['permutation_p']} (across tasks), "
                   f"p={result['permutation_p_position']} (position kept), {permutation} statistic; "
                   f"{result['n_excluded_final']} final boundaries excluded -> {out / 'probe_results.json'}",

@@ -42,6 +42,7 @@ from interp.reporting.figures.interventions import interventions_figure
 from interp.reporting.figures.kl_repair import kl_repair_figure
 from interp.reporting.figures.probe import probe_figure, roc_pr_figure
 from interp.reporting.figures.theme import PALETTE, TEMPLATE
+from interp.reporting.figures.tokens import tokens_figure
 from interp.io import read_json
 from interp.schema import Field, SchemaError, check, check_columns
 
@@ -68,6 +69,7 @@ FIGURES = (
     FigureSpec("fig9_relations", "drsr/drsr.json", relations_figure),
     FigureSpec("fig10_interaction", "drsr/drsr.json", interaction_figure),
     FigureSpec("fig11_attention_density", "drsr/drsr.json", attention_density_figure),
+    FigureSpec("fig12_tokens", "tokens/tokens.json", tokens_figure),
 )
 
 
@@ -82,6 +84,7 @@ RESULT_FIELDS: dict[str, tuple[str, str]] = {
     "interventions.json": ("interp.continuations.run", "FIELDS"),
     "attention.json": ("interp.extraction.attention_summary", "FIELDS"),
     "iclr_blocks.csv": ("interp.extraction.entropy", "DROP_TABLE_FIELDS"),
+    "tokens.json": ("interp.accounting.tokens", "FIELDS"),
 }
 
 
@@ -134,7 +137,7 @@ def make_figures(results_dir: Path, png: bool = True) -> dict:
         except (ValueError, TypeError, IndexError) as exc:
             failed[spec.name] = f"{source}: {exc}"
     written = {name: [write_html(fig, out_dir / f"{name}.html")] for name, fig in figures.items()}
-    png_skipped = "png=False"
+    png_skipped: str | None = "png=False"
     if png:
         paths, png_skipped = write_pngs(figures, out_dir)
         for path in paths:

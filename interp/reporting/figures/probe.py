@@ -11,7 +11,7 @@ from plotly.subplots import make_subplots
 from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score, roc_curve
 
 from interp.reporting import reference
-from interp.reporting.numbers import ci_text
+from interp.reporting.numbers import ci_text, num
 from interp.reporting.figures.theme import (BOTTOM_LEGEND, GREY, PALETTE, REFERENCE_LABEL, TEMPLATE, ci_band, note,
                                            titled)
 
@@ -174,8 +174,9 @@ def _subtitle(result: dict) -> list[str]:
     gain = result.get("gain")
     if gain:
         ci = gain.get("auroc_ci")
-        parts.append(f"gain over position baseline {gain['auroc']:+.3f}"
-                     + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else ""))
+        interval = ci_text(ci, signed=True)
+        parts.append(f"gain over position baseline {num(gain['auroc'], signed=True)}"
+                     + (f" {interval}" if interval else ""))
     parts += [f"{result[key]} {label}" for key, label in
               (("n_samples", "boundaries"), ("n_tasks", "tasks"), ("n_positive", "positive")) if key in result]
     n_perm = (result.get("config") or {}).get("n_perm")

@@ -88,7 +88,10 @@ def legend_swatch(name: str, color: str) -> go.Scatter:
 
 def has_ci(ci: Sequence[float | None] | None) -> bool:
     """True for an interval with two finite ends and positive width (a bootstrap over 1 task gives lo == hi)."""
-    return bool(ci) and all(v is not None and v == v for v in ci[:2]) and ci[1] > ci[0]
+    if not ci or len(ci) < 2:
+        return False
+    lo, hi = ci[0], ci[1]
+    return lo is not None and hi is not None and lo == lo and hi == hi and hi > lo
 
 
 def ci_whiskers(x: Sequence, values: Sequence[float | None], cis: Sequence, scale: float = 1.0, name: str = "95% CI",

@@ -80,10 +80,10 @@ def capture_rows(model: Any, layers: list[int], queries: Callable[[int, int], li
 
     try:
         for mod in modules:
-            mod.apply_rotary_pos_emb = make_wrapper(originals[mod])
+            setattr(mod, "apply_rotary_pos_emb", make_wrapper(originals[mod]))  # a module global, swapped
         yield
     finally:
         for mod, fn in originals.items():
-            mod.apply_rotary_pos_emb = fn
+            setattr(mod, "apply_rotary_pos_emb", fn)
         for h in handles:
             h.remove()

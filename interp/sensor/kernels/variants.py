@@ -64,7 +64,7 @@ def _attention_over(prefix: Any) -> Callable[..., tuple[torch.Tensor, None]]:
     from transformers.cache_utils import DynamicLayer
 
     kv: PrefixKV = {i: (layer.keys, layer.values) for i, layer in enumerate(prefix.layers)
-                    if isinstance(layer, DynamicLayer)}
+                    if isinstance(layer, DynamicLayer) and layer.keys is not None and layer.values is not None}
 
     def attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: Any,
                   **kwargs: Any) -> tuple[torch.Tensor, None]:

@@ -105,7 +105,7 @@ def tiny_config(vocab_size: int):
     """The tiny hybrid's Qwen3_5TextConfig (8 layers, full attention every 4th)."""
     from transformers import Qwen3_5TextConfig
 
-    return Qwen3_5TextConfig(
+    return Qwen3_5TextConfig(  # type: ignore[call-arg]  # full_attention_interval goes through **kwargs
         vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=8,
         # full attention: 4 heads sharing 2 KV heads; Gated-DeltaNet: 2 key heads, 4 value heads
         num_attention_heads=4, num_key_value_heads=2, head_dim=16,

@@ -1,0 +1,1 @@
+"""What a history policy costs and saves in tokens: request-level accounting with a prefix cache (no model forward)."""

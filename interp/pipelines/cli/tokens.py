@@ -1,0 +1,77 @@
+"""``interp tokens``: request-level token accounting of history policies with a prefix cache (no model forward)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from interp.io import check_output_dir
+from interp.pipelines import stages
+from interp.pipelines.cli.common import AllowControlOpt, ModelPathOpt, TrajectoriesOpt, app, console, option, \
+    split_list
+
+
+@app.command()
+def tokens(
+    trajectories: TrajectoriesOpt,
+    out: Annotated[Path, typer.Option("--out", help="Directory for tokens.json.")],
+    tokenizer: Annotated[str, typer.Option("--tokenizer", help="Whose tokens are counted: a model spec (see "
+                                           "`interp models`) or a local HF directory; the acting model's tokenizer "
+                                           "is what a bill counts.")] = "smollm2-135m",
+    model_path: ModelPathOpt = None,
+    policies: Annotated[str, typer.Option(help="Comma list of policies: a condition, name:key=value (random:r=0.1, "
+                                               "keep_last_k_reasoning:k=5) or sliding_window:k=K; separate several "
+                                               "parameters of one policy with ';'. Default: the nine of the "
+                                               "benchmark.")] = "",
+    entropy: Annotated[Optional[Path], typer.Option(
+        "--entropy", help="Block-entropy CSV of `interp entropy` (online rows for iclr, step_only rows for "
+                          "iclr_step_only); without it the ICLR policies are skipped.")] = None,
+    cache_block: Annotated[int, typer.Option("--cache-block", help="The cache serves prefixes in multiples of "
+                                             "this many tokens (1: exact token-prefix reuse).")] = 1,
+    min_prefix: Annotated[int, typer.Option("--min-prefix", help="Shared prefixes shorter than this are not "
+                                            "served from the cache.")] = 0,
+    paired: Annotated[Optional[Path], typer.Option(
+        "--paired", help="Trajectory file of a compressed run of the same tasks (matched by task_id); "
+                         "--trajectories is then the base run, accounted under full.")] = None,
+    paired_policy: Annotated[str, typer.Option("--paired-policy", help="The policy the --paired run used.")] = "iclr",
+    allow_control_tokens: AllowControlOpt = False,
+) -> None:
+    """Input, cache-read, cache-write and output tokens per request under each policy; paired-run amplification."""
+    from interp.accounting.tokens import DEFAULT_POLICIES, CacheModel, parse_policy, read_entropy_table
+    from interp.sensor.models import load_tokenizer
+
+    check_output_dir(out, "--out")
+    chosen = [p.replace(";", ",") for p in split_list(policies)] or list(DEFAULT_POLICIES)
+    with option("--policies"):
+        for spec in chosen:
+            parse_policy(spec)
+    with option("--paired-policy"):
+        parse_policy(paired_policy)
+    with option("--cache-block/--min-prefix"):
+        CacheModel(cache_block, min_prefix)
+    if entropy is not None:
+        with option("--entropy"):
+            read_entropy_table(entropy)
+    trajs = stages.trajectories(trajectories, allow_control_tokens=allow_control_tokens)
+    pair = None
+    if paired is not None:
+        pair = (stages.trajectories(paired, allow_control_tokens=allow_control_tokens), paired_policy)
+    doc = stages.tokens(trajs, out, load_tokenizer(tokenizer, model_path), chosen, cache_block, min_prefix,
+                        entropy, pair)
+    for row in doc["totals"]:
+        rel = "" if row["rel_input"] is None else (f"  input {row['rel_input']:+.1%}, cache read "
+                                                   f"{row['rel_cache_read']:+.1%}, output {row['rel_output']:+.1%}")
+        console.print(f"{row['policy']}: {row['n_requests']} requests, input {row['input_tokens']:,}, cache read "
+                      f"{row['cache_read_tokens']:,}, output {row['output_tokens']:,}{rel}", markup=False)
+    for s in doc["skipped"]:
+        console.print(f"{s['policy']}: skipped: {s['reason']}", markup=False)
+    if doc["pair"]:
+        p = doc["pair"]
+        amp = "-" if p["amplification"] is None else f"{p['amplification']:.2f}"
+        console.print(f"paired ({p['policy']}, {p['n_tasks']} tasks): total change {p['totals']['total_change']:+,.0f} "
+                      f"= direct {p['totals']['direct_change']:+,.0f} + requests "
+                      f"{p['totals']['request_count_change']:+,.0f} + context {p['totals']['context_change']:+,.0f}; "
+                      f"amplification {amp} {p['amplification_ci']}", markup=False)
+    console.print(f"{out / 'tokens.json'} ({doc['seconds']:.1f} s, tokenizer {doc['tokenizer']})", markup=False)
