@@ -288,7 +288,7 @@ def check_kl_repair(sensor: Any, traj: Trajectory, boundaries: list[int]) -> dic
 
 def check_harm(sensor: Any, traj: Trajectory, b: int) -> dict[str, Any]:
     """Set harms with the full run's prefix reused vs every deleted render from scratch."""
-    sets = candidate_sets(traj, b, max_k=2, budget=4)
+    sets = candidate_sets(traj, b, max_k=2, budget=4, units=("reasoning",))
     device = sensor.device
     (nll, reuse), t_reuse, _ = _timed(device, lambda: set_harms(sensor, traj, b, sets))
     (nll2, scratch), t_scratch, _ = _timed(device, lambda: set_harms(sensor, traj, b, sets, share_prefix=False))
@@ -459,6 +459,10 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the written checkpoint")
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny width on CPU: the same code path, no targets")
     parser.add_argument("--dtype", default=None, help="load dtype (default: auto = bf16 on CUDA; --cpu-smoke fp64)")
+    parser.add_argument("--precision", type=int, default=0, metavar="N",
+                        help="also run benchmarks/precision.py on the N shortest demo trajectories (every analysis "
+                             "in bf16 and fp16 vs fp32, SmolLM2 and the 4096-wide stand-in) on this device; "
+                             "its table goes to OUT with the suffix .precision.json")
     parser.add_argument("--budget-s", type=float, default=480.0,
                         help="long-context sizes not started by then are skipped (NO-DATA); default 480 s")
     args = parser.parse_args()
@@ -470,6 +474,13 @@ def main() -> int:
         return 2
     args.out.parent.mkdir(parents=True, exist_ok=True)
     report = run(args)
+    if args.precision:
+        import subprocess
+
+        subprocess.run([sys.executable, str(Path(__file__).with_name("precision.py")), "--device",
+                        "cpu" if args.cpu_smoke else "cuda", "--trajectories", str(args.precision),
+                        "--models", "tiny-qwen3.5" if args.cpu_smoke else "smollm2-135m,wide",
+                        "--out", str(args.out.with_suffix(".precision.json"))], check=False)
     print(f"{report['status']}: {len(report['checks']) - len(report['failed'])}/{len(report['checks'])} checks pass "
           f"or have no data ({', '.join(report['failed']) or 'none failed'}); {report['wall_s']:.0f} s; wrote {args.out}")
     return 0 if report["status"] == "PASS" else 1

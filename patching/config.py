@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 
 from interp.data.conditions import check_condition_name
-from interp.data.deletions import parse_unit_kinds
+from interp.data.deletions import DRSR_UNIT_KINDS, parse_unit_kinds
 from interp.sensor.limits import DEFAULT_MAX_TOKENS
 
 PATCH_SITES = ("resid_pre", "attn_out", "mlp_out")
@@ -49,13 +49,13 @@ class PatchConfig:
 @dataclass(frozen=True)
 class HarmConfig:
     """Set-level deletion harm (``interp harm``): the largest set size, sampled sets per size >= 2, the sampling
-    seed, the unit kinds deleted, the pair-ordering margin (nats/token; None: ``patching.harm.MARGIN``) and the
+    seed, the unit kinds deleted (default DRSR's: reasoning, observations, tool exchanges), the pair-ordering margin (nats/token; None: ``patching.harm.MARGIN``) and the
     token limit of a boundary's render."""
 
-    max_k: int = 3
+    max_k: int = 4  # DRSR's sets up to 4 units (patching.harm.DRSR_MAX_K)
     budget: int = 10
     seed: int = 0
-    units: tuple[str, ...] = ("reasoning",)
+    units: tuple[str, ...] = DRSR_UNIT_KINDS
     margin: float | None = None
     max_tokens: int = DEFAULT_MAX_TOKENS
 

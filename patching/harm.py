@@ -5,8 +5,11 @@ the agent produced it (its reasoning and action, in the template's own
 format), taken from the render at b+1 between the end of the prompt at b and
 the end of step b+1's last action span. For a set ``A`` of history units of
 steps 1..b (``interp.data.deletions``: reasoning blocks, observations, tool
-exchanges = a call with its result, whole steps; any mix, chosen by ``units``),
-deleted so that the history stays protocol-valid:
+exchanges = a call with its result, whole steps; any mix, chosen by ``units``;
+by default DRSR's kinds, reasoning, observation and tool_exchange,
+``DRSR_UNIT_KINDS``, and sets up to ``DRSR_MAX_K`` = 4 as DRSR reports;
+``--units reasoning --max-k 3`` is the cheaper setting), deleted so that the
+history stays protocol-valid:
 
     NLL(y | H)     = mean over y's tokens of -log p(token | everything before it)   [nats/token]
     harm(A)        = NLL(y | H \\ A) - NLL(y | H)
@@ -78,7 +81,8 @@ from typing import Any
 
 import numpy as np
 
-from interp.data.deletions import UNIT_KINDS, Unit, delete_units, history_units, parse_unit_kinds, units_overlap
+from interp.data.deletions import (DRSR_UNIT_KINDS, UNIT_KINDS, Unit, delete_units, history_units, parse_unit_kinds,
+                                   units_overlap)
 from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit, skip_record
 from interp.schema import Field, schema_dict
 from interp.sensor.forward import Outputs, Plan
@@ -116,6 +120,8 @@ FIELDS = (
     Field("model", "{...}", "object or null", "-", "the sensor's describe() (null when not given)"),
 )
 MARGIN = 0.020  # nats/token: the reference study's pair-ordering margin
+DRSR_MAX_K = 4  # DRSR reports sets up to 4 units
+DEFAULT_BUDGET = 10  # sampled sets per cardinality >= 2
 AGGREGATORS: dict[str, Callable[[Sequence[float]], float]] = {
     "sum": lambda h: float(np.sum(h)), "mean": lambda h: float(np.mean(h)),
     "max": lambda h: float(np.max(h)), "min": lambda h: float(np.min(h)),
@@ -200,8 +206,8 @@ def _sample(units: list[Unit], size: int, budget: int, rng: random.Random) -> li
     return list(chosen)
 
 
-def candidate_sets(traj: Trajectory, b: int, max_k: int = 3, budget: int = 20, seed: int = 0,
-                   units: Sequence[str] = ("reasoning",)) -> list[tuple[Unit, ...]]:
+def candidate_sets(traj: Trajectory, b: int, max_k: int = DRSR_MAX_K, budget: int = DEFAULT_BUDGET, seed: int = 0,
+                   units: Sequence[str] = DRSR_UNIT_KINDS) -> list[tuple[Unit, ...]]:
     """Every singleton unit of steps 1..b, ``budget`` sampled sets per size 2..max_k, and the pairs inside sampled triples."""
     pool = history_units(traj, b, units)
     sets: list[tuple[Unit, ...]] = [(x,) for x in pool]
@@ -269,8 +275,8 @@ def set_harms(sensor: Sensor, traj: Trajectory, b: int, sets: list[tuple[Unit, .
     return nll_full, results
 
 
-def boundary_harm(sensor: Sensor, traj: Trajectory, b: int, max_k: int = 3, budget: int = 20,
-                  seed: int = 0, units: Sequence[str] = ("reasoning",),
+def boundary_harm(sensor: Sensor, traj: Trajectory, b: int, max_k: int = DRSR_MAX_K, budget: int = DEFAULT_BUDGET,
+                  seed: int = 0, units: Sequence[str] = DRSR_UNIT_KINDS,
                   max_tokens: int = DEFAULT_MAX_TOKENS,
                   capture: Callable[[Rendered, int], tuple[Plan, Outputs]] | None = None) -> dict[str, Any]:
     """One boundary's ``harm.json`` record: the recorded next output, its NLL and every candidate set's harm

@@ -8,7 +8,8 @@ For a boundary b of a trajectory:
   residual stream entering layer l) at the boundary position(s) replaced by
   the full run's;
 - ``d = KL(P_full || P_del)`` and ``Repair(s) = 1 - KL(P_full || P_patch,s) / d``
-  for samples with ``d > d_threshold`` (others are excluded, counted and listed);
+  for samples whose d is clearly above their own measured noise (below;
+  others are excluded, counted and listed);
   ``top1(s)`` = argmax P_patch,s == argmax P_full.
 
 Per site three summaries over the kept samples: the mean Repair (with a
@@ -17,7 +18,30 @@ task-bootstrap CI), the median Repair, and the ratio of sums
 deletion effect d (a mean of ratios is dominated by boundaries with tiny d,
 where numerical noise in the numerator is largest relative to d).
 
-**The exclusion threshold** (:func:`d_threshold`). A computed KL carries
+**Measured noise and the exclusion rule.** Per boundary the noise is the KL
+the patched code path produces when nothing is changed: ``noise =
+KL(P_full || P_null)``, where ``P_null`` is the full run itself continued
+through the patched path with every site patched with its own activation
+(fast path: the full render as its own target in ``patching.patch.patch_pairs``:
+its cache before the tail, then the variants' kernel, one extra variant with
+all sites written back at once;
+reference path: ``P_full`` computed a second time by the toolkit's own
+forward engine instead of the bridge). Exactly, ``P_null = P_full``; what is
+left is round-off of the model's dtype and the schedule. A boundary is kept
+when ``d > max(MIN_KL, NOISE_FACTOR x noise)`` (``NOISE_FACTOR`` = 10: noise
+then moves Repair by about 0.1 at most, and usually much less, since the
+null patch changes every site at once); the threshold per boundary is
+``noise_threshold`` in ``per_sample``. The rule and the noise are in
+``kl_repair.json`` (``exclusion_rule``, ``noise_median``). What the null
+measures is the schedule's round-off, not the dtype's error against float32:
+on tiny-qwen3.5 the fast path's null is ~1e-7 nats in float32 and often
+exactly 0 in bfloat16 (the bfloat16 rounding of each layer's output absorbs
+the schedule's float32-accumulation differences), while the reference path's
+null (two engines) grows with the dtype; ``benchmarks/precision.py`` measures
+the error against float32 directly.
+
+**The formula bound** (:func:`d_threshold`, reported as a sanity bound
+only, no longer the exclusion rule). A computed KL carries
 numerical noise that grows with the model's precision and width, and Repair's
 error is that noise divided by d. Measured: float32 noise alone moved Repair
 by 0.015 at d = 1.8e-5 nats on a 4096-wide model, a KL noise of about
@@ -90,13 +114,16 @@ Fields of ``kl_repair.json`` (``FIELDS``; ``summarize`` writes them):
 | ``repair_median`` | ``[n_sites]`` | float | unitless | median over kept samples of the per-sample Repair; empty when no sample is kept |
 | ``repair_ratio`` | ``[n_sites]`` | float | unitless | ratio of sums over kept samples: 1 - sum KL(P_full ‖ P_patch) / sum d (each boundary weighted by d); empty when no sample is kept |
 | ``top1_mean`` | ``[n_sites]`` | float | fraction | fraction of kept samples whose patched argmax equals the full-history argmax; empty when none kept |
-| ``d_threshold`` | ``[]`` | float | nats | samples with d <= d_threshold are excluded: max(MIN_KL, C x eps(dtype) x sqrt(d_model)), see the module docstring |
+| ``d_threshold`` | ``[]`` | float | nats | the formula bound max(MIN_KL, C x eps(dtype) x sqrt(d_model)) (module docstring): a sanity figure, not the exclusion rule; a threshold given to summarize replaces the measured-noise rule |
 | ``d_threshold_rule`` | ``[]`` | str | - | how d_threshold was derived, with the numbers put in |
-| ``n_samples`` | ``[]`` | int | samples | kept samples: d = KL(P_full ‖ P_del) > d_threshold |
-| ``n_excluded`` | ``[]`` | int | samples | samples with d <= d_threshold (left out of every summary) |
+| ``exclusion_rule`` | ``[]`` | str | - | the rule applied: d > max(MIN_KL, NOISE_FACTOR x noise) per boundary, with the numbers put in (or the given threshold) |
+| ``noise_median`` | ``[]`` | float or null | nats | median over run boundaries of the measured noise KL(P_full ‖ P_null); null without rows |
+| ``noise_max`` | ``[]`` | float or null | nats | largest measured noise over run boundaries; null without rows |
+| ``n_samples`` | ``[]`` | int | samples | kept samples: d = KL(P_full ‖ P_del) above their noise_threshold |
+| ``n_excluded`` | ``[]`` | int | samples | samples with d <= noise_threshold (left out of every summary) |
 | ``excluded`` | ``[n_excluded]`` | str | - | the excluded samples as task_id@after_step |
 | ``skipped`` | ``[n_skipped] of {task_id, after_step, n_tokens, reason}`` | object | n_tokens: tokens | boundaries not run because a render (full, deleted or donor) exceeds max_tokens or the model's positions; n_tokens = the longer of the full and deleted renders; in no summary |
-| ``per_sample`` | ``[n_rows] of {task_id, after_step, d, kl_patch, repair, top1, n_tokens_full, n_tokens_deleted, excluded}`` | object | d, kl_patch: nats; repair: unitless; n_tokens: tokens | every sample: d = KL(P_full ‖ P_del) (float32 arithmetic), kl_patch = KL(P_full ‖ P_patch) per site, repair and top1 per site (repair null when excluded), render lengths |
+| ``per_sample`` | ``[n_rows] of {task_id, after_step, d, noise, noise_threshold, kl_patch, repair, top1, n_tokens_full, n_tokens_deleted, excluded}`` | object | d, noise, noise_threshold, kl_patch: nats; repair: unitless; n_tokens: tokens | every sample: d = KL(P_full ‖ P_del) (float32 arithmetic), noise = KL(P_full ‖ P_null) (null patch), noise_threshold = max(MIN_KL, NOISE_FACTOR x noise), kl_patch = KL(P_full ‖ P_patch) per site, repair and top1 per site (repair null when excluded), render lengths |
 """
 
 from __future__ import annotations
@@ -112,7 +139,7 @@ import torch
 from interp.data.conditions import apply_condition
 from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit, skip_record
 from interp.schema import Field, schema_dict
-from interp.sensor.forward import logit_dtype
+from interp.sensor.forward import Plan, logit_dtype, run_plan
 from interp.sensor.hooks import hook_name
 from interp.sensor.protocol import Sensor
 from interp.stats import task_bootstrap_ci
@@ -120,7 +147,8 @@ from interp.data.render import Rendered, render
 from interp.data.trajectory import Trajectory
 from patching.patch import Pair, patch_pairs
 
-MIN_KL = 1e-6  # nats: the floor of d_threshold
+MIN_KL = 1e-6  # nats: the floor of the exclusion threshold
+NOISE_FACTOR = 10.0  # a boundary is kept when d > max(MIN_KL, NOISE_FACTOR x its measured noise)
 DTYPE_NOISE_C = 4.0  # d_threshold = max(MIN_KL, C x eps(dtype) x sqrt(d_model)); see the module docstring
 
 FIELDS = (
@@ -146,18 +174,25 @@ FIELDS = (
     Field("top1_mean", "[n_sites]", "float", "fraction",
           "fraction of kept samples whose patched argmax equals the full-history argmax; empty when none kept"),
     Field("d_threshold", "[]", "float", "nats",
-          "samples with d <= d_threshold are excluded: max(MIN_KL, C x eps(dtype) x sqrt(d_model)), see the "
-          "module docstring"),
-    Field("d_threshold_rule", "[]", "str", "-", "how d_threshold was derived, with the numbers put in"),
-    Field("n_samples", "[]", "int", "samples", "kept samples: d = KL(P_full ‖ P_del) > d_threshold"),
-    Field("n_excluded", "[]", "int", "samples", "samples with d <= d_threshold (left out of every summary)"),
+          "the formula bound max(MIN_KL, C x eps(dtype) x sqrt(d_model)) (module docstring): a sanity figure, not the exclusion rule; a threshold given to summarize replaces the measured-noise rule"),
+    Field("d_threshold_rule", "[]", "str", "-",
+          "how d_threshold was derived, with the numbers put in"),
+    Field("exclusion_rule", "[]", "str", "-",
+          "the rule applied: d > max(MIN_KL, NOISE_FACTOR x noise) per boundary, with the numbers put in (or the given threshold)"),
+    Field("noise_median", "[]", "float or null", "nats",
+          "median over run boundaries of the measured noise KL(P_full ‖ P_null); null without rows"),
+    Field("noise_max", "[]", "float or null", "nats",
+          "largest measured noise over run boundaries; null without rows"),
+    Field("n_samples", "[]", "int", "samples",
+          "kept samples: d = KL(P_full ‖ P_del) above their noise_threshold"),
+    Field("n_excluded", "[]", "int", "samples",
+          "samples with d <= noise_threshold (left out of every summary)"),
     Field("excluded", "[n_excluded]", "str", "-", "the excluded samples as task_id@after_step"),
     Field("skipped", "[n_skipped] of {task_id, after_step, n_tokens, reason}", "object", "n_tokens: tokens",
           "boundaries not run because a render (full, deleted or donor) exceeds max_tokens or the model's "
           "positions; n_tokens = the longer of the full and deleted renders; in no summary"),
-    Field("per_sample", "[n_rows] of {task_id, after_step, d, kl_patch, repair, top1, n_tokens_full, n_tokens_deleted, excluded}", "object", "d, kl_patch: nats; repair: unitless; n_tokens: tokens",
-          "every sample: d = KL(P_full ‖ P_del) (float32 arithmetic), kl_patch = KL(P_full ‖ P_patch) per "
-          "site, repair and top1 per site (repair null when excluded), render lengths"),
+    Field("per_sample", "[n_rows] of {task_id, after_step, d, noise, noise_threshold, kl_patch, repair, top1, n_tokens_full, n_tokens_deleted, excluded}", "object", "d, noise, noise_threshold, kl_patch: nats; repair: unitless; n_tokens: tokens",
+          "every sample: d = KL(P_full ‖ P_del) (float32 arithmetic), noise = KL(P_full ‖ P_null) (null patch), noise_threshold = max(MIN_KL, NOISE_FACTOR x noise), kl_patch = KL(P_full ‖ P_patch) per site, repair and top1 per site (repair null when excluded), render lengths"),
 )
 
 
@@ -217,6 +252,7 @@ class BoundaryRepair:
     top1: list[bool] = field(default_factory=list)
     kl_patch: list[float] = field(default_factory=list)
     excluded: bool = False
+    noise: float = float("nan")  # KL(P_full || P_null), nats: the patched path's own noise (module docstring)
     n_tokens_full: int = 0
     n_tokens_deleted: int = 0
     skipped: str = ""  # why the boundary was not run (over the context limit); "" when it was
@@ -254,13 +290,11 @@ def kl_repair_trajectory(
 
     ``source`` is the condition whose run supplies the patched activations and
     ``P_full`` (``full``; patching from the deleted run itself gives Repair 0).
-    ``min_kl`` is the exclusion threshold on d (default: :func:`threshold_for` the sensor).
+    ``min_kl`` is a fixed exclusion threshold on d (default None: the measured-noise rule, module docstring).
     A boundary with a render over ``max_tokens`` gets a row with ``skipped`` set and is not run.
     """
     if method not in ("fast", "reference"):
         raise ValueError(f"method must be 'fast' or 'reference', got {method!r}")
-    if min_kl is None:
-        min_kl = threshold_for(sensor.describe())[0]
     boundaries = boundaries or list(range(1, traj.n_steps + 1))
     params = condition_params or {}
     full, deleted = boundary_renders(sensor, traj, condition, boundaries, params)
@@ -278,19 +312,34 @@ def kl_repair_trajectory(
         return [skipped[b] for b in boundaries]
     full, deleted, donors = ({b: x[b] for b in run} for x in (full, deleted, donors))
     if method == "reference":
-        done = {b: _score(traj.task_id, b, *_reference_boundary(sensor, full[b], donors[b], deleted[b], sites,
-                                                                n_positions),
-                          min_kl, full[b].n_tokens, deleted[b].n_tokens) for b in run}
+        done = {}
+        for b in run:
+            p_full, p_del, p_patch = _reference_boundary(sensor, full[b], donors[b], deleted[b], sites, n_positions)
+            # the null: P_full a second time, by the toolkit's own engine instead of the bridge
+            p_null = run_plan(sensor, full[b].input_ids, Plan(logprobs=[full[b].n_tokens - 1])).logprobs[
+                full[b].n_tokens - 1]
+            done[b] = _score(traj.task_id, b, p_full, p_del, p_patch, min_kl, full[b].n_tokens, deleted[b].n_tokens,
+                             p_null)
         return [done.get(b) or skipped[b] for b in boundaries]
     pairs = [Pair(b, full[b].input_ids, deleted[b].input_ids, None if source == "full" else donors[b].input_ids)
              for b in run]
+    # the null patch: the full render as its own target (its cache before the tail, then the variants' schedule),
+    # every site written back with its own activation at once: the last group
+    pairs += [Pair(("null", b), full[b].input_ids, full[b].input_ids) for b in run]
+    names = [hook_name(site, layer) for site, layer in sites]
     results = dict(skipped)
-    for res in patch_pairs(sensor, pairs, [[hook_name(site, layer)] for site, layer in sites], n_positions):
-        # P_del is the unpatched variant of the same computation, so a site that changes
-        # nothing (layer 0 at an identical token, a self-patch) gives Repair 0 exactly.
-        both = torch.log_softmax(res.variants, dim=-1)
-        results[res.key] = _score(traj.task_id, res.key, res.source_logprobs, both[0], both[1:], min_kl,
-                                  full[res.key].n_tokens, deleted[res.key].n_tokens)
+    runs = {}
+    for res in patch_pairs(sensor, pairs, [[n] for n in names] + [names], n_positions):
+        runs[res.key] = res
+        b = res.key[1] if isinstance(res.key, tuple) else res.key
+        if b in runs and ("null", b) in runs:
+            mine, null = runs.pop(b), runs.pop(("null", b))
+            # P_del is the unpatched variant of the same computation, so a site that changes
+            # nothing (layer 0 at an identical token, a self-patch) gives Repair 0 exactly.
+            both = torch.log_softmax(mine.variants[:-1], dim=-1)
+            p_null = torch.log_softmax(null.variants[-1], dim=-1)
+            results[b] = _score(traj.task_id, b, mine.source_logprobs, both[0], both[1:], min_kl,
+                                full[b].n_tokens, deleted[b].n_tokens, p_null)
     return [results[b] for b in boundaries]
 
 
@@ -342,15 +391,23 @@ def _reference_boundary(sensor: Sensor, full: Rendered, donor: Rendered, deleted
     return p_full, rows[0], torch.stack(rows[1:])
 
 
+def exclusion_threshold(noise: float) -> float:
+    """The d a boundary must exceed to be kept: max(MIN_KL, NOISE_FACTOR x its measured noise) (module docstring)."""
+    return max(MIN_KL, NOISE_FACTOR * noise) if math.isfinite(noise) else MIN_KL
+
+
 def _score(task_id: str, b: int, p_full: torch.Tensor, p_del: torch.Tensor, p_patch: torch.Tensor,
-           min_kl: float, n_full: int, n_del: int) -> BoundaryRepair:
+           min_kl: float | None, n_full: int, n_del: int, p_null: torch.Tensor) -> BoundaryRepair:
     """One boundary's row from log-probs on the sensor's device; the KLs are computed there, then moved to the host once."""
-    kls = kl(p_full.unsqueeze(0), torch.cat([p_del.unsqueeze(0), p_patch]))
+    kls = kl(p_full.unsqueeze(0), torch.cat([p_del.unsqueeze(0), p_null.to(p_del.device).unsqueeze(0), p_patch]))
     top = p_patch.argmax(-1) == p_full.argmax()
     host = torch.cat([kls, top.to(kls.dtype)]).cpu()  # the output boundary
-    d, kls, top = float(host[0]), host[1: len(p_patch) + 1], host[len(p_patch) + 1:].bool().tolist()
-    out = BoundaryRepair(task_id, b, d, kl_patch=kls.tolist(), top1=top, n_tokens_full=n_full, n_tokens_deleted=n_del)
-    if d <= min_kl:
+    n = len(p_patch)
+    # |KL| for the noise: a KL of two nearly equal distributions can come out slightly negative by round-off
+    d, noise, kls, top = float(host[0]), abs(float(host[1])), host[2: n + 2], host[n + 2:].bool().tolist()
+    out = BoundaryRepair(task_id, b, d, kl_patch=kls.tolist(), top1=top, noise=noise, n_tokens_full=n_full,
+                         n_tokens_deleted=n_del)
+    if d <= (exclusion_threshold(noise) if min_kl is None else min_kl):
         out.excluded = True
         out.repair = [float("nan")] * len(top)
     else:
@@ -363,18 +420,28 @@ def summarize(rows: list[BoundaryRepair], sites: list[tuple[str, int]], conditio
     """The ``kl_repair.json`` document (``FIELDS``, table in the module docstring); pure: no model is run.
 
     ``sensor`` is only asked for ``describe()`` and ``full_attention_layers``.
-    ``threshold`` (default: :func:`threshold_for` the sensor) is applied again
-    here, so rows scored under a lower threshold (e.g. resumed parts) are
-    excluded by the same rule; rows already excluded stay excluded.
+    The exclusion rule is applied again here (each row's measured noise, or
+    ``threshold`` when given), so rows scored under another rule (e.g. resumed
+    parts) are excluded by the same one; rows already excluded stay excluded.
+    ``d_threshold`` is the formula bound of :func:`threshold_for`, reported only.
     """
     model = sensor.describe()
-    threshold, rule = (threshold_for(model) if threshold is None
-                       else (float(threshold), f"given: {float(threshold):.3g} nats"))
+    bound, bound_rule = threshold_for(model)
+    if threshold is None:
+        limit = {id(r): exclusion_threshold(r.noise) for r in rows}
+        rule = (f"d > max(MIN_KL, NOISE_FACTOR x noise) per boundary, MIN_KL = {MIN_KL:g} nats, NOISE_FACTOR = "
+                f"{NOISE_FACTOR:g}; noise = KL(P_full || P_null), the null patch ({method} path)")
+    else:
+        limit = {id(r): float(threshold) for r in rows}
+        rule = f"d > {float(threshold):.3g} nats (given)"
     skipped = [skip_record(r.task_id, r.after_step, max(r.n_tokens_full, r.n_tokens_deleted), r.skipped)
                for r in rows if r.skipped]
-    rows = [r if r.excluded or r.d > threshold else
-            BoundaryRepair(**{**vars(r), "excluded": True, "repair": [float("nan")] * len(r.repair)})
+    noise = [r.noise for r in rows if not r.skipped and math.isfinite(r.noise)]
+    rows = [(r if r.excluded or r.d > limit[id(r)] else
+             BoundaryRepair(**{**vars(r), "excluded": True, "repair": [float("nan")] * len(r.repair)}), limit[id(r)])
             for r in rows if not r.skipped]
+    thresholds = [t for _, t in rows]
+    rows = [r for r, _ in rows]
     kept = [r for r in rows if not r.excluded]
     values = np.array([r.repair for r in kept], dtype=float).reshape(len(kept), len(sites))
     top1 = np.array([r.top1 for r in kept], dtype=float).reshape(len(kept), len(sites))
@@ -393,13 +460,14 @@ def summarize(rows: list[BoundaryRepair], sites: list[tuple[str, int]], conditio
         "repair_median": np.median(values, axis=0).tolist() if kept else [],
         "repair_ratio": (1.0 - kls.sum(axis=0) / d.sum()).tolist() if kept else [],
         "top1_mean": top1.mean(axis=0).tolist() if kept else [],
-        "d_threshold": threshold, "d_threshold_rule": rule,
+        "d_threshold": bound, "d_threshold_rule": bound_rule, "exclusion_rule": rule,
+        "noise_median": float(np.median(noise)) if noise else None, "noise_max": max(noise) if noise else None,
         "n_samples": len(kept), "n_excluded": len(rows) - len(kept),
         "excluded": [f"{r.task_id}@{r.after_step}" for r in rows if r.excluded],
         "skipped": skipped,
-        "per_sample": [{"task_id": r.task_id, "after_step": r.after_step, "d": r.d, "kl_patch": r.kl_patch,
-                        "repair": r.repair,
+        "per_sample": [{"task_id": r.task_id, "after_step": r.after_step, "d": r.d, "noise": r.noise,
+                        "noise_threshold": t, "kl_patch": r.kl_patch, "repair": r.repair,
                         "top1": r.top1, "n_tokens_full": r.n_tokens_full, "n_tokens_deleted": r.n_tokens_deleted,
-                        "excluded": r.excluded} for r in rows],
+                        "excluded": r.excluded} for r, t in zip(rows, thresholds)],
     }
 

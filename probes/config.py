@@ -26,12 +26,19 @@ class ProbeConfig:
       decompositions of two_stage and len(grid) times the (cheap) small fits;
       see `probes.nested_cv` for the cost model.
 
-    The fixed probe is also the probe of the layer curve and of the default
-    permutation statistic. ``permutation`` picks the statistic of the
-    permutation tests (`probes.stats`): ``"fixed"`` (default, fast: max over
-    candidates of the fixed probe's AUROC, one batched scan) or ``"nested"``
-    (exact: the headline nested-CV AUROC, the whole nested CV rerun per
-    permutation, parallel over permutations). ``baselines`` runs the position
+    The fixed probe is also the probe of the layer curve and of the fast
+    permutation screen. ``permutation`` picks the statistic of the
+    permutation tests (`probes.stats`): ``"nested"`` (default: the headline
+    nested-CV AUROC itself, the whole nested CV rerun per permutation,
+    parallel over permutations) or ``"fixed"`` (a fast screen: max over
+    candidates of the fixed probe's AUROC, one batched scan; it tests the
+    best point of the layer curve, not the headline). Cost of the default
+    (``benchmarks/RESULTS.md``): one nested CV per permuted label vector and
+    null, ~5 CPU-s on the demo (175 boundaries, 120 candidates, d = 576) and
+    ~28 CPU-s at the reference study's scale, so ``n_perm = 100`` under both
+    nulls is ~18 CPU-min on the demo (the demo runs 20: smallest p 1/21) and
+    ~47 min on 2 cores at study scale; the smallest possible p is
+    1 / (1 + n_perm), reported as ``permutation_p_min``. ``baselines`` runs the position
     baseline and probe + baseline through the same nested CV
     (`probes.baselines`) when the samples carry nuisance features.
     ``n_boot = 0`` or ``n_perm = 0`` skips the bootstrap or the permutation
@@ -50,7 +57,7 @@ class ProbeConfig:
     fixed_C: float = 1.0
     n_boot: int = 1000
     n_perm: int = 100
-    permutation: Literal["fixed", "nested"] = "fixed"
+    permutation: Literal["fixed", "nested"] = "nested"
     baselines: bool = True
     n_jobs: int = -1
 

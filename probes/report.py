@@ -24,6 +24,7 @@ Fields of probe_results.json (``FIELDS``; ``probe_document`` builds them):
 | ``bootstrap_n_used`` | ``[]`` | int | resamples | bootstrap resamples with both classes (others skipped) |
 | ``permutation_statistic`` | ``[]`` | str or null | - | what both permutation p-values test (config permutation = fixed: max over candidates of the fixed probe's grouped-CV AUROC; nested: the headline nested-CV AUROC, nested CV rerun per permutation); null if n_perm = 0 |
 | ``permutation_p`` | ``[]`` | float or null | probability | (1 + #null >= observed) / (1 + n_valid) of permutation_statistic under the across-task null (each task gets another task's positive rate at random boundaries: task clustering kept, position structure destroyed); null if n_perm = 0 |
+| ``permutation_p_min`` | ``[]`` | float or null | probability | smallest p the across-task test could give, 1 / (1 + n_valid) (n_valid: permutations in permutation_null); null if n_perm = 0 |
 | ``permutation_observed`` | ``[]`` | float or null | AUROC | the permutation statistic on the real labels |
 | ``permutation_null`` | ``[n_perm]`` | float | AUROC | the statistic for each permuted label vector of the across-task null |
 | ``permutation_p_position`` | ``[]`` | float or null | probability | p of the same statistic under the position-keeping null (whole label sequences, in after_step order, swapped between tasks with equal numbers of boundaries); null if n_perm = 0 |
@@ -110,6 +111,8 @@ FIELDS = (
           "(1 + #null >= observed) / (1 + n_valid) of permutation_statistic under the across-task null (each "
           "task gets another task's positive rate at random boundaries: task clustering kept, position "
           "structure destroyed); null if n_perm = 0"),
+    Field("permutation_p_min", "[]", "float or null", "probability",
+          "smallest p the across-task test could give, 1 / (1 + n_valid) (n_valid: permutations in permutation_null); null if n_perm = 0"),
     Field("permutation_observed", "[]", "float or null", "AUROC", "the permutation statistic on the real labels"),
     Field("permutation_null", "[n_perm]", "float", "AUROC",
           "the statistic for each permuted label vector of the across-task null"),
@@ -245,6 +248,7 @@ def probe_document(cv: NestedCVResult, boot: BootstrapResult | None, perm: Permu
                                 if comparison else None),
         "permutation_statistic": STATISTICS[config.permutation] if perm or position else None,
         "permutation_p": perm.p_value if perm else None,
+        "permutation_p_min": 1.0 / (1 + perm.null.size) if perm else None,
         "permutation_observed": perm.observed if perm else None,
         "permutation_null": perm.null.tolist() if perm else [],
         "permutation_p_position": position.p_value if position else None,

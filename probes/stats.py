@@ -18,12 +18,13 @@ Permutation tests (`permutation_tests`) have two nulls (`NULLS`):
 
 and two statistics (`ProbeConfig.permutation`):
 
-- ``"fixed"`` (default, fast): the maximum over (layer, pooling) candidates of
-  the fixed probe's grouped-CV AUROC (the best point of the layer curve), all
-  label vectors scored on the real labels' folds in one batched scan;
-- ``"nested"`` (exact): the headline itself, the whole nested CV rerun on each
-  permuted label vector (folds, inner search and threshold included),
-  joblib-parallel over permutations.
+- ``"nested"`` (default, exact): the headline itself, the whole nested CV
+  rerun on each permuted label vector (folds, inner search and threshold
+  included), joblib-parallel over permutations;
+- ``"fixed"`` (a fast screen): the maximum over (layer, pooling) candidates of
+  the fixed probe's grouped-CV AUROC (the best point of the layer curve, not
+  the headline), all label vectors scored on the real labels' folds in one
+  batched scan.
 """
 
 from __future__ import annotations

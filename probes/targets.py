@@ -94,7 +94,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from interp.data.labels import agreement, annotation_labels, read_labels_csv, write_labels_csv
+from interp.data.labels import agreement, annotation_labels, final_boundaries, read_labels_csv, write_labels_csv
 from interp.data.trajectory import Trajectory, load_trajectories
 from interp.io import atomic_write_json
 from interp.schema import Field, schema_dict
@@ -224,7 +224,8 @@ def label_target(traj: Trajectory, b: int, config: TargetLabelerConfig = TargetL
 
 def undefined_boundaries(trajs: list[Trajectory]) -> list[dict[str, Any]]:
     """The boundaries that get no rule label (each trajectory's last: nothing follows it), with the reason."""
-    return [{"task_id": t.task_id, "after_step": t.n_steps, "reason": UNDEFINED_FINAL} for t in trajs]
+    return [{"task_id": task_id, "after_step": b, "reason": UNDEFINED_FINAL}
+            for task_id, b in sorted(final_boundaries(trajs))]
 
 
 # Threshold grid of the held-out evaluation of this labeler (tuned on some tasks, kappa on the others)

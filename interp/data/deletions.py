@@ -38,6 +38,9 @@ from interp.data.trajectory import Action, Step, Trajectory, join_blocks
 
 Unit = tuple[str, int, "int | None"]  # (kind, step, index)
 UNIT_KINDS = ("reasoning", "observation", "tool_exchange", "step")
+# DRSR deletes protocol-valid history blocks of every kind: reasoning, observations, tool exchanges (the
+# default of set-level harm, ``patching.harm``); whole steps are this toolkit's granularity addition.
+DRSR_UNIT_KINDS = ("reasoning", "observation", "tool_exchange")
 
 
 def parse_unit_kinds(kinds: str | Iterable[str]) -> tuple[str, ...]:

@@ -62,6 +62,16 @@ LABEL_FIELDS = ("future_necessity", "externalization_gap")
 Labels = dict[tuple[str, int], int]
 
 
+def final_boundaries(trajectories: Iterable[Trajectory]) -> set[tuple[str, int]]:
+    """Each trajectory's last boundary ``(task_id, n_steps)``: nothing follows it, so y is undefined there.
+
+    The one home of that rule: the rule labeler (``probes.targets``) emits no
+    label there, the probe (``probes.data``) marks it missing, and the risk
+    table (``interp.externalization.risk``) leaves it out.
+    """
+    return {(t.task_id, t.n_steps) for t in trajectories}
+
+
 def annotation_labels(trajectories: Iterable[Trajectory], field: str) -> Labels:
     """``{(task_id, after_step): label}`` from the trajectories' hand annotations (unset labels left out).
 

@@ -1,6 +1,10 @@
 """Future behavioural risk by externalization gap: is y more likely where derived state lives only in reasoning?
 
-Inputs, one row per boundary ``(task_id, after_step)``:
+Inputs, one row per boundary ``(task_id, after_step)``; each trajectory's final
+boundary is left out (nothing follows it, so y is undefined there: the probe's
+rule, ``interp.data.labels.final_boundaries``), which needs the trajectories
+(``--trajectories``); without them every labelled row is used as given, and
+``n_undefined`` is null:
 
 - ``G`` (externalization gap, 0/1): annotations or a labels CSV
   (``task_id,after_step,externalization_gap``; ``interp externalize label``
@@ -33,6 +37,7 @@ Fields of ``externalization.json`` (``FIELDS``):
 | ``n_tasks`` | ``[]`` | int | tasks | their distinct tasks |
 | ``n_without_score`` | ``[]`` | int | boundaries | boundaries without a probe score |
 | ``n_without_y`` | ``[]`` | int | boundaries | boundaries with G but no y (left out) |
+| ``n_undefined`` | ``[]`` | int or null | boundaries | final boundaries with G or y left out (y undefined: nothing follows them); null without trajectories |
 | ``sources`` | ``{G, y, scores}`` | object | - | where G, y and the scores came from (scores null if none) |
 | ``condition`` | ``[]`` | str or null | - | probe-score condition used (null without scores) |
 | ``n_boot`` | ``[]`` | int | resamples | bootstrap resamples |
@@ -52,7 +57,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from interp.data.labels import annotation_labels, read_labels_csv
+from interp.data.labels import annotation_labels, final_boundaries, read_labels_csv
 from interp.data.trajectory import Trajectory, load_trajectories
 from interp.io import atomic_write_json, read_text
 from interp.schema import Field, schema_dict
@@ -77,6 +82,8 @@ FIELDS = (
     Field("n_tasks", "[]", "int", "tasks", "their distinct tasks"),
     Field("n_without_score", "[]", "int", "boundaries", "boundaries without a probe score"),
     Field("n_without_y", "[]", "int", "boundaries", "boundaries with G but no y (left out)"),
+    Field("n_undefined", "[]", "int or null", "boundaries",
+          "final boundaries with G or y left out (y undefined: nothing follows them); null without trajectories"),
     Field("sources", "{G, y, scores}", "object", "-", "where G, y and the scores came from (scores null if none)"),
     Field("condition", "[]", "str or null", "-", "probe-score condition used (null without scores)"),
     Field("n_boot", "[]", "int", "resamples", "bootstrap resamples"),
@@ -232,11 +239,17 @@ def risk_command(out: Path, labels: Path | None = None, probe_results: Path | No
     gap, necessity, sources = _load_sources(labels, targets, trajs, g_column)
     scores = read_oof_scores(probe_results, condition) if probe_results is not None else None
     sources["scores"] = str(probe_results) if probe_results is not None else None
+    n_undefined = None
+    if trajs is not None:
+        final = final_boundaries(trajs)
+        n_undefined = len(final & (set(gap) | set(necessity)))
+        gap = {k: v for k, v in gap.items() if k not in final}
+        necessity = {k: v for k, v in necessity.items() if k not in final}
     rows = risk_rows(gap, necessity, scores)
     if rows.empty:
         raise ValueError(f"no boundary has both G ({sources['G']}) and y ({sources['y']}); check the task ids")
     doc = {"schema": SCHEMA, **risk_analysis(rows, n_boot, seed),
-           "n_without_y": len(set(gap) - set(necessity)), "sources": sources,
+           "n_without_y": len(set(gap) - set(necessity)), "n_undefined": n_undefined, "sources": sources,
            "condition": condition if scores is not None else None, "n_boot": n_boot, "seed": seed}
     atomic_write_json(Path(out) / "externalization.json", doc)
     return doc

@@ -3,8 +3,12 @@
 For block tokens ``[s, e)`` of step t in the scorer's input, the score is the
 mean over i in ``[s, e)`` of ``H(P(. | tokens < i))`` in bits, read at
 position ``i - 1`` (:func:`block_mean_entropy`; the positions a forward must
-keep are :func:`entropy_positions`). The scorer's input for step t is the
-render of the history at boundary t up to the end of step t's reasoning.
+keep are :func:`entropy_positions`). The scorer's input for step t is what
+the study's scorer receives, "the accumulated interaction history and the
+current completed step": the render of the history at boundary t, step t's
+action and observation included (:func:`scorer_input_tokens`); the forward
+runs only to the end of step t's reasoning (the scores are causal, so the
+tokens after it change none of them), but the limit counts the whole input.
 :class:`EntropyScorer` has three contexts:
 
 - ``online`` (default, the study's method): the history it is given, in which
@@ -25,9 +29,10 @@ render of the history at boundary t up to the end of step t's reasoning.
 A step without reasoning has no block: it gets no row in the tables and no
 forward (ICLR leaves it as it is).
 
-An input longer than ``max_tokens`` (or the model's positions) is not scored
-(``None``): ICLR then leaves the step untouched rather than truncating, and
-the table records the input's token count.
+An input longer than ``max_tokens`` (or the model's positions; the setting is
+``--max-tokens``, see ``interp.extraction.limits`` for 42,000 vs 43,008) is
+not scored (``None``): ICLR then leaves the step untouched rather than
+truncating, and the table records the input's token count.
 
 Tables: :func:`drop_table` marks, in a table of block entropies (one row per
 block), the blocks ICLR drops at ``rho`` (the rule of
@@ -46,7 +51,7 @@ scores and decisions beside it for comparison. Its columns
 | ``step`` | ``[n_blocks]`` | int | step | step t whose reasoning holds the block (1-based) |
 | ``block`` | ``[n_blocks]`` | int | - | block index within the step's reasoning (0-based) |
 | ``n_tokens`` | ``[n_blocks]`` | int | tokens | tokens of the block in the scorer's input |
-| ``input_tokens`` | ``[n_blocks]`` | int or null | tokens | tokens of the scorer's input for the step (over max_tokens: not scored); null when not recorded |
+| ``input_tokens`` | ``[n_blocks]`` | int or null | tokens | tokens of the scorer's whole input for the step: the render at boundary t, step t's action and observation included (over max_tokens: not scored); null when not recorded |
 | ``mean_entropy_bits`` | ``[n_blocks]`` | float or null | bits/token | mean next-token entropy over the block's tokens; null when the step was not scored |
 | ``n_blocks_in_step`` | ``[n_blocks]`` | int | blocks | blocks of the step |
 | ``scored`` | ``[n_blocks]`` | bool | - | every block of the step has a score (fit the scorer context) |
@@ -69,6 +74,7 @@ from interp.data.conditions import ICLR_RHO, apply_condition, iclr_dropped, step
 from interp.data.render import Segment, render
 from interp.data.trajectory import Trajectory
 from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit
+from interp.progress import track
 from interp.schema import Field
 from interp.sensor.forward import Plan, run_plan
 from interp.sensor.prefix import Resume
@@ -84,7 +90,8 @@ DROP_TABLE_FIELDS = (  # iclr_blocks.csv, one row per block
     Field("block", "[n_blocks]", "int", "-", "block index within the step's reasoning (0-based)"),
     Field("n_tokens", "[n_blocks]", "int", "tokens", "tokens of the block in the scorer's input"),
     Field("input_tokens", "[n_blocks]", "int or null", "tokens",
-          "tokens of the scorer's input for the step (over max_tokens: not scored); null when not recorded"),
+          "tokens of the scorer's whole input for the step: the render at boundary t, step t's action and "
+          "observation included (over max_tokens: not scored); null when not recorded"),
     Field("mean_entropy_bits", "[n_blocks]", "float or null", "bits/token",
           "mean next-token entropy over the block's tokens; null when the step was not scored"),
     Field("n_blocks_in_step", "[n_blocks]", "int", "blocks", "blocks of the step"),
@@ -120,22 +127,29 @@ class BlockScore:
     input_tokens: int = 0  # tokens of the scorer's input for the step
 
 
+def scorer_input_tokens(history: Trajectory, step: int, tokenizer: Any) -> int:
+    """Tokens the scorer of step ``step`` is given: the render at boundary ``step``, its action and observation
+    included (the study's "accumulated interaction history and the current completed step")."""
+    return render(history, step, tokenizer).n_tokens
+
+
 def block_entropies(sensor: Sensor, traj: Trajectory, max_tokens: int = DEFAULT_MAX_TOKENS) -> list[BlockScore]:
     """Full-context scores of every reasoning block of ``traj`` with one forward (see module docstring)."""
     rendered = render(traj, traj.n_steps, sensor.tokenizer)
     limit = context_limit(sensor, max_tokens)
     blocks = rendered.spans("reasoning_block")
-    ends = {}
+    ends: dict[int, int] = {}
     for s in blocks:
         ends[s.step] = max(ends.get(s.step, 0), s.end)
-    scored = [s for s in blocks if ends[s.step] <= limit and s.start >= 1]
+    inputs = {t: scorer_input_tokens(traj, t, sensor.tokenizer) for t in ends}
+    scored = [s for s in blocks if inputs[s.step] <= limit and s.start >= 1]
     end = max((ends[s.step] for s in scored), default=0)
     out_entropy: dict[int, float] = {}
     if scored:
         plan = Plan(entropy=entropy_positions(scored))
         out_entropy = run_plan(sensor, rendered.input_ids[:end], plan).entropy
     return [BlockScore(traj.task_id, s.step, s.block, s.n_tokens,
-                       block_mean_entropy(out_entropy, s) if s in scored else None, ends[s.step]) for s in blocks]
+                       block_mean_entropy(out_entropy, s) if s in scored else None, inputs[s.step]) for s in blocks]
 
 
 CONTEXTS = ("online", "full", "step_only")
@@ -196,12 +210,13 @@ class EntropyScorer:
             return []  # a step without reasoning: nothing to score, no forward
         end = max(s.end for s in spans)
         ids = rendered.input_ids[:end]
-        key = (history.task_id, step, hashlib.sha1(repr(ids).encode()).hexdigest())
+        whole = rendered.n_tokens  # the scorer's input: step t's action and observation count (scorer_input_tokens)
+        key = (history.task_id, step, hashlib.sha1(repr(rendered.input_ids).encode()).hexdigest())
         if key not in self._memo:
-            entropy = self._forward(history.task_id, ids, spans) if end <= context_limit(self.sensor, self.max_tokens) \
+            entropy = self._forward(history.task_id, ids, spans) if whole <= context_limit(self.sensor, self.max_tokens) \
                 else None
             self._memo[key] = [BlockScore(history.task_id, step, s.block, s.n_tokens,
-                                          block_mean_entropy(entropy, s) if entropy is not None else None, end)
+                                          block_mean_entropy(entropy, s) if entropy is not None else None, whole)
                                for s in spans]
         return self._memo[key]
 
@@ -255,18 +270,22 @@ def drop_table(blocks: pd.DataFrame, rho: float = ICLR_RHO) -> pd.DataFrame:
 
 def entropy_table(sensor: Sensor, trajectories: list[Trajectory], rho: float = ICLR_RHO,
                   max_tokens: int = DEFAULT_MAX_TOKENS, context: str = "online",
-                  full: pd.DataFrame | None | bool = True) -> pd.DataFrame:
+                  full: pd.DataFrame | None | bool = True, progress: bool = True) -> pd.DataFrame:
     """One row per reasoning block (``DROP_TABLE_FIELDS``): ICLR at ``rho`` run with a ``context`` scorer, and
     the full-context scores/decisions beside it (``full``: True computes them, a frame of full-context block
-    entropies is used as given, False/None leaves those columns null)."""
+    entropies is used as given, False/None leaves those columns null); a progress line per trajectory
+    (``interp.progress``: trajectories done, tokens run per second, ETA)."""
     scorer = EntropyScorer(sensor, max_tokens, context=context)
     rows = []
-    for traj in trajectories:
-        apply_condition("iclr", traj, traj.n_steps, scorer=scorer, rho=rho)
-        rows += [{"task_id": traj.task_id, "domain": traj.domain, "context": context, "step": s.step,
-                  "block": s.block, "n_tokens": s.n_tokens, "input_tokens": s.input_tokens,
-                  "mean_entropy_bits": s.mean_entropy_bits}
-                 for t in range(1, traj.n_steps + 1) for s in scorer.records.get((traj.task_id, t), [])]
+    with track(f"iclr ({context})", total=len(trajectories), unit="trajectories", enabled=progress) as bar:
+        for traj in trajectories:
+            before = scorer.tokens_run
+            apply_condition("iclr", traj, traj.n_steps, scorer=scorer, rho=rho)
+            bar.advance(tokens=scorer.tokens_run - before, info=traj.task_id)
+            rows += [{"task_id": traj.task_id, "domain": traj.domain, "context": context, "step": s.step,
+                      "block": s.block, "n_tokens": s.n_tokens, "input_tokens": s.input_tokens,
+                      "mean_entropy_bits": s.mean_entropy_bits}
+                     for t in range(1, traj.n_steps + 1) for s in scorer.records.get((traj.task_id, t), [])]
     columns = ["task_id", "domain", "context", "step", "block", "n_tokens", "input_tokens", "mean_entropy_bits"]
     table = drop_table(pd.DataFrame(rows, columns=columns), rho)
     if full is True:

@@ -252,7 +252,7 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, condition: str = "
     if unknown:
         raise ValueError(f"task ids not in the trajectory file: {', '.join(unknown)}")
     sites = sites or default_sites(sensor.n_layers)
-    tag = f"{condition}.{method}.{positions}." + hashlib.sha1(repr(sites).encode()).hexdigest()[:12] + (
+    tag = f"{condition}.{method}.{positions}.null." + hashlib.sha1(repr(sites).encode()).hexdigest()[:12] + (
         f".t{limit}" if limit != DEFAULT_MAX_TOKENS else "")
     if positions > 1:
         _check_positions(sensor, [by_id[k] for k in keys], condition, positions)
@@ -289,22 +289,25 @@ def _check_positions(sensor: Sensor, trajs: list[Trajectory], condition: str, po
 
 
 def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[str] | None = None,
-         max_k: int = 3, budget: int = 10, seed: int = 0, units: tuple[str, ...] | list[str] | str = ("reasoning",),
+         max_k: int | None = None, budget: int | None = None, seed: int = 0,
+         units: tuple[str, ...] | list[str] | str | None = None,
          margin: float | None = None, shard: tuple[int, int] = (0, 1), executor: Executor | None = None,
          load: Callable[[], Sensor] | None = None,
          max_tokens: int | None = None) -> dict[str, Any]:
     """Set-level deletion harm of ``units`` at ``task_id@b`` boundaries (``harm.json``); one resumable part per boundary;
     boundaries over ``max_tokens`` are skipped and listed.
 
+    ``units``, ``max_k``, ``budget`` None: DRSR's unit kinds, sets up to 4, 10 samples per size (``patching.harm``).
     ``shard=(I, N)`` computes shard I's boundaries (by tokens) and writes no summary (merge, then re-run)."""
     from interp.extraction.batch import render_tokens
     from interp.sensor.limits import DEFAULT_MAX_TOKENS
     from patching.config import HarmConfig
     from patching.harm import MARGIN, boundary_harm, check_boundaries, default_boundaries, summarize_harm
 
-    # checked before any forward, with the CLI's errors
-    kinds = HarmConfig(max_k=max_k, budget=budget, seed=seed, units=units, margin=margin,
-                       max_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens).units
+    given = {k: v for k, v in (("max_k", max_k), ("budget", budget), ("units", units)) if v is not None}
+    config = HarmConfig(seed=seed, margin=margin, max_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
+                        **given)  # checked before any forward, with the CLI's errors; None: DRSR's defaults
+    kinds, max_k, budget = config.units, config.max_k, config.budget
 
     by_id = {t.task_id: t for t in trajs}
     keys = check_boundaries(boundaries or default_boundaries(trajs), trajs)  # every boundary, before any forward
@@ -494,10 +497,12 @@ def _harm_settings(ctx: StepContext) -> dict[str, Any]:
     from patching.harm import default_boundaries
 
     keys = default_boundaries(_shortest(ctx))[: None if ctx.config.full else ctx.config.harm_boundaries]
-    subset = {} if ctx.config.full else {
-        "subset": f"{len(keys)} boundaries ({', '.join(keys)}), {ctx.config.harm_budget} sampled sets per "
-                  "cardinality 2..3"}
-    return {"boundaries": keys, "max_k": 3, "budget": ctx.config.harm_budget, **subset}
+    if ctx.config.full:  # DRSR's defaults: reasoning, observations and tool exchanges, sets up to 4
+        return {"boundaries": keys, "max_k": None, "budget": ctx.config.harm_budget, "units": None}
+    subset = (f"{len(keys)} boundaries ({', '.join(keys)}), {ctx.config.harm_budget} sampled sets per cardinality "
+              "2..3, reasoning units only (DRSR's default also deletes observations and tool exchanges, sets up to 4)")
+    return {"boundaries": keys, "max_k": 3, "budget": ctx.config.harm_budget, "units": ["reasoning"],
+            "subset": subset}
 
 
 def _drsr_settings(ctx: StepContext) -> dict[str, Any]:
@@ -554,7 +559,7 @@ STEPS: tuple[Step, ...] = (
          _patch_settings),
     Step("harm", "set-level deletion harm", analysis("harm").path(),
          lambda ctx, s: harm(ctx.sensor, ctx.trajs, ctx.out / analysis("harm").folder, s["boundaries"],
-                             max_k=s["max_k"], budget=s["budget"]),
+                             max_k=s["max_k"], budget=s["budget"], units=s["units"]),
          _harm_settings),
     Step("drsr", "DRSR appendix (granularity, relations, interaction, attention)", analysis("drsr").path(),
          lambda ctx, s: drsr(ctx.sensor, ctx.trajs, ctx.out / analysis("drsr").folder, s["boundaries"],

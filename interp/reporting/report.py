@@ -76,7 +76,9 @@ def probe_section(res: dict[str, Any], folder: Path) -> list[str]:
     if res.get("permutation_p") is not None:
         fixed = res.get("permutation_position_fixed_tasks", 0)
         p_line = (f"Permutation tests of *{res.get('permutation_statistic')}* "
-                  f"(`--permutation {res.get('config', {}).get('permutation', 'fixed')}`): "
+                  f"(`--permutation {res.get('config', {}).get('permutation', 'fixed')}`, "
+                  f"{len(res.get('permutation_null', []))} permutations, smallest possible p "
+                  f"{_fmt(res.get('permutation_p_min'))}): "
                   f"p = {_fmt(res['permutation_p'])} under the across-task null (destroys position structure), "
                   f"p = {_fmt(res.get('permutation_p_position'))} under the position-keeping null (whole label "
                   f"sequences swapped between tasks of equal length; {fixed} task(s) alone in their length keep "

@@ -4,6 +4,16 @@ The rule applies per boundary: a long run keeps the boundaries whose renders
 fit and records the others (``skipped`` entries made by :func:`skip_record`,
 with the one wording of :func:`over_limit`). Extraction, block scoring, KL
 Repair, harm and continuations all use it.
+
+The limit is a setting (``--max-tokens`` on every command that runs the
+model; ``max_tokens`` in the APIs), defaulting to :data:`DEFAULT_MAX_TOKENS`.
+The reference study skips ICLR scoring "when the scorer context exceeds 42K
+tokens" without saying which 42K: the default reads it as 42,000 (the decimal
+figure it reports); 42 x 1024 = 43,008 is the other reading, one flag away
+(``--max-tokens 43008``). The demo's trajectories are far below either, so
+the two give the same results there. What is counted is the whole input a
+forward would be given (for ICLR: the history and the current completed
+step, action and observation included; ``interp.extraction.entropy``).
 """
 
 from __future__ import annotations
@@ -12,7 +22,7 @@ from typing import Any
 
 from interp.sensor.protocol import ForwardSensor
 
-DEFAULT_MAX_TOKENS = 42_000
+DEFAULT_MAX_TOKENS = 42_000  # "42K" read as 42,000, not 43,008 (module docstring)
 
 
 def model_max_positions(sensor: ForwardSensor) -> int:

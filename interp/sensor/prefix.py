@@ -65,7 +65,6 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from interp.sensor.forward import Outputs, Plan, Snapshot, run_plan
 from interp.sensor.protocol import ForwardSensor

@@ -76,11 +76,37 @@ def test_risk_command_from_csvs(tmp_path):
     assert doc["hidden_score_gap"]["logodds"]["estimate"] == pytest.approx(2.5 / 3)  # the full condition only
 
 
+def _hand_count_without_final_boundaries() -> dict[int, list[int]]:
+    """{G: [n, n_positive]} counted from the raw demo JSONL, each task's last boundary (after_step = n_steps) left out."""
+    counts = {0: [0, 0], 1: [0, 0]}
+    for line in DEMO.read_text().splitlines():
+        raw = json.loads(line)
+        for ann in raw["annotations"]["boundaries"]:
+            g, y = ann.get("externalization_gap"), ann.get("future_necessity")
+            if g is None or y is None or ann["after_step"] == len(raw["steps"]):
+                continue
+            counts[g][0] += 1
+            counts[g][1] += y
+    return counts
+
+
 def test_risk_command_from_demo_annotations(tmp_path):
     doc = risk_command(tmp_path, trajectories=DEMO, n_boot=100)
     g1, g0 = doc["p_y_given_g1"], doc["p_y_given_g0"]
-    assert (g1["n"], g1["n_positive"], g0["n"], g0["n_positive"]) == (111, 65, 82, 14)
+    hand = _hand_count_without_final_boundaries()
+    assert [g1["n"], g1["n_positive"]] == hand[1] and [g0["n"], g0["n_positive"]] == hand[0]
+    assert (g1["n"], g1["n_positive"], g0["n"], g0["n_positive"]) == (111, 65, 57, 14)  # the issue's 0.246 (n = 57)
+    assert doc["p_y_given_g0"]["estimate"] == pytest.approx(14 / 57)
+    assert doc["n_undefined"] == 25 and doc["n_boundaries"] == 168  # one final boundary per demo task
     assert doc["sources"] == {"G": "annotations", "y": "annotations", "scores": None}
+
+
+def test_risk_without_trajectories_uses_every_labelled_row(tmp_path):
+    labels = tmp_path / "labels.csv"
+    labels.write_text("task_id,after_step,externalization_gap,future_necessity\n"
+                      + "".join(f"{t},{b},{g},{y}\n" for t, b, g, y, _ in TABLE))
+    doc = risk_command(tmp_path / "out", labels=labels, n_boot=20)
+    assert doc["n_boundaries"] == 12 and doc["n_undefined"] is None
 
 
 @pytest.mark.parametrize("body, message", [

@@ -81,11 +81,9 @@ def test_tiny_demo_block_entropies(tiny_sensor, demo_trajectories):
 
 def test_max_tokens_leaves_late_steps_unscored(tiny_sensor, mini_trajectory):
     full = block_entropies(tiny_sensor, mini_trajectory)
-    rendered = render(mini_trajectory, mini_trajectory.n_steps, tiny_sensor.tokenizer)
-    ends = {}
-    for (t, _), pos in _hand_block_tokens(mini_trajectory, rendered).items():
-        ends[t] = max(ends.get(t, 0), pos[-1] + 1)
-    limit = (ends[2] + ends[3]) // 2  # steps 1-2 end below it, steps 3-4 beyond
+    # the scorer's input for step t: the render at boundary t, action and observation included
+    ends = {t: render(mini_trajectory, t, tiny_sensor.tokenizer).n_tokens for t in range(1, 5)}
+    limit = (ends[2] + ends[3]) // 2  # steps 1-2's inputs fit, steps 3-4's do not
     capped = block_entropies(tiny_sensor, mini_trajectory, max_tokens=limit)
     for f, c in zip(full, capped):
         if ends[c.step] <= limit:

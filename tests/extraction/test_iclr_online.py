@@ -112,7 +112,9 @@ def test_step_only_scorer_equals_a_hand_forward(tiny_sensor_fp64, mini_trajector
         ref, end = _scratch_scores(tiny_sensor_fp64, step_only_history(mini_trajectory, t), 1)
         for mine in (scorer.records[(f"{mini_trajectory.task_id}@step{t}", 1)],
                      step_only.records[(mini_trajectory.task_id, t)]):
-            assert len(mine) == len(ref) and mine[0].input_tokens == end
+            # the recorded input is the whole render at boundary 1: past the reasoning's end (action, observation)
+            whole = render(step_only_history(mini_trajectory, t), 1, tiny_sensor_fp64.tokenizer).n_tokens
+            assert len(mine) == len(ref) and mine[0].input_tokens == whole > end
             assert max(abs(s.mean_entropy_bits - r) for s, r in zip(mine, ref)) < 1e-5
     # the context holds nothing but the template and the step: far shorter than the history
     assert max(s.input_tokens for rec in step_only.records.values() for s in rec) < render(
@@ -136,3 +138,30 @@ def test_limit_applies_to_the_scorer_input(tiny_sensor, mini_trajectory):
     edited, log = apply_condition("iclr", mini_trajectory, 4, scorer=scorer)
     assert edited.steps[2:] == mini_trajectory.steps[2:]
     assert any(n.startswith("step 3:") and "not scored" in n for n in log.notes)
+
+
+def test_action_and_observation_count_toward_the_limit(tiny_sensor, mini_trajectory):
+    """The study's scorer is given the history and the current completed step: a step whose reasoning ends
+    under max_tokens but whose action and observation push the input over it is not scored (left whole)."""
+    tok = tiny_sensor.tokenizer
+    r2 = render(mini_trajectory, 2, tok)  # the scorer's input for step 2 (hand reference: the boundary-2 render)
+    reasoning_end = max(s.end for s in r2.spans("reasoning_block", step=2))
+    assert r2.n_tokens - reasoning_end >= 2  # step 2's action, observation and the template glue after them
+    limit = reasoning_end + (r2.n_tokens - reasoning_end) // 2  # the reasoning fits, the whole input does not
+    assert render(mini_trajectory, 1, tok).n_tokens <= limit  # step 1's whole input fits
+    scorer = EntropyScorer(tiny_sensor, max_tokens=limit)
+    edited, log = apply_condition("iclr", mini_trajectory, 2, scorer=scorer, rho=0.0)  # step 1 kept: r2 is the input
+    assert scorer.records[(mini_trajectory.task_id, 1)][0].mean_entropy_bits is not None
+    step2 = scorer.records[(mini_trajectory.task_id, 2)]
+    assert all(s.mean_entropy_bits is None and s.input_tokens == r2.n_tokens for s in step2)
+    assert edited.steps[1] == mini_trajectory.steps[1]
+    assert any(n.startswith("step 2:") and "not scored" in n for n in log.notes), log.notes
+    full = EntropyScorer(tiny_sensor, max_tokens=limit, context="full")
+    assert full(mini_trajectory, 1) is not None and full(mini_trajectory, 2) is None  # the same rule, full context
+
+
+def test_the_online_stage_prints_progress_lines(tiny_sensor, mini_trajectory, capsys):
+    """ICLR online runs the model per step: it reports trajectories done on stderr, like extraction."""
+    entropy_table(tiny_sensor, [mini_trajectory, mini_trajectory], full=False)
+    err = capsys.readouterr().err
+    assert "iclr (online): 0/2 trajectories" in err and "iclr (online): 2/2 trajectories (100%)" in err

@@ -173,11 +173,11 @@ def test_every_analysis_accepts_steps_without_reasoning(tiny_sensor, mini_trajec
     assert label_target(traj, 1).y in (0, 1) and label_target(traj, 2).y in (0, 1)
     latest = label_gap(traj, 1, GapLabelerConfig(scope="latest"))
     assert latest.externalization_gap == 0 and latest.items == []
-    assert all(s[0][1] not in (1, 3) for s in candidate_sets(traj, 3, max_k=2, budget=3))
-    assert candidate_sets(traj, 1) == []
-    empty_history = boundary_harm(tiny_sensor, traj, 1, max_k=2, budget=2)
+    assert all(s[0][1] not in (1, 3) for s in candidate_sets(traj, 3, max_k=2, budget=3, units=("reasoning",)))
+    assert candidate_sets(traj, 1, units=("reasoning",)) == []
+    empty_history = boundary_harm(tiny_sensor, traj, 1, max_k=2, budget=2, units=("reasoning",))
     assert empty_history["sets"] == [] and np.isfinite(empty_history["nll_full"])
-    after_empty = boundary_harm(tiny_sensor, traj, 3, max_k=2, budget=2)
+    after_empty = boundary_harm(tiny_sensor, traj, 3, max_k=2, budget=2, units=("reasoning",))
     assert after_empty["sets"] and all(np.isfinite(s["harm"]) for s in after_empty["sets"])
     json.dumps(after_empty, allow_nan=False)
 

@@ -156,7 +156,7 @@ def _probe(out: Path, rng: np.random.Generator) -> None:
                         n_used=1000, n_skipped=0))
     position = PermutationResult(observed=0.83, null=rng.uniform(0.6, 0.8, 249), p_value=0.036,
                                  candidate_auroc=None, fixed_tasks=1)
-    doc = probe_document(cv, boot, perm, curve, 0.52, fs, [], ProbeConfig(), {"nested_cv": 1.0},
+    doc = probe_document(cv, boot, perm, curve, 0.52, fs, [], ProbeConfig(permutation="fixed"), {"nested_cv": 1.0},
                          comparison=comparison, position=position)
     write_probe_results(doc, oof_frame(doc), out)
 

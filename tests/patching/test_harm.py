@@ -27,7 +27,7 @@ def test_empty_set_is_zero_and_prefix_reuse_equals_recomputation(tiny_sensor, mi
 
 
 def test_interaction_is_joint_minus_singletons(tiny_sensor, mini_trajectory):
-    sets = candidate_sets(mini_trajectory, 2, max_k=2, budget=3, seed=1)
+    sets = candidate_sets(mini_trajectory, 2, max_k=2, budget=3, seed=1, units=("reasoning",))
     _, rows = set_harms(tiny_sensor, mini_trajectory, 2, sets)
     single = {r.members[0]: r.harm for r in rows if len(r.members) == 1}
     assert all(m[0] == "reasoning" for m in single)
@@ -86,8 +86,8 @@ def test_nll_of_a_tool_exchange_deletion_by_hand(tiny_sensor, mini_trajectory):
 def test_boundary_harm_record_matches_set_harms(tiny_sensor, mini_trajectory):
     from patching.harm import boundary_harm
 
-    record = boundary_harm(tiny_sensor, mini_trajectory, 2, max_k=2, budget=1, seed=0)
-    nll, rows = set_harms(tiny_sensor, mini_trajectory, 2, candidate_sets(mini_trajectory, 2, 2, 1, 0))
+    record = boundary_harm(tiny_sensor, mini_trajectory, 2, max_k=2, budget=1, seed=0, units=("reasoning",))
+    nll, rows = set_harms(tiny_sensor, mini_trajectory, 2, candidate_sets(mini_trajectory, 2, 2, 1, 0, ("reasoning",)))
     assert record["nll_full"] == pytest.approx(nll, abs=1e-9)
     assert [tuple(map(tuple, s["members"])) for s in record["sets"]] == [r.members for r in rows]
     assert [s["harm"] for s in record["sets"]] == pytest.approx([r.harm for r in rows], abs=1e-9)
@@ -155,3 +155,13 @@ def test_every_unit_kind_on_the_tiny_model_and_aggregates_equal_numpy(tiny_senso
     doc = summarize_harm([record], margin=0.0)
     check_against_numpy(doc)
     assert doc["per_cardinality"]["3"]["n_pairwise"] == len(triples)
+
+
+def test_the_default_units_and_sizes_are_drsrs(mini_trajectory):
+    """By default the candidates are DRSR's: reasoning, observation and tool-exchange units, sets up to 4."""
+    sets = candidate_sets(mini_trajectory, 3, budget=2, seed=0)
+    kinds = {m[0] for s in sets for m in s}
+    assert kinds == {"reasoning", "observation", "tool_exchange"}
+    assert max(len(s) for s in sets) == 4
+    # the same as naming them (hand-listed, not read from the module)
+    assert sets == candidate_sets(mini_trajectory, 3, 4, 2, 0, ("reasoning", "observation", "tool_exchange"))

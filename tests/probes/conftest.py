@@ -52,7 +52,8 @@ def make_features() -> Callable[..., FeatureSet]:
 
 @pytest.fixture
 def fast_config() -> ProbeConfig:
-    """Small grids, few resamples, in-process: keeps each nested CV under a second."""
+    """Small grids, few resamples, in-process, the fast permutation screen: keeps each nested CV under a second."""
     return ProbeConfig(
-        standardize_grid=(True,), pca_grid=(None, 4), C_grid=(0.1, 1.0), n_boot=200, n_perm=19, n_jobs=1
+        standardize_grid=(True,), pca_grid=(None, 4), C_grid=(0.1, 1.0), n_boot=200, n_perm=19, n_jobs=1,
+        permutation="fixed",
     )

@@ -1,5 +1,6 @@
 """run_probe end to end, the written files, and agreement of reported metrics with scikit-learn on the CSV."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -7,7 +8,8 @@ import pandas as pd
 import pytest
 from sklearn.metrics import average_precision_score, balanced_accuracy_score, roc_auc_score
 
-from probes import FeatureSet, oof_frame, run_probe, write_probe_results
+from probes import FeatureSet, ProbeConfig, oof_frame, run_probe, write_probe_results
+from probes.stats import STATISTICS
 
 pytestmark = pytest.mark.parity
 
@@ -16,7 +18,9 @@ def test_run_probe_writes_consistent_files(make_features, fast_config, tmp_path)
     fs = make_features(n_tasks=12, signal_key=(2, "mean"), signal=1.5)
     y = fs.y.copy()
     y[[1, 30]] = -1
-    result = run_probe(FeatureSet(fs.features, y, fs.groups, fs.sample_ids), fast_config)
+    # the default statistic: the headline nested-CV AUROC itself, at 9 permutations (smallest p 0.1)
+    config = dataclasses.replace(fast_config, permutation=ProbeConfig().permutation, n_perm=9)
+    result = run_probe(FeatureSet(fs.features, y, fs.groups, fs.sample_ids), config)
     json_path, csv_path = write_probe_results(result, oof_frame(result), tmp_path / "out")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["oof_predictions.csv", "probe_results.json"]
 
@@ -36,9 +40,13 @@ def test_run_probe_writes_consistent_files(make_features, fast_config, tmp_path)
     low, high = saved["auroc_ci"]
     assert low <= saved["auroc"] <= high
     assert saved["selectivity"] == pytest.approx(saved["auroc"] - saved["control_auroc"])
-    assert 0 < saved["permutation_p"] <= 1 and len(saved["permutation_null"]) == 19
+    assert saved["permutation_statistic"] == STATISTICS["nested"] and saved["config"]["permutation"] == "nested"
+    assert saved["permutation_observed"] == saved["auroc"]  # the p-value is the headline's
+    null = np.array(saved["permutation_null"])
+    assert len(null) == 9 and saved["permutation_p_min"] == pytest.approx(0.1)
+    assert saved["permutation_p"] == pytest.approx((1 + np.sum(null >= saved["auroc"])) / 10)
     assert set(saved["layer_curve"]) == {"last", "mean"}
-    assert saved["config"]["n_perm"] == 19 and saved["schema_version"] == 1
+    assert saved["config"]["n_perm"] == 9 and saved["schema_version"] == 1
     assert set(saved) - {"schema"} <= set(saved["schema"]) and "oof" not in saved
 
 

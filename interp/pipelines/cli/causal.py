@@ -92,11 +92,14 @@ def harm(
     out: Annotated[Path, typer.Option("--out", help="Directory for harm.json.")],
     boundaries: Annotated[Optional[str], typer.Option(help="Comma list of task_id@b (default: middle boundary of each).")] = None,
     model: ModelOpt = "smollm2-135m", model_path: ModelPathOpt = None,
-    max_k: Annotated[int, typer.Option("--max-k", help="Largest set cardinality.")] = 3,
-    budget: Annotated[int, typer.Option(help="Sampled sets per cardinality >= 2.")] = 10,
+    max_k: Annotated[Optional[int], typer.Option("--max-k", help="Largest set cardinality (default 4, as DRSR "
+                                                                   "reports).")] = None,
+    budget: Annotated[Optional[int], typer.Option(help="Sampled sets per cardinality >= 2 (default 10).")] = None,
     seed: int = 0,
-    units: Annotated[str, typer.Option(help="Comma list of deletion unit kinds, any mix of reasoning, observation, "
-                                            "tool_exchange (a call with its result), step.")] = "reasoning",
+    units: Annotated[Optional[str], typer.Option(help="Comma list of deletion unit kinds, any mix of reasoning, "
+                                                      "observation, tool_exchange (a call with its result), step "
+                                                      "(default: DRSR's reasoning,observation,tool_exchange; "
+                                                      "reasoning alone is the cheaper setting).")] = None,
     margin: Annotated[Optional[float], typer.Option(help="Pair-ordering margin in nats/token (default 0.020).")] = None,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "auto",
@@ -111,8 +114,8 @@ def harm(
     from patching.harm import check_boundaries
 
     check_output_dir(out, "--out")
-    config = build(HarmConfig, max_k=max_k, budget=budget, seed=seed, units=units, margin=margin,
-                   max_tokens=max_tokens)  # a typo fails before the model loads
+    given = {k: v for k, v in (("max_k", max_k), ("budget", budget), ("units", units)) if v is not None}
+    config = build(HarmConfig, seed=seed, margin=margin, max_tokens=max_tokens, **given)  # before the model loads
     model_options(device, dtype)
     runner, load = executor_for(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
     chosen_shard = shard_option(shard)

@@ -47,9 +47,9 @@ def probe(
     n_perm: Annotated[int, typer.Option("--n-perm", help="Permutations for the p-value.")] = 100,
     n_boot: Annotated[int, typer.Option("--n-boot", help="Task-bootstrap resamples for CIs.")] = 1000,
     search: Annotated[str, typer.Option(help="two_stage or full inner search.")] = "two_stage",
-    permutation: Annotated[str, typer.Option(help="Permutation statistic: fixed (fast: max over candidates of the "
-                                                  "fixed probe's AUROC) or nested (exact: the whole nested CV rerun "
-                                                  "per permutation).")] = "fixed",
+    permutation: Annotated[str, typer.Option(help="Permutation statistic: nested (the headline nested-CV AUROC, "
+                                                  "the whole nested CV rerun per permutation) or fixed (a fast "
+                                                  "screen: max over candidates of the fixed probe's AUROC).")] = "nested",
     baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="Also run the position baseline "
                                             "and probe + baseline through the same nested CV.")] = True,
     n_jobs: Annotated[int, typer.Option("--n-jobs", help="Parallel outer folds / permutations (joblib).")] = -1,
