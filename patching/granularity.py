@@ -57,13 +57,15 @@ def step_children(record: dict[str, Any], unsafe: float = UNSAFE) -> list[dict[s
 def granularity(records: Sequence[dict[str, Any]], unsafe: float = UNSAFE, n_boot: int = 1000, seed: int = 0
                 ) -> dict[str, Any]:
     """The ``granularity`` section of ``drsr.json`` (``patching.drsr.FIELDS``) from harm boundary records."""
-    step_range, block_range, steps = [], [], []
+    step_range: list[tuple[str, float]] = []
+    block_range: list[tuple[str, float]] = []
+    steps: list[dict[str, Any]] = []
     for rec in records:
         single = [(s["members"][0][0], s["harm"]) for s in rec["sets"] if len(s["members"]) == 1]
-        for kind_set, out in (({"step"}, step_range), (set(BLOCK_KINDS), block_range)):
+        for kind_set, ranges in (({"step"}, step_range), (set(BLOCK_KINDS), block_range)):
             h = [v for k, v in single if k in kind_set]
             if len(h) >= 2:
-                out.append((rec["task_id"], max(h) - min(h)))
+                ranges.append((rec["task_id"], max(h) - min(h)))
         steps += [{"task_id": rec["task_id"], "after_step": rec["after_step"], **row}
                   for row in step_children(rec, unsafe)]
     parents = [s for s in steps if s["unsafe"] and s["n_children"]]

@@ -83,7 +83,7 @@ def capture_plan(full: Rendered, prompt_length: int, units: Sequence[Unit], laye
                  attention_layers: Sequence[int]) -> Capture:
     """The pooled sites (each unit's span and the boundary token at every layer) and the boundary token's attention
     rows at the full-attention layers, for the full render's forward."""
-    cap = Capture([tuple(u) for u in units], list(layers), list(attention_layers), boundary=prompt_length - 1)
+    cap = Capture([(str(u[0]), int(u[1]), u[2]) for u in units], list(layers), list(attention_layers), boundary=prompt_length - 1)
     for u in cap.units:
         cap.positions[u] = unit_positions(full, u)
         if not cap.positions[u] or max(cap.positions[u]) >= prompt_length:
@@ -217,7 +217,7 @@ def pair_scores(table: SetTable, pred: np.ndarray, margin: float) -> dict[str, t
     out: dict[str, list[float]] = {}
     for bi in np.unique(table.boundary):
         rows = np.flatnonzero(table.boundary == bi)
-        score, counted = ordered_pairs(table.harm[rows], pred[rows], margin)
+        score, counted = ordered_pairs(table.harm[rows].tolist(), pred[rows].tolist(), margin)
         t = out.setdefault(table.boundaries[bi]["task"], [0.0, 0])
         t[0] += score
         t[1] += counted

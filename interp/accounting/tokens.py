@@ -92,7 +92,7 @@ import pandas as pd
 
 from interp.data.conditions import BlockScorer, apply_condition, check_condition_name, sliding_window, \
     validate_condition
-from interp.data.render import RenderError, render
+from interp.data.render import Rendered, RenderError, render
 from interp.data.trajectory import Trajectory
 from interp.sensor.prefix import lcp
 from interp.schema import Field, schema_dict
@@ -255,12 +255,14 @@ def _history(policy: Policy, traj: Trajectory, b: int, extra: dict[str, Any]) ->
 def request_tokens(traj: Trajectory, policy: Policy, tokenizer: Any, cache: CacheModel = CacheModel(),
                    extra: dict[str, Any] | None = None) -> list[dict[str, int]]:
     """Per request k = 1..n of ``traj`` under ``policy``: input, cache-read, cache-write and output tokens."""
-    out, previous, last = [], None, None
+    out: list[dict[str, int]] = []
+    previous: list[int] | None = None
+    last: tuple[Trajectory, int, Rendered] | None = None
     for k in range(1, traj.n_steps + 1):
         hist, boundary = _history(policy, traj, k - 1, extra or {})
         # an unchanged history one step on is the last request's render with its output: rendered once
         same = last is not None and last[1] + 1 == boundary and last[0] == hist
-        prompt = last[2].input_ids if same else render(hist, boundary, tokenizer).input_ids
+        prompt = last[2].input_ids if same and last is not None else render(hist, boundary, tokenizer).input_ids
         after = render(hist, boundary + 1, tokenizer)
         last = (hist, boundary, after)
         if after.input_ids[:len(prompt)] != prompt:
@@ -291,11 +293,11 @@ def account(trajectories: Sequence[Trajectory], policies: Iterable[str | Policy]
             cache: CacheModel = CacheModel(), entropy: pd.DataFrame | None = None) -> tuple[pd.DataFrame, list[dict]]:
     """One row per (task, policy, request) (``requests`` of ``FIELDS``, with direct removal against ``full``),
     and the policies skipped with their reason; no model forward."""
-    policies = [p if isinstance(p, Policy) else parse_policy(p) for p in policies]
+    parsed = [p if isinstance(p, Policy) else parse_policy(p) for p in policies]
     full = Policy("full", "full")
     rows, skipped = [], []
-    needs = {}
-    for p in policies:
+    needs: dict[str, tuple[Policy, dict[str, Any]]] = {}
+    for p in parsed:
         need = _extras(p, entropy, tokenizer)
         if isinstance(need, str):
             skipped.append({"policy": p.label, "reason": need})
@@ -393,28 +395,31 @@ def decompose_pair(base: Sequence[Trajectory], compressed: Sequence[Trajectory],
     a_tot = _run_totals(a_req)
     b_full = _run_totals(b_req[b_req["policy"] == "full"])
     b_pol = _run_totals(b_req[b_req["policy"] == policy.label])
-    per_task, sums = [], dict.fromkeys(("total_change", "direct_change", "request_count_change", "context_change"),
+    per_task: list[dict[str, Any]] = []
+    changes: list[tuple[float, float]] = []  # (total change, direct removal) per task, for the bootstrap
+    sums = dict.fromkeys(("total_change", "direct_change", "request_count_change", "context_change"),
                                        Fraction(0))
     for tid in (t.task_id for t in matched):
         (t_a, n_a, domain), (t_b, n_b, _), (t_bf, _, _) = a_tot[tid], b_pol[tid], b_full[tid]
         parts = decomposition(t_a, n_a, t_b, t_bf, n_b)
         sums = {k: sums[k] + v for k, v in parts.items()}
         removal = -parts["direct_change"]
+        changes.append((float(parts["total_change"]), float(removal)))
         per_task.append({"task_id": tid, "domain": domain, "base_tokens": t_a, "base_requests": n_a,
                          "compressed_tokens": t_b, "compressed_requests": n_b, "compressed_full_tokens": t_bf,
                          **{k: float(v) for k, v in parts.items()},
                          "amplification": float(abs(parts["total_change"]) / removal) if removal > 0 else None})
-    total = np.array([r["total_change"] for r in per_task])
-    removal = np.array([-r["direct_change"] for r in per_task])
+    total = np.array([c[0] for c in changes])
+    removals = np.array([c[1] for c in changes])
     groups = np.array([r["task_id"] for r in per_task])
     d = float(-sums["direct_change"])
     return {"policy": policy.label, "measure": "input + output tokens over a run's requests",
             "n_tasks": len(per_task), "unmatched": sorted(({t.task_id for t in base} ^ b_ids)),
             "totals": {k: float(v) for k, v in sums.items()},
             "amplification": abs(float(sums["total_change"])) / d if d > 0 else None,
-            "amplification_ci": _ratio_ci(total, removal, groups, n_boot, seed, None),
+            "amplification_ci": _ratio_ci(total, removals, groups, n_boot, seed, None),
             "saving_ratio": -float(sums["total_change"]) / d if d > 0 else None,
-            "saving_ratio_ci": _ratio_ci(total, removal, groups, n_boot, seed, -1.0),
+            "saving_ratio_ci": _ratio_ci(total, removals, groups, n_boot, seed, -1.0),
             "n_boot": n_boot, "per_task": per_task}
 
 
