@@ -35,13 +35,11 @@ import argparse
 import json
 import os
 import resource
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable from a checkout, installed or not
-from benchmarks._util import emit, machine_note, markdown_table, run_worker  # noqa: E402
+from _util import emit, machine_note, markdown_table, run_worker  # the script's folder; it puts the checkout first
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "trajectories.jsonl"
 DTYPES = ("fp32", "bf16", "fp16")

@@ -43,6 +43,7 @@ IMPORTS = {  # name: (FORMAT, INPUT, extra options)
     "tau2": ("auto", REAL / "tau2_claude-sonnet-4-5_retail.json", []),
     "atif": ("auto", REAL / "atif_rfc_example", []),
     "mini-swe-agent": ("auto", REAL / "mini-swe-agent_astropy__astropy-12907.traj.json", []),
+    "swe-agent-real": ("auto", REAL / "swe-agent_gpt-4o_6e44b9__sweagenttestrepo-1c2844.traj", []),
     **({"inspect": ("auto", REAL / "inspect_popularity.json", [])} if HAS_INSPECT else {}),
 }
 RUNNER = CliRunner()
@@ -91,7 +92,7 @@ def labels(imported):
 
 
 def test_every_sample_imports_and_validates(imported):
-    expected = 15 + HAS_INSPECT - (0 if empty_reasoning_valid() else len(EMPTY_REASONING_RUNS))
+    expected = 16 + HAS_INSPECT - (0 if empty_reasoning_valid() else len(EMPTY_REASONING_RUNS))  # 16: the hand-written runs and the real samples (IMPORTS)
     assert len(imported.ids) == len(set(imported.ids)) == expected
     assert not EMPTY_REASONING_RUNS & set(imported.ids) or empty_reasoning_valid()
     result = cli("validate", imported.path)
