@@ -63,12 +63,12 @@ Fields of ``harm.json`` (``FIELDS``; ``summarize_harm`` writes them):
 | ``units`` | ``[n_kinds]`` | str | - | the unit kinds the candidate sets were drawn from (reasoning, observation, tool_exchange, step), in that order |
 | ``cardinalities`` | ``[n_cardinalities]`` | int | units per set | the set sizes measured (1 = singletons) |
 | ``margin`` | ``[]`` | float | nats/token | pairs of sets whose exact harms differ by less than this are not counted in pair_accuracy |
-| ``aggregates`` | ``[n_aggregates] of {aggregator, cardinality, n_sets, n_pairs, pair_accuracy, mae}`` | object | accuracy: fraction; mae: nats/token | one row per aggregator (sum, mean, max, min) and cardinality ("2", "3", ... and "all" = sets of size >= 2): n_sets with all singletons measured, n_pairs counted at the margin, pair_accuracy (null without a counted pair), mae of predicting set harm by the aggregate of singleton harms (null without sets) |
+| ``aggregates`` | ``[n_aggregates] of {aggregator, cardinality, n_sets, n_pairs, n_tasks, pair_accuracy, ci, mae}`` | object | accuracy: fraction; mae: nats/token | one row per aggregator (sum, mean, max, min) and cardinality ("2", "3", ... and "all" = sets of size >= 2): n_sets with all singletons measured, n_pairs counted at the margin over n_tasks tasks, pair_accuracy (pooled over boundaries; null without a counted pair) and its 95% task-bootstrap ci [lo, hi] (the pooled ratio over resampled tasks; null with fewer than 3 tasks counted), mae of predicting set harm by the aggregate of singleton harms (null without sets) |
 | ``per_cardinality`` | ``{k: {mean_interaction, n_sets, mae_pairwise, n_pairwise}}`` | object | interaction, mae: nats/token | per set size k >= 2 (keys are strings): mean interaction over sets (null without sets), n_sets (sets with an interaction); for k = 3 mae_pairwise of the reconstruction from singletons plus pairwise interactions over the n_pairwise triples with all three pairs measured (null otherwise) |
 | ``boundaries`` | ``[n_boundaries] of {task_id, after_step, units, target, target_tokens, nll_full, sets}`` | object | nats/token | one boundary_harm record per boundary: units = kinds drawn from; target = the recorded next output y (text) and target_tokens its token count; nll_full = NLL(y given H); sets = [{members: [[kind, step, index], ...], tokens_removed, nll, harm, interaction}] (index null for a step unit), harm = NLL(y given H minus A) - NLL(y given H), interaction = harm - sum of its singleton harms (null for singletons) |
 | ``skipped`` | ``[n_skipped] of {task_id, after_step, n_tokens, reason}`` | object | n_tokens: tokens | boundaries not run: the teacher-forced render (n_tokens) exceeds max_tokens or the model's positions; in no aggregate |
 | ``model`` | ``{...}`` | object or null | - | the sensor's describe() (null when not given) |
-"""
+| ``source`` | ``[]`` | str or null | - | the DRSR parts folder the boundary records were read from (the demo: harm and DRSR share one set of forwards); null when harm ran its own forwards |"""
 
 from __future__ import annotations
 
@@ -85,6 +85,7 @@ from interp.data.deletions import (DRSR_UNIT_KINDS, UNIT_KINDS, Unit, delete_uni
                                    units_overlap)
 from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit, skip_record
 from interp.schema import Field, schema_dict
+from interp.stats import percentile_ci, task_resamples
 from interp.sensor.forward import Outputs, Plan
 from interp.sensor.prefix import Branch, run_branches
 from interp.data.render import Rendered, render
@@ -99,11 +100,12 @@ FIELDS = (
     Field("cardinalities", "[n_cardinalities]", "int", "units per set", "the set sizes measured (1 = singletons)"),
     Field("margin", "[]", "float", "nats/token",
           "pairs of sets whose exact harms differ by less than this are not counted in pair_accuracy"),
-    Field("aggregates", "[n_aggregates] of {aggregator, cardinality, n_sets, n_pairs, pair_accuracy, mae}", "object", "accuracy: fraction; mae: nats/token",
+    Field("aggregates", "[n_aggregates] of {aggregator, cardinality, n_sets, n_pairs, n_tasks, pair_accuracy, ci, mae}", "object", "accuracy: fraction; mae: nats/token",
           'one row per aggregator (sum, mean, max, min) and cardinality ("2", "3", ... and "all" = sets of '
-          "size >= 2): n_sets with all singletons measured, n_pairs counted at the margin, pair_accuracy (null "
-          "without a counted pair), mae of predicting set harm by the aggregate of singleton harms (null "
-          "without sets)"),
+          "size >= 2): n_sets with all singletons measured, n_pairs counted at the margin over n_tasks tasks, "
+          "pair_accuracy (pooled over boundaries; null without a counted pair) and its 95% task-bootstrap ci "
+          "[lo, hi] (the pooled ratio over resampled tasks; null with fewer than 3 tasks counted), mae of "
+          "predicting set harm by the aggregate of singleton harms (null without sets)"),
     Field("per_cardinality", "{k: {mean_interaction, n_sets, mae_pairwise, n_pairwise}}", "object", "interaction, mae: nats/token",
           "per set size k >= 2 (keys are strings): mean interaction over sets (null without sets), n_sets "
           "(sets with an interaction); for k = 3 mae_pairwise of the reconstruction from singletons plus "
@@ -118,6 +120,9 @@ FIELDS = (
           "boundaries not run: the teacher-forced render (n_tokens) exceeds max_tokens or the model's "
           "positions; in no aggregate"),
     Field("model", "{...}", "object or null", "-", "the sensor's describe() (null when not given)"),
+    Field("source", "[]", "str or null", "-",
+          "the DRSR parts folder the boundary records were read from (the demo: harm and DRSR share one set of "
+          "forwards); null when harm ran its own forwards"),
 )
 MARGIN = 0.020  # nats/token: the reference study's pair-ordering margin
 DRSR_MAX_K = 4  # DRSR reports sets up to 4 units
@@ -297,6 +302,15 @@ def boundary_harm(sensor: Sensor, traj: Trajectory, b: int, max_k: int = DRSR_MA
                       "nll": h.nll, "harm": h.harm, "interaction": h.interaction} for h in sets]}
 
 
+RECORD_KEYS = ("task_id", "after_step", "units", "target", "target_tokens", "nll_full", "sets",
+               "skipped", "n_tokens", "reason")  # a boundary_harm record's keys (skipped ones: skip_record's)
+
+
+def harm_record(record: dict[str, Any]) -> dict[str, Any]:
+    """The ``boundary_harm`` part of a record that carries more (a DRSR record adds representations)."""
+    return {k: v for k, v in record.items() if k in RECORD_KEYS}
+
+
 def pair_ordering_accuracy(harms: list[SetHarm], single: dict[Unit, float], aggregator: str = "sum",
                            margin: float = 0.0) -> tuple[float, int]:
     """Score and count of set pairs the aggregate prediction orders like the exact harm (rule: module docstring)."""
@@ -332,11 +346,24 @@ def _sets(row: dict[str, Any]) -> list[SetHarm]:
             for s in row["sets"]]
 
 
+def pooled_ratio_ci(per_task: dict[str, list[float]], n_boot: int = 1000, seed: int = 0) -> list[float] | None:
+    """95% task-bootstrap CI of a pooled ratio sum(score) / sum(count) from per-task ``[score, count]`` (tasks
+    with no count carry no weight); None with fewer than 3 counted tasks (no interval worth the name)."""
+    counted = [(s, c) for s, c in per_task.values() if c > 0]
+    if len(counted) < 3:
+        return None
+    scores, counts = np.array(counted, dtype=float).T
+    rng = np.random.default_rng(seed)
+    draws = [scores[rows].sum() / counts[rows].sum() for rows in task_resamples(np.arange(len(counted)), n_boot, rng)]
+    return [float(v) for v in percentile_ci(draws)]
+
+
 def summarize_harm(per_boundary: list[dict[str, Any]], model: dict[str, Any] | None = None,
-                   margin: float = MARGIN) -> dict[str, Any]:
+                   margin: float = MARGIN, n_boot: int = 1000, seed: int = 0,
+                   source: str | None = None) -> dict[str, Any]:
     """The ``harm.json`` document (``FIELDS``) from boundary_harm records; pure: no model is run.
 
-    Per aggregator and cardinality: pair-ordering accuracy at ``margin`` and
+    Per aggregator and cardinality: pair-ordering accuracy at ``margin`` with its task-bootstrap CI, and
     MAE; per cardinality: mean interaction and the pairwise reconstruction of
     triples. ``model`` is the sensor's ``describe()``.
     """
@@ -348,6 +375,7 @@ def summarize_harm(per_boundary: list[dict[str, Any]], model: dict[str, Any] | N
     interactions: dict[int, list[float]] = {}
     pairwise: dict[int, list[float]] = {}
     tally: dict[tuple[str, str], list[float]] = {}  # (aggregator, cardinality) -> [score, counted, n_sets, abs err sum]
+    by_task: dict[tuple[str, str], dict[str, list[float]]] = {}  # (aggregator, cardinality) -> task -> [score, counted]
     for row in per_boundary:
         sets = _sets(row)
         kinds.update(row.get("units") or [m[0] for h in sets for m in h.members])
@@ -365,6 +393,9 @@ def summarize_harm(per_boundary: list[dict[str, Any]], model: dict[str, Any] | N
                 t[1] += counted
                 t[2] += len(mine)
                 t[3] += err
+                mine_task = by_task.setdefault((aggregator, name), {}).setdefault(row["task_id"], [0.0, 0])
+                mine_task[0] += score
+                mine_task[1] += counted
         for h in sets:
             if len(h.members) > 1:
                 interactions.setdefault(len(h.members), [])
@@ -373,7 +404,9 @@ def summarize_harm(per_boundary: list[dict[str, Any]], model: dict[str, Any] | N
         pairwise.setdefault(3, []).extend(_pairwise_errors(sets, single))
     order = {name: i for i, name in enumerate(sorted((n for _, n in tally if n != "all"), key=int) + ["all"])}
     aggregates = [{"aggregator": aggregator, "cardinality": name, "n_sets": int(n), "n_pairs": int(counted),
-                   "pair_accuracy": score / counted if counted else None, "mae": err / n if n else None}
+                   "n_tasks": sum(c > 0 for _, c in by_task[(aggregator, name)].values()),
+                   "pair_accuracy": score / counted if counted else None,
+                   "ci": pooled_ratio_ci(by_task[(aggregator, name)], n_boot, seed), "mae": err / n if n else None}
                   for (aggregator, name), (score, counted, n, err)
                   in sorted(tally.items(), key=lambda kv: (list(AGGREGATORS).index(kv[0][0]), order[kv[0][1]]))]
     return {
@@ -390,4 +423,5 @@ def summarize_harm(per_boundary: list[dict[str, Any]], model: dict[str, Any] | N
         "boundaries": per_boundary,
         "skipped": skipped,
         "model": model,
+        "source": source,
     }

@@ -42,16 +42,16 @@ class DemoConfig:
     states: Path = DEMO_STATES
     full: bool = False
     patch_trajectories: int = 4
-    harm_boundaries: int = 2
+    harm_boundaries: int = 6  # set-level harm and DRSR's appendix: one set of forwards (harm reads DRSR's parts)
     harm_budget: int = 2
-    drsr_boundaries: int = 6
-    intervention_states: int = 2
+    intervention_states: int = 8
+    intervention_conditions: tuple[str, ...] = ("full", "keep_latest_reasoning", "delete_all_reasoning")
     intervention_samples: int = 0
     max_new_tokens: int = 96  # CPU subset only; --full uses the measured limit (continuations.generation)
     png: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("patch_trajectories", "harm_boundaries", "harm_budget", "drsr_boundaries", "intervention_states",
+        for name in ("patch_trajectories", "harm_boundaries", "harm_budget", "intervention_states",
                      "max_new_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"DemoConfig.{name} must be >= 1, got {getattr(self, name)}")

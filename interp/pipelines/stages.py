@@ -423,8 +423,7 @@ def drsr(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[st
         task_id, _, b = key.rpartition("@")
         return render_tokens(by_id[task_id], int(b), sensor.tokenizer)
 
-    cache = out / "parts" / (f"drsr.{'+'.join(kinds)}.k{max_k}.n{budget}.s{seed}.p{dim}"
-                             + (f".t{limit}" if limit != DEFAULT_MAX_TOKENS else ""))
+    cache = drsr_parts(out, kinds, max_k, budget, seed, dim, limit)
     with writer_lock(out, command="drsr"):
         parts = _units(sensor, trajs, keys, compute, cache, "drsr", shard,
                        {k: cost(k) for k in keys} if shard[1] > 1 else None, executor, load)
@@ -433,6 +432,34 @@ def drsr(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[st
         result = summarize_drsr([parts[k] for k in keys], sensor.describe(), MARGIN if margin is None else margin,
                                 UNSAFE if unsafe is None else unsafe, relation_layer, dim, n_boot)
         atomic_write_json(out / "drsr.json", result)
+    return result
+
+
+def drsr_parts(out: Path, kinds: tuple[str, ...] | list[str], max_k: int, budget: int, seed: int, dim: int,
+               limit: int) -> Path:
+    """The folder of :func:`drsr`'s per-boundary parts under ``out`` for these settings (one name per setting)."""
+    from interp.sensor.limits import DEFAULT_MAX_TOKENS
+
+    return out / "parts" / (f"drsr.{'+'.join(kinds)}.k{max_k}.n{budget}.s{seed}.p{dim}"
+                            + (f".t{limit}" if limit != DEFAULT_MAX_TOKENS else ""))
+
+
+def harm_from_parts(parts: Path, out: Path, boundaries: list[str], trajs: list[Trajectory],
+                    margin: float | None = None, model: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``harm.json`` from a :func:`drsr` run's parts (its records are harm records plus representations), with no
+    forward: the demo's set-level harm and DRSR appendix share one set of harm forwards."""
+    from interp.io import read_json, safe_stem
+    from patching.harm import MARGIN, check_boundaries, harm_record, summarize_harm
+
+    keys = check_boundaries(boundaries, trajs)
+    missing = [k for k in keys if not (Path(parts) / f"{safe_stem(k)}.json").is_file()]
+    if missing:
+        raise FileNotFoundError(f"{parts}: no DRSR part for {', '.join(missing)} (run the drsr stage on these "
+                                "boundaries first)")
+    records = [harm_record(read_json(Path(parts) / f"{safe_stem(key)}.json")) for key in keys]
+    with writer_lock(out, command="harm"):
+        result = summarize_harm(records, model=model, margin=MARGIN if margin is None else margin, source=str(parts))
+        atomic_write_json(out / "harm.json", result)
     return result
 
 
@@ -493,26 +520,30 @@ def _patch_settings(ctx: StepContext) -> dict[str, Any]:
     return {"task_ids": ids, **subset}
 
 
-def _harm_settings(ctx: StepContext) -> dict[str, Any]:
-    from patching.harm import default_boundaries
+def _drsr_settings(ctx: StepContext) -> dict[str, Any]:
+    """DRSR's appendix and set-level harm share these settings (harm is summarised from DRSR's parts)."""
+    from patching.harm import DEFAULT_BUDGET, DRSR_MAX_K, default_boundaries
 
     keys = default_boundaries(_shortest(ctx))[: None if ctx.config.full else ctx.config.harm_boundaries]
-    if ctx.config.full:  # DRSR's defaults: reasoning, observations and tool exchanges, sets up to 4
-        return {"boundaries": keys, "max_k": None, "budget": ctx.config.harm_budget, "units": None}
-    subset = (f"{len(keys)} boundaries ({', '.join(keys)}), {ctx.config.harm_budget} sampled sets per cardinality "
-              "2..3, reasoning units only (DRSR's default also deletes observations and tool exchanges, sets up to 4)")
-    return {"boundaries": keys, "max_k": 3, "budget": ctx.config.harm_budget, "units": ["reasoning"],
-            "subset": subset}
+    if ctx.config.full:  # DRSR's defaults: units of every kind, sets up to 4, 10 samples per size
+        return {"boundaries": keys, "max_k": DRSR_MAX_K, "budget": DEFAULT_BUDGET}
+    tasks = len({k.rpartition("@")[0] for k in keys})
+    subset = (f"{len(keys)} boundaries of {tasks} tasks (the middle boundary of the {tasks} shortest trajectories: "
+              f"{', '.join(keys)}), units of every kind (reasoning, observation, tool exchange, step), "
+              f"{ctx.config.harm_budget} sampled sets per cardinality 2..3 (DRSR: sets up to {DRSR_MAX_K}, "
+              f"{DEFAULT_BUDGET} per size); set-level harm is summarised from the same forwards")
+    return {"boundaries": keys, "max_k": 3, "budget": ctx.config.harm_budget, "subset": subset}
 
 
-def _drsr_settings(ctx: StepContext) -> dict[str, Any]:
-    from patching.harm import default_boundaries
+def _harm(ctx: StepContext, settings: dict[str, Any]) -> None:
+    from interp.data.deletions import UNIT_KINDS
+    from interp.sensor.limits import DEFAULT_MAX_TOKENS
+    from patching.relations import PROJ_DIM
 
-    keys = default_boundaries(_shortest(ctx))[: None if ctx.config.full else ctx.config.drsr_boundaries]
-    subset = {} if ctx.config.full else {
-        "subset": f"{len(keys)} boundaries of the shortest trajectories, units of every kind (reasoning, "
-                  f"observation, tool exchange, step), {ctx.config.harm_budget} sampled sets per cardinality 2..3"}
-    return {"boundaries": keys, "max_k": 3, "budget": ctx.config.harm_budget, **subset}
+    parts = drsr_parts(ctx.out / analysis("drsr").folder, UNIT_KINDS, settings["max_k"], settings["budget"], 0,
+                       PROJ_DIM, DEFAULT_MAX_TOKENS)
+    harm_from_parts(parts, ctx.out / analysis("harm").folder, settings["boundaries"], ctx.trajs,
+                    model=ctx.sensor.describe())
 
 
 def _intervene_settings(ctx: StepContext) -> dict[str, Any]:
@@ -523,11 +554,13 @@ def _intervene_settings(ctx: StepContext) -> dict[str, Any]:
     states = load_states(config.states, ctx.trajs)
     n = len(states) if config.full else config.intervention_states
     run = RunSettings(samples=2 if config.full else config.intervention_samples,
-                      max_new_tokens=None if config.full else config.max_new_tokens)
+                      max_new_tokens=None if config.full else config.max_new_tokens,
+                      **({} if config.full else {"conditions": tuple(config.intervention_conditions)}))
     subset = {} if config.full else {
-        "subset": f"first {n} of {len(states)} states in {Path(config.states).name}, greedy only, at most "
-                  f"{config.max_new_tokens} new tokens (CPU budget; --full uses the measured limit, p95 of the "
-                  "recorded turns); cut-off turns are counted as truncated, not scored"}
+        "subset": f"first {n} of {len(states)} states in {Path(config.states).name}, conditions "
+                  f"{', '.join(config.intervention_conditions)}, greedy only, at most "
+                  f"{config.max_new_tokens} new tokens (CPU budget; --full uses every condition and the measured "
+                  "limit, p95 of the recorded turns); cut-off turns are counted as truncated, not scored"}
     return {"states_sha256": hashlib.sha256(Path(config.states).read_bytes()).hexdigest(), "n_states": n,
             "settings": run.to_json(), **subset}
 
@@ -539,7 +572,8 @@ def _intervene(ctx: StepContext, settings: dict[str, Any]) -> None:
     run = settings["settings"]
     states = load_states(ctx.config.states, ctx.trajs)[: settings["n_states"]]
     intervene(ctx.sensor, states, ctx.trajs, ctx.out / analysis("interventions").folder,
-              RunSettings(samples=run["samples"], max_new_tokens=run["max_new_tokens"]))
+              RunSettings(conditions=tuple(run["conditions"]), samples=run["samples"],
+                          max_new_tokens=run["max_new_tokens"]))
 
 
 _EXT = analysis("externalization")
@@ -557,14 +591,12 @@ STEPS: tuple[Step, ...] = (
     Step("kl_repair", "KL Repair per layer", analysis("kl_repair").path(),
          lambda ctx, s: patch(ctx.sensor, ctx.trajs, ctx.out / analysis("kl_repair").folder, task_ids=s["task_ids"]),
          _patch_settings),
-    Step("harm", "set-level deletion harm", analysis("harm").path(),
-         lambda ctx, s: harm(ctx.sensor, ctx.trajs, ctx.out / analysis("harm").folder, s["boundaries"],
-                             max_k=s["max_k"], budget=s["budget"], units=s["units"]),
-         _harm_settings),
     Step("drsr", "DRSR appendix (granularity, relations, interaction, attention)", analysis("drsr").path(),
          lambda ctx, s: drsr(ctx.sensor, ctx.trajs, ctx.out / analysis("drsr").folder, s["boundaries"],
                              max_k=s["max_k"], budget=s["budget"]),
          _drsr_settings),
+    Step("harm", "set-level deletion harm (from the DRSR stage's forwards)", analysis("harm").path(), _harm,
+         _drsr_settings, needs=("drsr",), model=False),
     Step("externalization_labels", "externalization labels (rule-based vs annotations)",
          _EXT.path("externalization_labels.json"),
          lambda ctx, s: externalize(ctx.config.trajectories, ctx.out / _EXT.folder), model=False,

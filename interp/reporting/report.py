@@ -171,11 +171,12 @@ def harm_section(res: dict[str, Any], folder: Path) -> list[str]:
     for k, row in res["per_cardinality"].items():
         lines.append(f"| {k} | {_fmt(row['mean_interaction'])} | {row['n_sets']} | "
                      f"{_fmt(row['mae_pairwise']) if row['n_pairwise'] else ''} |")
-    lines += ["", "| aggregator of singleton harms | set size | sets | pairs counted | pair-ordering accuracy | "
-              "MAE (nats/token) |", "|---|---|---|---|---|---|"]
+    lines += ["", "| aggregator of singleton harms | set size | sets | pairs counted (tasks) | pair-ordering accuracy | "
+              "95% CI (task bootstrap) | MAE (nats/token) |", "|---|---|---|---|---|---|---|"]
     for row in res["aggregates"]:
-        lines.append(f"| {row['aggregator']} | {row['cardinality']} | {row['n_sets']} | {row['n_pairs']} | "
-                     f"{_fmt(row['pair_accuracy'])} | {_fmt(row['mae'])} |")
+        lines.append(f"| {row['aggregator']} | {row['cardinality']} | {row['n_sets']} | {row['n_pairs']} "
+                     f"({row.get('n_tasks', '?')}) | {_fmt(row['pair_accuracy'])} | {_ci(row.get('ci'))} | "
+                     f"{_fmt(row['mae'])} |")
     return lines
 
 

@@ -121,17 +121,19 @@ def interventions_table(result: dict) -> pd.DataFrame:
 
 
 def harm_table(result: dict) -> pd.DataFrame:
-    """Per aggregator of singleton harms and set size: pair-ordering accuracy at the margin, pairs counted, MAE."""
+    """Per aggregator of singleton harms and set size: pair-ordering accuracy at the margin (task-bootstrap CI),
+    pairs counted, MAE."""
     rows = [(row["aggregator"], row["cardinality"], str(row["n_sets"]), str(row["n_pairs"]),
-             _num(row["pair_accuracy"]), _num(row["mae"], 4)) for row in result["aggregates"]]
-    rows += [("sum + pairwise interactions", k, str(entry["n_pairwise"]), None, None, _num(entry["mae_pairwise"], 4))
+             _num(row["pair_accuracy"]), _ci(row.get("ci")), _num(row["mae"], 4)) for row in result["aggregates"]]
+    rows += [("sum + pairwise interactions", k, str(entry["n_pairwise"]), None, None, None,
+              _num(entry["mae_pairwise"], 4))
              for k, entry in result["per_cardinality"].items() if entry.get("n_pairwise")]
     if not rows:
         raise ValueError("no set of two or more units in 'aggregates'")
     margin = result.get("margin")
     return pd.DataFrame(rows, columns=["aggregator", "set size", "sets",
                                        f"pairs (margin {margin if margin is not None else '?'})",
-                                       "pair-ordering accuracy", "MAE (nats/token)"])
+                                       "pair-ordering accuracy", "95% CI", "MAE (nats/token)"])
 
 
 def write_tables(results_dir: Path) -> list[Path]:

@@ -215,6 +215,24 @@ def test_interventions_reads_the_summary_layout():
     assert list(scores.y) == [0.9, 0.61, 0.5] and list(rates.y) == [10, 75]
 
 
+def test_interventions_draws_every_scored_turn_zeros_included():
+    from interp.continuations.run import RunSettings, interventions_document
+
+    from .conftest import MODEL, _rows
+
+    rows = (_rows("full", [0.0, 0.0, 0.0]) + _rows("keep_latest_reasoning", [1.0, 0.0, 0.5])
+            + [{**r, "score": None, "truncated": True, "stopped": False} for r in _rows("delete_all_reasoning", [0.0])])
+    settings = RunSettings(conditions=("full", "keep_latest_reasoning", "delete_all_reasoning"), samples=0)
+    fig = interventions_figure(interventions_document(rows, settings, MODEL, 3, [], n_boot=50))
+    traces = {trace.name: trace for trace in fig.data}
+    bars, points = traces["ours (mean, 95% CI where there is one)"], traces["each scored turn"]
+    assert list(bars.y)[:2] == [0.0, 0.5] and list(bars.text)[:2] == ["0.00", "0.50"]  # a zero mean is labelled
+    assert sorted(points.y) == [0.0, 0.0, 0.0, 0.0, 0.5, 1.0]  # all six scored turns, the three zeros of full too
+    assert [x.split("<br>")[0] for x in points.x].count("full") == 3
+    notes = " ".join(a.text for a in fig.layout.annotations)
+    assert "no scored turn under delete_all_reasoning" in notes
+
+
 def test_one_template_everywhere(made):
     root, _ = made
     for name in NAMES:

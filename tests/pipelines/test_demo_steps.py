@@ -94,7 +94,7 @@ def test_a_result_without_a_record_is_recomputed(run, tmp_path):
     run("model-a")
     (tmp_path / "harm" / "harm.inputs.json").unlink()  # e.g. made by an older demo
     text = run("model-a")
-    assert "set-level deletion harm: inputs changed (no record of the inputs it was made from)" in text
+    assert "set-level deletion harm (from the DRSR stage's forwards): inputs changed (no record of the inputs it was made from)" in text
 
 
 def test_steps_run_in_order_of_their_needs_and_changes_name_fields(tmp_path):

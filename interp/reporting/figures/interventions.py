@@ -35,10 +35,12 @@ def intervention_conditions(result: dict) -> dict[str, dict]:
 def interventions_figure(result: dict) -> go.Figure:
     """Mean continuation score by history condition with CIs (a), and the re-acquisition rate per condition (b).
 
-    Reads interventions.json's ``summary`` (see ``intervention_conditions``); reference
+    Reads interventions.json's ``summary`` (see ``intervention_conditions``) and its ``rows``: every scored turn
+    is drawn as a point over its condition's bar (a score of 0 shows although its bar has no height); reference
     values come from ``interp.reporting.reference``. Both panels share the condition axis
     (labels once, horizontal, under panel b). A condition whose CI has no width (all
-    states from one task, or one scored state) gets no error bar and a note saying so.
+    states from one task, or one scored state) gets no error bar and a note saying so, as does a condition
+    with no scored turn (all cut off).
     """
     conditions = intervention_conditions(result)
     if not conditions:
@@ -55,17 +57,31 @@ def interventions_figure(result: dict) -> go.Figure:
     fig.add_trace(go.Bar(
         x=[label[n] for n in names], y=mean, marker_color=PALETTE[0], name="ours (mean, 95% CI where there is one)",
         legendgroup="ours", hovertemplate="%{x}: %{y:.3f}<extra></extra>",
+        text=[f"{m:.2f}" if m is not None else "" for m in mean], textposition="outside", cliponaxis=False,
     ), 1, 1)
     if whiskers := ci_whiskers([label[n] for n in names], mean, ci, legendgroup="ours"):
         fig.add_trace(whiskers, 1, 1)
+    scored = [(label[r["condition"]], r["score"], f"{r.get('state_id', '?')} ({r.get('sample', '?')})")
+              for r in result.get("rows") or [] if r.get("score") is not None and r.get("condition") in label]
+    if scored:  # every scored turn, so a score of 0 shows although its bar has no height
+        x, y, text = zip(*scored)
+        fig.add_trace(go.Box(x=list(x), y=list(y), boxpoints="all", jitter=0.5, pointpos=0, fillcolor="rgba(0,0,0,0)",
+                             line=dict(color="rgba(0,0,0,0)"), marker=dict(color="black", size=6, opacity=0.6),
+                             name="each scored turn", hovertext=list(text),
+                             hovertemplate="%{hovertext}: %{y:.3f}<extra></extra>"), 1, 1)
+
     known = [n for n in names if n in reference.CONTINUATIONS]
     if known:
         fig.add_trace(reference_markers([label[n] for n in known], [reference.CONTINUATIONS[n] for n in known]), 1, 1)
     fig.update_yaxes(title_text="score (rubric, 0–1)", range=[0, 1.05], row=1, col=1)
     no_ci = [n for n, m, c in zip(names, mean, ci) if m is not None and not has_ci(c)]
-    if no_ci:
-        note(fig, f"no CI for {len(no_ci)} of {len(names)} conditions: too few scored states or tasks "
-                  f"(n = {', '.join(sorted({str(conditions[n]['n']) for n in no_ci}))} states)")
+    unscored = [n for n in names if conditions[n]["mean"] is None]
+    notes = ([f"no CI for {len(no_ci)} of {len(names)} conditions: too few scored states or tasks "
+              f"(n = {', '.join(sorted({str(conditions[n]['n']) for n in no_ci}))} states)"] if no_ci else []) + (
+        [f"no scored turn under {', '.join(unscored)}: every turn was cut off by the token limit "
+         "(counted as truncated, not scored)"] if unscored else [])
+    if notes:
+        note(fig, "<br>".join(notes))
     if rates:
         fig.add_trace(go.Bar(
             x=[label[n] for n in rates], y=[100 * conditions[n]["reacquisition_rate"] for n in rates],
