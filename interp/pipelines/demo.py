@@ -43,7 +43,9 @@ class DemoConfig:
     full: bool = False
     patch_trajectories: int = 4
     harm_boundaries: int = 6  # set-level harm and DRSR's appendix: one set of forwards (harm reads DRSR's parts)
+    harm_after_step: int = 2  # the subset's boundary (--full: the middle boundary of every trajectory)
     harm_budget: int = 2
+    probe_permutations: int = 10  # nested-CV permutations per null (smallest p 1/11; --full: 100)
     intervention_states: int = 8
     intervention_conditions: tuple[str, ...] = ("full", "keep_latest_reasoning", "delete_all_reasoning")
     intervention_samples: int = 0
@@ -51,8 +53,8 @@ class DemoConfig:
     png: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("patch_trajectories", "harm_boundaries", "harm_budget", "intervention_states",
-                     "max_new_tokens"):
+        for name in ("patch_trajectories", "harm_boundaries", "harm_after_step", "harm_budget", "probe_permutations",
+                     "intervention_states", "max_new_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"DemoConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.intervention_samples < 0:

@@ -510,7 +510,11 @@ def _shortest(ctx: StepContext) -> list[Trajectory]:
 def _probe_settings(ctx: StepContext) -> dict[str, Any]:
     from probes.config import ProbeConfig
 
-    return asdict(ProbeConfig(n_boot=1000, n_perm=100 if ctx.config.full else 20, n_jobs=2))
+    n_perm = 100 if ctx.config.full else ctx.config.probe_permutations
+    subset = {} if ctx.config.full else {
+        "subset": f"{n_perm} permutations per null for the nested-CV p-values (smallest possible p "
+                  f"1/{n_perm + 1} = {1 / (n_perm + 1):.3f}; --full: 100)"}
+    return {**asdict(ProbeConfig(n_boot=1000, n_perm=n_perm, n_jobs=2)), **subset}
 
 
 def _patch_settings(ctx: StepContext) -> dict[str, Any]:
@@ -524,12 +528,14 @@ def _drsr_settings(ctx: StepContext) -> dict[str, Any]:
     """DRSR's appendix and set-level harm share these settings (harm is summarised from DRSR's parts)."""
     from patching.harm import DEFAULT_BUDGET, DRSR_MAX_K, default_boundaries
 
-    keys = default_boundaries(_shortest(ctx))[: None if ctx.config.full else ctx.config.harm_boundaries]
-    if ctx.config.full:  # DRSR's defaults: units of every kind, sets up to 4, 10 samples per size
-        return {"boundaries": keys, "max_k": DRSR_MAX_K, "budget": DEFAULT_BUDGET}
+    if ctx.config.full:  # DRSR's defaults: the middle boundary of every trajectory, units of every kind, sets up to 4
+        return {"boundaries": default_boundaries(ctx.trajs), "max_k": DRSR_MAX_K, "budget": DEFAULT_BUDGET}
+    b = ctx.config.harm_after_step  # CPU budget: an early boundary has fewer units and shorter renders
+    keys = [f"{t.task_id}@{b}" for t in _shortest(ctx) if t.n_steps > b][: ctx.config.harm_boundaries]
     tasks = len({k.rpartition("@")[0] for k in keys})
-    subset = (f"{len(keys)} boundaries of {tasks} tasks (the middle boundary of the {tasks} shortest trajectories: "
-              f"{', '.join(keys)}), units of every kind (reasoning, observation, tool exchange, step), "
+    subset = (f"{len(keys)} boundaries of {tasks} tasks (after step {b} of the {tasks} shortest trajectories: "
+              f"{', '.join(keys)}; --full: the middle boundary of every trajectory), units of every kind "
+              "(reasoning, observation, tool exchange, step), "
               f"{ctx.config.harm_budget} sampled sets per cardinality 2..3 (DRSR: sets up to {DRSR_MAX_K}, "
               f"{DEFAULT_BUDGET} per size); set-level harm is summarised from the same forwards")
     return {"boundaries": keys, "max_k": 3, "budget": ctx.config.harm_budget, "subset": subset}
@@ -586,7 +592,8 @@ STEPS: tuple[Step, ...] = (
          lambda ctx, s: iclr(ctx.sensor, ctx.trajs, ctx.out / "store", ctx.out / analysis("iclr").folder),
          needs=("store",)),
     Step("probe", "future-necessity probes (nested CV)", analysis("probe").path(),
-         lambda ctx, s: probe(ctx.out / "store", ctx.out / analysis("probe").folder, probe_config(s)),
+         lambda ctx, s: probe(ctx.out / "store", ctx.out / analysis("probe").folder,
+                              probe_config({k: v for k, v in s.items() if k != "subset"})),
          _probe_settings, needs=("store",), model=False),
     Step("kl_repair", "KL Repair per layer", analysis("kl_repair").path(),
          lambda ctx, s: patch(ctx.sensor, ctx.trajs, ctx.out / analysis("kl_repair").folder, task_ids=s["task_ids"]),
