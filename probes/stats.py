@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from joblib import Parallel, delayed
 
+from interp.progress import track
 from interp.stats import percentile_ci, task_resamples
 from probes.config import ProbeConfig
 from probes.data import FeatureSet
@@ -260,7 +261,12 @@ def permutation_tests(
         observed = run_nested_cv(fs, config).auroc
     inner = replace(config, n_jobs=1)
     vectors = [(null, y) for null in nulls for y in draws[null]]
-    values = Parallel(n_jobs=config.n_jobs)(delayed(_nested_auroc)(fs, y, inner) for _, y in vectors)
+    values = []
+    with track("permutations (nested CV)", total=len(vectors), unit="label vectors") as bar:
+        for value in Parallel(n_jobs=config.n_jobs, return_as="generator")(
+                delayed(_nested_auroc)(fs, y, inner) for _, y in vectors):
+            values.append(value)  # in submission order (a generator of ordered results)
+            bar.advance(info=f"{sum(v is not None for v in values)} valid")
     for null in nulls:
         got = [v for (name, _), v in zip(vectors, values) if name == null]
         valid = np.array([v for v in got if v is not None], dtype=float)

@@ -102,10 +102,11 @@ def test_every_p_names_its_statistic_and_the_file_is_strict_json(position_only, 
         assert name in saved["schema"]
 
 
-def test_nested_permutation_equals_a_hand_written_loop():
+def test_nested_permutation_equals_a_hand_written_loop(capsys):
     fs = position_case("signal", seed=3, n_tasks=10, d=4)
     config = dataclasses.replace(CONFIG, n_perm=3, permutation="nested", n_jobs=2, n_outer=3, n_inner=2)
     got = permutation_tests(fs, config)
+    assert "permutations (nested CV): 6/6 label vectors (100%)" in capsys.readouterr().err  # progress, both nulls
     loop_config = dataclasses.replace(config, n_jobs=1)
     observed = run_nested_cv(fs, loop_config).auroc
     for null, purpose in (("across_tasks", "permutation"), ("within_length", "permutation:within_length")):
