@@ -148,7 +148,13 @@ class Supervision:
 
 def supervision(records: Sequence[dict[str, Any]], unsafe: float = UNSAFE) -> Supervision:
     """The supervision rows of DRSR boundary records (skipped boundaries left out)."""
-    views, bidx, task, members, harm, removed, singles = [], [], [], [], [], [], []
+    views: list[dict[str, Any]] = []
+    singles: list[dict[int, float]] = []
+    members: list[list[int]] = []
+    bidx: list[int] = []
+    task: list[str] = []
+    harm: list[float] = []
+    removed: list[int] = []
     for rec in (r for r in records if not r.get("skipped")):
         view = online_view(rec)
         index = {tuple(c["unit"]): j for j, c in enumerate(view["candidates"])}
@@ -273,7 +279,7 @@ def _normal_sf(z: np.ndarray) -> np.ndarray:
     return 0.5 * np.vectorize(math.erfc)(z / math.sqrt(2.0))
 
 
-class SetRiskScorer(RegressorMixin, BaseEstimator):  # type: ignore[misc]
+class SetRiskScorer(RegressorMixin, BaseEstimator):
     """Bootstrap ensemble of StandardScaler + RidgeCV: predicted harm (mean), unsafe score and its uncertainty
     (module docstring); scikit-learn compatible (fit/predict, get_params, clone)."""
 

@@ -306,8 +306,8 @@ def evaluate(records: Sequence[dict[str, Any]], gate: GateModel, model: dict[str
     # ablations
     full_pred = _prediction(sup, test_rows, pred, margin)
     ablations = [{"name": "full", **_row(setting, gate_doc), **full_pred}]
-    for name, kw in (("no_retained_context", {"retained": False}), ("no_pair_pooling", {"pairs": False})):
-        aspec = replace(spec, **kw)
+    for name, aspec in (("no_retained_context", replace(spec, retained=False)),
+                        ("no_pair_pooling", replace(spec, pairs=False))):
         a_scorer, a_setting, _ = fit_select(sup, split, aspec, scorer.n_members, scorer.seed)
         a_pred = a_scorer.predict(feature_matrix(sup, test_rows, aspec)) if len(test_rows) else np.zeros(0)
         a_test = restrict(sup, score_split(sup, split["test"], a_scorer, aspec), a_setting.k)
