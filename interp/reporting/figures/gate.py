@@ -32,8 +32,8 @@ def scores_figure(result: dict) -> go.Figure:
     fig = make_subplots(rows=1, cols=2, subplot_titles=("a  validation sets", "b  test sets (held out)"))
     for col, part in enumerate(("validation", "test"), start=1):
         sc = result["scores"][part]
-        for label, color, name in ((False, PALETTE[0], "safe (exact harm <= threshold)"),
-                                   (True, PALETTE[3], "unsafe (exact harm > threshold)")):
+        for label, color, name in ((False, PALETTE[0], "safe (exact harm at most the threshold)"),
+                                   (True, PALETTE[3], "unsafe (exact harm above the threshold)")):
             xs = [s for s, u in zip(sc["score"], sc["unsafe"]) if u == label]
             fig.add_trace(go.Histogram(x=xs, name=name, marker_color=color, opacity=0.65, nbinsx=30,
                                        legendgroup=name, showlegend=col == 1, xbins=dict(start=0, end=1, size=1 / 30)),
