@@ -77,7 +77,7 @@ from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.utils.validation import check_array, check_is_fitted, check_X_y
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from interp.data.deletions import DRSR_UNIT_KINDS, UNIT_KINDS, Unit, delete_units, history_units, units_overlap
 from interp.data.render import render
@@ -292,10 +292,9 @@ class SetRiskScorer(RegressorMixin, BaseEstimator):
         """Fit every bootstrap member to (X, harm); the out-of-bag residual spread sets the unsafe score's scale."""
         from sklearn.linear_model import RidgeCV
 
-        X, y = check_X_y(X, y, dtype=float, y_numeric=True)
+        X, y = validate_data(self, X, y, dtype=float, y_numeric=True)  # sets n_features_in_
         n, p = X.shape
         rng = np.random.default_rng(self.seed)
-        self.n_features_in_ = p
         means, scales, coefs, icpts, resid = [], [], [], [], []
         for m in range(self.n_members):
             rows = np.arange(n) if self.n_members == 1 else rng.integers(n, size=n)
@@ -323,9 +322,7 @@ class SetRiskScorer(RegressorMixin, BaseEstimator):
 
     def _members(self, X: Any) -> np.ndarray:
         check_is_fitted(self, "coef_")
-        X = check_array(X, dtype=float)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, the scorer was fitted on {self.n_features_in_}")
+        X = validate_data(self, X, dtype=float, reset=False)  # refuses another number of features
         return np.einsum("mnp,mp->mn", (X[None] - self.mean_[:, None]) / self.scale_[:, None], self.coef_) + \
             self.intercept_[:, None]
 

@@ -96,7 +96,7 @@ def test_the_gate_picks_the_largest_saving_under_tau_and_abstains_otherwise():
 
 
 def test_the_scorer_is_a_scikit_learn_regressor():
-    from sklearn.utils.estimator_checks import check_estimators_dtypes, check_fit2d_predict1d, check_get_params_invariance
+    from sklearn.utils.estimator_checks import check_estimator
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(60, 5))
@@ -113,8 +113,9 @@ def test_the_scorer_is_a_scikit_learn_regressor():
     assert ((0 <= p) & (p <= 1)).all() and (unc >= 0).all()
     from scipy.stats import spearmanr
     assert spearmanr(p, fitted.predict(x))[0] > 0.9  # more harm, more risk
-    for check in (check_get_params_invariance, check_estimators_dtypes, check_fit2d_predict1d):
-        check("SetRiskScorer", SetRiskScorer(n_members=3))
+    failed = [r["check_name"] for r in check_estimator(SetRiskScorer(n_members=3), on_fail=None)
+              if r["status"] == "failed"]
+    assert not failed  # scikit-learn's own estimator checks
     with pytest.raises(ValueError, match="features"):
         fitted.predict(x[:, :3])
 
