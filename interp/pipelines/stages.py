@@ -113,8 +113,25 @@ def extract(sensor: Sensor, trajs: list[Trajectory], conditions: list[str], conf
         if executor:
             raise ValueError("conditions: drsr_gate runs in process (its gate holds the sensor): drop --executor")
         params = {**(params or {}), **gate_params(sensor, conditions, gate_scorer)}
-    return extract_to_store(sensor, trajs, conditions, config, store, shard, boundaries, params,
-                            executor=executor, load=load)
+    mark = _gate_mark(Path(store), gate_scorer) if "drsr_gate" in conditions and gate_scorer is not None else None
+    counts = extract_to_store(sensor, trajs, conditions, config, store, shard, boundaries, params,
+                              executor=executor, load=load)
+    if mark:
+        atomic_write_json(Path(store) / "drsr_gate.json", mark)
+    return counts
+
+
+def _gate_mark(store: Path, scorer: Path) -> dict[str, str]:
+    """The record of the scorer file a store's ``drsr_gate`` units are made with (``drsr_gate.json``, written
+    after the units); ValueError when the store holds units of another scorer file."""
+    from interp.io import read_json
+
+    digest = hashlib.sha256(Path(scorer).read_bytes()).hexdigest()
+    mark = store / "drsr_gate.json"
+    if mark.is_file() and read_json(mark).get("scorer_sha256") != digest:
+        raise ValueError(f"--gate-scorer {scorer}: the drsr_gate units of {store} were made with another scorer "
+                         f"file ({mark}); extract into a new --store")
+    return {"scorer": str(scorer), "scorer_sha256": digest}
 
 
 def gate_params(sensor: Sensor, conditions: list[str], gate_scorer: Path | None) -> dict[str, dict[str, Any]]:

@@ -127,6 +127,12 @@ def test_drsr_gate_extracts_and_patches(open_gate, tmp_path):
     frame = Store(tmp_path / "store").manifest()
     gated = frame[frame["condition"] == "drsr_gate"]
     assert len(gated) == 2 and (gated["chars_removed"] > 0).all()
+    other = tmp_path / "other_scorer.json"
+    other.write_text(open_gate.read_text().replace('"tau": 1.01', '"tau": 1.02'))
+    again = CliRunner().invoke(app, ["extract", "--trajectories", str(mini), "--store", str(tmp_path / "store"),
+                                     "--model", TINY, "--layers", "0,3", "--conditions", "drsr_gate",
+                                     "--gate-scorer", str(other), "--boundaries", "2,3"])
+    assert again.exit_code != 0 and "another scorer" in str(again.exception)  # units of two gates never mix
     run = CliRunner().invoke(app, ["patch", "--trajectories", str(mini), "--out", str(tmp_path / "patch"),
                                    "--model", TINY, "--layers", "0,3", "--condition", "drsr_gate",
                                    "--gate-scorer", str(open_gate)])
