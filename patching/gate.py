@@ -484,12 +484,12 @@ def select(sup: Supervision, val: Scored, k_grid: Sequence[int] = K_GRID, beta_g
             for tau in [None, *tau_grid(score)]:
                 setting = GateSetting(k=k, beta=beta, tau=tau, abstain=abstain)
                 m = gate_metrics(sup, decisions(sup, mine, setting))
-                if not admissible(m) and abstain:
+                if not admissible(m):
                     continue
                 key = (-(m["removal"] or 0.0), k, beta, -1.0 if tau is None else tau)
                 if best is None or key < best[0]:
                     best = (key, setting, m)
-    if best is None:  # without abstention nothing may be admissible: the least harmful forced setting
+    if best is None:  # without abstention nothing may be admissible: the smallest forced setting
         setting = GateSetting(k=min(k_grid), beta=min(beta_grid), tau=None, abstain=abstain)
         return setting, gate_metrics(sup, decisions(sup, restrict(sup, val, setting.k), setting))
     return best[1], best[2]

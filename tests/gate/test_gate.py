@@ -39,6 +39,8 @@ def test_a_planted_relation_is_learned_and_the_gate_meets_its_constraint(planted
     g = doc["gate"]
     assert g["coverage"] >= 0.8 and g["unsafe_rate"] <= MAX_UNSAFE_RATE and g["removal"] > 0
     assert [r["name"] for r in doc["ablations"]] == ["full", "no_retained_context", "no_pair_pooling", "no_abstention"]
+    forced = doc["ablations"][-1]
+    assert forced["coverage"] == 1.0  # without abstention every test boundary deletes
     assert [r["beta"] for r in doc["beta_sweep"]] == [0.0, 0.25, 0.5, 1.0, 2.0]
     # the operating curve is monotone in tau: a higher threshold admits every set a lower one does
     cov = [c["coverage"] for c in doc["operating_curve"]]
