@@ -428,7 +428,7 @@ def summarize(rows: list[BoundaryRepair], sites: list[tuple[str, int]], conditio
     model = sensor.describe()
     bound, bound_rule = threshold_for(model)
     if threshold is None:
-        limit = {id(r): exclusion_threshold(r.noise) for r in rows}
+        limit = {id(r): exclusion_threshold(r.noise) for r in rows if not r.skipped}  # skipped: no noise
         rule = (f"d > max(MIN_KL, NOISE_FACTOR x noise) per boundary, MIN_KL = {MIN_KL:g} nats, NOISE_FACTOR = "
                 f"{NOISE_FACTOR:g}; noise = KL(P_full || P_null), the null patch ({method} path)")
     else:

@@ -99,7 +99,8 @@ def capture_plan(full: Rendered, prompt_length: int, units: Sequence[Unit], laye
 
 def captured(cap: Capture, proj: np.ndarray | None, digits: int = 6) -> dict[str, Any]:
     """The JSON part of a capture: ``state`` [n_layers][dim], per unit ``rep`` [n_layers][dim] and ``attention``
-    [n_attention_layers][n_heads] (mass on its span, summed over its tokens), ``n_tokens`` of its span."""
+    [n_attention_layers][n_heads] (mass on its span, summed over its tokens), ``n_tokens`` of its span, and
+    ``prompt_tokens`` (the render at the boundary: the request a deletion shortens)."""
     def vec(key: Any) -> list[float]:
         v = cap.outputs.mean(key).detach().cpu().double().numpy()
         return np.round(v @ proj if proj is not None else v, digits).tolist()
@@ -115,7 +116,7 @@ def captured(cap: Capture, proj: np.ndarray | None, digits: int = 6) -> dict[str
                      for layer in cap.attention_layers]
         units.append({"unit": list(u), "n_tokens": len(cap.positions[u]),
                       "rep": [vec((i, layer)) for layer in cap.layers], "attention": attention})
-    return {"layers": cap.layers, "attention_layers": cap.attention_layers,
+    return {"layers": cap.layers, "attention_layers": cap.attention_layers, "prompt_tokens": cap.boundary + 1,
             "state": [vec(("state", layer)) for layer in cap.layers], "candidates": units}
 
 

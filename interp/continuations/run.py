@@ -121,7 +121,7 @@ class RunSettings:
     max_new_tokens_source: str = "given"
 
     def __post_init__(self) -> None:
-        bad = [c for c in self.conditions if c not in CONDITIONS or c == "iclr"]
+        bad = [c for c in self.conditions if c not in CONDITIONS or c in ("iclr", "drsr_gate")]
         if bad or not self.conditions:
             raise ValueError(f"conditions: unknown or unsupported condition(s) {bad} for continuations; "
                              f"use: {', '.join(CONTINUATION_CONDITIONS)} (or random)")

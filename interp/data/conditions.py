@@ -32,6 +32,12 @@ only that step's reasoning is in context.
 | hide_observation         | the observation of step k (default b) -> ``[output hidden]``          |
 | clear_after_code         | the reasoning of steps 1..k, k = latest step <= b whose action wrote code or a file |
 | keep_last_k_reasoning    | the reasoning of steps 1..b-k (the last k steps' reasoning kept; k >= 1, the study's K = 5, 10, 20; k = 1 is keep_latest_reasoning) |
+| drsr_gate                | the set of history units DRSR's learned set-risk gate chooses at b (``patching.gate``: reasoning blocks, observations, tool exchanges with their calls; none of step b; the largest saving predicted safe), deleted by ``interp.data.deletions.delete_units``; nothing when it abstains (logged) |
+
+``drsr_gate`` takes ``gate``, a ``SetGate`` callable ``gate(history, b)`` returning the units to delete or
+None to abstain (``patching.gate.SetGate``: the scorer file plus the sensor; the CLI builds it from
+``--gate-scorer FILE``). Its units keep every step (a set that would leave a step empty is never chosen), so
+the edited history is rendered at b like the other conditions'; the log's ``params["units"]`` lists them.
 
 ``sliding_window`` (the study's baseline: keep the last K steps, K = 5, 10,
 20) removes whole steps, so the edited trajectory has fewer steps and its
@@ -79,6 +85,9 @@ RANDOM_R = (0.05, 0.1, 0.2, 0.4)  # the study's random-removal fractions
 # informative), or None when the step could not be scored (context over the
 # scorer limit): the step is then left untouched.
 BlockScorer = Callable[[Trajectory, int], "Sequence[float] | None"]
+# A set gate is called as gate(history, b) and returns the history units to delete at b, (kind, step, index)
+# as in interp.data.deletions, or None to abstain (drsr_gate).
+SetGate = Callable[[Trajectory, int], "Sequence[tuple[str, int, int | None]] | None"]
 TokenCounter = Callable[[str], int]
 
 
@@ -430,6 +439,33 @@ def clear_after_code(traj: Trajectory, after_step: int, log: EditLog,
     return drop_blocks(traj, log, _all_blocks(traj, range(1, k + 1)), None, counter)
 
 
+def drsr_gate(traj: Trajectory, after_step: int, log: EditLog, counter: TokenCounter | None = None,
+              gate: SetGate | None = None) -> Trajectory:
+    """Delete the units the learned set-risk gate chooses at b (``gate(history, b)``); unchanged when it abstains."""
+    from interp.data.deletions import delete_units  # deletions builds on this module's EditLog
+
+    _check_gate(gate=gate)
+    units = gate(traj, after_step) if gate is not None else None
+    if not units:
+        log.params["units"] = []
+        log.notes.append("the gate abstained: no candidate set predicted safe enough")
+        return traj
+    edited, b2, dlog = delete_units(traj, after_step, units, counter)
+    if b2 != after_step:
+        raise ValueError(f"{traj.task_id}@{after_step}: the gate's set {list(units)} removes a whole step; "
+                         "drsr_gate edits must keep every step")
+    log.edits.extend(dlog.edits)
+    log.notes.extend(dlog.notes)
+    log.params["units"] = dlog.params["units"]
+    return edited
+
+
+def _check_gate(gate: SetGate | None = None) -> None:
+    if gate is None:
+        raise ValueError("the drsr_gate condition needs a set gate: pass gate=... (patching.gate.SetGate(GateModel."
+                         "load(scorer_file), sensor); on the command line --gate-scorer FILE)")
+
+
 CONDITIONS: Mapping[str, Callable[..., Trajectory]] = MappingProxyType({
     "full": full,
     "delete_all_reasoning": delete_all_reasoning,
@@ -442,13 +478,15 @@ CONDITIONS: Mapping[str, Callable[..., Trajectory]] = MappingProxyType({
     "hide_stderr": hide_stderr,
     "clear_after_code": clear_after_code,
     "keep_last_k_reasoning": keep_last_k_reasoning,
+    "drsr_gate": drsr_gate,
 })
 
 
 # Checks of a condition's parameters that need no trajectory (run by the condition itself and by
 # validate_condition, before any extraction starts).
 _PARAM_CHECKS: dict[str, Callable[..., None]] = {"iclr": _check_iclr, "iclr_step_only": _check_iclr,
-                                                 "random": _check_random, "keep_last_k_reasoning": _check_window}
+                                                 "random": _check_random, "keep_last_k_reasoning": _check_window,
+                                                 "drsr_gate": _check_gate}
 _POSITIONAL = ("traj", "after_step", "log", "counter")
 
 

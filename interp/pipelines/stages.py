@@ -20,6 +20,7 @@ stage               result                                        writer / schem
 :func:`patch`       ``kl_repair.json``                             ``patching.kl_repair``
 :func:`harm`        ``harm.json``                                  ``patching.harm``
 :func:`drsr`        ``drsr.json`` (DRSR appendix)                  ``patching.drsr``
+:func:`gate`        ``gate_scorer.json``, ``gate.json`` (no model) ``patching.gate``, ``patching.gate_eval``
 :func:`externalize` ``externalization_labels.json/.csv``           ``interp.externalization.labeler``
 :func:`risk`        ``externalization.json``                       ``interp.externalization.risk``
 :func:`intervene`   ``interventions.json/.md``                     ``interp.continuations.run``
@@ -100,15 +101,48 @@ def sensor(spec: str, model_path: Path | None = None, device: str = "cpu", dtype
 
 def extract(sensor: Sensor, trajs: list[Trajectory], conditions: list[str], config: ExtractConfig, store: Path,
             shard: tuple[int, int] = (0, 1), boundaries: list[int] | None = None, executor: Executor | None = None,
-            load: Callable[[], Sensor] | None = None) -> dict[str, int]:
+            load: Callable[[], Sensor] | None = None, gate_scorer: Path | None = None) -> dict[str, int]:
     """Boundary features of every (trajectory, condition) unit into the store (resumable); unit counts.
 
-    With an ``executor`` the units run there, each worker loading its model with ``load``."""
+    With an ``executor`` the units run there, each worker loading its model with ``load``. ``gate_scorer``: the
+    scorer file the ``drsr_gate`` condition decides with (in process only)."""
     from interp.extraction.batch import condition_params, extract_to_store
 
     params = None if executor else condition_params(sensor, conditions, config.max_tokens) or None
-    return extract_to_store(sensor, trajs, conditions, config, store, shard, boundaries, params,
-                            executor=executor, load=load)
+    if "drsr_gate" in conditions:
+        if executor:
+            raise ValueError("conditions: drsr_gate runs in process (its gate holds the sensor): drop --executor")
+        params = {**(params or {}), **gate_params(sensor, conditions, gate_scorer)}
+    mark = _gate_mark(Path(store), gate_scorer) if "drsr_gate" in conditions and gate_scorer is not None else None
+    counts = extract_to_store(sensor, trajs, conditions, config, store, shard, boundaries, params,
+                              executor=executor, load=load)
+    if mark:
+        atomic_write_json(Path(store) / "drsr_gate.json", mark)
+    return counts
+
+
+def _gate_mark(store: Path, scorer: Path) -> dict[str, str]:
+    """The record of the scorer file a store's ``drsr_gate`` units are made with (``drsr_gate.json``, written
+    after the units); ValueError when the store holds units of another scorer file."""
+    from interp.io import read_json
+
+    digest = hashlib.sha256(Path(scorer).read_bytes()).hexdigest()
+    mark = store / "drsr_gate.json"
+    if mark.is_file() and read_json(mark).get("scorer_sha256") != digest:
+        raise ValueError(f"--gate-scorer {scorer}: the drsr_gate units of {store} were made with another scorer "
+                         f"file ({mark}); extract into a new --store")
+    return {"scorer": str(scorer), "scorer_sha256": digest}
+
+
+def gate_params(sensor: Sensor, conditions: list[str], gate_scorer: Path | None) -> dict[str, dict[str, Any]]:
+    """The ``drsr_gate`` condition's parameter, its set gate (scorer file + sensor), when it is requested."""
+    from patching.gate import GateModel, SetGate
+
+    if "drsr_gate" not in conditions:
+        return {}
+    if gate_scorer is None:
+        raise ValueError("conditions: drsr_gate needs a scorer file: --gate-scorer FILE (from `interp gate train`)")
+    return {"drsr_gate": {"gate": SetGate(GateModel.load(gate_scorer), sensor)}}
 
 
 def merge(target: Path, sources: list[Path], allow_partial: bool = False) -> dict[str, Any]:
@@ -233,9 +267,9 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, condition: str = "
           sites: list[tuple[str, int]] | None = None, method: str = "fast", positions: int = 1,
           task_ids: list[str] | None = None, shard: tuple[int, int] = (0, 1), executor: Executor | None = None,
           load: Callable[[], Sensor] | None = None,
-          max_tokens: int | None = None) -> dict[str, Any]:
+          max_tokens: int | None = None, gate_scorer: Path | None = None) -> dict[str, Any]:
     """KL Repair per site (``kl_repair.json``); per-trajectory parts make it resumable; boundaries over
-    ``max_tokens`` are skipped and listed.
+    ``max_tokens`` are skipped and listed. ``gate_scorer``: the scorer file of the ``drsr_gate`` condition.
 
     ``shard=(I, N)`` computes shard I's trajectories (by tokens) and writes no summary (merge, then re-run)."""
     from interp.extraction.batch import render_tokens
@@ -254,12 +288,18 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, condition: str = "
     sites = sites or default_sites(sensor.n_layers)
     tag = f"{condition}.{method}.{positions}.null." + hashlib.sha1(repr(sites).encode()).hexdigest()[:12] + (
         f".t{limit}" if limit != DEFAULT_MAX_TOKENS else "")
+    params = gate_params(sensor, [condition], gate_scorer).get(condition)
+    if params and executor:
+        raise ValueError("--condition drsr_gate runs in process (its gate holds the sensor): drop --executor")
+    if params and gate_scorer is not None:  # parts of another scorer are not this one's
+        tag += ".g" + hashlib.sha1(Path(gate_scorer).read_bytes()).hexdigest()[:12]
     if positions > 1:
         _check_positions(sensor, [by_id[k] for k in keys], condition, positions)
     with writer_lock(out, command="patch"):
         costs = {k: render_tokens(by_id[k], by_id[k].n_steps, sensor.tokenizer) for k in keys} if shard[1] > 1 else None
         parts = _units(sensor, trajs, keys, lambda s, k: [asdict(r) for r in kl_repair_trajectory(
-            s, by_id[k], condition, sites, method=method, n_positions=positions, max_tokens=limit)],
+            s, by_id[k], condition, sites, method=method, n_positions=positions, condition_params=params,
+            max_tokens=limit)],
             out / "parts" / tag, "patch", shard, costs, executor, load)
         if shard[1] > 1:
             return {"shard": list(shard), "units": list(parts), "parts": str(out / "parts" / tag)}
@@ -463,6 +503,43 @@ def harm_from_parts(parts: Path, out: Path, boundaries: list[str], trajs: list[T
     return result
 
 
+def gate_train(drsr_dir: Path, out: Path, seed: int = 0, n_members: int | None = None,
+               parts: Path | None = None) -> dict[str, Any]:
+    """DRSR's set-risk gate trained on an ``interp drsr`` run's parts (train split) and selected on validation;
+    writes the scorer file ``gate_scorer.json`` (``patching.gate``); no model is run."""
+    from patching.gate import N_MEMBERS
+    from patching.gate_eval import drsr_records, train
+
+    records, doc = drsr_records(drsr_dir, parts)
+    with writer_lock(out, command="gate train"):
+        gate_model, info = train(records, doc.get("model"), doc.get("proj_dim"), seed,
+                                 N_MEMBERS if n_members is None else n_members)
+        gate_model.save(Path(out) / "gate_scorer.json")
+    return {"scorer": str(Path(out) / "gate_scorer.json"), "setting": asdict(gate_model.setting),
+            "split": gate_model.split, **info}
+
+
+def gate_eval(drsr_dir: Path, scorer: Path, out: Path, n_boot: int = 1000, parts: Path | None = None,
+              train_seconds: float | None = None) -> dict[str, Any]:
+    """The gate of a scorer file on its held-out test trajectories (``gate.json``, ``patching.gate_eval``)."""
+    from patching.gate import GateModel
+    from patching.gate_eval import drsr_records, evaluate
+
+    gate_model = GateModel.load(scorer)  # before reading the records: a bad scorer file is named first
+    records, doc = drsr_records(drsr_dir, parts)
+    with writer_lock(out, command="gate eval"):
+        result = evaluate(records, gate_model, doc.get("model"), n_boot, seed=gate_model.scorer.seed,
+                          scorer_file=str(scorer), train_seconds=train_seconds)
+        atomic_write_json(Path(out) / "gate.json", result)
+    return result
+
+
+def gate(drsr_dir: Path, out: Path, seed: int = 0, n_boot: int = 1000) -> dict[str, Any]:
+    """Train the set-risk gate on a DRSR run and evaluate it on the held-out trajectories (the demo's step)."""
+    trained = gate_train(drsr_dir, out, seed)
+    return gate_eval(drsr_dir, Path(out) / "gate_scorer.json", out, n_boot, train_seconds=trained["train_seconds"])
+
+
 def tokens(trajs: list[Trajectory], out: Path, tokenizer: Any, policies: list[str] | None = None,
            cache_block: int = 1, min_prefix: int = 0, entropy: Path | None = None,
            paired: tuple[list[Trajectory], str] | None = None) -> dict[str, Any]:
@@ -552,6 +629,13 @@ def _harm(ctx: StepContext, settings: dict[str, Any]) -> None:
                     model=ctx.sensor.describe())
 
 
+def _gate_settings(ctx: StepContext) -> dict[str, Any]:
+    subset = {} if ctx.config.full else {
+        "subset": "the DRSR step's boundaries (one per trajectory) split 80:10:10 by trajectory; validation and "
+                  "test hold one or two trajectories each, so tau and the test metrics rest on a few boundaries"}
+    return {"seed": 0, "n_boot": 1000 if ctx.config.full else 200, **subset}
+
+
 def _intervene_settings(ctx: StepContext) -> dict[str, Any]:
     from interp.continuations.run import RunSettings
     from interp.continuations.states import load_states
@@ -604,6 +688,11 @@ STEPS: tuple[Step, ...] = (
          _drsr_settings),
     Step("harm", "set-level deletion harm (from the DRSR stage's forwards)", analysis("harm").path(), _harm,
          _drsr_settings, needs=("drsr",), model=False),
+    Step("gate", "DRSR set-risk gate (train on the drsr parts, evaluate on held-out trajectories)",
+         analysis("gate").path(),
+         lambda ctx, s: gate(ctx.out / analysis("drsr").folder, ctx.out / analysis("gate").folder, s["seed"],
+                             s["n_boot"]),
+         _gate_settings, needs=("drsr",), model=False),
     Step("externalization_labels", "externalization labels (rule-based vs annotations)",
          _EXT.path("externalization_labels.json"),
          lambda ctx, s: externalize(ctx.config.trajectories, ctx.out / _EXT.folder), model=False,

@@ -130,6 +130,15 @@ ANALYSES: tuple[Analysis, ...] = (
             ("fig10_interaction", "interaction_figure"), ("fig11_attention_density", "attention_density_figure"))),
         section="interp.reporting.report:drsr_report_section"),
     Analysis(
+        "gate", "DRSR set-risk gate: learned set harm, largest safe deletion, abstention", "gate", "gate.json",
+        files=(ResultFile("gate.json", "patching.gate_eval:FIELDS"),
+               ResultFile("gate_scorer.json", "patching.gate:SCORER_FIELDS")),
+        figures=tuple(Figure(name, "gate.json", f"interp.reporting.figures.gate:{build}") for name, build in (
+            ("fig13_gate_scores", "scores_figure"), ("fig14_gate_operating_curve", "operating_curve_figure"),
+            ("fig15_gate_beta", "beta_figure"))),
+        section="interp.reporting.figures.gate:gate_section",
+        reference=MappingProxyType({"gate": ref.DRSR_GATE})),
+    Analysis(
         "externalization", "State externalization", "externalization", "externalization.json",
         files=(ResultFile("externalization.json", "interp.externalization.risk:FIELDS"),),
         figures=(Figure("fig3_externalization", "externalization.json",

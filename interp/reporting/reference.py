@@ -33,3 +33,12 @@ DRSR_N_SETS = {1: 6623, 2: 9682, 3: 6287, 4: 1530}  # labelled sets by size
 DRSR_GRANULARITY = {"step_range": 0.312, "block_range": 0.028, "unsafe_parent_safe_child": 0.714}  # medians; fraction
 DRSR_STATE_ONLY = 0.500  # pair accuracy from the current state alone (no candidate relation)
 DRSR_ATTENTION_LAYERS_1BASED = (4, 8, 12, 16, 20, 24, 28, 32)
+# DRSR's set-risk gate (Qwen3.5-9B frozen; only the scorer trained): the configuration and the frozen setting
+# selected on validation (the reference; the gate's own rules are in patching.gate)
+DRSR_GATE = {
+    "candidate_dims": 1154, "candidate_embedding": 64, "set_dims": 451, "hidden": 64,
+    "attention_layers_1based": DRSR_ATTENTION_LAYERS_1BASED,
+    "k_grid": (2, 3), "beta_grid": (0.0, 0.25, 0.5, 1.0, 2.0),
+    "k": 3, "beta": 0.0, "tau": 0.0741,
+    "max_unsafe_rate": 0.100, "max_mean_harm": 0.020, "max_removal": 0.20,
+}

@@ -251,9 +251,10 @@ def _run(sensor: ForwardSensor, branches: list[Branch], base: list[int], hold: b
             else Outputs()
         for i in served:
             yield done(i, out, snap_at(len(branches[i].tokens), out.snapshots))
-        for g in groups:
+        for j, g in enumerate(groups):  # sorted by start: a snapshot is dropped after the last group leaving there
             yield from _depart(sensor, branches, g, snap_at(g.start, out.snapshots), out, parts)
-            out.snapshots.pop(g.start, None)
+            if j + 1 == len(groups) or groups[j + 1].start != g.start:
+                out.snapshots.pop(g.start, None)
         return
     acc, snap, pos = Outputs(), start, offset
     pending = sorted(served, key=lambda i: len(branches[i].tokens))

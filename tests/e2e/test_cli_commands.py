@@ -524,7 +524,7 @@ def test_figures_from_the_commands_outputs(ws, probe_dir, patch_dir, harm_dir, e
                       ("interventions", int_dir.dir)):
         shutil.copytree(src, results / name, ignore=shutil.ignore_patterns("parts", "units"))
     result = cli("figures", results, "--no-png")
-    expected = {spec.name for spec in FIGURES if spec.source.split("/")[0] not in ("attention", "drsr", "tokens")}  # none of those commands runs here
+    expected = {spec.name for spec in FIGURES if spec.source.split("/")[0] not in ("attention", "drsr", "gate", "tokens")}  # none of those commands runs here
     written = {p.stem for p in (results / "figures").glob("*.html")}
     assert written == expected
     for name in expected:

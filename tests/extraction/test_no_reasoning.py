@@ -162,7 +162,9 @@ def test_every_analysis_accepts_steps_without_reasoning(tiny_sensor, mini_trajec
     for b in range(1, n + 1):
         for name in CONDITIONS:
             params = ({"scorer": lambda h, t: [1.0] * len(h.steps[t - 1].blocks)} if name.startswith("iclr")
-                      else {"tokenizer": tok} if name == "random" else {})
+                      else {"tokenizer": tok} if name == "random"
+                      else {"gate": lambda h, t: [("reasoning", 2, 0)] if t >= 2 else None} if name == "drsr_gate"
+                      else {})
             edited, log = apply_condition(name, traj, b, **params)
             render(edited, b, tok)
             assert all(e.step not in (1, 3) for e in log.edits if e.what.startswith("reasoning")), (name, log)

@@ -142,3 +142,22 @@ def test_resume_continues_the_last_sequence(tiny_sensor_fp64):
     assert all(abs(got.entropy[p] - v) < 1e-9 for p, v in want["entropy"].items())
     resume.run(second, plan, context="another task")
     assert resume.tokens_run == 40 + 12 + 40  # another context: nothing reused
+
+
+@pytest.mark.parametrize("hold", [False, True])
+def test_two_groups_leaving_the_base_at_one_token_both_continue_from_it(tiny_sensor_fp64, hold):
+    """Two branches that leave the base at the same token and part later (neither a prefix of the other): each
+    gets its own outputs and cache (the held base's snapshot there serves both groups)."""
+    sensor = tiny_sensor_fp64
+    base = _tokens(sensor, 40, 11)
+    shared = _tokens(sensor, 8, 12)
+    seqs = {"a": base[:20] + shared + _tokens(sensor, 6, 13), "b": base[:20] + shared + _tokens(sensor, 9, 14)}
+    branches = [Branch(k, ids, Plan(logprobs=[len(ids) - 1]), keep_cache=True) for k, ids in seqs.items()]
+    extra = _tokens(sensor, 3, 15)
+    for r in run_branches(sensor, branches, base, hold=hold):
+        ids = seqs[r.key]
+        _check(r.outputs, _reference(sensor, ids, Plan(logprobs=[len(ids) - 1])))
+        assert r.cache is not None and r.cache.length == len(ids)
+        got = run_plan(sensor, extra, Plan(logprobs=[len(ids) + 2]), start=r.cache).logprobs[len(ids) + 2]
+        want = _reference(sensor, ids + extra, Plan(logprobs=[len(ids) + 2]))["logprobs"][len(ids) + 2]
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-9)

@@ -1,5 +1,7 @@
 """Result files of every kind made by the real writers on synthetic, seeded inputs; no model involved.
 
+gate.json / gate_scorer.json: ``patching.gate_eval.train`` + ``evaluate`` on the synthetic drsr records.
+
 probe_results.json / oof_predictions.csv: ``probes.report.probe_document`` + ``write_probe_results``;
 kl_repair.json: ``patching.kl_repair.summarize`` on ``BoundaryRepair`` rows; harm.json:
 ``patching.harm.summarize_harm`` on boundary records; externalization.json:
@@ -28,6 +30,7 @@ from interp.extraction.entropy import drop_table
 from interp.io import atomic_write_json
 from interp.reporting.analyses import ANALYSES, Analysis, analysis
 from patching.drsr import summarize_drsr
+from patching.gate_eval import evaluate, train
 from patching.harm import summarize_harm
 from patching.kl_repair import BoundaryRepair, default_sites, summarize
 from probes.config import ProbeConfig
@@ -87,6 +90,14 @@ def _write_drsr(root: Path, a: Analysis, rng: np.random.Generator) -> None:
     atomic_write_json(root / a.path(), summarize_drsr(drsr_records(rng), model=MODEL, n_boot=100))
 
 
+def _write_gate(root: Path, a: Analysis, rng: np.random.Generator) -> None:
+    records = drsr_records(rng, n_tasks=10)
+    gate, info = train(records, MODEL, n_members=3)
+    gate.save(root / a.path("gate_scorer.json"))
+    atomic_write_json(root / a.path(), evaluate(records, gate, MODEL, n_boot=50, scorer_file="gate_scorer.json",
+                                                train_seconds=info["train_seconds"]))
+
+
 def _write_tokens(root: Path, a: Analysis, rng: np.random.Generator) -> None:
     atomic_write_json(root / a.path(), _tokens())  # hand figures: draws nothing from the stream
 
@@ -105,7 +116,7 @@ def _tokens() -> dict:
 WRITERS: dict[str, Callable[[Path, Analysis, np.random.Generator], None]] = {
     "probe": _write_probe, "kl_repair": _write_kl_repair, "externalization": _write_externalization,
     "interventions": _write_interventions, "attention": _write_attention, "iclr": _write_iclr, "harm": _write_harm,
-    "drsr": _write_drsr, "tokens": _write_tokens,
+    "drsr": _write_drsr, "tokens": _write_tokens, "gate": _write_gate,
 }
 
 
@@ -357,7 +368,7 @@ def drsr_records(rng: np.random.Generator, n_tasks: int = 8, n_layers: int = 8, 
         records.append({"task_id": f"t{i}", "after_step": b, "units": ["reasoning", "observation", "tool_exchange",
                                                                         "step"],
                         "target": "y", "target_tokens": 12, "nll_full": 1.0, "sets": sets,
-                        "layers": list(range(n_layers)), "attention_layers": [3, 7],
+                        "layers": list(range(n_layers)), "attention_layers": [3, 7], "prompt_tokens": 400,
                         "state": rng.normal(size=(n_layers, dim)).round(4).tolist(),
                         "candidates": [{"unit": u, "n_tokens": int(rng.integers(5, 60)),
                                         "rep": rng.normal(size=(n_layers, dim)).round(4).tolist(),

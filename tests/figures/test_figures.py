@@ -61,6 +61,12 @@ EXPECTED = {
     "fig11_attention_density": ["Boundary attention density on deletion candidates, split by exact harm",
                                 "selected by exact harm (harm ", "retained (harm ",
                                 "Lower attention alone is not a deletion-safety test"],
+    "fig13_gate_scores": ["Unsafe scores of candidate deletion sets by exact label", "a  validation sets",
+                          "b  test sets (held out)", "unsafe (exact harm above the threshold)", "reference tau 0.0741"],
+    "fig14_gate_operating_curve": ["Risk-gate operating curve on the held-out trajectories", "risk threshold tau",
+                                   "a  empirical unsafe rate of the deletions", "unsafe deletions / deletions"],
+    "fig15_gate_beta": ["Gate coverage, saving and unsafe rate across beta", "uncertainty coefficient beta",
+                        "empirical unsafe rate", "reference frozen beta 0.0"],
     "fig12_tokens": ["Tokens sent, cached and generated under each history policy", "input read from the cache",
                      "input written to the cache", "direct removal (input tokens)", "paired amplification"],
 }

@@ -32,7 +32,8 @@ def length_scorer(traj: Trajectory, t: int) -> list[float]:
 
 PARAMS = {"iclr": {"scorer": length_scorer}, "iclr_step_only": {"scorer": length_scorer}}
 ICLR_LIKE = ("iclr", "iclr_step_only")
-REASONING_ONLY = sorted(set(CONDITIONS) - {"hide_observation", "hide_stderr", "random"})  # block edits
+# block edits (drsr_gate deletes observations and tool exchanges too: tests/gate)
+REASONING_ONLY = sorted(set(CONDITIONS) - {"hide_observation", "hide_stderr", "random", "drsr_gate"})
 
 
 def step_json(step: Step) -> str:

@@ -17,6 +17,7 @@ from interp.pipelines.cli.common import (
     BoundaryTokensOpt,
     DeviceOpt,
     DtypeOpt,
+    GateScorerOpt,
     ExecutorOpt,
     GpusOpt,
     MemoryOpt,
@@ -27,6 +28,7 @@ from interp.pipelines.cli.common import (
     WorkersOpt,
     app,
     build,
+    check_gate_scorer,
     console,
     executor_for,
     load_sensor,
@@ -56,6 +58,7 @@ def patch(
     executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None, num_gpus: GpusOpt = 0,
     memory_gb: MemoryOpt = None,
     max_tokens: BoundaryTokensOpt = DEFAULT_MAX_TOKENS,
+    gate_scorer: GateScorerOpt = None,
 ) -> None:
     """KL Repair per layer: patch the full run's boundary activation into the deleted run."""
     from interp.extraction.batch import layer_numbers, parse_layers
@@ -66,6 +69,7 @@ def patch(
     config = build(PatchConfig, condition=condition, site=site, method=method, positions=positions,
                    max_tokens=max_tokens)
     layer_numbers(layers, "--layers")
+    check_gate_scorer([config.condition], gate_scorer)
     model_options(device, dtype)
     runner, load = executor_for(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
     chosen_shard = shard_option(shard)
@@ -77,7 +81,8 @@ def patch(
     chosen = parse_layers(layers, sensor.n_layers, sensor.full_attention_layers, "--layers")
     sites = default_sites(sensor.n_layers, config.site, layers=chosen)
     result = stages.patch(sensor, trajs, out, config.condition, sites, config.method, config.positions,
-                          split_list(task_ids) if task_ids else None, chosen_shard, runner, load, config.max_tokens)
+                          split_list(task_ids) if task_ids else None, chosen_shard, runner, load, config.max_tokens,
+                          gate_scorer)
     if "shard" in result:
         console.print(f"{result['parts']}: shard {shard}, {len(result['units'])} trajectories", markup=False)
         return

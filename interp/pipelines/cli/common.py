@@ -87,6 +87,20 @@ def model_options(device: str, dtype: str) -> None:
         resolve_dtype(dtype)
 
 
+GateScorerOpt = Annotated[Optional[Path], typer.Option(
+    "--gate-scorer", help="Scorer file of `interp gate train`: the gate of the drsr_gate condition.")]
+
+
+def check_gate_scorer(conditions: list[str], path: Path | None) -> None:
+    """Before any model loads: the drsr_gate condition has a readable scorer file (its errors name the file)."""
+    if "drsr_gate" in conditions:
+        from patching.gate import GateModel
+
+        if path is None:
+            raise ValueError("--gate-scorer: the drsr_gate condition needs a scorer file (from `interp gate train`)")
+        GateModel.load(path)
+
+
 BoundaryTokensOpt = Annotated[int, typer.Option("--max-tokens", help="Boundaries with longer renders are skipped "
                                                                 "and recorded, never truncated.")]
 ShardOpt = Annotated[Optional[str], typer.Option(help="I/N: this process takes shard I of N (units split by token "

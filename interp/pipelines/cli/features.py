@@ -18,6 +18,7 @@ from interp.pipelines.cli.common import (
     AllowControlOpt,
     DeviceOpt,
     DtypeOpt,
+    GateScorerOpt,
     ExecutorOpt,
     GpusOpt,
     MemoryOpt,
@@ -28,6 +29,7 @@ from interp.pipelines.cli.common import (
     WorkersOpt,
     app,
     at_least,
+    check_gate_scorer,
     console,
     executor_for,
     load_sensor,
@@ -58,6 +60,7 @@ def extract(
     allow_control_tokens: AllowControlOpt = False,
     executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None, num_gpus: GpusOpt = 0,
     memory_gb: MemoryOpt = None,
+    gate_scorer: GateScorerOpt = None,
 ) -> None:
     """Extract pooled boundary residuals and boundary attention into an activation store (resumable)."""
     from interp.data.conditions import check_condition_name
@@ -85,6 +88,7 @@ def extract(
             raise ValueError("no condition given")
         for cond in split_list(conditions):
             check_condition_name(cond)  # parameters (ICLR's scorer) come from the model, checked before any unit
+    check_gate_scorer(split_list(conditions), gate_scorer)
     with option("--shard"):
         chosen_shard = parse_shard(shard)
     model_options(device, dtype)
@@ -103,7 +107,7 @@ def extract(
         share_prefix=not no_share_prefix,
     )
     counts = stages.extract(sensor, trajs, split_list(conditions), config, store, chosen_shard, chosen_boundaries, runner,
-                            load)
+                            load, gate_scorer)
     console.print(f"{store}: {counts}", markup=False)
 
 

@@ -1,0 +1,353 @@
+"""Training and held-out evaluation of DRSR's set-risk gate (``patching.gate``): the scorer file and ``gate.json``.
+
+:func:`drsr_records` reads the per-boundary parts of an ``interp drsr`` run. :func:`train` builds the supervision,
+splits trajectories, fits the scorer on train and selects (K, beta, tau) on validation (``patching.gate.select``).
+:func:`evaluate` scores the test trajectories, never seen in training or selection:
+
+- prediction: MAE and Spearman rank correlation of predicted vs exact harm over the test sets;
+- pair ordering at the margin (``patching.harm.ordered_pairs``: pairs of sets of two or more units of one
+  boundary whose exact harms differ by at least the margin) by the scorer, by each singleton aggregator
+  (sum, mean, max, min of the members' singleton harms, ``patching.harm.AGGREGATORS``) and by the surface
+  baseline (``patching.relations.surface_features`` + RidgeCV fitted on train);
+- the unsafe-score distributions of validation and test sets with their labels (Fig 7);
+- the operating curve on test: coverage, mean direct removal, unsafe rate and mean harm against tau (Fig 8);
+- per beta (its tau selected on validation, the selected K): the test gate metrics (Fig 9);
+- ablations as rows: without retained-context features, without pair pooling (scorer re-fitted and the setting
+  re-selected), without abstention (the selected scorer forced to delete its lowest-score valid set).
+
+The reference configuration and values are in ``interp.reporting.reference`` (``DRSR_GATE``), shown
+beside ours by the figures and the report. CIs are 95 % task bootstraps over the test trajectories (``interp.stats.task_resamples``; null with fewer than
+3 test trajectories). Fewer than 3 trajectories cannot be split: :func:`train` raises.
+
+Fields of ``gate.json`` (``FIELDS``):
+
+| name | shape | dtype | units | meaning |
+|---|---|---|---|---|
+| ``schema`` | ``{...}`` | object | - | this table: {field: {shape, dtype, units, doc}} |
+| ``settings`` | ``{unsafe_threshold, max_unsafe_rate, max_mean_harm, max_removal, k_grid, beta_grid, split_fractions, seed, n_members, margin, layers, attention_layers, unit_kinds}`` | object | harm: nats/token; removal: fraction of request tokens | the rules the gate was trained, selected and evaluated under |
+| ``split`` | ``{train, validation, test: {tasks, n_boundaries, n_sets, n_unsafe}}`` | object | - | trajectories of each part (no trajectory in two parts) and their supervision rows |
+| ``selected`` | ``{k, beta, tau, validation: {coverage, removal, unsafe_rate, mean_harm, n_boundaries, n_deleted}}`` | object | tau: unsafe score | the setting selected on validation (tau null: abstain everywhere) and its validation metrics |
+| ``prediction`` | ``{mae, mae_ci, spearman, spearman_ci, n_sets, n_tasks}`` | object | mae: nats/token | predicted vs exact harm on the test sets |
+| ``pair_ordering`` | ``[n_methods] of {method, pair_accuracy, ci, n_pairs}`` | object | accuracy: fraction | methods: scorer, sum, mean, max, min, surface; test sets of 2+ units, pairs at the margin |
+| ``scores`` | ``{validation, test: {score [n], unsafe [n], size [n]}}`` | object | score: probability | unsafe scores of the valid candidate sets with their exact unsafe labels (Fig 7) |
+| ``operating_curve`` | ``[n_tau] of {tau, coverage, removal, unsafe_rate, mean_harm, n_deleted}`` | object | removal: fraction | the selected K and beta on test at each tau (Fig 8) |
+| ``beta_sweep`` | ``[n_beta] of {beta, tau, coverage, removal, unsafe_rate, mean_harm, n_deleted}`` | object | removal: fraction | per beta, tau selected on validation at the selected K, metrics on test (Fig 9) |
+| ``gate`` | ``{coverage, removal, unsafe_rate, mean_harm, n_boundaries, n_deleted, ci: {metric: [lo, hi] or null}}`` | object | removal: fraction; harm: nats/token | the selected gate on test |
+| ``ablations`` | ``[n_rows] of {name, k, beta, tau, mae, spearman, pair_accuracy, coverage, removal, unsafe_rate, mean_harm}`` | object | as above | full, no_retained_context, no_pair_pooling, no_abstention |
+| ``notes`` | ``[n_notes]`` | str | - | what limits this run's evidence (tiny splits, no admissible deletion) |
+| ``scorer`` | ``{file, train_seconds, n_features}`` | object | seconds | the scorer file evaluated |
+| ``model`` | ``{...}`` | object or null | - | the sensor's describe() from drsr.json |
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from interp.io import read_json, safe_stem
+from interp.schema import Field, schema_dict
+from interp.stats import percentile_ci, task_resamples
+from patching.gate import (BETA_GRID, GATE_KINDS, K_GRID, MAX_MEAN_HARM, MAX_REMOVAL, MAX_UNSAFE_RATE, N_MEMBERS,
+                           SPLIT, FeatureSpec, GateModel, GateSetting, Scored, SetRiskScorer, Supervision,
+                           decisions, feature_matrix, gate_metrics, restrict, score_split, select, split_tasks,
+                           supervision)
+from patching.granularity import UNSAFE
+from patching.harm import AGGREGATORS, MARGIN, ordered_pairs
+from patching.relations import ALPHAS, accuracy_ci, surface_features
+
+FIELDS = (
+    Field('schema', '{...}', 'object', '-', 'this table: {field: {shape, dtype, units, doc}}'),
+    Field('settings', '{unsafe_threshold, max_unsafe_rate, max_mean_harm, max_removal, k_grid, beta_grid, split_fractions, seed, n_members, margin, layers, attention_layers, unit_kinds}', 'object', 'harm: nats/token; removal: fraction of request tokens', 'the rules the gate was trained, selected and evaluated under'),
+    Field('split', '{train, validation, test: {tasks, n_boundaries, n_sets, n_unsafe}}', 'object', '-', 'trajectories of each part (no trajectory in two parts) and their supervision rows'),
+    Field('selected', '{k, beta, tau, validation: {coverage, removal, unsafe_rate, mean_harm, n_boundaries, n_deleted}}', 'object', 'tau: unsafe score', 'the setting selected on validation (tau null: abstain everywhere) and its validation metrics'),
+    Field('prediction', '{mae, mae_ci, spearman, spearman_ci, n_sets, n_tasks}', 'object', 'mae: nats/token', 'predicted vs exact harm on the test sets'),
+    Field('pair_ordering', '[n_methods] of {method, pair_accuracy, ci, n_pairs}', 'object', 'accuracy: fraction', 'methods: scorer, sum, mean, max, min, surface; test sets of 2+ units, pairs at the margin'),
+    Field('scores', '{validation, test: {score [n], unsafe [n], size [n]}}', 'object', 'score: probability', 'unsafe scores of the valid candidate sets with their exact unsafe labels (Fig 7)'),
+    Field('operating_curve', '[n_tau] of {tau, coverage, removal, unsafe_rate, mean_harm, n_deleted}', 'object', 'removal: fraction', 'the selected K and beta on test at each tau (Fig 8)'),
+    Field('beta_sweep', '[n_beta] of {beta, tau, coverage, removal, unsafe_rate, mean_harm, n_deleted}', 'object', 'removal: fraction', 'per beta, tau selected on validation at the selected K, metrics on test (Fig 9)'),
+    Field('gate', '{coverage, removal, unsafe_rate, mean_harm, n_boundaries, n_deleted, ci: {metric: [lo, hi] or null}}', 'object', 'removal: fraction; harm: nats/token', 'the selected gate on test'),
+    Field('ablations', '[n_rows] of {name, k, beta, tau, mae, spearman, pair_accuracy, coverage, removal, unsafe_rate, mean_harm}', 'object', 'as above', 'full, no_retained_context, no_pair_pooling, no_abstention'),
+    Field('notes', '[n_notes]', 'str', '-', "what limits this run's evidence (tiny splits, no admissible deletion)"),
+    Field('scorer', '{file, train_seconds, n_features}', 'object', 'seconds', 'the scorer file evaluated'),
+    Field('model', '{...}', 'object or null', '-', "the sensor's describe() from drsr.json"),
+)
+GATE_METRICS = ("coverage", "removal", "unsafe_rate", "mean_harm")
+OPERATING_POINTS = 41
+
+
+def drsr_records(drsr_dir: Path, parts: Path | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The boundary records of an ``interp drsr`` run (its ``drsr.json`` and per-boundary parts) and the
+    ``drsr.json`` document; errors name the missing file or folder."""
+    drsr_dir = Path(drsr_dir)
+    doc_path = drsr_dir / "drsr.json"
+    if not doc_path.is_file():
+        raise FileNotFoundError(f"{doc_path}: no drsr.json (run `interp drsr --out {drsr_dir}` first)")
+    doc = read_json(doc_path)
+    keys = [f"{b['task_id']}@{b['after_step']}" for b in doc.get("boundaries", [])]
+    if parts is None:
+        found = sorted(p for p in (drsr_dir / "parts").glob("drsr.*") if p.is_dir())
+        complete = [p for p in found if all((p / f"{safe_stem(k)}.json").is_file() for k in keys)]
+        if not complete:
+            raise FileNotFoundError(f"{drsr_dir / 'parts'}: no drsr.* part folder with the {len(keys)} boundaries "
+                                    "of drsr.json (the gate trains on the parts interp drsr writes)")
+        if len(complete) > 1:
+            raise ValueError(f"{drsr_dir / 'parts'}: several DRSR part folders hold these boundaries "
+                             f"({', '.join(p.name for p in complete)}); name one with --parts")
+        parts = complete[0]
+    records = []
+    for k in keys:
+        path = Path(parts) / f"{safe_stem(k)}.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no part for boundary {k}")
+        rec = read_json(path)
+        if not isinstance(rec, dict) or "sets" not in rec:
+            raise ValueError(f"{path}: not a DRSR boundary record (no sets)")
+        if "candidates" not in rec or "prompt_tokens" not in rec:
+            raise ValueError(f"{path}: a record without captured candidates or prompt_tokens (parts of an older "
+                             "interp drsr: delete the parts folder and re-run interp drsr)")
+        records.append(rec)
+    return records, doc
+
+
+def _spec(sup: Supervision, retained: bool = True, pairs: bool = True) -> FeatureSpec:
+    if not sup.views:
+        raise ValueError("no boundary with captured candidate sets to train the gate on")
+    return FeatureSpec.for_view(sup.views[0], retained, pairs)
+
+
+def fit_select(sup: Supervision, split: dict[str, list[str]], spec: FeatureSpec, n_members: int = N_MEMBERS,
+               seed: int = 0, abstain: bool = True) -> tuple[SetRiskScorer, GateSetting, dict[str, Any]]:
+    """The scorer fitted on train rows and the setting selected on validation (with its metrics)."""
+    rows = sup.rows_of(split["train"])
+    if not len(rows):
+        raise ValueError("no supervision rows in the train trajectories")
+    scorer = SetRiskScorer(n_members=n_members, unsafe=sup.threshold, seed=seed).fit(
+        feature_matrix(sup, rows, spec), sup.harm[rows])
+    val = score_split(sup, split["validation"], scorer, spec)
+    setting, metrics = select(sup, val, abstain=abstain)
+    return scorer, setting, metrics
+
+
+def train(records: Sequence[dict[str, Any]], model: dict[str, Any] | None = None, proj_dim: int | None = None,
+          seed: int = 0, n_members: int = N_MEMBERS, unsafe: float = UNSAFE,
+          fractions: Sequence[float] = SPLIT) -> tuple[GateModel, dict[str, Any]]:
+    """A trained gate (the scorer file's content) from DRSR records, and what training measured."""
+    t0 = time.perf_counter()
+    sup = supervision(records, unsafe)
+    split = split_tasks(list(sup.task), seed, fractions)
+    spec = _spec(sup)
+    scorer, setting, metrics = fit_select(sup, split, spec, n_members, seed)
+    kinds = tuple(k for k in GATE_KINDS if any(c["unit"][0] == k for v in sup.views for c in v["candidates"]))
+    gate = GateModel(spec, scorer, setting, split,
+                     {"spec": (model or {}).get("spec"), "d_model": (model or {}).get("d_model"),
+                      "proj_dim": proj_dim}, kinds or GATE_KINDS)
+    return gate, {"validation": metrics, "train_seconds": time.perf_counter() - t0, "n_rows": int(len(sup.harm))}
+
+
+def _boot(per_task: dict[str, Any], stat: Any, n_boot: int, seed: int) -> list[float] | None:
+    """Task-bootstrap 95% CI of ``stat(list of task items)`` (None with < 3 tasks or undefined draws)."""
+    tasks = sorted(per_task)
+    if len(tasks) < 3 or n_boot == 0:
+        return None
+    draws = []
+    for r in task_resamples(np.arange(len(tasks)), n_boot, np.random.default_rng(seed)):
+        v = stat([per_task[tasks[i]] for i in r])
+        if v is not None and np.isfinite(v):
+            draws.append(v)
+    return [float(x) for x in percentile_ci(draws)] if draws else None
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> float | None:
+    from scipy.stats import spearmanr
+
+    if len(a) < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return None
+    return float(spearmanr(a, b)[0])
+
+
+def _pairs(sup: Supervision, rows: np.ndarray, pred: np.ndarray, margin: float) -> dict[str, tuple[float, int]]:
+    """Per task (score, counted) of ``pred`` ordering each boundary's sets of 2+ units (rows: test rows)."""
+    out: dict[str, list[float]] = {}
+    multi = sup.size[rows] >= 2
+    for bi in np.unique(sup.boundary[rows]):
+        mine = np.flatnonzero((sup.boundary[rows] == bi) & multi)
+        score, counted = ordered_pairs(sup.harm[rows[mine]].tolist(), pred[mine].tolist(), margin)
+        t = out.setdefault(sup.views[bi]["task_id"], [0.0, 0])
+        t[0] += score
+        t[1] += counted
+    return {k: (v[0], int(v[1])) for k, v in out.items()}
+
+
+def _aggregate(sup: Supervision, rows: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """The aggregator's predictions for rows whose members all have a singleton harm (and those rows)."""
+    agg = AGGREGATORS[name]
+    keep = np.array([all(m in sup.singles[sup.boundary[r]] for m in sup.members[r]) for r in rows], bool)
+    kept = rows[keep] if len(rows) else rows
+    return kept, np.array([agg([sup.singles[sup.boundary[r]][m] for m in sup.members[r]]) for r in kept], float)
+
+
+def _surface(sup: Supervision, rows: np.ndarray) -> np.ndarray:
+    out = []
+    for r in rows:
+        view = sup.views[sup.boundary[r]]
+        cs = [view["candidates"][m] for m in sup.members[r]]
+        out.append(surface_features([tuple(c["unit"]) for c in cs], view["after_step"], [c["n_tokens"] for c in cs]))
+    return np.array(out, float)
+
+
+def _metrics_ci(sup: Supervision, chosen: dict[int, int | None], n_boot: int, seed: int) -> dict[str, Any]:
+    m = gate_metrics(sup, chosen)
+    by_task: dict[str, dict[int, int | None]] = {}
+    for bi, r in chosen.items():
+        by_task.setdefault(sup.views[bi]["task_id"], {})[bi] = r
+
+    def stat(name: str) -> Any:
+        def f(items: list[dict[int, int | None]]) -> float | None:
+            merged: dict[Any, int | None] = {}
+            for i, d in enumerate(items):  # a task drawn twice counts twice
+                merged.update({(i, bi): r for bi, r in d.items()})
+            picked = [r for r in merged.values() if r is not None]
+            if name == "coverage":
+                return len(picked) / len(merged)
+            if name == "removal":
+                return float(np.mean([0.0 if r is None else sup.tokens_removed[r] / sup.views[k[1]]["prompt_tokens"]
+                                      for k, r in merged.items()]))
+            if not picked:
+                return None
+            return float(np.mean((sup.unsafe if name == "unsafe_rate" else sup.harm)[picked]))
+        return f
+
+    m["ci"] = {name: _boot(by_task, stat(name), n_boot, seed) for name in GATE_METRICS}
+    return m
+
+
+def _row(setting: GateSetting, metrics: dict[str, Any]) -> dict[str, Any]:
+    return {"k": setting.k, "beta": setting.beta, "tau": setting.tau, **{k: metrics[k] for k in GATE_METRICS}}
+
+
+def _prediction(sup: Supervision, rows: np.ndarray, pred: np.ndarray, margin: float) -> dict[str, Any]:
+    per = _pairs(sup, rows, pred, margin)
+    acc, _, _ = accuracy_ci(per, 0)
+    return {"mae": float(np.mean(np.abs(pred - sup.harm[rows]))) if len(rows) else None,
+            "spearman": _spearman(pred, sup.harm[rows]), "pair_accuracy": acc}
+
+
+def evaluate(records: Sequence[dict[str, Any]], gate: GateModel, model: dict[str, Any] | None = None,
+             n_boot: int = 1000, margin: float = MARGIN, seed: int = 0, scorer_file: str | None = None,
+             train_seconds: float | None = None) -> dict[str, Any]:
+    """The ``gate.json`` document (``FIELDS``): the gate of a scorer file on its held-out test trajectories."""
+    sup = supervision(records, gate.scorer.unsafe)
+    split = gate.split
+    overlap = set(split["train"]) & set(split["test"]) | set(split["train"]) & set(split["validation"]) | \
+        set(split["validation"]) & set(split["test"])
+    if overlap:
+        raise ValueError(f"the scorer file's split has trajectories in two parts: {sorted(overlap)}")
+    unknown = sorted(set(split["test"]) - set(sup.task))
+    if unknown:
+        raise ValueError(f"the scorer's test trajectories {unknown} are not in these DRSR records")
+    notes: list[str] = []
+    spec, scorer, setting = gate.spec, gate.scorer, gate.setting
+    test_rows = sup.rows_of(split["test"])
+    pred = scorer.predict(feature_matrix(sup, test_rows, spec)) if len(test_rows) else np.zeros(0)
+    per_task_rows: dict[str, np.ndarray] = {t: np.flatnonzero(sup.task[test_rows] == t) for t in split["test"]}
+
+    def mae(items: list[np.ndarray]) -> float | None:
+        idx = np.concatenate(items) if items else np.zeros(0, int)
+        return float(np.mean(np.abs(pred[idx] - sup.harm[test_rows[idx]]))) if len(idx) else None
+
+    def rho(items: list[np.ndarray]) -> float | None:
+        idx = np.concatenate(items) if items else np.zeros(0, int)
+        return _spearman(pred[idx], sup.harm[test_rows[idx]])
+
+    prediction = {"mae": mae(list(per_task_rows.values())), "mae_ci": _boot(per_task_rows, mae, n_boot, seed),
+                  "spearman": rho(list(per_task_rows.values())), "spearman_ci": _boot(per_task_rows, rho, n_boot, seed),
+                  "n_sets": int(len(test_rows)), "n_tasks": len(split["test"])}
+    # pair ordering: the scorer, the singleton aggregators, the surface baseline (fitted on train)
+    ordering = []
+    acc, ci, n = accuracy_ci(_pairs(sup, test_rows, pred, margin), n_boot, seed)
+    ordering.append({"method": "scorer", "pair_accuracy": acc, "ci": ci, "n_pairs": n})
+    for name in AGGREGATORS:
+        rows, agg = _aggregate(sup, test_rows, name)
+        acc, ci, n = accuracy_ci(_pairs(sup, rows, agg, margin), n_boot, seed) if len(rows) else (None, None, 0)
+        ordering.append({"method": name, "pair_accuracy": acc, "ci": ci, "n_pairs": n})
+    train_rows = sup.rows_of(split["train"])
+    from sklearn.linear_model import RidgeCV
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    surface = make_pipeline(StandardScaler(), RidgeCV(alphas=ALPHAS)).fit(_surface(sup, train_rows),
+                                                                        sup.harm[train_rows])
+    spred = surface.predict(_surface(sup, test_rows)) if len(test_rows) else np.zeros(0)
+    acc, ci, n = accuracy_ci(_pairs(sup, test_rows, spred, margin), n_boot, seed)
+    ordering.append({"method": "surface", "pair_accuracy": acc, "ci": ci, "n_pairs": n})
+    # scores, the gate, its operating curve and the beta sweep
+    val = score_split(sup, split["validation"], scorer, spec)
+    test = score_split(sup, split["test"], scorer, spec)
+    val_metrics = gate_metrics(sup, decisions(sup, restrict(sup, val, setting.k), setting))
+    test_k = restrict(sup, test, setting.k)
+    chosen = decisions(sup, test_k, setting)
+    gate_doc = _metrics_ci(sup, chosen, n_boot, seed)
+    pooled = np.concatenate([val.risk + setting.beta * val.uncertainty, test.risk + setting.beta * test.uncertainty])
+    taus = sorted({float(x) for x in np.quantile(pooled, np.linspace(0, 1, OPERATING_POINTS))} | (
+        {setting.tau} if setting.tau is not None else set())) if len(pooled) else []
+    curve = [{"tau": t, **{k: v for k, v in gate_metrics(sup, decisions(sup, test_k, replace(setting, tau=t))).items()
+                           if k != "n_boundaries"}} for t in [float(np.nextafter(x, np.inf)) for x in taus]]
+    sweep = []
+    val_k = restrict(sup, val, setting.k)
+    for beta in BETA_GRID:
+        s, _ = select(sup, val_k, [setting.k], [beta])
+        m = gate_metrics(sup, decisions(sup, test_k, s))
+        sweep.append({"beta": beta, "tau": s.tau, **{k: m[k] for k in (*GATE_METRICS, "n_deleted")}})
+    # ablations
+    full_pred = _prediction(sup, test_rows, pred, margin)
+    ablations = [{"name": "full", **_row(setting, gate_doc), **full_pred}]
+    for name, aspec in (("no_retained_context", replace(spec, retained=False)),
+                        ("no_pair_pooling", replace(spec, pairs=False))):
+        a_scorer, a_setting, _ = fit_select(sup, split, aspec, scorer.n_members, scorer.seed)
+        a_pred = a_scorer.predict(feature_matrix(sup, test_rows, aspec)) if len(test_rows) else np.zeros(0)
+        a_test = restrict(sup, score_split(sup, split["test"], a_scorer, aspec), a_setting.k)
+        ablations.append({"name": name, **_row(a_setting, gate_metrics(sup, decisions(sup, a_test, a_setting))),
+                          **_prediction(sup, test_rows, a_pred, margin)})
+    forced, _ = select(sup, val, abstain=False)
+    ablations.append({"name": "no_abstention",
+                      **_row(forced, gate_metrics(sup, decisions(sup, restrict(sup, test, forced.k), forced))),
+                      **full_pred})
+    # what limits the evidence
+    if len(split["test"]) < 3:
+        notes.append(f"{len(split['test'])} test trajectories: no bootstrap CIs (they need 3)")
+    if len(split["validation"]) < 3:
+        notes.append(f"{len(split['validation'])} validation trajectories: the selected tau rests on "
+                     f"{len(val.rows)} candidate sets")
+    if setting.tau is None:
+        notes.append("no setting on validation made an admissible deletion: the gate abstains everywhere")
+    if not sup.unsafe[test_rows].any():
+        notes.append("no unsafe set among the test sets: the unsafe rate cannot separate gates here")
+    return {
+        "schema": schema_dict(FIELDS),
+        "settings": {"unsafe_threshold": sup.threshold, "max_unsafe_rate": MAX_UNSAFE_RATE,
+                     "max_mean_harm": MAX_MEAN_HARM, "max_removal": setting.max_removal, "k_grid": list(K_GRID),
+                     "beta_grid": list(BETA_GRID), "split_fractions": list(SPLIT), "seed": scorer.seed,
+                     "n_members": scorer.n_members, "margin": margin, "layers": list(spec.layers),
+                     "attention_layers": list(spec.attention_layers), "unit_kinds": list(gate.unit_kinds)},
+        "split": {part: {"tasks": list(tasks), "n_boundaries": int(len(np.unique(sup.boundary[sup.rows_of(tasks)]))),
+                         "n_sets": int(len(sup.rows_of(tasks))), "n_unsafe": int(sup.unsafe[sup.rows_of(tasks)].sum())}
+                  for part, tasks in split.items()},
+        "selected": {"k": setting.k, "beta": setting.beta, "tau": setting.tau, "validation": val_metrics},
+        "prediction": prediction,
+        "pair_ordering": ordering,
+        "scores": {name: {"score": (s.risk + setting.beta * s.uncertainty).tolist(),
+                          "unsafe": sup.unsafe[s.rows].tolist(), "size": sup.size[s.rows].tolist()}
+                   for name, s in (("validation", val), ("test", test))},
+        "operating_curve": curve,
+        "beta_sweep": sweep,
+        "gate": gate_doc,
+        "ablations": ablations,
+        "notes": notes,
+        "scorer": {"file": scorer_file, "train_seconds": train_seconds, "n_features": scorer.n_features_in_},
+        "model": model,
+    }

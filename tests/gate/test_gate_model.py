@@ -1,0 +1,159 @@
+"""The gate on the tiny model: trained from a real ``interp drsr`` run (CLI train then eval), its features never
+read the next output, and ``drsr_gate`` renders, extracts and patches like the other conditions with its edits
+logged; bad inputs are refused by name before anything is written."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from interp.pipelines.cli import app, main
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "data" / "demo" / "trajectories.jsonl"
+TINY = "tiny-qwen3.5"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    from interp.data.trajectory import load_trajectories
+    from patching.harm import default_boundaries
+
+    root = tmp_path_factory.mktemp("gate")
+    trajs = sorted(load_trajectories(DEMO), key=lambda t: t.n_steps)
+    keys = ",".join(default_boundaries(trajs)[:4])
+    run = CliRunner().invoke(app, ["drsr", "--trajectories", str(DEMO), "--out", str(root / "drsr"), "--model", TINY,
+                                   "--boundaries", keys, "--max-k", "2", "--budget", "2", "--n-boot", "10",
+                                   "--units", "reasoning,observation,tool_exchange"])
+    assert run.exit_code == 0, run.output
+    run = CliRunner().invoke(app, ["gate", "train", "--drsr", str(root / "drsr"), "--out", str(root / "gate"),
+                                   "--members", "3"])
+    assert run.exit_code == 0, run.output
+    return root
+
+
+def test_train_then_eval_writes_the_scorer_gate_json_figures_and_section(trained):
+    from interp.reporting.figures import FIGURES, load_result
+    from interp.reporting.figures.gate import gate_section
+
+    scorer = trained / "gate" / "gate_scorer.json"
+    run = CliRunner().invoke(app, ["gate", "eval", "--drsr", str(trained / "drsr"), "--scorer", str(scorer),
+                                   "--out", str(trained / "gate"), "--n-boot", "20"])
+    assert run.exit_code == 0, run.output
+    doc = load_result(trained / "gate" / "gate.json")  # checked against patching.gate_eval.FIELDS
+    load_result(scorer)  # and the scorer file against patching.gate.SCORER_FIELDS
+    split = doc["split"]
+    assert sorted(split["train"]["tasks"] + split["validation"]["tasks"] + split["test"]["tasks"]) == sorted(
+        {b["task_id"] for b in json.loads((trained / "drsr" / "drsr.json").read_text())["boundaries"]})
+    assert doc["prediction"]["n_sets"] == split["test"]["n_sets"] > 0
+    assert {r["method"] for r in doc["pair_ordering"]} == {"scorer", "sum", "mean", "max", "min", "surface"}
+    assert any("no bootstrap CIs" in n for n in doc["notes"])  # one test trajectory: said, not hidden
+    for spec in FIGURES:
+        if spec.source == "gate/gate.json":
+            spec.build(doc)
+    assert any("reference: K 3, beta 0.0, tau 0.0741" in line for line in gate_section(doc))
+
+
+def test_features_never_read_the_next_output(tiny_sensor, mini_trajectory):
+    from interp.data.trajectory import Action
+    from patching.drsr import boundary_record
+    from patching.gate import online_view
+
+    b = 2
+    steps = list(mini_trajectory.steps)
+    steps[b] = replace(steps[b], reasoning="Something else entirely, to be scored as the next output.",
+                       action=Action(text="a different reply"))
+    other = replace(mini_trajectory, steps=tuple(steps))
+    kinds = ("reasoning", "observation", "tool_exchange")
+    a = boundary_record(tiny_sensor, mini_trajectory, b, max_k=2, budget=2, units=kinds)
+    c = boundary_record(tiny_sensor, other, b, max_k=2, budget=2, units=kinds)
+    va, vc = online_view(a), online_view(c)
+    assert [x["unit"] for x in va["candidates"]] == [x["unit"] for x in vc["candidates"]]
+    assert va["prompt_tokens"] == vc["prompt_tokens"]
+    for key in ("rep", "attention"):  # the same prompt: equal up to float32 round-off of longer forwards
+        assert np.allclose([x[key] for x in va["candidates"]], [x[key] for x in vc["candidates"]], atol=1e-4)
+    assert np.allclose(va["state"], vc["state"], atol=1e-4)
+    assert not np.allclose([s["harm"] for s in a["sets"]], [s["harm"] for s in c["sets"]], atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def open_gate(trained):
+    """The trained scorer with tau above every score: it deletes (an edit to log), whatever it learned."""
+    from patching.gate import GateModel
+
+    model = GateModel.load(trained / "gate" / "gate_scorer.json")
+    model.setting = replace(model.setting, tau=1.01)
+    return model.save(trained / "open_scorer.json")
+
+
+def test_drsr_gate_renders_and_logs_the_online_gate_s_edits(open_gate, tiny_sensor, mini_trajectory):
+    from interp.data.conditions import apply_condition
+    from interp.data.deletions import delete_units
+    from interp.data.render import render
+    from patching.gate import GateModel, SetGate
+
+    gate = SetGate(GateModel.load(open_gate), tiny_sensor)
+    b = mini_trajectory.n_steps
+    decision = gate.decide(mini_trajectory, b)
+    assert decision.units and all(u[1] < b for u in decision.units) and decision.n_feasible >= 1
+    edited, log = apply_condition("drsr_gate", mini_trajectory, b, gate=gate)
+    by_hand, b2, hand_log = delete_units(mini_trajectory, b, decision.units)
+    assert b2 == b and edited == by_hand and log.edits == hand_log.edits and log.edits
+    assert log.params["units"] == sorted([list(u) for u in decision.units], key=str)
+    full, cut = render(mini_trajectory, b, tiny_sensor.tokenizer), render(edited, b, tiny_sensor.tokenizer)
+    assert full.n_tokens - cut.n_tokens == decision.tokens_removed > 0
+    closed = GateModel.load(open_gate)
+    closed.setting = replace(closed.setting, tau=None)
+    same, log = apply_condition("drsr_gate", mini_trajectory, b, gate=SetGate(closed, tiny_sensor))
+    assert same == mini_trajectory and not log.edits and "abstained" in log.notes[0]
+
+
+def test_drsr_gate_extracts_and_patches(open_gate, tmp_path):
+    from interp.extraction.store import Store
+
+    mini = ROOT / "tests" / "data" / "mini.jsonl"
+    run = CliRunner().invoke(app, ["extract", "--trajectories", str(mini), "--store", str(tmp_path / "store"),
+                                   "--model", TINY, "--layers", "0,3", "--conditions", "full,drsr_gate",
+                                   "--gate-scorer", str(open_gate), "--boundaries", "2,3"])
+    assert run.exit_code == 0, run.output
+    frame = Store(tmp_path / "store").manifest()
+    gated = frame[frame["condition"] == "drsr_gate"]
+    assert len(gated) == 2 and (gated["chars_removed"] > 0).all()
+    other = tmp_path / "other_scorer.json"
+    other.write_text(open_gate.read_text().replace('"tau": 1.01', '"tau": 1.02'))
+    again = CliRunner().invoke(app, ["extract", "--trajectories", str(mini), "--store", str(tmp_path / "store"),
+                                     "--model", TINY, "--layers", "0,3", "--conditions", "drsr_gate",
+                                     "--gate-scorer", str(other), "--boundaries", "2,3"])
+    assert again.exit_code != 0 and "another scorer" in str(again.exception)  # units of two gates never mix
+    run = CliRunner().invoke(app, ["patch", "--trajectories", str(mini), "--out", str(tmp_path / "patch"),
+                                   "--model", TINY, "--layers", "0,3", "--condition", "drsr_gate",
+                                   "--gate-scorer", str(open_gate)])
+    assert run.exit_code == 0, run.output
+    doc = json.loads((tmp_path / "patch" / "kl_repair.json").read_text())
+    assert doc["condition"] == "drsr_gate" and doc["n_samples"] > 0
+
+
+@pytest.mark.parametrize("args, named", [
+    (["extract", "--conditions", "drsr_gate", "--store", "{tmp}/s"], "--gate-scorer"),
+    (["extract", "--conditions", "drsr_gate", "--store", "{tmp}/s", "--gate-scorer", "{tmp}/none.json"], "none.json"),
+    (["gate", "train", "--drsr", "{tmp}", "--out", "{tmp}/g"], "drsr.json"),
+    (["gate", "eval", "--drsr", "{tmp}", "--scorer", "{tmp}/none.json", "--out", "{tmp}/g"], "none.json"),
+])
+def test_bad_inputs_are_refused_by_name(monkeypatch, capsys, tmp_path, args, named):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    if args[0] == "extract":
+        args += ["--trajectories", str(DEMO), "--model", TINY]
+    monkeypatch.setattr(sys, "argv", ["interp", *args])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "Traceback" not in err and named in err, err
+    assert not (tmp_path / "s").exists() and not (tmp_path / "g" / "gate.json").exists()
