@@ -63,8 +63,9 @@ threshold is 0.75 nats. A reduced-precision run therefore keeps only
 boundaries whose deletion effect is large. The value used and its
 derivation are written as ``d_threshold`` and ``d_threshold_rule``.
 
-All log-softmax and KL arithmetic is float32 whatever the model dtype, on the
-sensor's device (both paths keep ``P_full``, ``P_del`` and ``P_patch`` there;
+The final norm, the unembedding, log-softmax and KL arithmetic are float32
+whatever the model dtype (``interp.sensor.unembed``; the reference path norms
+the bridge's ``ln_final.hook_in`` the same way), on the sensor's device (both paths keep ``P_full``, ``P_del`` and ``P_patch`` there;
 the KLs and top-1 flags move to the host once per boundary). The
 patched tail is the last ``n_positions`` tokens (default 1, the boundary
 token); both renders end in the same generation prompt, so tails align.
@@ -139,7 +140,8 @@ import torch
 from interp.data.conditions import apply_condition
 from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit, skip_record
 from interp.schema import Field, schema_dict
-from interp.sensor.forward import Plan, logit_dtype, run_plan
+from interp.sensor.forward import Plan, run_plan
+from interp.sensor.unembed import final_norm, log_probs, logit_dtype, promotes
 from interp.sensor.hooks import hook_name
 from interp.sensor.protocol import Sensor
 from interp.stats import task_bootstrap_ci
@@ -366,6 +368,11 @@ def _reference_boundary(sensor: Sensor, full: Rendered, donor: Rendered, deleted
         return take
 
     def last_logprobs(ids: list[int], fwd_hooks: list[tuple[str, Any]]) -> torch.Tensor:
+        if promotes(sensor):  # a half-precision model: the bridge's pre-norm state, normed and unembedded in float32
+            pre: list[torch.Tensor] = []
+            bridge.run_with_hooks(torch.tensor([ids], device=sensor.device),
+                                  fwd_hooks=[*fwd_hooks, ("ln_final.hook_in", lambda x, hook: pre.append(x[0, -1]))])
+            return log_probs(sensor, final_norm(sensor, pre[-1]))
         logits = bridge.run_with_hooks(torch.tensor([ids], device=sensor.device), fwd_hooks=fwd_hooks)
         return torch.log_softmax(logits[0, -1].to(logit_dtype(logits.dtype)), dim=-1)
 

@@ -11,7 +11,7 @@ Weights load straight onto ``device`` (``from_pretrained(device_map=device)``:
 safetensors shards are read into device memory, no full host copy of the
 model is made). The default dtype (``auto``) is bfloat16 on CUDA and float32
 elsewhere; log-softmax and KL arithmetic is float32 whatever the model dtype
-(``interp.sensor.forward.logit_dtype``). ``LoadedSensor.kernels`` records which
+(``interp.sensor.unembed``: the final norm and the unembedding too). ``LoadedSensor.kernels`` records which
 Gated-DeltaNet and conv kernels the model's layers call
 (``interp.sensor.kernels.binding``).
 """
@@ -60,6 +60,8 @@ class LoadedSensor:
     revision: str
     path: Path | None = None
     kernels: dict[str, str] = field(default_factory=dict)  # kernel -> implementation (kernels.binding)
+    # float32 copies of the final norm and unembedding of a half-precision model (interp.sensor.unembed), lazily
+    unembedding_cache: Any = field(default=None, repr=False, compare=False)
 
     @property
     def full_attention_layers(self) -> list[int]:
