@@ -13,8 +13,13 @@ output):
 - time (wall and CPU) and peak RSS of the worker.
 
 The parent compares each dtype with float32: per-layer mean Repair difference
-(largest absolute) and the fraction of layers whose two CIs overlap,
-boundaries kept by both / by float32 only / by the dtype only, harm
+(largest and mean absolute), the fraction of layers whose two CIs overlap and
+how many sites have the dtype's mean inside float32's CI (and the reverse),
+boundaries kept by both / by float32 only / by the dtype only, the issue's
+acceptance count (boundaries float32 keeps with d >= 10x its float32 noise
+that the dtype excludes, and how many of those have the dtype's own noise
+within 10x of d), the median noise with its two components (null patch,
+rescheduled ``P_full``), the median relative change of d, harm
 pair-ordering agreement (pairs of sets of one boundary whose float32 harms
 differ by at least the 0.020 nats/token margin: same sign of the difference
 in the dtype), ICLR drop decisions agreeing (fraction of blocks). The probe
@@ -24,6 +29,9 @@ Models: ``smollm2-135m`` (real weights), ``tiny-qwen3.5``, and ``wide``: a
 random Qwen3.5 hybrid stand-in 4096 wide (d_model of Qwen3.5-9B) and 4 layers
 deep (3 Gated-DeltaNet + 1 full attention), built from tiny-qwen3.5's
 tokenizer and config into ``$INTERP_CACHE/precision-wide-4096`` on first use.
+
+``--analyses kl_repair,harm,iclr`` (default: all three) runs a part only, e.g.
+``--analyses kl_repair --trajectories 4`` is the demo's KL Repair subset.
 
 Run: ``python benchmarks/precision.py --models smollm2-135m,wide --trajectories 2``
 (``--device cuda`` on a GPU; ``benchmarks/gpu_check.py --precision`` calls it).
