@@ -57,6 +57,7 @@ class Unembedding:
     """Float32 (at least) copies of a model's final norm and unembedding, and what they were copied from."""
 
     norm: Any  # a copy of the final norm module in ``dtype`` (no hooks)
+    final_norm: Any  # the model's own final norm module (where float_final_norm hooks)
     weight: torch.Tensor  # [vocab, d_model], ``dtype`` (the model's own tensor when it is already ``dtype``)
     bias: torch.Tensor | None
     dtype: torch.dtype
@@ -75,33 +76,33 @@ def _model_dtype(model: Any) -> torch.dtype:
     return model.get_output_embeddings().weight.dtype
 
 
-def _source(model: Any) -> tuple[Any, ...]:
+def _source(model: Any, norm: Any) -> tuple[Any, ...]:
     head = model.get_output_embeddings()
-    norm = model.get_submodule(layout(model).final_norm)
     tensors = [head.weight, getattr(head, "bias", None), *norm.parameters()]
     return (head.weight.dtype, *[(t.data_ptr(), t._version) for t in tensors if t is not None])
 
 
-def _build(model: Any, source: tuple[Any, ...]) -> Unembedding:
+def _build(model: Any) -> Unembedding:
     acc = logit_dtype(_model_dtype(model))
     head = model.get_output_embeddings()
-    norm = copy.deepcopy(model.get_submodule(layout(model).final_norm)).to(acc)
+    original = model.get_submodule(layout(model).final_norm)
+    source = _source(model, original)
+    norm = copy.deepcopy(original).to(acc)
     for hooks in (norm._forward_hooks, norm._forward_pre_hooks, norm._forward_hooks_with_kwargs,
                   norm._forward_pre_hooks_with_kwargs):
         hooks.clear()  # a copy taken while a hook is on the original must not carry it
     bias = getattr(head, "bias", None)
-    return Unembedding(norm, head.weight.to(acc), None if bias is None else bias.to(acc), acc, source)
+    return Unembedding(norm, original, head.weight.to(acc), None if bias is None else bias.to(acc), acc, source)
 
 
 def unembedding(sensor: ForwardSensor) -> Unembedding:
     """The sensor's float32 final norm and unembedding, built on first use and cached on the sensor (module doc)."""
     model = sensor.hf_model
-    source = _source(model)
     cached = getattr(sensor, CACHE_ATTR, None)
-    if isinstance(cached, Unembedding) and cached.source == source:
+    if isinstance(cached, Unembedding) and cached.source == _source(model, cached.final_norm):
         return cached
     with torch.inference_mode(False), torch.no_grad():
-        built = _build(model, source)
+        built = _build(model)
     setattr(sensor, CACHE_ATTR, built)
     return built
 
@@ -118,7 +119,7 @@ def float_final_norm(sensor: ForwardSensor) -> Iterator[None]:
         yield
         return
     u = unembedding(sensor)
-    module = sensor.hf_model.get_submodule(layout(sensor.hf_model).final_norm)
+    module = u.final_norm
 
     def hook(m: Any, args: tuple, kwargs: dict, output: Any) -> Any:
         x = args[0] if args else kwargs["hidden_states"]
@@ -135,7 +136,7 @@ def float_final_norm(sensor: ForwardSensor) -> Iterator[None]:
 def final_norm(sensor: ForwardSensor, pre: torch.Tensor) -> torch.Tensor:
     """The final norm of pre-norm hidden states ``pre`` in float32 at least (the model's own norm for a float32 model)."""
     if not promotes(sensor):
-        return sensor.hf_model.get_submodule(layout(sensor.hf_model).final_norm)(pre)
+        return unembedding(sensor).final_norm(pre)
     u = unembedding(sensor)
     return u.norm(pre.to(u.dtype))
 
