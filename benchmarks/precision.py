@@ -13,8 +13,13 @@ output):
 - time (wall and CPU) and peak RSS of the worker.
 
 The parent compares each dtype with float32: per-layer mean Repair difference
-(largest absolute) and the fraction of layers whose two CIs overlap,
-boundaries kept by both / by float32 only / by the dtype only, harm
+(largest and mean absolute), the fraction of layers whose two CIs overlap and
+how many sites have the dtype's mean inside float32's CI (and the reverse),
+boundaries kept by both / by float32 only / by the dtype only, the issue's
+acceptance count (boundaries float32 keeps with d >= 10x its float32 noise
+that the dtype excludes, and how many of those have the dtype's own noise
+within 10x of d), the median noise with its two components (null patch,
+rescheduled ``P_full``), the median relative change of d, harm
 pair-ordering agreement (pairs of sets of one boundary whose float32 harms
 differ by at least the 0.020 nats/token margin: same sign of the difference
 in the dtype), ICLR drop decisions agreeing (fraction of blocks). The probe
@@ -24,6 +29,9 @@ Models: ``smollm2-135m`` (real weights), ``tiny-qwen3.5``, and ``wide``: a
 random Qwen3.5 hybrid stand-in 4096 wide (d_model of Qwen3.5-9B) and 4 layers
 deep (3 Gated-DeltaNet + 1 full attention), built from tiny-qwen3.5's
 tokenizer and config into ``$INTERP_CACHE/precision-wide-4096`` on first use.
+
+``--analyses kl_repair,harm,iclr`` (default: all three) runs a part only, e.g.
+``--analyses kl_repair --trajectories 4`` is the demo's KL Repair subset.
 
 Run: ``python benchmarks/precision.py --models smollm2-135m,wide --trajectories 2``
 (``--device cuda`` on a GPU; ``benchmarks/gpu_check.py --precision`` calls it).
@@ -76,7 +84,11 @@ def wide_model_path() -> Path:
     return out
 
 
-def worker(model: str, dtype: str, device: str, n_traj: int, harm_budget: int) -> dict[str, Any]:
+ANALYSES = ("kl_repair", "harm", "iclr")
+
+
+def worker(model: str, dtype: str, device: str, n_traj: int, harm_budget: int,
+           analyses: tuple[str, ...] = ANALYSES) -> dict[str, Any]:
     """One model in one dtype: every analysis of the module docstring on the subset; numbers for the parent."""
     from patching.harm import boundary_harm, default_boundaries
     from patching.kl_repair import default_sites, kl_repair_trajectory, summarize
@@ -92,19 +104,20 @@ def worker(model: str, dtype: str, device: str, n_traj: int, harm_budget: int) -
     sites = default_sites(sensor.n_layers)
     times = {}
     t0 = time.perf_counter()
-    rows = [r for t in trajs for r in kl_repair_trajectory(sensor, t, "delete_all_reasoning", sites)]
+    rows = [r for t in trajs for r in kl_repair_trajectory(sensor, t, "delete_all_reasoning", sites)] \
+        if "kl_repair" in analyses else []
     doc = summarize(rows, sites, "delete_all_reasoning", sensor, "fast", 1, n_boot=500)
     times["kl_repair_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     harms = {}
-    for key in default_boundaries(trajs):
+    for key in default_boundaries(trajs) if "harm" in analyses else []:
         task_id, _, b = key.rpartition("@")
         traj = next(t for t in trajs if t.task_id == task_id)
         rec = boundary_harm(sensor, traj, int(b), max_k=2, budget=harm_budget, units=("reasoning",))
         harms[key] = {json.dumps(s["members"]): s["harm"] for s in rec.get("sets", [])}
     times["harm_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    table = entropy_table(sensor, trajs, full=False)
+    table = entropy_table(sensor, trajs, full=False) if "iclr" in analyses else None
     times["iclr_s"] = time.perf_counter() - t0
     return {
         "model": model, "dtype": dtype, "device": device, "d_model": sensor.d_model,
@@ -113,9 +126,12 @@ def worker(model: str, dtype: str, device: str, n_traj: int, harm_budget: int) -
         "kept": [f"{s['task_id']}@{s['after_step']}" for s in doc["per_sample"] if not s["excluded"]],
         "boundaries": [f"{s['task_id']}@{s['after_step']}" for s in doc["per_sample"]],
         "d": [s["d"] for s in doc["per_sample"]], "noise": [s["noise"] for s in doc["per_sample"]],
+        "noise_null": [s["noise_null"] for s in doc["per_sample"]],
+        "noise_schedule": [s["noise_schedule"] for s in doc["per_sample"]],
         "d_threshold_formula": doc["d_threshold"],
         "harm": harms,
-        "iclr_dropped": {f"{r.task_id}@{r.step}.{r.block}": bool(r.dropped) for r in table.itertuples()},
+        "iclr_dropped": {} if table is None else {f"{r.task_id}@{r.step}.{r.block}": bool(r.dropped)
+                                                  for r in table.itertuples()},
         "wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu, **times,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
@@ -141,10 +157,28 @@ def compare(ref: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
     if ref["repair_mean"] and other["repair_mean"]:
         diffs = [abs(a - b) for a, b in zip(ref["repair_mean"], other["repair_mean"])]
         overlap = [lo1 <= hi2 and lo2 <= hi1 for (lo1, hi1), (lo2, hi2) in zip(ref["repair_ci"], other["repair_ci"])]
-        out.update(repair_max_abs_diff=max(diffs), repair_ci_overlap=sum(overlap) / len(overlap))
+        inside_ref = [lo <= b <= hi for b, (lo, hi) in zip(other["repair_mean"], ref["repair_ci"])]
+        inside_other = [lo <= a <= hi for a, (lo, hi) in zip(ref["repair_mean"], other["repair_ci"])]
+        out.update(repair_max_abs_diff=max(diffs), repair_mean_abs_diff=sum(diffs) / len(diffs),
+                   repair_ci_overlap=sum(overlap) / len(overlap), n_sites=len(diffs),
+                   mean_in_fp32_ci=sum(inside_ref), fp32_mean_in_ci=sum(inside_other))
     else:
-        out.update(repair_max_abs_diff=None, repair_ci_overlap=None)
+        out.update(repair_max_abs_diff=None, repair_mean_abs_diff=None, repair_ci_overlap=None, n_sites=0,
+                   mean_in_fp32_ci=None, fp32_mean_in_ci=None)
     kept_ref, kept = set(ref["kept"]), set(other["kept"])
+    # the acceptance test of issue 25: boundaries float32 keeps with d >= 10 x its float32 noise that the dtype
+    # excludes, and of those, how many have the dtype's noise within a factor 10 of d (excluded for a measured reason)
+    ref_d = dict(zip(ref["boundaries"], zip(ref["d"], ref["noise"])))
+    mine = dict(zip(other["boundaries"], zip(other["d"], other["noise"])))
+    strong = [b for b in kept_ref if ref_d[b][0] >= 10 * ref_d[b][1]]
+    lost = [b for b in strong if b not in kept and b in mine]
+    out.update(strong_fp32=len(strong), strong_lost=len(lost),
+               strong_lost_noise_within_10x=sum(mine[b][1] * 10 >= mine[b][0] for b in lost),
+               d_rel_diff_median=_median([abs(mine[b][0] - ref_d[b][0]) / ref_d[b][0] for b in ref_d
+                                          if b in mine and ref_d[b][0] > 0]),
+               d_abs_diff_median=_median([abs(mine[b][0] - ref_d[b][0]) for b in ref_d if b in mine]),
+               noise_null_median=_median(other.get("noise_null", [])),
+               noise_schedule_median=_median(other.get("noise_schedule", [])))
     out.update(kept_both=len(kept_ref & kept), kept_fp32_only=len(kept_ref - kept), kept_dtype_only=len(kept - kept_ref),
                n_boundaries=len(ref["boundaries"]),
                noise_median=sorted(other["noise"])[len(other["noise"]) // 2] if other["noise"] else None)
@@ -154,6 +188,11 @@ def compare(ref: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
     out.update(iclr_blocks=len(blocks), iclr_agreement=(sum(ref["iclr_dropped"][k] == other["iclr_dropped"][k]
                                                              for k in blocks) / len(blocks)) if blocks else None)
     return out
+
+
+def _median(xs: list[float]) -> float | None:
+    xs = sorted(x for x in xs if x == x)  # NaN-free
+    return None if not xs else (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2
 
 
 def _fmt(x: Any) -> str:
@@ -168,11 +207,13 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--trajectories", type=int, default=2, help="the N shortest demo trajectories")
     parser.add_argument("--harm-budget", type=int, default=3)
+    parser.add_argument("--analyses", default=",".join(ANALYSES), help="comma list of kl_repair, harm, iclr")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--worker", nargs=2, metavar=("MODEL", "DTYPE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        emit(worker(args.worker[0], args.worker[1], args.device, args.trajectories, args.harm_budget))
+        emit(worker(args.worker[0], args.worker[1], args.device, args.trajectories, args.harm_budget,
+                    tuple(args.analyses.split(","))))
         return
     print(machine_note(int(os.environ.get("OMP_NUM_THREADS", "0") or 0) or os.cpu_count() or 1), flush=True)
     dtypes = args.dtypes.split(",")
@@ -183,7 +224,8 @@ def main() -> None:
         for dtype in dtypes:
             runs[dtype] = run_worker(Path(__file__), ["--worker", model, dtype, "--device", args.device,
                                                       "--trajectories", str(args.trajectories),
-                                                      "--harm-budget", str(args.harm_budget)], timeout_s=7200)
+                                                      "--harm-budget", str(args.harm_budget),
+                                                      "--analyses", args.analyses], timeout_s=7200)
             if "error" in runs[dtype]:
                 print(f"{model} {dtype}: {runs[dtype]['error']}", flush=True)
                 continue
@@ -197,15 +239,25 @@ def main() -> None:
         for c in comparisons:
             r = runs[c["dtype"]]
             rows.append([model, c["dtype"], f"{c['kept_both']}+{c['kept_dtype_only']} / {c['n_boundaries']} "
-                         f"({c['kept_fp32_only']} lost)", _fmt(c["noise_median"]), _fmt(c["repair_max_abs_diff"]),
+                         f"({c['kept_fp32_only']} lost)",
+                         f"{c['strong_lost']} of {c['strong_fp32']} ({c['strong_lost_noise_within_10x']})",
+                         f"{_fmt(c['noise_median'])} ({_fmt(c['noise_null_median'])} / "
+                         f"{_fmt(c['noise_schedule_median'])})", _fmt(c["d_rel_diff_median"]),
+                         f"{_fmt(c['repair_max_abs_diff'])} / {_fmt(c['repair_mean_abs_diff'])}",
+                         f"{c['mean_in_fp32_ci']} / {c['fp32_mean_in_ci']} of {c['n_sites']}",
                          _fmt(c["repair_ci_overlap"]), f"{_fmt(c['harm_pair_agreement'])} ({c['harm_pairs']})",
                          f"{_fmt(c['iclr_agreement'])} ({c['iclr_blocks']})", f"{r['wall_s']:.0f}",
-                         f"{r['peak_rss_mb']:.0f}"])
+                         f"{r['cpu_s']:.0f}", f"{r['peak_rss_mb']:.0f}"])
         results[model] = {"runs": runs, "comparisons": comparisons}
-    print(markdown_table(["model", "dtype", "boundaries kept (both+dtype only / all)", "median noise (nats)",
-                          "max abs diff mean Repair vs fp32", "layers with CIs overlapping fp32",
-                          "harm pair agreement (pairs)", "ICLR drops agreeing (blocks)", "wall s", "peak RSS MiB"],
+    print(markdown_table(["model", "dtype", "boundaries kept (both+dtype only / all)",
+                          "fp32-strong lost (noise within 10x)", "median noise (null / schedule), nats",
+                          "median rel diff of d vs fp32", "mean Repair diff vs fp32 (max / mean)",
+                          "sites: mean in fp32 CI / fp32 mean in CI", "sites with CIs overlapping",
+                          "harm pair agreement (pairs)", "ICLR drops agreeing (blocks)", "wall s", "CPU s",
+                          "peak RSS MiB"],
                          rows), flush=True)
+    print(f"load average at end {os.getloadavg()[0]:.2f} / {os.getloadavg()[1]:.2f} / {os.getloadavg()[2]:.2f}",
+          flush=True)
     if args.out:
         args.out.write_text(json.dumps(results, indent=1, default=str))
 

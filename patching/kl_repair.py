@@ -18,27 +18,40 @@ task-bootstrap CI), the median Repair, and the ratio of sums
 deletion effect d (a mean of ratios is dominated by boundaries with tiny d,
 where numerical noise in the numerator is largest relative to d).
 
-**Measured noise and the exclusion rule.** Per boundary the noise is the KL
-the patched code path produces when nothing is changed: ``noise =
-KL(P_full || P_null)``, where ``P_null`` is the full run itself continued
-through the patched path with every site patched with its own activation
-(fast path: the full render as its own target in ``patching.patch.patch_pairs``:
-its cache before the tail, then the variants' kernel, one extra variant with
-all sites written back at once;
-reference path: ``P_full`` computed a second time by the toolkit's own
-forward engine instead of the bridge). Exactly, ``P_null = P_full``; what is
-left is round-off of the model's dtype and the schedule. A boundary is kept
-when ``d > max(MIN_KL, NOISE_FACTOR x noise)`` (``NOISE_FACTOR`` = 10: noise
-then moves Repair by about 0.1 at most, and usually much less, since the
-null patch changes every site at once); the threshold per boundary is
-``noise_threshold`` in ``per_sample``. The rule and the noise are in
-``kl_repair.json`` (``exclusion_rule``, ``noise_median``). What the null
-measures is the schedule's round-off, not the dtype's error against float32:
-on tiny-qwen3.5 the fast path's null is ~1e-7 nats in float32 and often
-exactly 0 in bfloat16 (the bfloat16 rounding of each layer's output absorbs
-the schedule's float32-accumulation differences), while the reference path's
-null (two engines) grows with the dtype; ``benchmarks/precision.py`` measures
-the error against float32 directly.
+**Measured noise and the exclusion rule.** Per boundary the noise is the
+larger of two measured KLs, both exactly 0 in exact arithmetic, both recorded:
+
+- ``noise_null = KL(P_full || P_null)``, the null patch: ``P_null`` is the
+  full run itself continued through the patched path with every site patched
+  with its own activation (fast path: the full render as its own target in
+  ``patching.patch.patch_pairs``: its cache before the tail, then the
+  variants' kernel, one extra variant with all sites written back at once;
+  reference path: ``P_full`` computed a second time by the toolkit's own
+  forward engine instead of the bridge);
+- ``noise_schedule = KL(P_full || P_full')``, a second, differently scheduled
+  computation of ``P_full``: the full renders run again (prefix-shared, as the
+  sources are) with the cache cut at other points (each render's midpoint and
+  every ``SCHEDULE_STRIDE`` tokens, and no cut before the boundary token), so
+  every chunk after a cut attends through the cached path instead of within
+  one chunk.
+
+``noise = max(noise_null, noise_schedule)``. Why both: on the CPU the null
+patch is often exactly 0 in bfloat16 (the tail is recomputed from the same
+cache, and the bfloat16 rounding of each layer's output absorbs its
+float32-accumulation differences), so it measures the schedule of the tail,
+not the dtype. Rechunking the whole render changes the rounding of every
+cached key and value: measured on SmolLM2-135M (demo code-003, boundaries 2
+and 4, 1.2K / 1.7K tokens), a midpoint cut moves ``P_full`` by 5.2e-4 /
+7.2e-4 nats in bfloat16 and by 7e-8 / 8e-8 nats in float32, the same order
+as the dtype's own error (``P_full`` bfloat16 vs float32: 3.1e-4 / 5.0e-4
+nats). It costs one more prefix-shared forward of the full renders (about
+the sources' run again). A boundary is kept when ``d > max(MIN_KL,
+NOISE_FACTOR x noise)`` (``NOISE_FACTOR`` = 10: noise then moves Repair by
+about 0.1 at most, and usually much less); the threshold per boundary is
+``noise_threshold`` in ``per_sample``. The rule, both components and their
+medians are in ``kl_repair.json`` (``exclusion_rule``, ``noise_median``,
+``noise_null_median``, ``noise_schedule_median``); ``benchmarks/precision.py``
+also measures the error against float32 directly.
 
 **The formula bound** (:func:`d_threshold`, reported as a sanity bound
 only, no longer the exclusion rule). A computed KL carries
@@ -63,8 +76,9 @@ threshold is 0.75 nats. A reduced-precision run therefore keeps only
 boundaries whose deletion effect is large. The value used and its
 derivation are written as ``d_threshold`` and ``d_threshold_rule``.
 
-All log-softmax and KL arithmetic is float32 whatever the model dtype, on the
-sensor's device (both paths keep ``P_full``, ``P_del`` and ``P_patch`` there;
+The final norm, the unembedding, log-softmax and KL arithmetic are float32
+whatever the model dtype (``interp.sensor.unembed``; the reference path norms
+the bridge's ``ln_final.hook_in`` the same way), on the sensor's device (both paths keep ``P_full``, ``P_del`` and ``P_patch`` there;
 the KLs and top-1 flags move to the host once per boundary). The
 patched tail is the last ``n_positions`` tokens (default 1, the boundary
 token); both renders end in the same generation prompt, so tails align.
@@ -117,13 +131,15 @@ Fields of ``kl_repair.json`` (``FIELDS``; ``summarize`` writes them):
 | ``d_threshold`` | ``[]`` | float | nats | the formula bound max(MIN_KL, C x eps(dtype) x sqrt(d_model)) (module docstring): a sanity figure, not the exclusion rule; a threshold given to summarize replaces the measured-noise rule |
 | ``d_threshold_rule`` | ``[]`` | str | - | how d_threshold was derived, with the numbers put in |
 | ``exclusion_rule`` | ``[]`` | str | - | the rule applied: d > max(MIN_KL, NOISE_FACTOR x noise) per boundary, with the numbers put in (or the given threshold) |
-| ``noise_median`` | ``[]`` | float or null | nats | median over run boundaries of the measured noise KL(P_full ‖ P_null); null without rows |
+| ``noise_median`` | ``[]`` | float or null | nats | median over run boundaries of the measured noise max(noise_null, noise_schedule); null without rows |
+| ``noise_null_median`` | ``[]`` | float or null | nats | median over run boundaries of noise_null = KL(P_full ‖ P_null) (the null patch); null without rows |
+| ``noise_schedule_median`` | ``[]`` | float or null | nats | median over run boundaries of noise_schedule = KL(P_full ‖ P_full') (P_full rechunked); null without rows |
 | ``noise_max`` | ``[]`` | float or null | nats | largest measured noise over run boundaries; null without rows |
 | ``n_samples`` | ``[]`` | int | samples | kept samples: d = KL(P_full ‖ P_del) above their noise_threshold |
 | ``n_excluded`` | ``[]`` | int | samples | samples with d <= noise_threshold (left out of every summary) |
 | ``excluded`` | ``[n_excluded]`` | str | - | the excluded samples as task_id@after_step |
 | ``skipped`` | ``[n_skipped] of {task_id, after_step, n_tokens, reason}`` | object | n_tokens: tokens | boundaries not run because a render (full, deleted or donor) exceeds max_tokens or the model's positions; n_tokens = the longer of the full and deleted renders; in no summary |
-| ``per_sample`` | ``[n_rows] of {task_id, after_step, d, noise, noise_threshold, kl_patch, repair, top1, n_tokens_full, n_tokens_deleted, excluded}`` | object | d, noise, noise_threshold, kl_patch: nats; repair: unitless; n_tokens: tokens | every sample: d = KL(P_full ‖ P_del) (float32 arithmetic), noise = KL(P_full ‖ P_null) (null patch), noise_threshold = max(MIN_KL, NOISE_FACTOR x noise), kl_patch = KL(P_full ‖ P_patch) per site, repair and top1 per site (repair null when excluded), render lengths |
+| ``per_sample`` | ``[n_rows] of {task_id, after_step, d, noise, noise_null, noise_schedule, noise_threshold, kl_patch, repair, top1, n_tokens_full, n_tokens_deleted, excluded}`` | object | d, noise, noise_null, noise_schedule, noise_threshold, kl_patch: nats; repair: unitless; n_tokens: tokens | every sample: d = KL(P_full ‖ P_del) (float32 arithmetic), noise = max(noise_null, noise_schedule), noise_null = KL(P_full ‖ P_null) (null patch), noise_schedule = KL(P_full ‖ P_full') (P_full rechunked), noise_threshold = max(MIN_KL, NOISE_FACTOR x noise), kl_patch = KL(P_full ‖ P_patch) per site, repair and top1 per site (repair null when excluded), render lengths |
 """
 
 from __future__ import annotations
@@ -139,8 +155,10 @@ import torch
 from interp.data.conditions import apply_condition
 from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit, skip_record
 from interp.schema import Field, schema_dict
-from interp.sensor.forward import Plan, logit_dtype, run_plan
+from interp.sensor.forward import Plan, run_plan
+from interp.sensor.unembed import final_norm, log_probs, logit_dtype, promotes
 from interp.sensor.hooks import hook_name
+from interp.sensor.prefix import Branch, run_branches
 from interp.sensor.protocol import Sensor
 from interp.stats import task_bootstrap_ci
 from interp.data.render import Rendered, render
@@ -149,6 +167,7 @@ from patching.patch import Pair, patch_pairs
 
 MIN_KL = 1e-6  # nats: the floor of the exclusion threshold
 NOISE_FACTOR = 10.0  # a boundary is kept when d > max(MIN_KL, NOISE_FACTOR x its measured noise)
+SCHEDULE_STRIDE = 512  # tokens between the cuts of the rescheduled P_full (noise_schedule; module docstring)
 DTYPE_NOISE_C = 4.0  # d_threshold = max(MIN_KL, C x eps(dtype) x sqrt(d_model)); see the module docstring
 
 FIELDS = (
@@ -180,7 +199,11 @@ FIELDS = (
     Field("exclusion_rule", "[]", "str", "-",
           "the rule applied: d > max(MIN_KL, NOISE_FACTOR x noise) per boundary, with the numbers put in (or the given threshold)"),
     Field("noise_median", "[]", "float or null", "nats",
-          "median over run boundaries of the measured noise KL(P_full ‖ P_null); null without rows"),
+          "median over run boundaries of the measured noise max(noise_null, noise_schedule); null without rows"),
+    Field("noise_null_median", "[]", "float or null", "nats",
+          "median over run boundaries of noise_null = KL(P_full ‖ P_null) (the null patch); null without rows"),
+    Field("noise_schedule_median", "[]", "float or null", "nats",
+          "median over run boundaries of noise_schedule = KL(P_full ‖ P_full') (P_full rechunked); null without rows"),
     Field("noise_max", "[]", "float or null", "nats",
           "largest measured noise over run boundaries; null without rows"),
     Field("n_samples", "[]", "int", "samples",
@@ -191,8 +214,8 @@ FIELDS = (
     Field("skipped", "[n_skipped] of {task_id, after_step, n_tokens, reason}", "object", "n_tokens: tokens",
           "boundaries not run because a render (full, deleted or donor) exceeds max_tokens or the model's "
           "positions; n_tokens = the longer of the full and deleted renders; in no summary"),
-    Field("per_sample", "[n_rows] of {task_id, after_step, d, noise, noise_threshold, kl_patch, repair, top1, n_tokens_full, n_tokens_deleted, excluded}", "object", "d, noise, noise_threshold, kl_patch: nats; repair: unitless; n_tokens: tokens",
-          "every sample: d = KL(P_full ‖ P_del) (float32 arithmetic), noise = KL(P_full ‖ P_null) (null patch), noise_threshold = max(MIN_KL, NOISE_FACTOR x noise), kl_patch = KL(P_full ‖ P_patch) per site, repair and top1 per site (repair null when excluded), render lengths"),
+    Field("per_sample", "[n_rows] of {task_id, after_step, d, noise, noise_null, noise_schedule, noise_threshold, kl_patch, repair, top1, n_tokens_full, n_tokens_deleted, excluded}", "object", "d, noise, noise_null, noise_schedule, noise_threshold, kl_patch: nats; repair: unitless; n_tokens: tokens",
+          "every sample: d = KL(P_full ‖ P_del) (float32 arithmetic), noise = max(noise_null, noise_schedule), noise_null = KL(P_full ‖ P_null) (null patch), noise_schedule = KL(P_full ‖ P_full') (P_full rechunked), noise_threshold = max(MIN_KL, NOISE_FACTOR x noise), kl_patch = KL(P_full ‖ P_patch) per site, repair and top1 per site (repair null when excluded), render lengths"),
 )
 
 
@@ -252,7 +275,9 @@ class BoundaryRepair:
     top1: list[bool] = field(default_factory=list)
     kl_patch: list[float] = field(default_factory=list)
     excluded: bool = False
-    noise: float = float("nan")  # KL(P_full || P_null), nats: the patched path's own noise (module docstring)
+    noise: float = float("nan")  # max(noise_null, noise_schedule), nats: the measured noise (module docstring)
+    noise_null: float = float("nan")  # KL(P_full || P_null): the null patch
+    noise_schedule: float = float("nan")  # KL(P_full || P_full'): P_full computed with other cache cuts
     n_tokens_full: int = 0
     n_tokens_deleted: int = 0
     skipped: str = ""  # why the boundary was not run (over the context limit); "" when it was
@@ -318,8 +343,9 @@ def kl_repair_trajectory(
             # the null: P_full a second time, by the toolkit's own engine instead of the bridge
             p_null = run_plan(sensor, full[b].input_ids, Plan(logprobs=[full[b].n_tokens - 1])).logprobs[
                 full[b].n_tokens - 1]
+            p_sched = rescheduled_full(sensor, {b: full[b]})[b]
             done[b] = _score(traj.task_id, b, p_full, p_del, p_patch, min_kl, full[b].n_tokens, deleted[b].n_tokens,
-                             p_null)
+                             p_null, p_sched)
         return [done.get(b) or skipped[b] for b in boundaries]
     pairs = [Pair(b, full[b].input_ids, deleted[b].input_ids, None if source == "full" else donors[b].input_ids)
              for b in run]
@@ -329,6 +355,7 @@ def kl_repair_trajectory(
     names = [hook_name(site, layer) for site, layer in sites]
     results = dict(skipped)
     runs = {}
+    p_sched = rescheduled_full(sensor, full)
     for res in patch_pairs(sensor, pairs, [[n] for n in names] + [names], n_positions):
         runs[res.key] = res
         b = res.key[1] if isinstance(res.key, tuple) else res.key
@@ -339,8 +366,22 @@ def kl_repair_trajectory(
             both = torch.log_softmax(mine.variants[:-1], dim=-1)
             p_null = torch.log_softmax(null.variants[-1], dim=-1)
             results[b] = _score(traj.task_id, b, mine.source_logprobs, both[0], both[1:], min_kl,
-                                full[b].n_tokens, deleted[b].n_tokens, p_null)
+                                full[b].n_tokens, deleted[b].n_tokens, p_null, p_sched[b])
     return [results[b] for b in boundaries]
+
+
+def schedule_cuts(n_tokens: int) -> list[int]:
+    """Cache cuts of the rescheduled ``P_full``: the render's midpoint and every ``SCHEDULE_STRIDE`` tokens, none at
+    the boundary token (the scheduled run cuts there), so the last chunk is never the boundary token alone."""
+    return sorted({n_tokens // 2, *range(SCHEDULE_STRIDE, n_tokens - 1, SCHEDULE_STRIDE)} - {0, n_tokens - 1})
+
+
+def rescheduled_full(sensor: Sensor, full: dict[int, Rendered]) -> dict[int, torch.Tensor]:
+    """``P_full'`` (float32 log-probs at each boundary token, on the device): the full renders run again, prefix-shared,
+    with the cache cut at :func:`schedule_cuts` (the noise_schedule computation; module docstring)."""
+    branches = [Branch(b, r.input_ids, Plan(logprobs=[r.n_tokens - 1], cuts=schedule_cuts(r.n_tokens)))
+                for b, r in full.items()]
+    return {res.key: res.outputs.logprobs[full[res.key].n_tokens - 1] for res in run_branches(sensor, branches)}
 
 
 def bridge_hook_name(sensor: Sensor, site: str, layer: int) -> str:
@@ -366,6 +407,11 @@ def _reference_boundary(sensor: Sensor, full: Rendered, donor: Rendered, deleted
         return take
 
     def last_logprobs(ids: list[int], fwd_hooks: list[tuple[str, Any]]) -> torch.Tensor:
+        if promotes(sensor):  # a half-precision model: the bridge's pre-norm state, normed and unembedded in float32
+            pre: list[torch.Tensor] = []
+            bridge.run_with_hooks(torch.tensor([ids], device=sensor.device),
+                                  fwd_hooks=[*fwd_hooks, ("ln_final.hook_in", lambda x, hook: pre.append(x[0, -1]))])
+            return log_probs(sensor, final_norm(sensor, pre[-1]))
         logits = bridge.run_with_hooks(torch.tensor([ids], device=sensor.device), fwd_hooks=fwd_hooks)
         return torch.log_softmax(logits[0, -1].to(logit_dtype(logits.dtype)), dim=-1)
 
@@ -397,17 +443,20 @@ def exclusion_threshold(noise: float) -> float:
 
 
 def _score(task_id: str, b: int, p_full: torch.Tensor, p_del: torch.Tensor, p_patch: torch.Tensor,
-           min_kl: float | None, n_full: int, n_del: int, p_null: torch.Tensor) -> BoundaryRepair:
+           min_kl: float | None, n_full: int, n_del: int, p_null: torch.Tensor,
+           p_sched: torch.Tensor) -> BoundaryRepair:
     """One boundary's row from log-probs on the sensor's device; the KLs are computed there, then moved to the host once."""
-    kls = kl(p_full.unsqueeze(0), torch.cat([p_del.unsqueeze(0), p_null.to(p_del.device).unsqueeze(0), p_patch]))
+    extra = torch.stack([p_null.to(p_del.device), p_sched.to(p_del.device)])
+    kls = kl(p_full.unsqueeze(0), torch.cat([p_del.unsqueeze(0), extra, p_patch]))
     top = p_patch.argmax(-1) == p_full.argmax()
     host = torch.cat([kls, top.to(kls.dtype)]).cpu()  # the output boundary
     n = len(p_patch)
     # |KL| for the noise: a KL of two nearly equal distributions can come out slightly negative by round-off
-    d, noise, kls, top = float(host[0]), abs(float(host[1])), host[2: n + 2], host[n + 2:].bool().tolist()
-    out = BoundaryRepair(task_id, b, d, kl_patch=kls.tolist(), top1=top, noise=noise, n_tokens_full=n_full,
-                         n_tokens_deleted=n_del)
-    if d <= (exclusion_threshold(noise) if min_kl is None else min_kl):
+    d, null, sched = float(host[0]), abs(float(host[1])), abs(float(host[2]))
+    kls, top = host[3: n + 3], host[n + 3:].bool().tolist()
+    out = BoundaryRepair(task_id, b, d, kl_patch=kls.tolist(), top1=top, noise=max(null, sched), noise_null=null,
+                         noise_schedule=sched, n_tokens_full=n_full, n_tokens_deleted=n_del)
+    if d <= (exclusion_threshold(out.noise) if min_kl is None else min_kl):
         out.excluded = True
         out.repair = [float("nan")] * len(top)
     else:
@@ -430,13 +479,17 @@ def summarize(rows: list[BoundaryRepair], sites: list[tuple[str, int]], conditio
     if threshold is None:
         limit = {id(r): exclusion_threshold(r.noise) for r in rows if not r.skipped}  # skipped: no noise
         rule = (f"d > max(MIN_KL, NOISE_FACTOR x noise) per boundary, MIN_KL = {MIN_KL:g} nats, NOISE_FACTOR = "
-                f"{NOISE_FACTOR:g}; noise = KL(P_full || P_null), the null patch ({method} path)")
+                f"{NOISE_FACTOR:g}; noise = max(noise_null, noise_schedule): KL(P_full || P_null), the null patch "
+                f"({method} path), and KL(P_full || P_full'), P_full with the cache cut every {SCHEDULE_STRIDE} "
+                "tokens and at the render's midpoint")
     else:
         limit = {id(r): float(threshold) for r in rows}
         rule = f"d > {float(threshold):.3g} nats (given)"
     skipped = [skip_record(r.task_id, r.after_step, max(r.n_tokens_full, r.n_tokens_deleted), r.skipped)
                for r in rows if r.skipped]
     noise = [r.noise for r in rows if not r.skipped and math.isfinite(r.noise)]
+    parts = {k: [getattr(r, k) for r in rows if not r.skipped and math.isfinite(getattr(r, k))]
+             for k in ("noise_null", "noise_schedule")}
     rows = [(r if r.excluded or r.d > limit[id(r)] else
              BoundaryRepair(**{**vars(r), "excluded": True, "repair": [float("nan")] * len(r.repair)}), limit[id(r)])
             for r in rows if not r.skipped]
@@ -462,11 +515,12 @@ def summarize(rows: list[BoundaryRepair], sites: list[tuple[str, int]], conditio
         "top1_mean": top1.mean(axis=0).tolist() if kept else [],
         "d_threshold": bound, "d_threshold_rule": bound_rule, "exclusion_rule": rule,
         "noise_median": float(np.median(noise)) if noise else None, "noise_max": max(noise) if noise else None,
+        **{f"{k}_median": float(np.median(v)) if v else None for k, v in parts.items()},
         "n_samples": len(kept), "n_excluded": len(rows) - len(kept),
         "excluded": [f"{r.task_id}@{r.after_step}" for r in rows if r.excluded],
         "skipped": skipped,
         "per_sample": [{"task_id": r.task_id, "after_step": r.after_step, "d": r.d, "noise": r.noise,
-                        "noise_threshold": t, "kl_patch": r.kl_patch, "repair": r.repair,
+                        "noise_null": r.noise_null, "noise_schedule": r.noise_schedule, "noise_threshold": t, "kl_patch": r.kl_patch, "repair": r.repair,
                         "top1": r.top1, "n_tokens_full": r.n_tokens_full, "n_tokens_deleted": r.n_tokens_deleted,
                         "excluded": r.excluded} for r, t in zip(rows, thresholds)],
     }

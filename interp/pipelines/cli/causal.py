@@ -63,14 +63,14 @@ def patch(
     """KL Repair per layer: patch the full run's boundary activation into the deleted run."""
     from interp.extraction.batch import layer_numbers, parse_layers
     from patching.config import PatchConfig
-    from patching.kl_repair import default_sites
+    from patching.kl_repair import NOISE_FACTOR, default_sites
 
     check_output_dir(out, "--out")
     config = build(PatchConfig, condition=condition, site=site, method=method, positions=positions,
                    max_tokens=max_tokens)
     layer_numbers(layers, "--layers")
     check_gate_scorer([config.condition], gate_scorer)
-    model_options(device, dtype)
+    dtype = model_options(device, dtype, "kl_repair")
     runner, load = executor_for(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
     chosen_shard = shard_option(shard)
     trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
@@ -87,8 +87,14 @@ def patch(
         console.print(f"{result['parts']}: shard {shard}, {len(result['units'])} trajectories", markup=False)
         return
     console.print(f"{out / 'kl_repair.json'}: {result['n_samples']} samples, {result['n_excluded']} excluded "
-                  f"(d <= d_threshold = {result['d_threshold']:.3g} nats for {result['model'].get('dtype')}), "
+                  f"(d not above {NOISE_FACTOR:g}x its measured noise in {result['model'].get('dtype')}: median "
+                  f"{_nats(result.get('noise_median'))}, null patch {_nats(result.get('noise_null_median'))}, "
+                  f"rescheduled P_full {_nats(result.get('noise_schedule_median'))}), "
                   f"{len(result['skipped'])} skipped (over {max_tokens} tokens)")
+
+
+def _nats(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g} nats"
 
 
 @app.command()
@@ -121,7 +127,7 @@ def harm(
     check_output_dir(out, "--out")
     given = {k: v for k, v in (("max_k", max_k), ("budget", budget), ("units", units)) if v is not None}
     config = build(HarmConfig, seed=seed, margin=margin, max_tokens=max_tokens, **given)  # before the model loads
-    model_options(device, dtype)
+    dtype = model_options(device, dtype, "harm")
     runner, load = executor_for(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
     chosen_shard = shard_option(shard)
     trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)

@@ -43,7 +43,7 @@ LAYERS_0_BASED = ("Layers are 0-based (resid_pre of layer l = hidden_states[l]);
                   "for its numbering. `interp models` lists each model's full-attention layers in both.")
 
 DeviceOpt = Annotated[str, typer.Option(help="torch device: cpu, cuda, cuda:1 ...")]
-DtypeOpt = Annotated[str, typer.Option(help="Model dtype: auto (bf16 on CUDA, else fp32), fp32, bf16, fp16 or fp64 (fp64 for parity checks on small models; stored features and all log-softmax/KL arithmetic are float32).")]
+DtypeOpt = Annotated[str, typer.Option(help="Model dtype: auto (fp32 off CUDA; on CUDA chosen per analysis: fp32 for patch, harm, drsr, entropy and the demo, bf16 for extract and intervene), fp32, bf16, fp16 or fp64 (fp64 for parity checks on small models). An explicit dtype is obeyed. Stored features, the final norm, the unembedding and all log-softmax/KL/entropy/NLL arithmetic are float32.")]
 
 
 def split_list(value: str) -> list[str]:
@@ -78,13 +78,14 @@ def at_least(option: str, value: float | None, low: float) -> None:
         raise ValueError(f"{option} {value}: must be a finite number >= {low}")
 
 
-def model_options(device: str, dtype: str) -> None:
-    """Refuse a device this machine lacks and an unknown dtype before anything is read or loaded."""
-    from interp.sensor.models import check_device, resolve_dtype
+def model_options(device: str, dtype: str, analysis: str) -> str:
+    """Refuse a device this machine lacks and an unknown dtype before anything is read or loaded; return the dtype
+    the command loads its model in (``auto``: chosen for ``analysis``, ``interp.sensor.models.ANALYSIS_DTYPES``)."""
+    from interp.sensor.models import analysis_dtype, check_device
 
     check_device(device)
     with option("--dtype"):
-        resolve_dtype(dtype)
+        return analysis_dtype(dtype, device, analysis)
 
 
 GateScorerOpt = Annotated[Optional[Path], typer.Option(

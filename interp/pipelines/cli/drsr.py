@@ -79,7 +79,7 @@ def drsr(
     at_least("--layer", layer, 0)
     at_least("--proj-dim", proj_dim, 0)
     at_least("--n-boot", n_boot, 1)
-    model_options(device, dtype)
+    dtype = model_options(device, dtype, "drsr")
     runner, load = executor_for(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
     chosen_shard = shard_option(shard)
     at_least("--max-tokens", max_tokens, 1)

@@ -91,7 +91,7 @@ def extract(
     check_gate_scorer(split_list(conditions), gate_scorer)
     with option("--shard"):
         chosen_shard = parse_shard(shard)
-    model_options(device, dtype)
+    dtype = model_options(device, dtype, "extract")
     runner, load = executor_for(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
     trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
     chosen_boundaries = parse_boundaries(boundaries, trajs) if boundaries else None
@@ -157,7 +157,7 @@ def entropy(
     if context not in ("online", "full", "step_only"):
         raise ValueError(f"--context {context!r}: use online, full or step_only")
     at_least("--max-tokens", max_tokens, 1)
-    model_options(device, dtype)
+    dtype = model_options(device, dtype, "iclr")
     trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
     table = stages.entropy(load_sensor(model, model_path, device, dtype), trajs, out, rho, max_tokens,
                            context=context, full=compare_full)

@@ -59,7 +59,7 @@ def intervene(
     check_output_dir(out, "--out")
     settings = build(RunSettings, conditions=tuple(split_list(conditions)), samples=samples,
                       max_new_tokens=max_new_tokens, seed=seed, temperature=temperature, max_tokens=max_tokens)
-    model_options(device, dtype)
+    dtype = model_options(device, dtype, "continuations")
     chosen_shard = shard_option(shard)
     trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
     chosen = load_states(states, trajs)
@@ -108,7 +108,7 @@ def demo(
     from interp.pipelines.demo import DemoConfig, run_demo
 
     check_output_dir(out, "--out")
-    model_options(device, dtype)
+    dtype = model_options(device, dtype, "demo")
 
     run_demo(DemoConfig(out=out, model=model, model_path=model_path, full=full, png=png, device=device,
                         dtype=dtype), console)

@@ -99,7 +99,9 @@ def _subtitle(result: dict) -> list[str]:
     parts = ["Repair = 1 − KL(P_full‖P_patched) / KL(P_full‖P_del)", "mean over boundaries, ratio of sums dotted",
              f"P_del from condition {result.get('condition', '?')}", f"n = {result.get('n_samples', '?')} boundaries"]
     if result.get("n_excluded"):
-        threshold = result.get("d_threshold")
-        parts.append(f"{result['n_excluded']} excluded (KL(full‖deleted) ≤ "
-                     + (f"{threshold:.2g} nats, the dtype's noise floor)" if threshold is not None else "noise)"))
+        from patching.kl_repair import NOISE_FACTOR
+
+        noise = result.get("noise_median")
+        parts.append(f"{result['n_excluded']} excluded (KL(full‖deleted) ≤ {NOISE_FACTOR:g} × its measured noise"
+                     + (f", median noise {noise:.2g} nats)" if noise is not None else ")"))
     return parts

@@ -28,9 +28,9 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from interp.sensor.forward import logit_dtype
 from interp.sensor.hooks import attention_implementation, hooks
 from interp.sensor.protocol import ForwardSensor
+from interp.sensor.unembed import float_final_norm, logit_dtype, logits as unembed_logits
 
 IMPLEMENTATION = "interp_shared_prefix"
 PrefixKV = dict[int, tuple[torch.Tensor, torch.Tensor]]  # layer -> (keys, values) [1, kvh, m, hd]
@@ -121,7 +121,7 @@ def run_variants(sensor: ForwardSensor, prefix: Any, prefix_len: int, tail_ids: 
     fwd = [(name, make(rows)) for name, rows in by_name.items()]
     cache = _variant_cache(sensor, prefix, s)
     with torch.inference_mode(), attention_implementation(model, IMPLEMENTATION, _attention_over(prefix)), \
-            hooks(model, fwd):
+            float_final_norm(sensor), hooks(model, fwd):
         hidden = model.base_model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True).last_hidden_state
-        logits = model.get_output_embeddings()(hidden[:, -1]).to(logit_dtype(hidden.dtype))
+        logits = unembed_logits(sensor, hidden[:, -1])
     return torch.log_softmax(logits, dim=-1) if log_probs else logits
