@@ -226,7 +226,8 @@ def test_interventions_draws_every_scored_turn_zeros_included():
 
     from .conftest import MODEL, _rows
 
-    rows = (_rows("full", [0.0, 0.0, 0.0]) + _rows("keep_latest_reasoning", [1.0, 0.0, 0.5])
+    empty = {**_rows("full", [0.0])[0], "state_id": "s9", "parse_failure": True, "text": ""}
+    rows = (_rows("full", [0.0, 0.0]) + [empty] + _rows("keep_latest_reasoning", [1.0, 0.0, 0.5])
             + [{**r, "score": None, "truncated": True, "stopped": False} for r in _rows("delete_all_reasoning", [0.0])])
     settings = RunSettings(conditions=("full", "keep_latest_reasoning", "delete_all_reasoning"), samples=0)
     fig = interventions_figure(interventions_document(rows, settings, MODEL, 3, [], n_boot=50))
@@ -237,6 +238,7 @@ def test_interventions_draws_every_scored_turn_zeros_included():
     assert [x.split("<br>")[0] for x in points.x].count("full") == 3
     notes = " ".join(a.text for a in fig.layout.annotations)
     assert "no scored turn under delete_all_reasoning" in notes
+    assert "1 of 7 turns did not parse as a turn of the trajectory's format (1 empty" in notes
 
 
 def test_one_template_everywhere(made):

@@ -40,7 +40,7 @@ def interventions_figure(result: dict) -> go.Figure:
     values come from ``interp.reporting.reference``. Both panels share the condition axis
     (labels once, horizontal, under panel b). A condition whose CI has no width (all
     states from one task, or one scored state) gets no error bar and a note saying so, as does a condition
-    with no scored turn (all cut off).
+    with no scored turn (all cut off), and the count of turns that did not parse (empty ones named).
     """
     conditions = intervention_conditions(result)
     if not conditions:
@@ -73,13 +73,22 @@ def interventions_figure(result: dict) -> go.Figure:
     known = [n for n in names if n in reference.CONTINUATIONS]
     if known:
         fig.add_trace(reference_markers([label[n] for n in known], [reference.CONTINUATIONS[n] for n in known]), 1, 1)
-    fig.update_yaxes(title_text="score (rubric, 0–1)", range=[0, 1.05], row=1, col=1)
+    # below 0 so that scores of 0 show above the axis line; above 1 for the notes, clear of the data
+    fig.update_yaxes(title_text="score (rubric, 0–1)", range=[-0.06, 1.32], tickvals=[0, 0.2, 0.4, 0.6, 0.8, 1.0],
+                     zeroline=False, row=1, col=1)
     no_ci = [n for n, m, c in zip(names, mean, ci) if m is not None and not has_ci(c)]
     unscored = [n for n in names if conditions[n]["mean"] is None]
     notes = ([f"no CI for {len(no_ci)} of {len(names)} conditions: too few scored states or tasks "
               f"(n = {', '.join(sorted({str(conditions[n]['n']) for n in no_ci}))} states)"] if no_ci else []) + (
         [f"no scored turn under {', '.join(unscored)}: every turn was cut off by the token limit "
          "(counted as truncated, not scored)"] if unscored else [])
+    rows = [r for r in result.get("rows") or [] if r.get("condition") in label]
+    empty = sum(bool(r.get("parse_failure")) and not (r.get("text") or "").strip() for r in rows)
+    failed = sum(bool(r.get("parse_failure")) for r in rows)
+    if failed:
+        notes.append(f"{failed} of {len(rows)} turns did not parse as a turn of the trajectory's format"
+                     + (f" ({empty} empty: the model ended its turn at once)" if empty else "")
+                     + "; they score 0")
     if notes:
         note(fig, "<br>".join(notes))
     if rates:
