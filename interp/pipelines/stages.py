@@ -562,12 +562,17 @@ def tokens(trajs: list[Trajectory], out: Path, tokenizer: Any, policies: list[st
 # the run's DemoConfig; the subset sizes apply unless `full`. A new analysis adds its stage above and one Step here.
 
 DEMO_POOLINGS = ("last", "mean_last:16", "mean_latest_step", "mean_reasoning")
-DEMO_CONDITIONS = ("full", "delete_all_reasoning")
+DEMO_CONDITIONS = ("full", "delete_all_reasoning")  # --full; the CPU subset extracts the first only
 
 
 def _store_settings(ctx: StepContext) -> dict[str, Any]:
+    conditions = DEMO_CONDITIONS if ctx.config.full else DEMO_CONDITIONS[:1]
+    subset = {} if ctx.config.full else {
+        "subset": f"the {conditions[0]} history only (the probes, ICLR and the attention figure's first panel read "
+                  f"it; --full also extracts {', '.join(DEMO_CONDITIONS[1:])} for the attention figure's "
+                  "deleted-history panels)"}
     return {"layers": "all", "sites": ["resid_pre"], "poolings": list(DEMO_POOLINGS), "attention": "full_attention",
-            "block_entropy": True, "conditions": list(DEMO_CONDITIONS)}
+            "block_entropy": True, "conditions": list(conditions), **subset}
 
 
 def _store(ctx: StepContext, settings: dict[str, Any]) -> None:
