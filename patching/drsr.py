@@ -30,7 +30,7 @@ Fields of ``drsr.json`` (``FIELDS``):
 | ``boundaries`` | ``[n_boundaries] of {task_id, after_step, target_tokens, nll_full, n_sets}`` | object | nats/token | the boundaries analysed (their harm records and representations are in the parts) |
 | ``skipped`` | ``[n_skipped] of {task_id, after_step, n_tokens, reason}`` | object | n_tokens: tokens | boundaries not run (over max_tokens) |
 | ``model`` | ``{...}`` | object or null | - | the sensor's describe() |
-"""
+| ``parts`` | ``[]`` | str or null | - | the folder of the per-boundary records under drsr.json's folder (null: not written by the drsr stage) |"""
 
 from __future__ import annotations
 
@@ -62,6 +62,7 @@ FIELDS = (
     Field('boundaries', '[n_boundaries] of {task_id, after_step, target_tokens, nll_full, n_sets}', 'object', 'nats/token', 'the boundaries analysed (their harm records and representations are in the parts)'),
     Field('skipped', '[n_skipped] of {task_id, after_step, n_tokens, reason}', 'object', 'n_tokens: tokens', 'boundaries not run (over max_tokens)'),
     Field('model', '{...}', 'object or null', '-', "the sensor's describe()"),
+    Field('parts', '[]', 'str or null', '-', "the folder of the per-boundary records under drsr.json's folder (null: not written by the drsr stage)"),
 )
 
 
@@ -88,8 +89,9 @@ def boundary_record(sensor: Any, traj: Trajectory, b: int, max_k: int = 3, budge
 
 def summarize_drsr(records: Sequence[dict[str, Any]], model: dict[str, Any] | None = None, margin: float = MARGIN,
                    unsafe: float = UNSAFE, relation_layer: int | None = None, proj_dim: int | None = PROJ_DIM,
-                   n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
-    """The ``drsr.json`` document (``FIELDS``) from boundary records; pure: no model is run."""
+                   n_boot: int = 1000, seed: int = 0, parts: str | None = None) -> dict[str, Any]:
+    """The ``drsr.json`` document (``FIELDS``) from boundary records; pure: no model is run. ``parts``: the
+    records' folder, relative to the document's (the readers of the parts find them through it)."""
     skipped = [{k: r[k] for k in ("task_id", "after_step", "n_tokens", "reason")} for r in records if r.get("skipped")]
     records = [r for r in records if not r.get("skipped")]
     layers = list(records[0]["layers"]) if records else []
@@ -114,4 +116,5 @@ def summarize_drsr(records: Sequence[dict[str, Any]], model: dict[str, Any] | No
                         "nll_full": r["nll_full"], "n_sets": len(r["sets"])} for r in records],
         "skipped": skipped,
         "model": model,
+        "parts": parts,
     }

@@ -89,7 +89,9 @@ def drsr_records(drsr_dir: Path, parts: Path | None = None) -> tuple[list[dict[s
         raise FileNotFoundError(f"{doc_path}: no drsr.json (run `interp drsr --out {drsr_dir}` first)")
     doc = read_json(doc_path)
     keys = [f"{b['task_id']}@{b['after_step']}" for b in doc.get("boundaries", [])]
-    if parts is None:
+    if parts is None and doc.get("parts"):
+        parts = drsr_dir / doc["parts"]  # the folder the drsr stage wrote them to (patching.drsr.FIELDS)
+    if parts is None:  # a drsr.json that does not name its parts: the one folder holding all its boundaries
         found = sorted(p for p in (drsr_dir / "parts").glob("drsr.*") if p.is_dir())
         complete = [p for p in found if all((p / f"{safe_stem(k)}.json").is_file() for k in keys)]
         if not complete:

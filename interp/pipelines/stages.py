@@ -463,42 +463,32 @@ def drsr(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[st
         task_id, _, b = key.rpartition("@")
         return render_tokens(by_id[task_id], int(b), sensor.tokenizer)
 
-    cache = drsr_parts(out, kinds, max_k, budget, seed, dim, limit)
+    cache = out / "parts" / (f"drsr.{'+'.join(kinds)}.k{max_k}.n{budget}.s{seed}.p{dim}"
+                             + (f".t{limit}" if limit != DEFAULT_MAX_TOKENS else ""))
     with writer_lock(out, command="drsr"):
         parts = _units(sensor, trajs, keys, compute, cache, "drsr", shard,
                        {k: cost(k) for k in keys} if shard[1] > 1 else None, executor, load)
         if shard[1] > 1:
             return {"shard": list(shard), "units": list(parts), "parts": str(cache)}
         result = summarize_drsr([parts[k] for k in keys], sensor.describe(), MARGIN if margin is None else margin,
-                                UNSAFE if unsafe is None else unsafe, relation_layer, dim, n_boot)
+                                UNSAFE if unsafe is None else unsafe, relation_layer, dim, n_boot,
+                                parts=str(cache.relative_to(out)))
         atomic_write_json(out / "drsr.json", result)
     return result
 
 
-def drsr_parts(out: Path, kinds: tuple[str, ...] | list[str], max_k: int, budget: int, seed: int, dim: int,
-               limit: int) -> Path:
-    """The folder of :func:`drsr`'s per-boundary parts under ``out`` for these settings (one name per setting)."""
-    from interp.sensor.limits import DEFAULT_MAX_TOKENS
-
-    return out / "parts" / (f"drsr.{'+'.join(kinds)}.k{max_k}.n{budget}.s{seed}.p{dim}"
-                            + (f".t{limit}" if limit != DEFAULT_MAX_TOKENS else ""))
-
-
-def harm_from_parts(parts: Path, out: Path, boundaries: list[str], trajs: list[Trajectory],
-                    margin: float | None = None, model: dict[str, Any] | None = None) -> dict[str, Any]:
+def harm_from_parts(drsr_dir: Path, out: Path, model: dict[str, Any] | None = None,
+                    margin: float | None = None) -> dict[str, Any]:
     """``harm.json`` from a :func:`drsr` run's parts (its records are harm records plus representations), with no
     forward: the demo's set-level harm and DRSR appendix share one set of harm forwards."""
-    from interp.io import read_json, safe_stem
-    from patching.harm import MARGIN, check_boundaries, harm_record, summarize_harm
+    from patching.gate_eval import drsr_records
+    from patching.harm import MARGIN, harm_record, summarize_harm
 
-    keys = check_boundaries(boundaries, trajs)
-    missing = [k for k in keys if not (Path(parts) / f"{safe_stem(k)}.json").is_file()]
-    if missing:
-        raise FileNotFoundError(f"{parts}: no DRSR part for {', '.join(missing)} (run the drsr stage on these "
-                                "boundaries first)")
-    records = [harm_record(read_json(Path(parts) / f"{safe_stem(key)}.json")) for key in keys]
+    records, doc = drsr_records(drsr_dir)  # the boundaries of drsr.json, from the parts folder it names
     with writer_lock(out, command="harm"):
-        result = summarize_harm(records, model=model, margin=MARGIN if margin is None else margin, source=str(parts))
+        result = summarize_harm([harm_record(r) for r in records], model=model,
+                                margin=MARGIN if margin is None else margin,
+                                source=str(Path(drsr_dir) / doc["parts"]) if doc.get("parts") else str(drsr_dir))
         atomic_write_json(out / "harm.json", result)
     return result
 
@@ -624,14 +614,7 @@ def _drsr_settings(ctx: StepContext) -> dict[str, Any]:
 
 
 def _harm(ctx: StepContext, settings: dict[str, Any]) -> None:
-    from interp.data.deletions import UNIT_KINDS
-    from interp.sensor.limits import DEFAULT_MAX_TOKENS
-    from patching.relations import PROJ_DIM
-
-    parts = drsr_parts(ctx.out / analysis("drsr").folder, UNIT_KINDS, settings["max_k"], settings["budget"], 0,
-                       PROJ_DIM, DEFAULT_MAX_TOKENS)
-    harm_from_parts(parts, ctx.out / analysis("harm").folder, settings["boundaries"], ctx.trajs,
-                    model=ctx.sensor.describe())
+    harm_from_parts(ctx.out / analysis("drsr").folder, ctx.out / analysis("harm").folder, ctx.sensor.describe())
 
 
 def _gate_settings(ctx: StepContext) -> dict[str, Any]:

@@ -9,9 +9,7 @@ import pytest
 from interp.data.deletions import UNIT_KINDS
 from interp.data.trajectory import load_trajectories
 from interp.pipelines import stages
-from interp.sensor.limits import DEFAULT_MAX_TOKENS
 from patching.harm import default_boundaries, pooled_ratio_ci, summarize_harm
-from patching.relations import PROJ_DIM
 
 from tests.drsr.test_drsr_cli import DEMO, TINY
 
@@ -22,9 +20,10 @@ def test_harm_from_drsr_parts_equals_harm_on_its_own_forwards(tmp_path):
     trajs = sorted(load_trajectories(DEMO), key=lambda t: t.n_steps)
     keys = default_boundaries(trajs)[:3]
     sensor = stages.sensor(TINY)
-    stages.drsr(sensor, trajs, tmp_path / "drsr", keys, max_k=2, budget=1, n_boot=20)
-    parts = stages.drsr_parts(tmp_path / "drsr", UNIT_KINDS, 2, 1, 0, PROJ_DIM, DEFAULT_MAX_TOKENS)
-    reused = stages.harm_from_parts(parts, tmp_path / "reused", keys, trajs, model=sensor.describe())
+    doc = stages.drsr(sensor, trajs, tmp_path / "drsr", keys, max_k=2, budget=1, n_boot=20)
+    parts = tmp_path / "drsr" / doc["parts"]  # drsr.json names its parts folder
+    assert parts.is_dir() and len(list(parts.glob("*.json"))) == 3
+    reused = stages.harm_from_parts(tmp_path / "drsr", tmp_path / "reused", model=sensor.describe())
     own = stages.harm(sensor, trajs, tmp_path / "own", keys, max_k=2, budget=1, units=list(UNIT_KINDS))
     assert reused["source"] == str(parts) and own["source"] is None
     assert (tmp_path / "reused" / "harm.json").is_file()
@@ -38,11 +37,16 @@ def test_harm_from_drsr_parts_equals_harm_on_its_own_forwards(tmp_path):
 
 
 def test_harm_from_parts_names_a_missing_boundary(tmp_path):
+    from interp.io import atomic_write_json
+
     trajs = sorted(load_trajectories(DEMO), key=lambda t: t.n_steps)
-    (tmp_path / "parts").mkdir()
     key = default_boundaries(trajs)[0]
-    with pytest.raises(FileNotFoundError, match=f"no DRSR part for {key}"):
-        stages.harm_from_parts(tmp_path / "parts", tmp_path / "out", [key], trajs)
+    task_id, _, b = key.rpartition("@")
+    (tmp_path / "drsr" / "parts" / "p").mkdir(parents=True)
+    atomic_write_json(tmp_path / "drsr" / "drsr.json", {"boundaries": [{"task_id": task_id, "after_step": int(b)}],
+                                                       "parts": "parts/p"})
+    with pytest.raises(FileNotFoundError, match=f"no part for boundary {key}"):
+        stages.harm_from_parts(tmp_path / "drsr", tmp_path / "out")
     assert not (tmp_path / "out" / "harm.json").exists()
 
 
