@@ -40,7 +40,7 @@ figures-deps:
 demo: install figures-deps
 	$(VENV)/bin/interp demo
 
-# Re-execute every notebook (tiny-qwen3.5 unless INTERP_NB_MODEL is set) and commit-size its outputs.
+# Re-execute every notebook with the model it defaults to (SmolLM2) and commit-size its outputs.
 notebooks: install figures-deps
 	$(PY) notebooks/refresh.py
 

@@ -29,6 +29,10 @@
 * :class:`Work` is a set of units an executor runs (load a model once per
   worker, compute each unit and write it atomically); :func:`run_work` is the
   in-process executor (``interp.pipelines.executors`` adds Ray).
+* :func:`hold_point` stops a run at a known point between two units when
+  ``INTERP_HOLD_AFTER_UNITS=N:DIR`` is set (unset in normal runs): after its
+  N-th unit the process writes ``DIR/held`` and blocks on the FIFO
+  ``DIR/release``, so an interrupt test signals it there instead of racing it.
 
 Fields of ``run.json`` (``RUN_FIELDS``), beside a sharded ``run_units`` folder:
 
@@ -74,6 +78,7 @@ RUN_FIELDS = (
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 STEM_CHARS = 64  # readable part of a file stem; the hash keeps stems distinct
 LOCK_NAME = ".lock"
+HOLD_ENV = "INTERP_HOLD_AFTER_UNITS"
 
 
 def safe_stem(raw_id: str) -> str:
@@ -369,6 +374,25 @@ def timed_unit(work: Work, ctx: Any, key: str) -> UnitRun:
     return UnitRun(key, host, worker, time.perf_counter() - started)
 
 
+def hold_point(done: int) -> None:
+    """Block after the ``done``-th unit when ``$INTERP_HOLD_AFTER_UNITS`` is ``"<done>:<dir>"``: write
+    ``<dir>/held`` (this PID), then wait until a writer opens the FIFO ``<dir>/release`` (or a signal arrives).
+
+    The one place a run can be stopped deterministically between units: interrupt tests wait for ``held`` and
+    signal a process that cannot have moved on, instead of racing a clock."""
+    spec = os.environ.get(HOLD_ENV)
+    if not spec:
+        return
+    count, sep, folder = spec.partition(":")
+    if not sep or not count.isdigit() or not folder:
+        raise ValueError(f"${HOLD_ENV}={spec!r}: expected '<units>:<folder>'")
+    if done != int(count):
+        return
+    atomic_write_bytes(Path(folder) / "held", str(os.getpid()).encode())
+    with open(Path(folder) / "release", "rb") as fifo:  # blocks until the test opens it for writing
+        fifo.read()
+
+
 def run_work(work: Work, context: Any = None, progress: bool = True) -> dict[str, UnitRun]:
     """The in-process executor: ``ctx = context`` (or ``work.load()`` when a unit is left), then every
     unfinished unit in order; an error propagates (a re-run resumes)."""
@@ -381,6 +405,7 @@ def run_work(work: Work, context: Any = None, progress: bool = True) -> dict[str
         for key in todo:
             records[key] = timed_unit(work, ctx, key)
             bar.advance(info=key)
+            hold_point(len(records))
     return records
 
 

@@ -4,8 +4,10 @@
     python notebooks/refresh.py 01_quickstart   # the ones named
 
 Runs each notebook top to bottom with nbclient in this interpreter's kernel
-(``INTERP_NB_MODEL`` picks the model, default tiny-qwen3.5 so it runs on a CPU
-in minutes), then for every plotly figure output adds a static PNG
+with the model the notebook defaults to (SmolLM2), so the committed numbers are
+the ones a reader who runs it gets (``INTERP_NB_MODEL`` overrides it for a
+quick local check; tests/notebooks refuses committed outputs of another model),
+then for every plotly figure output adds a static PNG
 (``image/png`` through kaleido, which code hosts display; needs Chromium) and
 drops the HTML/JavaScript bundles (the inlined plotly.js is megabytes; the
 plotly JSON stays for Jupyter). Widget state and execution timing metadata are
@@ -70,7 +72,7 @@ def main(names: list[str]) -> None:
     """Refresh the named notebooks (all when none) with a python3 kernel that is this interpreter."""
     from ipykernel.kernelspec import install
 
-    os.environ.setdefault("INTERP_NB_MODEL", "tiny-qwen3.5")
+    os.environ.pop("INTERP_NB_MODEL", None)  # each notebook's own default: what a reader runs
     paths = [HERE / f"{n.removesuffix('.ipynb')}.ipynb" for n in names] or sorted(HERE.glob("*.ipynb"))
     with tempfile.TemporaryDirectory() as prefix:
         install(kernel_name="python3", prefix=prefix)

@@ -23,7 +23,16 @@ from interp.data.render import render
 from interp.data.trajectory import Trajectory
 from interp.extraction.extract import ExtractConfig, extract_trajectory
 from interp.extraction.store import Store, unit_name
-from interp.io import Executor, Interrupted, Work, read_json, record_failures, remove_stale_temps, shard_keys
+from interp.io import (
+    Executor,
+    Interrupted,
+    Work,
+    hold_point,
+    read_json,
+    record_failures,
+    remove_stale_temps,
+    shard_keys,
+)
 from interp.progress import track
 from interp.sensor.protocol import Sensor
 
@@ -247,7 +256,7 @@ def _extract_units(sensor: Sensor, store: Store, units: dict[str, tuple[Trajecto
         store.finalize()
         return counts
     with track("extract", total=len(todo), unit="units", enabled=progress) as bar:
-        for key in todo:
+        for done, key in enumerate(todo, 1):
             try:
                 rows = _extract_unit(sensor, store, units[key], config, boundaries,
                                      lambda _s, cond: (condition_params or {}).get(cond), settings)
@@ -258,6 +267,7 @@ def _extract_units(sensor: Sensor, store: Store, units: dict[str, tuple[Trajecto
             tokens = sum(r.n_tokens for r in rows if r.status == "ok")
             counts["tokens"] += tokens
             bar.advance(tokens=tokens, info=f"{counts['samples']} samples, last {key}")
+            hold_point(done)
     store.finalize()
     return counts
 

@@ -1,12 +1,15 @@
 """Killed runs resume to the uninterrupted result; a second writer is refused; Ctrl-C says how far a run got.
 
 Each test starts ``python -m interp ...`` in a subprocess on the tiny model,
-SIGKILLs it once a random number of its units is on disk (plus a random
-delay), resumes the same command in-process (``cli.main``, the tiny model
-cached) and compares every result file with an uninterrupted in-process run:
-tensors bit for bit, JSON value for value. While the killed run holds the
-output folder's lock, a second writer is refused with a message naming it;
-after the kill its lock is stale (dead PID) and the resume takes it over.
+holds it after a random number of units (``interp.io.hold_point``: the child
+writes ``held`` and blocks on a FIFO, so it cannot finish before the signal
+lands, however loaded the machine), SIGKILLs it there, resumes the same
+command in-process (``cli.main``, the tiny model cached) and compares every
+result file with an uninterrupted in-process run: tensors bit for bit, JSON
+value for value. While the held run owns the output folder's lock, a second
+writer is refused with a message naming it; after the kill its lock is stale
+(dead PID) and the resume takes it over. No step waits on a clock: the
+deadlines below only turn a hang into a failure.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from interp.io import HOLD_ENV
 from interp.pipelines.cli import main
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -59,14 +63,14 @@ def _run(args: list[str], monkeypatch, capsys) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
-def _start(args: list[str]) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+def _start(args: list[str], hold: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", HOLD_ENV: hold}
     return subprocess.Popen([sys.executable, "-m", "interp", *map(str, args)], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _wait_for(proc: subprocess.Popen, done: callable, what: str, timeout: float = 240) -> bool:
-    """Poll until ``done()``; False when the process ended first."""
+def _wait_for(proc: subprocess.Popen, done: callable, what: str, timeout: float = 1800) -> bool:
+    """Poll until ``done()``; False when the process ended first (the deadline only turns a hang into a failure)."""
     end = time.monotonic() + timeout
     while not done():
         if proc.poll() is not None:
@@ -84,25 +88,28 @@ def _files(root: Path, pattern: str) -> list[Path]:
 
 def _kill_and_resume(args: list[str], out: Path, unit_glob: str, n_units: int, seed: int, monkeypatch, capsys,
                      interrupt: int = signal.SIGKILL) -> subprocess.CompletedProcess | None:
-    """Start ``args`` in a subprocess, check the lock refuses a second writer, signal it after a random number of
-    units (and a random delay), then resume in-process. Returns the killed process' (code, stderr)."""
+    """Start ``args`` in a subprocess held after a random number of units, check the lock refuses a second writer,
+    signal it at the hold, then resume in-process. Returns the killed process' (code, stderr)."""
     rng = random.Random(seed)
     kill_after = rng.randint(1, max(1, n_units - 1))
-    proc = _start(args)
+    hold = out.parent / f"{out.name}-hold"
+    hold.mkdir()
+    os.mkfifo(hold / "release")
+    proc = _start(args, f"{kill_after}:{hold}")
     try:
-        if _wait_for(proc, lambda: (out / ".lock").exists(), "the lock"):
-            code, err = _run(args, monkeypatch, capsys)  # a second writer while the first holds the lock
-            assert code == 2 and f"pid {proc.pid}" in err and "another run is writing here" in err, err
-        if _wait_for(proc, lambda: len(_files(out, unit_glob)) >= kill_after, f"{kill_after} units"):
-            time.sleep(rng.uniform(0, 0.3))
-            proc.send_signal(interrupt)
-        stdout, stderr = proc.communicate(timeout=240)  # reaped: its PID is dead, its lock stale
+        held = _wait_for(proc, lambda: (hold / "held").exists(), f"the hold after {kill_after} units")
+        assert held, f"ended before its hold: exit {proc.returncode}\n{proc.communicate()[1][-2000:]}"
+        assert len(_files(out, unit_glob)) == kill_after  # held between units: exactly this many on disk
+        code, err = _run(args, monkeypatch, capsys)  # a second writer while the held run owns the lock
+        assert code == 2 and f"pid {proc.pid}" in err and "another run is writing here" in err, err
+        proc.send_signal(interrupt)
+        stdout, stderr = proc.communicate(timeout=1800)  # reaped: its PID is dead, its lock stale
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     killed = subprocess.CompletedProcess(args, proc.returncode, stdout, stderr)
-    assert proc.returncode in (-interrupt, 130), f"not stopped mid-run: exit {proc.returncode}\n{stderr[-2000:]}"
+    assert proc.returncode in (-interrupt, 130), f"not stopped at its hold: exit {proc.returncode}\n{stderr[-2000:]}"
     code, err = _run(args, monkeypatch, capsys)
     assert code == 0, err
     assert not (out / ".lock").exists()
@@ -167,4 +174,6 @@ def test_ctrl_c_says_how_far_the_run_got(inputs, tmp_path, monkeypatch, capsys, 
     last = [line for line in killed.stderr.splitlines() if line.strip()][-1]
     assert last.startswith("interrupted after ") and last.endswith(f"/{len(SUBSET)} units; re-run to resume"), \
         killed.stderr
+    kill_after = random.Random(5).randint(1, len(SUBSET) - 1)
+    assert last == f"interrupted after {kill_after}/{len(SUBSET)} units; re-run to resume", killed.stderr
     assert "Traceback" not in killed.stderr

@@ -24,7 +24,7 @@ from interp.data.trajectory import load_trajectories
 from interp.extraction.batch import extract_to_store
 from interp.extraction.extract import ExtractConfig
 from interp.extraction.store import unit_name
-from interp.io import run_units
+from interp.io import HOLD_ENV, run_units
 from interp.pipelines import stages
 from interp.pipelines.executors import RayExecutor
 
@@ -87,15 +87,16 @@ def _assert_same_files(got: Path, ref: Path) -> None:
 
 def _kill_once(folder: str, target: str, key: str) -> None:
     """Before each unit (on the worker): log it; the first time ``target`` runs, publish this worker's PID
-    and wait to be killed."""
+    (atomically: written, then renamed) and block until killed (no clock: it waits on an event never set)."""
     folder_path = Path(folder)
     with open(folder_path / "attempts.log", "a") as fh:
         fh.write(f"{key} {os.getpid()}\n")
     marker = folder_path / "killed-once"
     if key == target and not marker.exists():
         marker.touch()
-        (folder_path / "pid").write_text(str(os.getpid()))
-        time.sleep(300)
+        (folder_path / "pid.tmp").write_text(str(os.getpid()))
+        os.replace(folder_path / "pid.tmp", folder_path / "pid")
+        threading.Event().wait()
 
 
 def test_ray_store_equals_local_and_a_killed_worker_loses_only_its_unit(ray_cluster, tiny_sensor, traj_file,
@@ -103,11 +104,14 @@ def test_ray_store_equals_local_and_a_killed_worker_loses_only_its_unit(ray_clus
     target = unit_name("web-002", "full")
     hook = partial(_kill_once, str(tmp_path), target)
     killed: list[int] = []
+    run_ended = threading.Event()
 
     def killer() -> None:
-        deadline = time.monotonic() + 300
-        while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        """Kill the worker as soon as it publishes its PID, however long its start takes under load; give up only
+        when the run itself has ended (then the assertion below says so)."""
+        while not (tmp_path / "pid").exists():
+            if run_ended.wait(0.05):
+                return
         pid = int((tmp_path / "pid").read_text())
         os.kill(pid, signal.SIGKILL)
         killed.append(pid)
@@ -115,9 +119,12 @@ def test_ray_store_equals_local_and_a_killed_worker_loses_only_its_unit(ray_clus
     thread = threading.Thread(target=killer)
     thread.start()
     root = tmp_path / "store"
-    counts = _extract(tiny_sensor, traj_file, root, RayExecutor(workers=2, retries=2, before_unit=hook))
-    thread.join(timeout=60)
-    assert killed, "the worker was never killed"
+    try:
+        counts = _extract(tiny_sensor, traj_file, root, RayExecutor(workers=2, retries=2, before_unit=hook))
+    finally:
+        run_ended.set()
+        thread.join()
+    assert killed, "the worker never published its PID before the run ended (the hook did not run on the target)"
     attempts = [line.split() for line in (tmp_path / "attempts.log").read_text().splitlines()]
     keys = [k for k, _ in attempts]
     assert keys.count(target) == 2 and all(keys.count(k) == 1 for k in set(keys) - {target})  # only it re-ran
@@ -174,40 +181,28 @@ def _env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "COLUMNS": "200"}
 
 
-SLOW_DRIVER = """
-import sys, time
-import interp.extraction.store as store_mod
-real = store_mod.Store.write_unit
-def write_unit(self, *args, **kwargs):
-    real(self, *args, **kwargs)
-    if len(list(self.units_dir.glob("*.json"))) >= 2:
-        time.sleep(300)  # killed here
-store_mod.Store.write_unit = write_unit
-from interp.pipelines.cli import main
-sys.argv = ["interp", *sys.argv[1:]]
-main()
-"""
-
-
 def test_killed_driver_rerun_resumes_and_a_second_driver_is_refused(traj_file, local_store, tmp_path):
     root = tmp_path / "store"
     args = ["extract", "--trajectories", str(traj_file), "--store", str(root), *CLI_ARGS]
-    driver = subprocess.Popen([sys.executable, "-c", SLOW_DRIVER, *args], env=_env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while len(list((root / "units").glob("*.json"))) < 2 and driver.poll() is None and time.monotonic() < deadline:
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    os.mkfifo(hold / "release")  # the driver blocks on it after its 2nd unit (interp.io.hold_point), until killed
+    driver = subprocess.Popen([sys.executable, "-m", "interp", *args], env={**_env(), HOLD_ENV: f"2:{hold}"},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 1800  # only turns a hang into a failure: the hold, not a clock, stops the driver
+    while not (hold / "held").exists() and driver.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert driver.poll() is None, driver.communicate()[1][-3000:]
+    assert driver.poll() is None and (hold / "held").exists(), driver.communicate()[1][-3000:]
     # a second driver on the same store is refused, naming the first
     second = subprocess.run([sys.executable, "-m", "interp", *args], env=_env(), capture_output=True, text=True,
-                            timeout=300)
+                            timeout=1800)
     assert second.returncode == 2 and f"pid {driver.pid}" in " ".join(second.stderr.split()), second.stderr[-2000:]
     driver.send_signal(signal.SIGKILL)
     driver.communicate(timeout=60)
     stamps = {p.name: p.stat().st_mtime_ns for p in (root / "units").glob("*.json")}
     assert len(stamps) == 2 and (root / ".lock").exists()  # the dead driver's lock is left behind
     rerun = subprocess.run([sys.executable, "-m", "interp", *args], env=_env(), capture_output=True, text=True,
-                           timeout=300)
+                           timeout=1800)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "'skipped_done': 2" in rerun.stdout
     assert {p: (root / "units" / p).stat().st_mtime_ns for p in stamps} == stamps  # nothing done was recomputed

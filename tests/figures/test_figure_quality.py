@@ -56,7 +56,7 @@ def overprinted(fig) -> list[str]:
     """Category tick labels wider than the space between neighbouring ticks, or turned away from horizontal."""
     fig = copy.deepcopy(fig)
     fig.update_layout(width=export.PNG_WIDTH)
-    full = fig.full_figure_for_development(warn=False)
+    full = export.full_layout(fig)
     plot_width = export.PNG_WIDTH - full.layout.margin.l - full.layout.margin.r
     size = full.layout.font.size
     bad = []

@@ -286,3 +286,47 @@ def test_attention_figure_keeps_at_most_six_layers_and_says_so():
     legend = [t.name for t in fig.data if t.showlegend]
     assert legend == [f"layer {i}" for i in shown_layers(30)]
     assert "6 of 30 layers shown" in fig.layout.title.subtitle.text
+
+
+def test_kaleido_start_up_error_is_retried_with_a_message_and_others_are_not(capsys):
+    """kaleido's page evaluated before it loaded (a busy machine) is retried, said on stderr; other errors raise."""
+    calls = []
+
+    def flaky(fail_times: int, message: str):
+        def render():
+            calls.append(message)
+            if len(calls) <= fail_times:
+                raise RuntimeError(f"JavascriptError: ReferenceError: {message}")
+            return "rendered"
+        return render
+
+    assert export.kaleido_call(flaky(export.KALEIDO_START_RETRIES, export.KALEIDO_NOT_LOADED)) == "rendered"
+    assert len(calls) == export.KALEIDO_START_RETRIES + 1
+    assert capsys.readouterr().err.count("retrying with a new browser") == export.KALEIDO_START_RETRIES
+    calls.clear()
+    with pytest.raises(RuntimeError, match="kaleido_scopes is not defined"):  # retried, then given up
+        export.kaleido_call(flaky(export.KALEIDO_START_RETRIES + 1, export.KALEIDO_NOT_LOADED))
+    assert len(calls) == export.KALEIDO_START_RETRIES + 1
+    calls.clear()
+    with pytest.raises(RuntimeError, match="something else"):  # any other error at once
+        export.kaleido_call(flaky(1, "something else"))
+    assert calls == ["something else"]
+
+
+def test_png_export_survives_the_start_up_error(tmp_path, monkeypatch):
+    """write_pngs retries the known error: every PNG is written once the render succeeds."""
+    import plotly.graph_objects as go
+
+    failures: list[int] = []
+
+    def write_images(figs, paths, **kwargs):
+        if not failures:
+            failures.append(1)
+            raise RuntimeError(f"ReferenceError: {export.KALEIDO_NOT_LOADED}")
+        for path in paths:
+            Path(path).write_bytes(b"png")
+
+    monkeypatch.setattr(export.pio, "write_images", write_images)
+    monkeypatch.setattr(export, "find_chromium", lambda: "/usr/bin/chromium")
+    paths, why_not = export.write_pngs({"a": go.Figure(), "b": go.Figure()}, tmp_path)
+    assert why_not is None and failures == [1] and [p.read_bytes() for p in paths] == [b"png", b"png"]

@@ -7,11 +7,12 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
-from interp.io import LOCK_NAME, WriterLocked, inside, run_units, safe_stem, writer_lock
+from interp.io import HOLD_ENV, LOCK_NAME, WriterLocked, hold_point, inside, run_units, safe_stem, writer_lock
 
 pytestmark = pytest.mark.unit
 
@@ -84,3 +85,34 @@ def test_lock_of_other_host_or_live_process_is_never_taken(tmp_path: Path) -> No
             with writer_lock(tmp_path, command="new"):
                 pass
         assert json.loads((tmp_path / LOCK_NAME).read_text()) == holder
+
+
+def test_hold_point_blocks_at_its_unit_until_released(tmp_path: Path, monkeypatch) -> None:
+    """The interrupt tests' hook: no effect at other counts; at its count it says so and blocks on the FIFO."""
+    os.mkfifo(tmp_path / "release")
+    monkeypatch.setenv(HOLD_ENV, f"2:{tmp_path}")
+    hold_point(1)
+    assert not (tmp_path / "held").exists()
+    returned = threading.Event()
+
+    def held_run() -> None:
+        hold_point(2)
+        returned.set()
+
+    thread = threading.Thread(target=held_run, daemon=True)
+    thread.start()
+    while not (tmp_path / "held").exists():  # written before it blocks
+        assert thread.is_alive()
+        thread.join(0.01)
+    assert (tmp_path / "held").read_text() == str(os.getpid()) and not returned.is_set()
+    with open(tmp_path / "release", "wb"):
+        pass  # the writer side: the held reader sees EOF and goes on
+    thread.join()
+    assert returned.is_set()
+
+
+@pytest.mark.parametrize("value", ["x:/tmp", "2", "2:"])
+def test_hold_point_refuses_a_malformed_setting(value: str, monkeypatch) -> None:
+    monkeypatch.setenv(HOLD_ENV, value)
+    with pytest.raises(ValueError, match=f"INTERP_HOLD_AFTER_UNITS={value!r}: expected"):
+        hold_point(1)

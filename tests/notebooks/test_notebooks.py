@@ -11,6 +11,7 @@ is a temporary folder: the notebooks find the repository themselves.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -42,6 +43,47 @@ def test_notebook_is_committed_with_small_outputs(path):
     plotly = [out for cell in code for out in cell.get("outputs", []) if PLOTLY_MIME in out.get("data", {})]
     assert plotly and all("image/png" in out["data"] for out in plotly), f"{path.name}: a figure without its PNG"
     assert path.stat().st_size < 3 * 2 ** 20
+
+
+# An absolute path of some machine (POSIX homes, work and temp folders, macOS, Windows drives) in an output.
+MACHINE_PATH = re.compile(r"(?<![\w.])(?:/(?:work|home|root|tmp|Users|private|var/folders|mnt|opt|srv)/|[A-Za-z]:\\)")
+DEFAULT_MODEL = re.compile(r'os\.environ\.get\("INTERP_NB_MODEL", "([^"]+)"\)')
+
+
+def _output_text(nb) -> str:
+    """Every text a reader sees in the committed outputs (streams, text bundles, errors), PNG bytes left out."""
+    parts = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            parts.append("".join(out.get("text", "")))
+            parts += ["".join(v) if isinstance(v, list) else json.dumps(v)
+                      for mime, v in out.get("data", {}).items() if mime != "image/png"]
+            parts += out.get("traceback", [])
+    return "\n".join(parts)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_committed_outputs_hold_no_machine_path(path):
+    text = _output_text(nbformat.read(path, as_version=4))
+    found = sorted({text[m.start():m.start() + 60].split("\n")[0] for m in MACHINE_PATH.finditer(text)})
+    assert not found, f"{path.name}: absolute paths of a machine in the committed outputs: {found}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_committed_outputs_come_from_the_model_the_notebook_defaults_to(path):
+    """A reader who runs the notebook as committed gets the numbers shown: outputs made with its default model."""
+    nb = nbformat.read(path, as_version=4)
+    defaults = {m for cell in nb.cells if cell.cell_type == "code" for m in DEFAULT_MODEL.findall(cell.source)}
+    assert len(defaults) == 1, f"{path.name}: one default model expected, found {sorted(defaults)}"
+    shown = re.findall(r"^model: (\S+)", _output_text(nb), flags=re.M)
+    assert shown == [defaults.pop()], f"{path.name}: outputs made with {shown}; run `make notebooks`"
+
+
+def test_machine_path_check_can_fail():
+    for bad in ("repository: /work/wt/i19", "-> /tmp/interp-nb02-x/store", "C:\\Users\\me", "/home/me/x"):
+        assert MACHINE_PATH.search(bad), bad
+    for fine in ("<WORK>/store", "data/demo/trajectories.jsonl", "1/2 units", "a/tmp/b"):
+        assert not MACHINE_PATH.search(fine), fine
 
 
 @pytest.fixture(scope="module")

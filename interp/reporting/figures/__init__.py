@@ -42,7 +42,7 @@ from interp.reporting.figures.iclr import iclr_figure
 from interp.reporting.figures.interventions import interventions_figure
 from interp.reporting.figures.kl_repair import kl_repair_figure
 from interp.reporting.figures.probe import probe_figure, roc_pr_figure
-from interp.reporting.figures.theme import PALETTE, TEMPLATE
+from interp.reporting.figures.theme import PALETTE, SEGMENT_COLOURS, TEMPLATE
 from interp.schema import Field, SchemaError, check, check_columns
 
 
@@ -130,7 +130,7 @@ def summary(report: dict, out_dir: Path) -> str:
 
 
 __all__ = [
-    "FIGURES", "PALETTE", "TEMPLATE", "FigureSpec", "attention_density_figure", "attention_figure",
+    "FIGURES", "PALETTE", "SEGMENT_COLOURS", "TEMPLATE", "FigureSpec", "attention_density_figure", "attention_figure",
     "externalization_figure", "find_chromium", "granularity_figure", "harm_figure", "iclr_figure",
     "interaction_figure", "interventions_figure", "kl_repair_figure", "load_result", "make_figures", "probe_figure",
     "relations_figure", "result_fields", "roc_pr_figure", "summary",

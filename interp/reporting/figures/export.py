@@ -10,13 +10,21 @@ looks, in order, at a browser kaleido downloaded itself, ``$BROWSER_PATH``,
 install paths. ``find_chromium`` asks that same search, so "found here" means
 "kaleido will find it too". Nothing here touches the network: the page kaleido
 renders loads plotly.js from the installed plotly package.
+
+kaleido can evaluate its export page before the page's script has loaded (a
+busy machine: ``ReferenceError: kaleido_scopes is not defined``); that one
+known start-up error is retried (``KALEIDO_START_RETRIES`` times, a new
+browser each time) and the retry is said on stderr; any other error is not.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
+from typing import TypeVar
 
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -27,6 +35,9 @@ PLOTLY_JS = "plotly.min.js"  # the name include_plotlyjs="directory" loads
 PNG_WIDTH = 1100  # CSS pixels; scale 2 gives print resolution
 PNG_SCALE = 2
 DEFAULT_HEIGHT = 550
+KALEIDO_NOT_LOADED = "kaleido_scopes is not defined"  # the export page evaluated before its script loaded
+KALEIDO_START_RETRIES = 2
+T = TypeVar("T")
 
 NO_CHROMIUM = (
     "PNG export skipped: kaleido needs a Chromium/Chrome browser and none was found "
@@ -74,12 +85,37 @@ def write_pngs(figures: dict[str, go.Figure], out_dir: Path) -> tuple[list[Path]
         return [], NO_CHROMIUM + (f" (BROWSER_PATH={bad} is set but is not an executable file.)" if bad else "")
     final = [out_dir / f"{name}.png" for name in figures]
     try:
-        with ExitStack() as stack:  # each renamed into place only when all were rendered
-            temporary = [stack.enter_context(atomic_path(path)) for path in final]
-            pio.write_images(
-                list(figures.values()), temporary, format="png", scale=PNG_SCALE, width=PNG_WIDTH,
-                height=[fig.layout.height or DEFAULT_HEIGHT for fig in figures.values()],
-            )
+        kaleido_call(lambda: _render_pngs(figures, final))
     except Exception as exc:  # a browser that starts but fails (missing libraries, sandbox) must not lose the HTML
         return [], f"PNG export failed in {browser}: {type(exc).__name__}: {exc}; the HTML figures were written."
     return final, None
+
+
+def kaleido_call(render: Callable[[], T]) -> T:
+    """``render()`` (a kaleido call), retried with a new browser when kaleido evaluated its page before the page
+    loaded (the one known start-up error, said on stderr); any other error propagates at once."""
+    retries = 0
+    while True:
+        try:
+            return render()
+        except Exception as exc:
+            if KALEIDO_NOT_LOADED not in str(exc) or retries == KALEIDO_START_RETRIES:
+                raise
+            retries += 1
+            print(f"kaleido evaluated its page before it loaded ({KALEIDO_NOT_LOADED}); "
+                  f"retrying with a new browser ({retries}/{KALEIDO_START_RETRIES})", file=sys.stderr)
+
+
+def full_layout(fig: go.Figure) -> go.Figure:
+    """Plotly's full figure (every default resolved: ranges, margins, fonts), computed by kaleido in Chromium."""
+    return kaleido_call(lambda: fig.full_figure_for_development(warn=False))
+
+
+def _render_pngs(figures: dict[str, go.Figure], final: list[Path]) -> None:
+    """One kaleido call for every figure; each PNG renamed into place only when all were rendered."""
+    with ExitStack() as stack:
+        temporary = [stack.enter_context(atomic_path(path)) for path in final]
+        pio.write_images(
+            list(figures.values()), temporary, format="png", scale=PNG_SCALE, width=PNG_WIDTH,
+            height=[fig.layout.height or DEFAULT_HEIGHT for fig in figures.values()],
+        )

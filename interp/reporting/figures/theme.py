@@ -18,9 +18,15 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from interp.data.render import SEGMENT_KINDS
+
 # Okabe & Ito (2008), "Color Universal Design": distinguishable under the common colour-vision deficiencies.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
 GREY = "#8C8C8C"
+# One colour per segment kind (interp.data.render.SEGMENT_KINDS), the same in every figure and notebook that
+# colours by kind (``color_discrete_map=SEGMENT_COLOURS`` with plotly express).
+SEGMENT_COLOURS = {kind: colour for kind, colour in zip(SEGMENT_KINDS, (
+    "#000000", GREY, "#56B4E9", "#D55E00", "#0072B2", "#009E73", "#F0E442"))}
 # Liberation Sans (fonts-liberation, which Debian's chromium pulls in) has Arial's metrics; then fall back.
 FONT = "Liberation Sans, Arial, Helvetica, sans-serif"
 
