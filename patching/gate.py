@@ -670,39 +670,41 @@ def decide_view(model: GateModel, view: dict[str, Any], prune: bool = True,
                 max_sets: int | None = MAX_SETS) -> ViewDecision:
     """The gate's decision from an online view (no model run): the pool, the valid sets, their scores, the choice.
 
-    Exhaustive (``prune=False``): every valid set of the pool up to K is scored. Pruned (the default, when the
-    gate has a tau and may abstain): the singletons are scored once; only members whose singleton score is under
-    tau grow larger sets, in order of that score; at most ``max_sets`` sets are grown (``grow_sets``: sizes
-    ascending, so a cap drops the largest sets of the riskiest members first). The set chosen equals the
-    exhaustive one whenever its members are each predicted safe alone (tested on the demo and held-out sets)."""
+    The valid sets are grown from the pool's admissible members only (``grow_sets``; members in order of span
+    tokens, largest first, so a cap at ``max_sets`` keeps every smaller set and the larger sets of the longest
+    units: the ones that could save most). Exhaustive (``prune=False``): every set is scored. Pruned (the
+    default): sets are scored in order of saving, largest first, one vectorised chunk at a time, and scoring
+    stops once a chunk holds a set under tau and every set of that saving is scored: no set left unscored could
+    be chosen (a smaller saving never wins), so the choice is the exhaustive one, bit for bit (tested)."""
     s = model.setting
     pool = pool_members(view, s, model.unit_kinds)
     if not len(pool) or (s.tau is None and s.abstain):
         return ViewDecision(None, None, 0, 0, 0)
-    cand = candidate_features(view, model.spec)
-    if prune and s.tau is not None and s.abstain:
-        singles, _, _ = grow_sets(view, pool, replace(s, k=1))
-        first = _scores(model, view, cand, pool, singles)
-        keep = [singles[i][0] for i in np.argsort(first, kind="stable") if first[i] < s.tau]
-        grown, _, capped = grow_sets(view, keep, s, max_sets)
-        known = dict(zip(singles, first))
-        more = [x for x in grown if len(x) > 1]
-        score_of = {**{x: known[x] for x in grown if len(x) == 1}, **dict(zip(more, _scores(model, view, cand, pool,
-                                                                                            more)))}
-        sets = grown
-        score = np.array([score_of[x] for x in sets])
-        n_scored = len(singles) + len(more)
-    else:
-        sets, _, capped = grow_sets(view, pool, s, max_sets)
-        score = _scores(model, view, cand, pool, sets)
-        n_scored = len(sets)
     tokens = [int(c["n_tokens"]) for c in view["candidates"]]
-    saving = np.array([sum(tokens[m] for m in x) for x in sets], float)
-    pick = choose(score, saving, s.tau, s.abstain)
-    n_feasible = int(np.sum(score < s.tau)) if s.tau is not None else 0
+    members = sorted(pool.tolist(), key=lambda m: (-tokens[m], m))
+    sets, saving, capped = grow_sets(view, members, s, max_sets)
+    cand = candidate_features(view, model.spec)
+    score = np.full(len(sets), np.inf)
+    order = np.lexsort((np.arange(len(sets)), -saving)) if prune else np.arange(len(sets))
+    done, stop = 0, None
+    while done < len(order):
+        chunk = order[done:done + SCORE_CHUNK]
+        if stop is not None:
+            chunk = chunk[saving[chunk] >= stop]
+            if not len(chunk):
+                break
+        score[chunk] = _scores(model, view, cand, pool, [sets[i] for i in chunk])
+        done += len(chunk)
+        under = chunk[score[chunk] < s.tau] if prune and s.tau is not None else chunk[:0]
+        if stop is None and len(under):
+            stop = int(saving[under].max())
+    scored = np.sort(order[:done])
+    pick = choose(score[scored], saving[scored].astype(float), s.tau, s.abstain)
+    n_feasible = int(np.sum(score[scored] < s.tau)) if s.tau is not None else 0
     if pick is None:
-        return ViewDecision(None, None, 0, n_scored, n_feasible, capped)
-    return ViewDecision(sets[pick], float(score[pick]), int(saving[pick]), n_scored, n_feasible, capped)
+        return ViewDecision(None, None, 0, len(scored), n_feasible, capped)
+    i = int(scored[pick])
+    return ViewDecision(sets[i], float(score[i]), int(saving[i]), len(scored), n_feasible, capped)
 
 
 @dataclass
