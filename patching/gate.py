@@ -97,7 +97,8 @@ MAX_REMOVAL = 0.20  # fraction of the request's tokens
 MAX_LAYERS = 4
 N_MEMBERS = 8
 MAX_SETS = 20_000  # the online gate's candidate cap (decide_view): sets grown at most
-SCORE_CHUNK = 4096  # sets scored per batch (bounds the feature matrix's memory)
+SCORE_CHUNK = 512  # sets scored per vectorised batch (bounds memory; the pruned gate stops between batches)
+MEMO = 4096  # online decisions a SetGate remembers (oldest dropped first)
 TAU_POINTS = 256  # thresholds searched on validation: every observed score, or this many observed quantiles
 SCORER_FORMAT = "interp.gate_scorer/1"
 SCORER_FIELDS = (
@@ -165,10 +166,15 @@ def grow_sets(view: dict[str, Any], members: Sequence[int], setting: GateSetting
     limit = setting.max_removal * view["prompt_tokens"]
     shapes = view["shapes"]
     order = list(members)
+    after = {m: order[i + 1:] for i, m in enumerate(order)}
     conflict = {m: {x for x in order if units_overlap(units[m], units[x])} for m in order}
+    emptied: dict[tuple[int, ...], bool] = {}  # the members of one step -> whether they empty it
 
     def fine(s: tuple[int, ...], m: int) -> bool:
-        return not empties_step(shapes, [units[x] for x in (*s, m) if units[x][1] == units[m][1]])
+        key = tuple(sorted(x for x in (*s, m) if units[x][1] == units[m][1]))
+        if key not in emptied:
+            emptied[key] = empties_step(shapes, [units[x] for x in key])
+        return not emptied[key]
 
     level = [((m,), tokens[m]) for m in order if tokens[m] <= limit and fine((), m)]
     out = list(level)
@@ -179,7 +185,7 @@ def grow_sets(view: dict[str, Any], members: Sequence[int], setting: GateSetting
             break
         nxt = []
         for st, n in level:
-            for m in order[order.index(st[-1]) + 1:]:
+            for m in after[st[-1]]:
                 if n + tokens[m] > limit or any(m in conflict[x] for x in st) or not fine(st, m):
                     continue
                 nxt.append(((*st, m), n + tokens[m]))
@@ -338,25 +344,29 @@ def set_matrix(view: dict[str, Any], cand: np.ndarray, pool: Sequence[int], sets
     tokens = np.array([c["n_tokens"] for c in cands], float)
     pool = [int(x) for x in pool]
     n_f = cand.shape[1]
-    padded = np.vstack([cand, np.zeros((1, n_f))])  # the last row pads ragged index lists
     total = cand[pool].sum(0) if pool else np.zeros(n_f)
     reps = _reps(view, spec) if spec.pairs else np.zeros((len(cands), 0, 0))
     steps = np.array([u[1] for u in units], float)
     kind = np.array([UNIT_KINDS.index(u[0]) if u[0] in UNIT_KINDS else -1 for u in units])
     width = reps.shape[1] * (reps.shape[2] + 1) + 3
     out: np.ndarray | None = None
+    conf_sum, conf_n = np.zeros_like(cand), np.zeros(len(cands))  # per member: the pool members it takes along
+    for m in {m for st in sets for m in st}:  # (itself, a call's result): disjoint between a set's members
+        xs = [x for x in pool if units_overlap(units[m], units[x])]
+        conf_sum[m], conf_n[m] = cand[xs].sum(0), len(xs)
     for k in sorted({len(s) for s in sets}):
         rows = np.array([i for i, s in enumerate(sets) if len(s) == k], int)
         idx = np.array([sets[i] for i in rows], int).reshape(len(rows), k)
-        member = cand[idx]  # [n, k, F]
-        parts = [member.mean(1), member.max(1)]
+        summed, top = cand[idx[:, 0]], cand[idx[:, 0]]
+        for j in range(1, k):
+            nxt = cand[idx[:, j]]
+            summed, top = summed + nxt, np.maximum(top, nxt)
+        parts = [summed / k, top]
         if spec.retained:  # the mean over the pool members the deletion leaves
-            conf = {m: [x for x in pool if units_overlap(units[m], units[x])] for m in np.unique(idx).tolist()}
-            gone = [sorted({x for m in row for x in conf[m]}) for row in idx.tolist()]
-            wide = max(len(g) for g in gone)
-            pad = np.array([g + [len(cands)] * (wide - len(g)) for g in gone], int)
-            left = len(pool) - np.array([len(g) for g in gone], float)
-            parts.append(np.where(left[:, None] > 0, (total - padded[pad].sum(1)) / np.maximum(left, 1)[:, None], 0.0))
+            gone, left = conf_sum[idx[:, 0]], len(pool) - conf_n[idx[:, 0]]
+            for j in range(1, k):
+                gone, left = gone + conf_sum[idx[:, j]], left - conf_n[idx[:, j]]
+            parts.append(np.where(left[:, None] > 0, (total - gone) / np.maximum(left, 1)[:, None], 0.0))
         if spec.pairs:
             if k >= 2:
                 pi, pj = (np.array(x, int) for x in zip(*itertools.combinations(range(k), 2)))
@@ -734,6 +744,8 @@ class SetGate:
         self.prune = prune
         self.max_sets = max_sets
         self.proj = projection(sensor.d_model, model.model["proj_dim"]) if model.model.get("proj_dim") else None
+        self._memo: dict[tuple[Any, ...], Decision] = {}  # (task_id, b, prompt ids) -> decision, at most MEMO
+
 
     def units(self, traj: Trajectory, b: int) -> list[Unit]:
         """The pool's units at b: admissible (``unit_admissible``) and with text to delete."""
@@ -749,7 +761,17 @@ class SetGate:
         return {"task_id": traj.task_id, "after_step": b, **cap, "shapes": step_shapes(traj, b)}
 
     def decide(self, traj: Trajectory, b: int) -> Decision:
-        """The set the gate deletes at boundary b (``units`` empty: it abstains)."""
+        """The set the gate deletes at boundary b (``units`` empty: it abstains); a prompt decided before (the
+        same task, boundary and tokens: ``drsr_gate`` replays steps 1..t at every later boundary) is answered
+        from memory, without a forward."""
+        key = (traj.task_id, b, tuple(render(traj, b, self.sensor.tokenizer).input_ids))
+        if key not in self._memo:
+            if len(self._memo) >= MEMO:
+                self._memo.pop(next(iter(self._memo)))
+            self._memo[key] = self._decide(traj, b)
+        return self._memo[key]
+
+    def _decide(self, traj: Trajectory, b: int) -> Decision:
         s = self.model.setting
         units = self.units(traj, b)
         if not units or (s.tau is None and s.abstain):

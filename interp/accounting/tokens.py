@@ -34,7 +34,9 @@ after it is written again; a policy that only ever edits the step just
 completed (ICLR) keeps every later request's cache intact up to that step.
 
 ICLR needs block entropies, which need the model; the accounting runs no
-forward, so ``iclr`` and ``iclr_step_only`` take their decisions from a table
+forward (``drsr_gate`` aside: its set gate, ``patching.gate.SetGate``, runs the sensor once per step and
+decides online with memory as the condition does; ``interp tokens --gate-scorer FILE``), so ``iclr`` and
+``iclr_step_only`` take their decisions from a table
 of block entropies (the CSV of ``interp entropy``, ``DROP_TABLE_FIELDS`` of
 ``interp.extraction.entropy``: rows of context ``online`` for ``iclr``,
 ``step_only`` for ``iclr_step_only``): :func:`table_scorer`. Online scores
@@ -199,7 +201,7 @@ def parse_policy(spec: str) -> Policy:
         sliding_window(Trajectory("x", "x", "", "", ()), 0, **dict(params))  # checks k
     else:
         check_condition_name(name)
-        if name not in ICLR_CONTEXT:  # ICLR's scorer comes from the entropy table
+        if name not in ICLR_CONTEXT and name != "drsr_gate":  # their scorer / gate come with the accounting
             validate_condition(name, dict(params))
     return Policy(spec.strip(), name, tuple(params))
 
@@ -277,8 +279,11 @@ def request_tokens(traj: Trajectory, policy: Policy, tokenizer: Any, cache: Cach
     return out
 
 
-def _extras(policy: Policy, entropy: pd.DataFrame | None, tokenizer: Any) -> dict[str, Any] | str:
-    """What a policy needs beyond its parameters (a table scorer, the tokenizer), or why it cannot run."""
+def _extras(policy: Policy, entropy: pd.DataFrame | None, tokenizer: Any, gate: Any = None) -> dict[str, Any] | str:
+    """What a policy needs beyond its parameters (a table scorer, the tokenizer, the set gate), or why it cannot
+    run."""
+    if policy.condition == "drsr_gate":
+        return {"gate": gate} if gate is not None else "no set gate given (--gate-scorer FILE of `interp gate train`)"
     if policy.condition in ICLR_CONTEXT:
         context = ICLR_CONTEXT[policy.condition]
         if entropy is None:
@@ -290,15 +295,17 @@ def _extras(policy: Policy, entropy: pd.DataFrame | None, tokenizer: Any) -> dic
 
 
 def account(trajectories: Sequence[Trajectory], policies: Iterable[str | Policy], tokenizer: Any,
-            cache: CacheModel = CacheModel(), entropy: pd.DataFrame | None = None) -> tuple[pd.DataFrame, list[dict]]:
+            cache: CacheModel = CacheModel(), entropy: pd.DataFrame | None = None,
+            gate: Any = None) -> tuple[pd.DataFrame, list[dict]]:
     """One row per (task, policy, request) (``requests`` of ``FIELDS``, with direct removal against ``full``),
-    and the policies skipped with their reason; no model forward."""
+    and the policies skipped with their reason; no model forward but the set gate's (``gate``: the
+    ``patching.gate.SetGate`` of the ``drsr_gate`` policy)."""
     parsed = [p if isinstance(p, Policy) else parse_policy(p) for p in policies]
     full = Policy("full", "full")
     rows, skipped = [], []
     needs: dict[str, tuple[Policy, dict[str, Any]]] = {}
     for p in parsed:
-        need = _extras(p, entropy, tokenizer)
+        need = _extras(p, entropy, tokenizer, gate)
         if isinstance(need, str):
             skipped.append({"policy": p.label, "reason": need})
         else:
@@ -439,12 +446,12 @@ def tokens_document(requests: pd.DataFrame, skipped: list[dict], tokenizer: Any,
 def run_accounting(trajectories: Sequence[Trajectory], policies: Iterable[str], tokenizer: Any,
                    cache: CacheModel = CacheModel(), entropy: pd.DataFrame | None = None,
                    paired: tuple[Sequence[Trajectory], str] | None = None,
-                   entropy_table: str | None = None) -> dict[str, Any]:
+                   entropy_table: str | None = None, gate: Any = None) -> dict[str, Any]:
     """Account ``trajectories`` under ``policies`` (and a paired run: (compressed trajectories, its policy),
     ``trajectories`` being the base run) and return the timed ``tokens.json`` document (``entropy_table``: the
     name of the entropy CSV, recorded)."""
     start = time.perf_counter()
-    requests, skipped = account(trajectories, policies, tokenizer, cache, entropy)
+    requests, skipped = account(trajectories, policies, tokenizer, cache, entropy, gate)
     pair = decompose_pair(trajectories, paired[0], paired[1], tokenizer, cache, entropy) if paired else None
     return tokens_document(requests, skipped, tokenizer, cache, pair, time.perf_counter() - start, entropy_table)
 
