@@ -59,7 +59,9 @@ def test_train_then_eval_writes_the_scorer_gate_json_figures_and_section(trained
     for spec in FIGURES:
         if spec.source == "gate/gate.json":
             spec.build(doc)
-    assert any("reference: K 3, beta 0.0, tau 0.0741" in line for line in gate_section(doc))
+    lines = gate_section(doc)
+    assert any("on this scorer's scale (reference: K 3, beta 0.0)" in line for line in lines)
+    assert any("DRSR's tau 0.0741 on its own scale" in line for line in lines)  # never beside ours
 
 
 def test_features_never_read_the_next_output(tiny_sensor, mini_trajectory):
