@@ -1,44 +1,55 @@
 """DRSR's learned set-risk gate: predict the harm of deleting a *set* of history units from online-visible
 information, and delete the largest set predicted safe, abstaining when none is.
 
+**One pool, offline and online.** At a boundary b the gate's candidates are the units of the kinds
+``GATE_KINDS`` (reasoning blocks, observations, tool exchanges: a call is deleted with its result,
+``interp.data.deletions``) with a span to delete, none of the latest step (protected by default):
+:func:`pool_members`. Its valid sets (:func:`grow_sets`) hold at most ``K`` pairwise non-overlapping members,
+remove no step whole (``interp.data.deletions.empties_step`` on the view's step shapes) and at most
+``MAX_REMOVAL`` = 20 % of the request's tokens (the saving: the members' span tokens). Supervision, selection,
+``gate.json`` and the online :class:`SetGate` all use this pool, the one feature function :func:`set_matrix` and
+the one choice :func:`choose`; the view they read comes from the same forward of the prompt at b
+(``patching.relations.prompt_capture``), so the offline feature vector of a set is the online one bit for bit.
+
 **Supervision** (:func:`supervision`): from DRSR boundary records (``patching.drsr.boundary_record``: the
-per-boundary parts ``interp drsr`` writes under ``<out>/parts/drsr.*/``), one row per (boundary, candidate set
-whose members were all captured): the exact harm (``patching.harm``), the unsafe label ``harm > UNSAFE``
-(``patching.granularity.UNSAFE`` = 0.020 nats/token, DRSR's margin; one home), the set size and the tokens its
-deletion removes from the request. :func:`split_tasks` splits trajectories (never rows) into train / validation /
-test (seeded; fractions ``SPLIT`` = 80:10:10 as DRSR, at least one trajectory in each part).
+per-boundary parts ``interp drsr`` writes under ``<out>/parts/drsr.*/``), one row per (boundary, pool set up to
+``max(K_GRID)``): the exact harm (``patching.harm``) where DRSR's stage measured the set, NaN (*unmeasured*)
+otherwise; never a guess. The unsafe label is ``harm > UNSAFE`` (``patching.granularity.UNSAFE`` = 0.020
+nats/token, the toolkit's assumption; one home). Scorers are fitted on the measured rows; the gate may choose an
+unmeasured set (as it would online), which then counts as a deletion without a harm. :func:`split_tasks` splits
+trajectories (never rows) into train / validation / test (seeded; fractions ``SPLIT`` = 80:10:10 as DRSR, at
+least one trajectory in each part).
 
-**Features** (:func:`set_features`) read only :func:`online_view` of a record: what the sensor sees at the
+**Features** (:func:`set_matrix`) read only :func:`online_view` of a record: what the sensor sees at the
 boundary before the next output exists (the candidates' pooled representations, the boundary state, the boundary
-token's attention rows, the units, span sizes and the request size). The recorded next output, its NLL and the
-harms are labels only: ``online_view`` drops them, and a test changes the next step's text and finds the features
-unchanged while the harms change. Per candidate ``u`` (at ``FeatureSpec.layers``, the full-attention layers, at
-most ``MAX_LAYERS`` of them evenly spaced): ``r_u``, ``r_u * s``, ``abs(r_u - s)``, ``cos(r_u, s)``
-(``patching.relations``: the relation to the boundary state ``s``), its unit kind (one-hot), recency
-``b - step``, position ``step / b``, ``log1p`` span tokens, and per full-attention layer the boundary token's mean
-and max head attention mass on the span and the mean mass per span token. Per set: the members' features pooled
-(mean and max; *deleted units*), the mean features of the candidates the deletion leaves (*retained context*;
-zero when none), the mean over member pairs of ``r_i * r_j`` and ``cos(r_i, r_j)`` per layer, same step, step
-distance and same kind (*pair pooling*; zero for a singleton), and the set's size, span tokens and span
-tokens / request tokens.
+token's attention rows, the units, span sizes, the request size and the step shapes). The recorded next output,
+its NLL and the harms are labels only: ``online_view`` drops them, and a test changes the next step's text and
+finds the features unchanged while the harms change. Per candidate ``u`` (:func:`candidate_features`; at
+``FeatureSpec.layers``, the full-attention layers, at most ``MAX_LAYERS`` of them evenly spaced): ``r_u``,
+``r_u * s``, ``abs(r_u - s)``, ``cos(r_u, s)`` (``patching.relations``: the relation to the boundary state
+``s``), its unit kind (one-hot), recency ``b - step``, position ``step / b``, ``log1p`` span tokens, and per
+full-attention layer the boundary token's mean and max head attention mass on the span and the mean mass per
+span token. Per set: the members' features pooled (mean and max; *deleted units*), the mean features of the pool
+members the deletion leaves (*retained context*; zero when none), the mean over member pairs of ``r_i * r_j`` and
+``cos(r_i, r_j)`` per layer, same step, step distance and same kind (*pair pooling*; zero for a singleton), and
+the set's size, span tokens and span tokens / request tokens.
 
-**Scorer** (:class:`SetRiskScorer`, a scikit-learn regressor): ``n_members`` bootstrap replicates of
-``StandardScaler`` + ``RidgeCV`` (alphas ``patching.relations.ALPHAS``) fitted to the exact harm; the prediction
-is their mean. Each member's unsafe probability is ``P(harm > unsafe)`` under a normal with the member's
-prediction as mean and the out-of-bag residual standard deviation as spread; the unsafe score is the mean over
-members and the uncertainty their standard deviation. It is stored as JSON (:meth:`SetRiskScorer.to_json`:
-arrays as lists; no pickle), with the feature spec, the gate's setting and the split: the *scorer file*
+**Scorer** (:class:`SetRiskScorer`, a scikit-learn regressor; ``kind`` "ridge"): ``n_members`` bootstrap
+replicates of ``StandardScaler`` + ``RidgeCV`` (alphas ``patching.relations.ALPHAS``) fitted to the exact harm;
+the prediction is their mean. Each member's unsafe probability is ``P(harm > unsafe)`` under a normal with the
+member's prediction as mean and the out-of-bag residual standard deviation as spread; the unsafe score is the
+mean over members and the uncertainty their standard deviation. The second scorer, DRSR's Table 7 set model
+(``patching.gate_mlp.SetMLPScorer``, ``kind`` "set-mlp"), reads the same candidate features and pool; both
+answer ``fit_rows``, ``harm_sets`` and ``risk_sets`` (:func:`make_scorer`). Stored as JSON (``to_json``: arrays
+as lists; no pickle), with the feature spec, the gate's setting and the split: the *scorer file*
 (``gate_scorer.json``, ``SCORER_FORMAT``).
 
-**Gate** (:func:`choose`): at a boundary the structurally valid candidate sets are those of at most ``K``
-non-overlapping units of the kinds ``GATE_KINDS`` (reasoning blocks, observations, tool exchanges: a call is
-deleted with its result, ``interp.data.deletions``), none of the latest step (recency: protected by default),
-removing at most ``MAX_REMOVAL`` = 20 % of the request's tokens (budget). Those with ``score + beta *
-uncertainty < tau`` are feasible; the gate deletes the feasible set with the largest direct token saving (ties:
-the lower score) and abstains when none is feasible. Online (:class:`SetGate`, ``gate.decide(traj, b)``), the
-features come from one forward of the render at b, every valid set is enumerated, and the tokens removed are
-measured by rendering the edited history; a set that would leave a step empty (removed whole) is not valid there,
-so the gated history keeps its boundary (the ``drsr_gate`` history condition, ``interp.data.conditions``).
+**Gate** (:func:`choose`): among the pool's sets of at most ``K`` units, those with ``score + beta *
+uncertainty < tau`` are feasible; the gate deletes the feasible set with the largest saving (ties: the lower
+score, then the first in canonical order) and abstains when none is feasible. Online (:class:`SetGate`,
+``gate.decide(traj, b)``: one forward of the prompt at b, then :func:`decide_view`) the sets are scored largest
+saving first and scoring stops once no unscored set could win: the exhaustive choice at agent speed. The
+``drsr_gate`` history condition (``interp.data.conditions``) runs it after every step with memory.
 
 Fields of the scorer file (``SCORER_FIELDS``):
 
@@ -47,7 +58,8 @@ Fields of the scorer file (``SCORER_FIELDS``):
 | ``schema`` | ``{...}`` | object | - | this table: {field: {shape, dtype, units, doc}} |
 | ``format`` | ``[]`` | str | - | SCORER_FORMAT: what reads this file |
 | ``spec`` | ``{layers, attention_layers, retained, pairs}`` | object | 0-based layers | the features: representation layers, attention rows, retained-context and pair blocks on or off |
-| ``scorer`` | ``{params, n_features_in, resid_sd, mean, scale, coef, intercept}`` | object | harm: nats/token | the fitted SetRiskScorer: per member [n_members, n_features] scaler mean and scale, ridge coef, [n_members] intercept; resid_sd the out-of-bag residual spread |
+| ``kind`` | ``[]`` | str | - | the scorer: ridge (SetRiskScorer) or set-mlp (patching.gate_mlp.SetMLPScorer); absent: ridge |
+| ``scorer`` | ``{params, n_features_in, resid_sd, ...}`` | object | harm: nats/token | the fitted scorer. ridge: per member [n_members, n_features] scaler mean and scale, ridge coef, [n_members] intercept; set-mlp: members [{mu, sd [n_features], w1 [64, n_features], b1, w2 [64, 259], b2, w3 [1, 64], b3}]; resid_sd the out-of-bag residual spread |
 | ``setting`` | ``{k, beta, tau, max_removal, protect_latest, abstain}`` | object | tau: unsafe score; max_removal: fraction of request tokens | the decision rule selected on validation (tau null: abstain always) |
 | ``split`` | ``{train, validation, test}`` | object | - | the task_ids of each part |
 | ``model`` | ``{spec, d_model, proj_dim}`` | object | dims | the sensor the representations came from and their projection (proj_dim null: not projected) |
@@ -56,13 +68,14 @@ Fields of the scorer file (``SCORER_FIELDS``):
 **Selection** (:func:`select`) on validation: ``K`` in ``K_GRID``, ``beta`` in ``BETA_GRID``, ``tau`` just above each
 observed validation score (at most ``TAU_POINTS`` observed quantiles); a setting is admissible when the deletions it makes have an empirical unsafe rate
 <= ``MAX_UNSAFE_RATE`` and a mean exact harm <= ``MAX_MEAN_HARM`` (abstaining everywhere is always admissible).
-The unsafe rate is smoothed add-one, ``(n_unsafe + 1) / (n_deleted + 2)`` (DRSR states the plain empirical
-rate): the search maximises removal, so it stops where the validation rate meets the limit, and the held-out
+The unsafe rate and mean harm are over the deletions whose set DRSR measured (a setting whose deletions were
+never measured is not admissible). The unsafe rate is smoothed add-one, ``(n_unsafe + 1) / (n_measured + 2)``
+(DRSR states the plain empirical rate): the search maximises removal, so it stops where the validation rate meets the limit, and the held-out
 rate then scatters around the limit; the smoothing keeps the selected rate below it (tested on planted harms)
 and needs 8 safe deletions before any deletion is admitted. On a harm no feature predicts, a small validation
 split can still admit a tau whose few deletions happen to be safe (``gate.json`` notes small splits; the null
 test of ``tests/gate`` uses ~80 validation boundaries, where the gate abstains).
-the admissible one with the largest mean direct removal wins (ties: smaller K, beta, tau). Evaluation:
+The admissible one with the largest mean direct removal wins (ties: smaller K, beta, tau). Evaluation:
 ``patching.gate_eval``.
 """
 
@@ -105,7 +118,8 @@ SCORER_FIELDS = (
     Field('schema', '{...}', 'object', '-', 'this table: {field: {shape, dtype, units, doc}}'),
     Field('format', '[]', 'str', '-', 'SCORER_FORMAT: what reads this file'),
     Field('spec', '{layers, attention_layers, retained, pairs}', 'object', '0-based layers', 'the features: representation layers, attention rows, retained-context and pair blocks on or off'),
-    Field('scorer', '{params, n_features_in, resid_sd, mean, scale, coef, intercept}', 'object', 'harm: nats/token', 'the fitted SetRiskScorer: per member [n_members, n_features] scaler mean and scale, ridge coef, [n_members] intercept; resid_sd the out-of-bag residual spread'),
+    Field('kind', '[]', 'str', '-', 'the scorer: ridge (SetRiskScorer) or set-mlp (patching.gate_mlp.SetMLPScorer); absent: ridge'),
+    Field('scorer', '{params, n_features_in, resid_sd, ...}', 'object', 'harm: nats/token', 'the fitted scorer. ridge: per member [n_members, n_features] scaler mean and scale, ridge coef, [n_members] intercept; set-mlp: members [{mu, sd [n_features], w1 [64, n_features], b1, w2 [64, 259], b2, w3 [1, 64], b3}]; resid_sd the out-of-bag residual spread'),
     Field('setting', '{k, beta, tau, max_removal, protect_latest, abstain}', 'object', 'tau: unsafe score; max_removal: fraction of request tokens', 'the decision rule selected on validation (tau null: abstain always)'),
     Field('split', '{train, validation, test}', 'object', '-', 'the task_ids of each part'),
     Field('model', '{spec, d_model, proj_dim}', 'object', 'dims', 'the sensor the representations came from and their projection (proj_dim null: not projected)'),
@@ -176,14 +190,14 @@ def grow_sets(view: dict[str, Any], members: Sequence[int], setting: GateSetting
             emptied[key] = empties_step(shapes, [units[x] for x in key])
         return not emptied[key]
 
-    level = [((m,), tokens[m]) for m in order if tokens[m] <= limit and fine((), m)]
+    level: list[tuple[tuple[int, ...], int]] = [((m,), tokens[m]) for m in order if tokens[m] <= limit and fine((), m)]
     out = list(level)
     capped = max_sets is not None and len(out) >= max_sets
     out = out[:max_sets] if max_sets is not None else out
     for _ in range(2, setting.k + 1):
         if capped:
             break
-        nxt = []
+        nxt: list[tuple[tuple[int, ...], int]] = []
         for st, n in level:
             for m in after[st[-1]]:
                 if n + tokens[m] > limit or any(m in conflict[x] for x in st) or not fine(st, m):
@@ -253,7 +267,7 @@ def supervision(records: Sequence[dict[str, Any]], unsafe: float = UNSAFE, k: in
         exact = {tuple(sorted(index[tuple(m)] for m in st["members"])): float(st["harm"]) for st in rec["sets"]
                  if all(tuple(m) in index for m in st["members"])}
         pool = pool_members(view, setting, kinds)
-        sets, save, _ = grow_sets(view, pool, setting)
+        sets, save, _ = grow_sets(view, pool.tolist(), setting)
         i = len(views)
         views.append(view)
         pools.append(pool)
@@ -333,7 +347,7 @@ def candidate_features(view: dict[str, Any], spec: FeatureSpec) -> np.ndarray:
     return np.concatenate(parts, axis=1)
 
 
-def set_matrix(view: dict[str, Any], cand: np.ndarray, pool: Sequence[int], sets: Sequence[Sequence[int]],
+def set_matrix(view: dict[str, Any], cand: np.ndarray, pool: Sequence[int] | np.ndarray, sets: Sequence[Sequence[int]],
                spec: FeatureSpec) -> np.ndarray:
     """The features ``[len(sets), D]`` of deleting each set (ascending candidate indices, members of ``pool``) at
     one boundary (``cand``: its :func:`candidate_features`; ``pool``: its :func:`pool_members`): the one feature
@@ -461,6 +475,22 @@ class SetRiskScorer(RegressorMixin, BaseEstimator):
         return np.einsum("np,mp->mn", X, w, optimize=False) + \
             (self.intercept_ - np.einsum("mp,mp->m", self.mean_, w, optimize=False))[:, None]
 
+    kind = "ridge"
+
+    def fit_rows(self, sup: Supervision, rows: np.ndarray, spec: FeatureSpec) -> SetRiskScorer:
+        """Fit to the exact harm of supervision ``rows`` (their :func:`feature_matrix`)."""
+        return self.fit(feature_matrix(sup, rows, spec), sup.harm[rows])
+
+    def harm_sets(self, view: dict[str, Any], cand: np.ndarray, pool: Sequence[int] | np.ndarray,
+                  sets: Sequence[Sequence[int]], spec: FeatureSpec) -> np.ndarray:
+        """Predicted harm of a boundary's sets (their :func:`set_matrix`)."""
+        return self.predict(set_matrix(view, cand, pool, sets, spec))
+
+    def risk_sets(self, view: dict[str, Any], cand: np.ndarray, pool: Sequence[int] | np.ndarray,
+                  sets: Sequence[Sequence[int]], spec: FeatureSpec) -> tuple[np.ndarray, np.ndarray]:
+        """(unsafe score, uncertainty) of a boundary's sets (their :func:`set_matrix`)."""
+        return self.predict_risk(set_matrix(view, cand, pool, sets, spec))
+
     def predict(self, X: Any) -> np.ndarray:
         """Predicted harm [n] (nats/token): the members' mean."""
         return self._members(X).mean(0)
@@ -561,13 +591,36 @@ def admissible(m: dict[str, Any], smooth: bool = True) -> bool:
     return rate <= MAX_UNSAFE_RATE and m["mean_harm"] <= MAX_MEAN_HARM
 
 
-def score_split(sup: Supervision, tasks: Sequence[str], scorer: SetRiskScorer, spec: FeatureSpec) -> Scored:
+def _by_boundary(sup: Supervision, rows: np.ndarray, spec: FeatureSpec, fn: Any, width: int) -> np.ndarray:
+    """``fn(view, cand, pool, sets, spec)`` boundary by boundary over supervision ``rows``: [width, len(rows)]."""
+    rows = np.asarray(rows, int)
+    out = np.zeros((width, len(rows)))
+    for bi in np.unique(sup.boundary[rows]):
+        mine = np.flatnonzero(sup.boundary[rows] == bi)
+        view = sup.views[bi]
+        out[:, mine] = np.reshape(fn(view, candidate_features(view, spec), sup.pools[bi],
+                                     [sup.members[r] for r in rows[mine]], spec), (width, len(mine)))
+    return out
+
+
+def predict_rows(scorer: Any, sup: Supervision, rows: np.ndarray, spec: FeatureSpec) -> np.ndarray:
+    """A scorer's predicted harm of supervision rows (either scorer: ``harm_sets`` per boundary)."""
+    return _by_boundary(sup, rows, spec, scorer.harm_sets, 1)[0]
+
+
+def risk_rows(scorer: Any, sup: Supervision, rows: np.ndarray, spec: FeatureSpec) -> tuple[np.ndarray, np.ndarray]:
+    """A scorer's (unsafe score, uncertainty) of supervision rows (``risk_sets`` per boundary)."""
+    risk, unc = _by_boundary(sup, rows, spec, lambda *a: np.stack(scorer.risk_sets(*a)), 2)
+    return risk, unc
+
+
+def score_split(sup: Supervision, tasks: Sequence[str], scorer: Any, spec: FeatureSpec) -> Scored:
     """Gate scores of the pool sets of the given trajectories."""
     rows = sup.rows_of(tasks)
     bounds = np.unique(sup.boundary[rows])
     if not len(rows):
         return Scored(rows, np.zeros(0), np.zeros(0), bounds, np.zeros(0, int))
-    risk, unc = scorer.predict_risk(feature_matrix(sup, rows, spec))
+    risk, unc = risk_rows(scorer, sup, rows, spec)
     return Scored(rows, risk, unc, bounds, sup.boundary[rows])
 
 
@@ -610,13 +663,28 @@ def select(sup: Supervision, val: Scored, k_grid: Sequence[int] = K_GRID, beta_g
 
 # ------------------------------------------------------------------ the scorer file and the online gate
 
+SCORERS = ("ridge", "set-mlp")
+
+
+def make_scorer(kind: str, n_members: int | None = None, unsafe: float = UNSAFE, seed: int = 0) -> Any:
+    """An unfitted scorer of ``kind`` (``SCORERS``): the ridge ensemble or DRSR's set model
+    (``patching.gate_mlp``); ValueError naming the kinds otherwise."""
+    if kind == "ridge":
+        return SetRiskScorer(n_members=n_members or N_MEMBERS, unsafe=unsafe, seed=seed)
+    if kind == "set-mlp":
+        from patching.gate_mlp import N_MEMBERS as MLP_MEMBERS, SetMLPScorer
+
+        return SetMLPScorer(n_members=n_members or MLP_MEMBERS, unsafe=unsafe, seed=seed)
+    raise ValueError(f"unknown scorer {kind!r}; known: {', '.join(SCORERS)}")
+
+
 @dataclass
 class GateModel:
     """A trained gate: its features, scorer and decision rule, the split it was trained on and the sensor's
     representation settings (projection) it reads."""
 
     spec: FeatureSpec
-    scorer: SetRiskScorer
+    scorer: Any  # SetRiskScorer (kind "ridge") or patching.gate_mlp.SetMLPScorer ("set-mlp")
     setting: GateSetting
     split: dict[str, list[str]] = field(default_factory=dict)
     model: dict[str, Any] = field(default_factory=dict)  # spec, d_model, proj_dim (null: not projected)
@@ -624,7 +692,8 @@ class GateModel:
 
     def to_json(self) -> dict[str, Any]:
         """The scorer file's document (``SCORER_FORMAT``)."""
-        return {"schema": schema_dict(SCORER_FIELDS), "format": SCORER_FORMAT, "spec": asdict(self.spec), "scorer": self.scorer.to_json(),
+        return {"schema": schema_dict(SCORER_FIELDS), "format": SCORER_FORMAT, "spec": asdict(self.spec),
+                "kind": self.scorer.kind, "scorer": self.scorer.to_json(),
                 "setting": asdict(self.setting), "split": self.split, "model": self.model,
                 "unit_kinds": list(self.unit_kinds)}
 
@@ -646,7 +715,8 @@ class GateModel:
             spec = doc["spec"]
             return cls(FeatureSpec(tuple(spec["layers"]), tuple(spec["attention_layers"]), bool(spec["retained"]),
                                    bool(spec["pairs"])),
-                       SetRiskScorer.from_json(doc["scorer"]), GateSetting(**doc["setting"]), doc["split"],
+                       make_scorer(doc.get("kind", "ridge")).from_json(doc["scorer"]), GateSetting(**doc["setting"]),
+                       doc["split"],
                        doc["model"], tuple(doc["unit_kinds"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path}: corrupt gate scorer file ({type(exc).__name__}: {exc})") from None
@@ -671,7 +741,7 @@ def _scores(model: GateModel, view: dict[str, Any], cand: np.ndarray, pool: np.n
     change a bit)."""
     out = np.empty(len(sets))
     for a in range(0, len(sets), SCORE_CHUNK):
-        risk, unc = model.scorer.predict_risk(set_matrix(view, cand, pool, sets[a:a + SCORE_CHUNK], model.spec))
+        risk, unc = model.scorer.risk_sets(view, cand, pool, sets[a:a + SCORE_CHUNK], model.spec)
         out[a:a + SCORE_CHUNK] = risk + model.setting.beta * unc
     return out
 

@@ -39,7 +39,7 @@ Fields of ``gate.json`` (``FIELDS``):
 | ``gate`` | ``{coverage, removal, unsafe_rate, mean_harm, n_boundaries, n_deleted, n_measured, ci: {metric: [lo, hi] or null}}`` | object | removal: fraction; harm: nats/token | the selected gate on test, deciding over the online pool: unsafe_rate and mean_harm over the n_measured of its n_deleted deletions whose set DRSR measured |
 | ``ablations`` | ``[n_rows] of {name, k, beta, tau, mae, spearman, pair_accuracy, coverage, removal, unsafe_rate, mean_harm}`` | object | as above | full, no_retained_context, no_pair_pooling, no_abstention |
 | ``notes`` | ``[n_notes]`` | str | - | what limits this run's evidence (tiny splits, no admissible deletion) |
-| ``scorer`` | ``{file, train_seconds, n_features}`` | object | seconds | the scorer file evaluated |
+| ``scorer`` | ``{file, kind, train_seconds, n_features}`` | object | seconds | the scorer file evaluated (kind: ridge or set-mlp; n_features: per set for ridge, per candidate for set-mlp) |
 | ``model`` | ``{...}`` | object or null | - | the sensor's describe() from drsr.json |
 """
 
@@ -56,9 +56,9 @@ import numpy as np
 from interp.io import read_json, safe_stem
 from interp.schema import Field, schema_dict
 from interp.stats import percentile_ci, task_resamples
-from patching.gate import (BETA_GRID, GATE_KINDS, K_GRID, MAX_MEAN_HARM, MAX_REMOVAL, MAX_UNSAFE_RATE, N_MEMBERS,
-                           SPLIT, FeatureSpec, GateModel, GateSetting, Scored, SetRiskScorer, Supervision,
-                           decisions, feature_matrix, gate_metrics, restrict, score_split, select, split_tasks,
+from patching.gate import (BETA_GRID, GATE_KINDS, K_GRID, MAX_MEAN_HARM, MAX_REMOVAL, MAX_UNSAFE_RATE,
+                           SPLIT, FeatureSpec, GateModel, GateSetting, Scored, Supervision, decisions,
+                           gate_metrics, make_scorer, predict_rows, restrict, score_split, select, split_tasks,
                            supervision)
 from patching.granularity import UNSAFE
 from patching.harm import AGGREGATORS, MARGIN, ordered_pairs
@@ -77,7 +77,7 @@ FIELDS = (
     Field('gate', '{coverage, removal, unsafe_rate, mean_harm, n_boundaries, n_deleted, n_measured, ci: {metric: [lo, hi] or null}}', 'object', 'removal: fraction; harm: nats/token', 'the selected gate on test, deciding over the online pool: unsafe_rate and mean_harm over the n_measured of its n_deleted deletions whose set DRSR measured'),
     Field('ablations', '[n_rows] of {name, k, beta, tau, mae, spearman, pair_accuracy, coverage, removal, unsafe_rate, mean_harm}', 'object', 'as above', 'full, no_retained_context, no_pair_pooling, no_abstention'),
     Field('notes', '[n_notes]', 'str', '-', "what limits this run's evidence (tiny splits, no admissible deletion)"),
-    Field('scorer', '{file, train_seconds, n_features}', 'object', 'seconds', 'the scorer file evaluated'),
+    Field('scorer', '{file, kind, train_seconds, n_features}', 'object', 'seconds', 'the scorer file evaluated (kind: ridge or set-mlp; n_features: per set for ridge, per candidate for set-mlp)'),
     Field('model', '{...}', 'object or null', '-', "the sensor's describe() from drsr.json"),
 )
 GATE_METRICS = ("coverage", "removal", "unsafe_rate", "mean_harm")
@@ -126,31 +126,31 @@ def _spec(sup: Supervision, retained: bool = True, pairs: bool = True) -> Featur
     return FeatureSpec.for_view(sup.views[0], retained, pairs)
 
 
-def fit_select(sup: Supervision, split: dict[str, list[str]], spec: FeatureSpec, n_members: int = N_MEMBERS,
-               seed: int = 0, abstain: bool = True) -> tuple[SetRiskScorer, GateSetting, dict[str, Any]]:
-    """The scorer fitted on train rows and the setting selected on validation (with its metrics)."""
+def fit_select(sup: Supervision, split: dict[str, list[str]], spec: FeatureSpec, n_members: int | None = None,
+               seed: int = 0, abstain: bool = True, kind: str = "ridge") -> tuple[Any, GateSetting, dict[str, Any]]:
+    """The scorer (``kind``: ``patching.gate.SCORERS``) fitted on train rows and the setting selected on
+    validation (with its metrics)."""
     rows = sup.rows_of(split["train"], measured=True)
     if not len(rows):
         raise ValueError("no measured pool set in the train trajectories")
-    scorer = SetRiskScorer(n_members=n_members, unsafe=sup.threshold, seed=seed).fit(
-        feature_matrix(sup, rows, spec), sup.harm[rows])
+    scorer = make_scorer(kind, n_members, sup.threshold, seed).fit_rows(sup, rows, spec)
     val = score_split(sup, split["validation"], scorer, spec)
     setting, metrics = select(sup, val, abstain=abstain)
     return scorer, setting, metrics
 
 
 def train(records: Sequence[dict[str, Any]], model: dict[str, Any] | None = None, proj_dim: int | None = None,
-          seed: int = 0, n_members: int = N_MEMBERS, unsafe: float = UNSAFE,
-          fractions: Sequence[float] = SPLIT) -> tuple[GateModel, dict[str, Any]]:
+          seed: int = 0, n_members: int | None = None, unsafe: float = UNSAFE,
+          fractions: Sequence[float] = SPLIT, scorer: str = "ridge") -> tuple[GateModel, dict[str, Any]]:
     """A trained gate (the scorer file's content) from DRSR records, and what training measured: the scorer is
     fitted on the measured sets of the online pool (``patching.gate.supervision``) of the train trajectories."""
     t0 = time.perf_counter()
     sup = supervision(records, unsafe)
     split = split_tasks(list(sup.task), seed, fractions)
     spec = _spec(sup)
-    scorer, setting, metrics = fit_select(sup, split, spec, n_members, seed)
+    fitted, setting, metrics = fit_select(sup, split, spec, n_members, seed, kind=scorer)
     kinds = tuple(k for k in GATE_KINDS if any(c["unit"][0] == k for v in sup.views for c in v["candidates"]))
-    gate = GateModel(spec, scorer, setting, split,
+    gate = GateModel(spec, fitted, setting, split,
                      {"spec": (model or {}).get("spec"), "d_model": (model or {}).get("d_model"),
                       "proj_dim": proj_dim}, kinds or GATE_KINDS)
     return gate, {"validation": metrics, "train_seconds": time.perf_counter() - t0,
@@ -262,7 +262,7 @@ def evaluate(records: Sequence[dict[str, Any]], gate: GateModel, model: dict[str
     notes: list[str] = []
     spec, scorer, setting = gate.spec, gate.scorer, gate.setting
     test_rows = sup.rows_of(split["test"], measured=True)
-    pred = scorer.predict(feature_matrix(sup, test_rows, spec)) if len(test_rows) else np.zeros(0)
+    pred = predict_rows(scorer, sup, test_rows, spec) if len(test_rows) else np.zeros(0)
     per_task_rows: dict[str, np.ndarray] = {t: np.flatnonzero(sup.task[test_rows] == t) for t in split["test"]}
 
     def mae(items: list[np.ndarray]) -> float | None:
@@ -318,8 +318,8 @@ def evaluate(records: Sequence[dict[str, Any]], gate: GateModel, model: dict[str
     ablations = [{"name": "full", **_row(setting, gate_doc), **full_pred}]
     for name, aspec in (("no_retained_context", replace(spec, retained=False)),
                         ("no_pair_pooling", replace(spec, pairs=False))):
-        a_scorer, a_setting, _ = fit_select(sup, split, aspec, scorer.n_members, scorer.seed)
-        a_pred = a_scorer.predict(feature_matrix(sup, test_rows, aspec)) if len(test_rows) else np.zeros(0)
+        a_scorer, a_setting, _ = fit_select(sup, split, aspec, scorer.n_members, scorer.seed, kind=scorer.kind)
+        a_pred = predict_rows(a_scorer, sup, test_rows, aspec) if len(test_rows) else np.zeros(0)
         a_test = restrict(sup, score_split(sup, split["test"], a_scorer, aspec), a_setting.k)
         ablations.append({"name": name, **_row(a_setting, gate_metrics(sup, decisions(sup, a_test, a_setting))),
                           **_prediction(sup, test_rows, a_pred, margin)})
@@ -362,6 +362,7 @@ def evaluate(records: Sequence[dict[str, Any]], gate: GateModel, model: dict[str
         "gate": gate_doc,
         "ablations": ablations,
         "notes": notes,
-        "scorer": {"file": scorer_file, "train_seconds": train_seconds, "n_features": scorer.n_features_in_},
+        "scorer": {"file": scorer_file, "kind": scorer.kind, "train_seconds": train_seconds,
+                   "n_features": scorer.n_features_in_},
         "model": model,
     }

@@ -494,16 +494,15 @@ def harm_from_parts(drsr_dir: Path, out: Path, model: dict[str, Any] | None = No
 
 
 def gate_train(drsr_dir: Path, out: Path, seed: int = 0, n_members: int | None = None,
-               parts: Path | None = None) -> dict[str, Any]:
+               parts: Path | None = None, scorer: str = "ridge") -> dict[str, Any]:
     """DRSR's set-risk gate trained on an ``interp drsr`` run's parts (train split) and selected on validation;
-    writes the scorer file ``gate_scorer.json`` (``patching.gate``); no model is run."""
-    from patching.gate import N_MEMBERS
+    writes the scorer file ``gate_scorer.json`` (``patching.gate``; ``scorer``: ridge or set-mlp); no model is
+    run."""
     from patching.gate_eval import drsr_records, train
 
     records, doc = drsr_records(drsr_dir, parts)
     with writer_lock(out, command="gate train"):
-        gate_model, info = train(records, doc.get("model"), doc.get("proj_dim"), seed,
-                                 N_MEMBERS if n_members is None else n_members)
+        gate_model, info = train(records, doc.get("model"), doc.get("proj_dim"), seed, n_members, scorer=scorer)
         gate_model.save(Path(out) / "gate_scorer.json")
     return {"scorer": str(Path(out) / "gate_scorer.json"), "setting": asdict(gate_model.setting),
             "split": gate_model.split, **info}
