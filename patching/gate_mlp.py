@@ -9,8 +9,8 @@ set's size, ``log1p`` span tokens and span tokens / request tokens; one hidden l
 maps it to the predicted harm. The ``FeatureSpec`` switches (``retained``, ``pairs``) zero their blocks, as for
 the ridge scorer's ablations.
 
-It is fitted in torch (float64, Adam, full batch, ``EPOCHS`` epochs, seeded: the same fit bit for bit on a
-machine) to the exact harm, ``n_members`` bootstrap replicates over the training sets; each member's unsafe
+It is fitted in torch (float32, Adam, full batch, ``EPOCHS`` epochs, seeded: the same fit bit for bit on a
+machine; the weights are then kept in float64) to the exact harm, ``n_members`` bootstrap replicates over the training sets; each member's unsafe
 probability is ``P(harm > unsafe)`` under a normal with the member's prediction as mean and the out-of-bag
 residual spread (as the ridge scorer's). Prediction runs in numpy with each set reduced on its own (einsum
 without BLAS blocking), so a set's score is the same bits offline and online, in any batch. Stored as JSON
@@ -30,8 +30,8 @@ from patching.granularity import UNSAFE
 
 EMBED = 64
 HIDDEN = 64
-EPOCHS = 300
-LEARNING_RATE = 3e-3
+EPOCHS = 100
+LEARNING_RATE = 1e-2
 WEIGHT_DECAY = 1e-4
 N_MEMBERS = 4
 _WEIGHTS = ("mu", "sd", "w1", "b1", "w2", "b2", "w3", "b3")
@@ -136,24 +136,22 @@ class SetMLPScorer:
         nn = torch.nn
         bounds = sorted({int(x) for x in sup.boundary[rows]})
         offset = dict(zip(bounds, np.cumsum([0] + [len(cand[b]) for b in bounds[:-1]]).tolist()))
-        x = torch.tensor(np.concatenate([(cand[b] - mu) / sd for b in bounds]))
-        conf_i, conf_j, pool_i, pool_j, n_pool = [], [], [], [], []
+        x = torch.tensor(np.concatenate([(cand[b] - mu) / sd for b in bounds]), dtype=torch.float32)
+        conflicts: list[list[int]] = []  # per candidate of the table: the pool members it takes along
+        pool_of: list[int] = []  # per pool member of the table: its boundary's position
+        n_pool = []
         for bi, b in enumerate(bounds):
             units = [tuple(c["unit"]) for c in sup.views[b]["candidates"]]
             pool = [int(m) for m in sup.pools[b]]
             n_pool.append(len(pool))
-            pool_i += [bi] * len(pool)
-            pool_j += [offset[b] + m for m in pool]
-            for m in pool:
-                for q in pool:
-                    if units_overlap(units[m], units[q]):
-                        conf_i.append(offset[b] + m)
-                        conf_j.append(offset[b] + q)
+            conflicts += [[offset[b] + q for q in pool if units_overlap(units[m], units[q])] for m in range(len(units))]
+            pool_of += [bi] * len(pool)
+        members = [offset[b] + int(m) for b in bounds for m in sup.pools[b]]
         n = len(x)
-        conflict = torch.sparse_coo_tensor([conf_i, conf_j], torch.ones(len(conf_i), dtype=torch.float64), (n, n))
-        pooled = torch.sparse_coo_tensor([pool_i, pool_j], torch.ones(len(pool_i), dtype=torch.float64),
-                                         (len(bounds), n))
-        conf_n = torch.sparse.sum(conflict, 1).to_dense()
+        wide = max(map(len, conflicts)) if conflicts else 1
+        conf_idx = torch.tensor([c + [n] * (wide - len(c)) for c in conflicts])  # n: a zero row
+        conf_n = torch.tensor([float(len(c)) for c in conflicts])
+        pool_idx, pool_bnd = torch.tensor(members, dtype=torch.long), torch.tensor(pool_of, dtype=torch.long)
         by_size = []
         for k in sorted({len(sup.members[r]) for r in rows}):
             mine = np.flatnonzero([len(sup.members[r]) == k for r in rows])
@@ -163,20 +161,21 @@ class SetMLPScorer:
                                            for m in sup.members[r])) for r in rows[mine]], dtype=torch.float64)
             prompt = torch.tensor([int(sup.views[int(sup.boundary[r])]["prompt_tokens"]) for r in rows[mine]],
                                   dtype=torch.float64)
-            size = torch.stack([torch.full_like(span, float(k)), torch.log1p(span), span / prompt], 1)
+            size = torch.stack([torch.full_like(span, float(k)), torch.log1p(span), span / prompt], 1).float()
             by_size.append((torch.tensor(mine), idx, bnd, size, k))
-        embed, hidden, head = nn.Linear(len(mu), EMBED).double(), nn.Linear(4 * EMBED + 3, HIDDEN).double(), \
-            nn.Linear(HIDDEN, 1).double()
+        embed, hidden, head = nn.Linear(len(mu), EMBED), nn.Linear(4 * EMBED + 3, HIDDEN), nn.Linear(HIDDEN, 1)
         params = [*embed.parameters(), *hidden.parameters(), *head.parameters()]
         opt = torch.optim.Adam(params, lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY)
-        target = torch.tensor(y)
-        scale = float(np.std(y)) or 1.0
-        n_pool_t = torch.tensor(n_pool, dtype=torch.float64)
+        centre, scale = float(np.mean(y)), float(np.std(y)) or 1.0
+        target = torch.tensor((y - centre) / scale, dtype=torch.float32)  # fitted standardised, unfolded below
+        n_pool_t = torch.tensor(n_pool, dtype=torch.float32)
         for _ in range(self.epochs):
             opt.zero_grad()
             emb = torch.relu(embed(x))
-            conf_sum, total = torch.sparse.mm(conflict, emb), torch.sparse.mm(pooled, emb)
-            pred = torch.zeros(len(rows), dtype=torch.float64)
+            padded = torch.cat([emb, torch.zeros(1, EMBED)])
+            conf_sum = padded[conf_idx].sum(1)
+            total = torch.zeros(len(bounds), EMBED).index_add(0, pool_bnd, emb[pool_idx])
+            pred = torch.zeros(len(rows))
             for mine, idx, bnd, size, k in by_size:
                 m = emb[idx]  # [n, k, E]
                 parts = [m.mean(1), m.max(1).values]
@@ -193,11 +192,12 @@ class SetMLPScorer:
                     parts.append(torch.zeros_like(m[:, 0]))
                 parts.append(size)
                 pred = pred.index_put((mine,), head(torch.relu(hidden(torch.cat(parts, 1)))).squeeze(-1))
-            loss = torch.mean(((pred - target) / scale) ** 2)
+            loss = torch.mean((pred - target) ** 2)
             loss.backward()
             opt.step()
-        w = [t.detach().numpy().copy() for t in (embed.weight, embed.bias, hidden.weight, hidden.bias, head.weight,
-                                                  head.bias)]
+        w = [t.detach().double().numpy().copy() for t in (embed.weight, embed.bias, hidden.weight, hidden.bias,
+                                                           head.weight, head.bias)]
+        w[4], w[5] = w[4] * scale, w[5] * scale + centre  # the head predicts harm in nats/token
         return dict(zip(_WEIGHTS, [mu, sd, *w]))
 
     # ---------------------------------------------------------------- prediction (numpy, row by row)

@@ -162,6 +162,7 @@ def planted_mlp():
     return recs, gate, evaluate(recs, gate, n_boot=0)
 
 
+@pytest.mark.slow  # torch fits: about a minute each on a loaded 2-core machine
 def test_drsr_s_set_model_learns_the_planted_relation_and_the_gate_meets_its_constraint(planted_mlp, planted):
     recs, gate, doc = planted_mlp
     assert doc["scorer"]["kind"] == "set-mlp" and doc["prediction"]["spearman"] > 0.9
@@ -172,6 +173,7 @@ def test_drsr_s_set_model_learns_the_planted_relation_and_the_gate_meets_its_con
     print("set-mlp", doc["prediction"], doc["gate"])
 
 
+@pytest.mark.slow
 def test_drsr_s_set_model_on_a_harm_no_feature_predicts_abstains():
     recs = records(240, planted=False, seed=2)
     gate, _ = train(recs, fractions=(0.34, 0.33, 0.33), n_members=2, scorer="set-mlp")
@@ -181,6 +183,7 @@ def test_drsr_s_set_model_on_a_harm_no_feature_predicts_abstains():
     assert m["coverage"] <= 0.05, (gate.setting, m)
 
 
+@pytest.mark.slow
 def test_the_set_model_file_round_trips_bit_for_bit_without_pickle(planted_mlp, tmp_path):
     recs, gate, _ = planted_mlp
     path = gate.save(tmp_path / "gate_scorer.json")
