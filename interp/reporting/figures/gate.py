@@ -47,7 +47,8 @@ def scores_figure(result: dict) -> go.Figure:
     sel = result["selected"]
     titled(fig, "Unsafe scores of candidate deletion sets by exact label", [
         f"selected tau {_num(sel['tau'], '.4f')} (dotted; null: abstain), K {sel['k']}, beta {sel['beta']} "
-        f"(DRSR: K {ref.DRSR_GATE['k']}, beta {ref.DRSR_GATE['beta']}; its tau is on its set model's scale)",
+        f"(DRSR: K {ref.DRSR_GATE['k']}, beta {ref.DRSR_GATE['beta']}; DRSR's tau {ref.DRSR_GATE['tau']} is on its "
+        "set model's scale, not this axis)",
         f"unsafe: exact harm above {result['settings']['unsafe_threshold']} nats/token", _where(result)])
     return fig
 
