@@ -1,5 +1,6 @@
 """Benchmark: the added cost of DRSR's relations (every layer's candidate pools and boundary state, attention rows
-at the full-attention layers) over the harm forwards they ride on.
+at the full-attention layers) over the harm forwards: since #38 one extra forward of the prompt at b (the forward
+the online gate runs, so the gate is trained on what it reads).
 
 One boundary (default: the middle boundary of the demo trajectory with the most steps), units of every kind,
 ``max_k`` 3 and ``budget`` sets per size. Two calls, interleaved ``--repeats`` times in one process after a warm-up
@@ -7,9 +8,9 @@ of each:
 
 - ``harm``: ``patching.harm.boundary_harm`` (the full render's forward advanced from departure to departure,
   every set's suffix from its snapshot);
-- ``harm + relations``: ``patching.drsr.boundary_record``: the same forwards with the capture plan (pooled sums of
-  every candidate span and the boundary token at every layer, the boundary row at every full-attention layer)
-  and the projection of what was captured.
+- ``harm + relations``: ``patching.drsr.boundary_record``: the same forwards plus the prompt's forward with the
+  capture plan (pooled sums of every candidate span and the boundary token at every layer, the boundary row at
+  every full-attention layer) and the projection of what was captured.
 
 Prints the median wall and process CPU time of each and their ratio (acceptance: at most 1.2), as a Markdown
 table with the machine's load. No asserts on time.

@@ -2,9 +2,11 @@
 structure, attention density (``drsr.json``).
 
 :func:`boundary_record` runs ``patching.harm.boundary_harm`` on units of every kind (steps and their blocks) and
-has the full render's own forward also keep, at every layer, each candidate's span pool and the boundary token
-(``resid_pre``), and the boundary token's attention row at every full-attention layer
-(``patching.relations.capture_plan``): the analyses ride on the forwards harm runs anyway. :func:`summarize_drsr`
+one forward of the prompt at b (``patching.relations.prompt_capture``) that keeps, at every layer, each
+candidate's span pool and the boundary token (``resid_pre``), and the boundary token's attention row at every
+full-attention layer: the same forward the online set-risk gate runs (``patching.gate.SetGate``), so the gate's
+supervision reads exactly what the gate reads when it runs. The record also keeps the history's step shapes
+(``interp.data.deletions.step_shapes``: which sets would remove a step whole). :func:`summarize_drsr`
 computes the four analyses from those records, without a model:
 
 - ``granularity``: ``patching.granularity``;
@@ -37,16 +39,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from interp.data.deletions import UNIT_KINDS, history_units, parse_unit_kinds
-from interp.data.render import Rendered
+from interp.data.deletions import UNIT_KINDS, history_units, parse_unit_kinds, step_shapes
 from interp.data.trajectory import Trajectory
 from interp.sensor.limits import DEFAULT_MAX_TOKENS
 from interp.schema import Field, schema_dict
-from interp.sensor.forward import Outputs, Plan
 from patching.granularity import UNSAFE, granularity
 from patching.harm import MARGIN, boundary_harm
 from patching.interaction import attention_density, interaction_structure
-from patching.relations import PROJ_DIM, Capture, capture_plan, captured, projection, relations_by_layer
+from patching.relations import PROJ_DIM, projection, prompt_capture, relations_by_layer
 
 FIELDS = (
     Field('schema', '{...}', 'object', '-', 'this table: {field: {shape, dtype, units, doc}}'),
@@ -69,22 +69,16 @@ FIELDS = (
 def boundary_record(sensor: Any, traj: Trajectory, b: int, max_k: int = 3, budget: int = 10, seed: int = 0,
                     units: Sequence[str] = UNIT_KINDS, max_tokens: int = DEFAULT_MAX_TOKENS,
                     proj_dim: int | None = PROJ_DIM) -> dict[str, Any]:
-    """One boundary's harm record plus its candidates' representations and attention (``relations.captured``),
-    from the harm forwards themselves."""
+    """One boundary's harm record plus its candidates' representations and attention from the prompt's forward
+    (``relations.prompt_capture``) and the history's step shapes."""
     kinds = parse_unit_kinds(units)
-    layers = list(range(sensor.n_layers))
-    holder: list[Capture] = []
-
-    def capture(full: Rendered, prompt_length: int) -> tuple[Plan, Outputs]:
-        holder.append(capture_plan(full, prompt_length, history_units(traj, b, kinds), layers,
-                                   sensor.full_attention_layers))
-        return holder[0].plan, holder[0].outputs
-
-    record = boundary_harm(sensor, traj, b, max_k, budget, seed, kinds, max_tokens, capture=capture)
+    record = boundary_harm(sensor, traj, b, max_k, budget, seed, kinds, max_tokens)
     if record.get("skipped"):
         return record
     proj = projection(sensor.d_model, proj_dim) if proj_dim else None
-    return {**record, **captured(holder[0], proj)}
+    view = prompt_capture(sensor, traj, b, history_units(traj, b, kinds), list(range(sensor.n_layers)),
+                          sensor.full_attention_layers, proj)
+    return {**record, **view, "shapes": step_shapes(traj, b)}
 
 
 def summarize_drsr(records: Sequence[dict[str, Any]], model: dict[str, Any] | None = None, margin: float = MARGIN,

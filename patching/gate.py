@@ -1,44 +1,55 @@
 """DRSR's learned set-risk gate: predict the harm of deleting a *set* of history units from online-visible
 information, and delete the largest set predicted safe, abstaining when none is.
 
+**One pool, offline and online.** At a boundary b the gate's candidates are the units of the kinds
+``GATE_KINDS`` (reasoning blocks, observations, tool exchanges: a call is deleted with its result,
+``interp.data.deletions``) with a span to delete, none of the latest step (protected by default):
+:func:`pool_members`. Its valid sets (:func:`grow_sets`) hold at most ``K`` pairwise non-overlapping members,
+remove no step whole (``interp.data.deletions.empties_step`` on the view's step shapes) and at most
+``MAX_REMOVAL`` = 20 % of the request's tokens (the saving: the members' span tokens). Supervision, selection,
+``gate.json`` and the online :class:`SetGate` all use this pool, the one feature function :func:`set_matrix` and
+the one choice :func:`choose`; the view they read comes from the same forward of the prompt at b
+(``patching.relations.prompt_capture``), so the offline feature vector of a set is the online one bit for bit.
+
 **Supervision** (:func:`supervision`): from DRSR boundary records (``patching.drsr.boundary_record``: the
-per-boundary parts ``interp drsr`` writes under ``<out>/parts/drsr.*/``), one row per (boundary, candidate set
-whose members were all captured): the exact harm (``patching.harm``), the unsafe label ``harm > UNSAFE``
-(``patching.granularity.UNSAFE`` = 0.020 nats/token, DRSR's margin; one home), the set size and the tokens its
-deletion removes from the request. :func:`split_tasks` splits trajectories (never rows) into train / validation /
-test (seeded; fractions ``SPLIT`` = 80:10:10 as DRSR, at least one trajectory in each part).
+per-boundary parts ``interp drsr`` writes under ``<out>/parts/drsr.*/``), one row per (boundary, pool set up to
+``max(K_GRID)``): the exact harm (``patching.harm``) where DRSR's stage measured the set, NaN (*unmeasured*)
+otherwise; never a guess. The unsafe label is ``harm > UNSAFE`` (``patching.granularity.UNSAFE`` = 0.020
+nats/token, the toolkit's assumption; one home). Scorers are fitted on the measured rows; the gate may choose an
+unmeasured set (as it would online), which then counts as a deletion without a harm. :func:`split_tasks` splits
+trajectories (never rows) into train / validation / test (seeded; fractions ``SPLIT`` = 80:10:10 as DRSR, at
+least one trajectory in each part).
 
-**Features** (:func:`set_features`) read only :func:`online_view` of a record: what the sensor sees at the
+**Features** (:func:`set_matrix`) read only :func:`online_view` of a record: what the sensor sees at the
 boundary before the next output exists (the candidates' pooled representations, the boundary state, the boundary
-token's attention rows, the units, span sizes and the request size). The recorded next output, its NLL and the
-harms are labels only: ``online_view`` drops them, and a test changes the next step's text and finds the features
-unchanged while the harms change. Per candidate ``u`` (at ``FeatureSpec.layers``, the full-attention layers, at
-most ``MAX_LAYERS`` of them evenly spaced): ``r_u``, ``r_u * s``, ``abs(r_u - s)``, ``cos(r_u, s)``
-(``patching.relations``: the relation to the boundary state ``s``), its unit kind (one-hot), recency
-``b - step``, position ``step / b``, ``log1p`` span tokens, and per full-attention layer the boundary token's mean
-and max head attention mass on the span and the mean mass per span token. Per set: the members' features pooled
-(mean and max; *deleted units*), the mean features of the candidates the deletion leaves (*retained context*;
-zero when none), the mean over member pairs of ``r_i * r_j`` and ``cos(r_i, r_j)`` per layer, same step, step
-distance and same kind (*pair pooling*; zero for a singleton), and the set's size, span tokens and span
-tokens / request tokens.
+token's attention rows, the units, span sizes, the request size and the step shapes). The recorded next output,
+its NLL and the harms are labels only: ``online_view`` drops them, and a test changes the next step's text and
+finds the features unchanged while the harms change. Per candidate ``u`` (:func:`candidate_features`; at
+``FeatureSpec.layers``, the full-attention layers, at most ``MAX_LAYERS`` of them evenly spaced): ``r_u``,
+``r_u * s``, ``abs(r_u - s)``, ``cos(r_u, s)`` (``patching.relations``: the relation to the boundary state
+``s``), its unit kind (one-hot), recency ``b - step``, position ``step / b``, ``log1p`` span tokens, and per
+full-attention layer the boundary token's mean and max head attention mass on the span and the mean mass per
+span token. Per set: the members' features pooled (mean and max; *deleted units*), the mean features of the pool
+members the deletion leaves (*retained context*; zero when none), the mean over member pairs of ``r_i * r_j`` and
+``cos(r_i, r_j)`` per layer, same step, step distance and same kind (*pair pooling*; zero for a singleton), and
+the set's size, span tokens and span tokens / request tokens.
 
-**Scorer** (:class:`SetRiskScorer`, a scikit-learn regressor): ``n_members`` bootstrap replicates of
-``StandardScaler`` + ``RidgeCV`` (alphas ``patching.relations.ALPHAS``) fitted to the exact harm; the prediction
-is their mean. Each member's unsafe probability is ``P(harm > unsafe)`` under a normal with the member's
-prediction as mean and the out-of-bag residual standard deviation as spread; the unsafe score is the mean over
-members and the uncertainty their standard deviation. It is stored as JSON (:meth:`SetRiskScorer.to_json`:
-arrays as lists; no pickle), with the feature spec, the gate's setting and the split: the *scorer file*
+**Scorer** (:class:`SetRiskScorer`, a scikit-learn regressor; ``kind`` "ridge"): ``n_members`` bootstrap
+replicates of ``StandardScaler`` + ``RidgeCV`` (alphas ``patching.relations.ALPHAS``) fitted to the exact harm;
+the prediction is their mean. Each member's unsafe probability is ``P(harm > unsafe)`` under a normal with the
+member's prediction as mean and the out-of-bag residual standard deviation as spread; the unsafe score is the
+mean over members and the uncertainty their standard deviation. The second scorer, DRSR's Table 7 set model
+(``patching.gate_mlp.SetMLPScorer``, ``kind`` "set-mlp"), reads the same candidate features and pool; both
+answer ``fit_rows``, ``harm_sets`` and ``risk_sets`` (:func:`make_scorer`). Stored as JSON (``to_json``: arrays
+as lists; no pickle), with the feature spec, the gate's setting and the split: the *scorer file*
 (``gate_scorer.json``, ``SCORER_FORMAT``).
 
-**Gate** (:func:`choose`): at a boundary the structurally valid candidate sets are those of at most ``K``
-non-overlapping units of the kinds ``GATE_KINDS`` (reasoning blocks, observations, tool exchanges: a call is
-deleted with its result, ``interp.data.deletions``), none of the latest step (recency: protected by default),
-removing at most ``MAX_REMOVAL`` = 20 % of the request's tokens (budget). Those with ``score + beta *
-uncertainty < tau`` are feasible; the gate deletes the feasible set with the largest direct token saving (ties:
-the lower score) and abstains when none is feasible. Online (:class:`SetGate`, ``gate.decide(traj, b)``), the
-features come from one forward of the render at b, every valid set is enumerated, and the tokens removed are
-measured by rendering the edited history; a set that would leave a step empty (removed whole) is not valid there,
-so the gated history keeps its boundary (the ``drsr_gate`` history condition, ``interp.data.conditions``).
+**Gate** (:func:`choose`): among the pool's sets of at most ``K`` units, those with ``score + beta *
+uncertainty < tau`` are feasible; the gate deletes the feasible set with the largest saving (ties: the lower
+score, then the first in canonical order) and abstains when none is feasible. Online (:class:`SetGate`,
+``gate.decide(traj, b)``: one forward of the prompt at b, then :func:`decide_view`) the sets are scored largest
+saving first and scoring stops once no unscored set could win: the exhaustive choice at agent speed. The
+``drsr_gate`` history condition (``interp.data.conditions``) runs it after every step with memory.
 
 Fields of the scorer file (``SCORER_FIELDS``):
 
@@ -47,7 +58,8 @@ Fields of the scorer file (``SCORER_FIELDS``):
 | ``schema`` | ``{...}`` | object | - | this table: {field: {shape, dtype, units, doc}} |
 | ``format`` | ``[]`` | str | - | SCORER_FORMAT: what reads this file |
 | ``spec`` | ``{layers, attention_layers, retained, pairs}`` | object | 0-based layers | the features: representation layers, attention rows, retained-context and pair blocks on or off |
-| ``scorer`` | ``{params, n_features_in, resid_sd, mean, scale, coef, intercept}`` | object | harm: nats/token | the fitted SetRiskScorer: per member [n_members, n_features] scaler mean and scale, ridge coef, [n_members] intercept; resid_sd the out-of-bag residual spread |
+| ``kind`` | ``[]`` | str | - | the scorer: ridge (SetRiskScorer) or set-mlp (patching.gate_mlp.SetMLPScorer); absent: ridge |
+| ``scorer`` | ``{params, n_features_in, resid_sd, ...}`` | object | harm: nats/token | the fitted scorer. ridge: per member [n_members, n_features] scaler mean and scale, ridge coef, [n_members] intercept; set-mlp: members [{mu, sd [n_features], w1 [64, n_features], b1, w2 [64, 259], b2, w3 [1, 64], b3}]; resid_sd the out-of-bag residual spread |
 | ``setting`` | ``{k, beta, tau, max_removal, protect_latest, abstain}`` | object | tau: unsafe score; max_removal: fraction of request tokens | the decision rule selected on validation (tau null: abstain always) |
 | ``split`` | ``{train, validation, test}`` | object | - | the task_ids of each part |
 | ``model`` | ``{spec, d_model, proj_dim}`` | object | dims | the sensor the representations came from and their projection (proj_dim null: not projected) |
@@ -56,22 +68,22 @@ Fields of the scorer file (``SCORER_FIELDS``):
 **Selection** (:func:`select`) on validation: ``K`` in ``K_GRID``, ``beta`` in ``BETA_GRID``, ``tau`` just above each
 observed validation score (at most ``TAU_POINTS`` observed quantiles); a setting is admissible when the deletions it makes have an empirical unsafe rate
 <= ``MAX_UNSAFE_RATE`` and a mean exact harm <= ``MAX_MEAN_HARM`` (abstaining everywhere is always admissible).
-The unsafe rate is smoothed add-one, ``(n_unsafe + 1) / (n_deleted + 2)`` (DRSR states the plain empirical
-rate): the search maximises removal, so it stops where the validation rate meets the limit, and the held-out
+The unsafe rate and mean harm are over the deletions whose set DRSR measured (a setting whose deletions were
+never measured is not admissible). The unsafe rate is smoothed add-one, ``(n_unsafe + 1) / (n_measured + 2)``
+(DRSR states the plain empirical rate): the search maximises removal, so it stops where the validation rate meets the limit, and the held-out
 rate then scatters around the limit; the smoothing keeps the selected rate below it (tested on planted harms)
 and needs 8 safe deletions before any deletion is admitted. On a harm no feature predicts, a small validation
 split can still admit a tau whose few deletions happen to be safe (``gate.json`` notes small splits; the null
 test of ``tests/gate`` uses ~80 validation boundaries, where the gate abstains).
-the admissible one with the largest mean direct removal wins (ties: smaller K, beta, tau). Evaluation:
+The admissible one with the largest mean direct removal wins (ties: smaller K, beta, tau). Evaluation:
 ``patching.gate_eval``.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -79,13 +91,14 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from interp.data.deletions import DRSR_UNIT_KINDS, UNIT_KINDS, Unit, delete_units, history_units, units_overlap
+from interp.data.deletions import (DRSR_UNIT_KINDS, UNIT_KINDS, Unit, delete_units, empties_step, history_units,
+                                   step_shapes, unit_is_empty, units_overlap)
 from interp.data.render import render
 from interp.data.trajectory import Trajectory
 from interp.io import atomic_write_json, read_json
 from interp.schema import Field, schema_dict
 from patching.granularity import UNSAFE
-from patching.relations import ALPHAS, capture_plan, captured, projection
+from patching.relations import ALPHAS, projection, prompt_capture
 
 GATE_KINDS = DRSR_UNIT_KINDS
 SPLIT = (0.8, 0.1, 0.1)  # train, validation, test fractions of trajectories (DRSR's 80:10:10)
@@ -96,22 +109,39 @@ MAX_MEAN_HARM = 0.020  # nats/token
 MAX_REMOVAL = 0.20  # fraction of the request's tokens
 MAX_LAYERS = 4
 N_MEMBERS = 8
+MAX_SETS = 20_000  # the online gate's candidate cap (decide_view): sets grown at most
+SCORE_CHUNK = 512  # sets scored per vectorised batch (bounds memory; the pruned gate stops between batches)
+MEMO = 4096  # online decisions a SetGate remembers (oldest dropped first)
 TAU_POINTS = 256  # thresholds searched on validation: every observed score, or this many observed quantiles
 SCORER_FORMAT = "interp.gate_scorer/1"
 SCORER_FIELDS = (
     Field('schema', '{...}', 'object', '-', 'this table: {field: {shape, dtype, units, doc}}'),
     Field('format', '[]', 'str', '-', 'SCORER_FORMAT: what reads this file'),
     Field('spec', '{layers, attention_layers, retained, pairs}', 'object', '0-based layers', 'the features: representation layers, attention rows, retained-context and pair blocks on or off'),
-    Field('scorer', '{params, n_features_in, resid_sd, mean, scale, coef, intercept}', 'object', 'harm: nats/token', 'the fitted SetRiskScorer: per member [n_members, n_features] scaler mean and scale, ridge coef, [n_members] intercept; resid_sd the out-of-bag residual spread'),
+    Field('kind', '[]', 'str', '-', 'the scorer: ridge (SetRiskScorer) or set-mlp (patching.gate_mlp.SetMLPScorer); absent: ridge'),
+    Field('scorer', '{params, n_features_in, resid_sd, ...}', 'object', 'harm: nats/token', 'the fitted scorer. ridge: per member [n_members, n_features] scaler mean and scale, ridge coef, [n_members] intercept; set-mlp: members [{mu, sd [n_features], w1 [64, n_features], b1, w2 [64, 259], b2, w3 [1, 64], b3}]; resid_sd the out-of-bag residual spread'),
     Field('setting', '{k, beta, tau, max_removal, protect_latest, abstain}', 'object', 'tau: unsafe score; max_removal: fraction of request tokens', 'the decision rule selected on validation (tau null: abstain always)'),
     Field('split', '{train, validation, test}', 'object', '-', 'the task_ids of each part'),
     Field('model', '{spec, d_model, proj_dim}', 'object', 'dims', 'the sensor the representations came from and their projection (proj_dim null: not projected)'),
     Field('unit_kinds', '[n_kinds]', 'str', '-', 'the unit kinds the gate may delete'),
 )
-_ONLINE = ("task_id", "after_step", "layers", "attention_layers", "prompt_tokens", "state", "candidates")
+_ONLINE = ("task_id", "after_step", "layers", "attention_layers", "prompt_tokens", "state", "candidates", "shapes")
 
 
-# ------------------------------------------------------------------ supervision and split
+# ------------------------------------------------------------------ the candidate pool (one rule, offline and online)
+
+@dataclass(frozen=True)
+class GateSetting:
+    """The gate's decision rule: largest set size K, uncertainty coefficient beta, risk threshold tau (None:
+    abstain always), the removal cap, whether the latest step is protected and whether the gate may abstain."""
+
+    k: int = 3
+    beta: float = 0.0
+    tau: float | None = None
+    max_removal: float = MAX_REMOVAL
+    protect_latest: bool = True
+    abstain: bool = True
+
 
 def online_view(record: dict[str, Any]) -> dict[str, Any]:
     """What of a DRSR boundary record the sensor sees before the next output: the one source of every feature."""
@@ -122,18 +152,84 @@ def online_view(record: dict[str, Any]) -> dict[str, Any]:
     return {k: record[k] for k in _ONLINE}
 
 
+def unit_admissible(unit: Sequence[Any], b: int, setting: GateSetting, kinds: Sequence[str] = GATE_KINDS) -> bool:
+    """Whether a unit may be a member of a gate set at boundary b: a gate kind, not of the protected latest step."""
+    return unit[0] in kinds and unit[0] in GATE_KINDS and not (setting.protect_latest and unit[1] == b)
+
+
+def pool_members(view: dict[str, Any], setting: GateSetting, kinds: Sequence[str] = GATE_KINDS) -> np.ndarray:
+    """The view's admissible candidates (indices, history order): :func:`unit_admissible` with a span to delete."""
+    b = view["after_step"]
+    return np.array([j for j, c in enumerate(view["candidates"])
+                     if c["n_tokens"] > 0 and unit_admissible(c["unit"], b, setting, kinds)], int)
+
+
+def grow_sets(view: dict[str, Any], members: Sequence[int], setting: GateSetting,
+              max_sets: int | None = None) -> tuple[list[tuple[int, ...]], np.ndarray, bool]:
+    """The valid sets of at most ``setting.k`` of ``members`` (candidate indices) and their saving (span tokens).
+
+    Valid: members pairwise non-overlapping (a call goes with its result: ``units_overlap``), no step removed
+    whole (``empties_step`` on the view's step shapes), at most ``max_removal`` of the prompt's tokens. Each rule
+    is monotone (a subset of a valid set is valid), so growing size k+1 only from valid sets of size k (adding a
+    later member) yields exactly every valid set. ``max_sets``: stop once that many are grown (sizes ascending,
+    members in the order given; the third value says whether it stopped). Sets are returned in canonical order
+    (size, then ascending candidate indices), each as ascending indices."""
+    cands = view["candidates"]
+    units = [tuple(c["unit"]) for c in cands]
+    tokens = [int(c["n_tokens"]) for c in cands]
+    limit = setting.max_removal * view["prompt_tokens"]
+    shapes = view["shapes"]
+    order = list(members)
+    after = {m: order[i + 1:] for i, m in enumerate(order)}
+    conflict = {m: {x for x in order if units_overlap(units[m], units[x])} for m in order}
+    emptied: dict[tuple[int, ...], bool] = {}  # the members of one step -> whether they empty it
+
+    def fine(s: tuple[int, ...], m: int) -> bool:
+        key = tuple(sorted(x for x in (*s, m) if units[x][1] == units[m][1]))
+        if key not in emptied:
+            emptied[key] = empties_step(shapes, [units[x] for x in key])
+        return not emptied[key]
+
+    level: list[tuple[tuple[int, ...], int]] = [((m,), tokens[m]) for m in order if tokens[m] <= limit and fine((), m)]
+    out = list(level)
+    capped = max_sets is not None and len(out) >= max_sets
+    out = out[:max_sets] if max_sets is not None else out
+    for _ in range(2, setting.k + 1):
+        if capped:
+            break
+        nxt: list[tuple[tuple[int, ...], int]] = []
+        for st, n in level:
+            for m in after[st[-1]]:
+                if n + tokens[m] > limit or any(m in conflict[x] for x in st) or not fine(st, m):
+                    continue
+                nxt.append(((*st, m), n + tokens[m]))
+                if max_sets is not None and len(out) + len(nxt) >= max_sets:
+                    capped = True
+                    break
+            if capped:
+                break
+        out += nxt
+        level = nxt
+    sets = sorted((tuple(sorted(st)) for st, _ in out), key=lambda x: (len(x), x))
+    saving = np.array([sum(tokens[m] for m in st) for st in sets], int)
+    return sets, saving, capped
+
+
+# ------------------------------------------------------------------ supervision and split
+
 @dataclass
 class Supervision:
-    """One row per (boundary, captured candidate set): the labels and where its features come from."""
+    """One row per (boundary, set of its candidate pool): the exact harm DRSR measured or NaN (unmeasured)."""
 
     views: list[dict[str, Any]]  # per boundary: online_view
+    pools: list[np.ndarray]  # per boundary: its pool members (candidate indices)
     boundary: np.ndarray  # [n] int: index into views
     task: np.ndarray  # [n] str
-    members: list[list[int]]  # per row: indices into its boundary's candidates
-    harm: np.ndarray  # [n] nats/token
-    unsafe: np.ndarray  # [n] bool: harm > threshold
-    tokens_removed: np.ndarray  # [n] tokens of the request removed (exact, from the renders)
-    singles: list[dict[int, float]]  # per boundary: candidate index -> singleton harm
+    members: list[tuple[int, ...]]  # per row: ascending indices into its boundary's candidates
+    harm: np.ndarray  # [n] nats/token; NaN where DRSR's stage did not measure the set
+    measured: np.ndarray  # [n] bool
+    saving: np.ndarray  # [n] int: span tokens the set deletes (the gate's saving)
+    singles: list[dict[int, float]]  # per boundary: candidate index -> measured singleton harm
     threshold: float = UNSAFE
 
     @property
@@ -141,38 +237,50 @@ class Supervision:
         """Set sizes [n]."""
         return np.array([len(m) for m in self.members], int)
 
-    def rows_of(self, tasks: Sequence[str]) -> np.ndarray:
-        """Row indices of the given trajectories."""
-        return np.flatnonzero(np.isin(self.task, list(tasks)))
+    @property
+    def unsafe(self) -> np.ndarray:
+        """[n] bool: measured and harm above the threshold (False where unmeasured: read with ``measured``)."""
+        return self.measured & (np.nan_to_num(self.harm, nan=-np.inf) > self.threshold)
+
+    def rows_of(self, tasks: Sequence[str], measured: bool = False) -> np.ndarray:
+        """Row indices of the given trajectories (``measured``: only rows with an exact harm)."""
+        keep = np.isin(self.task, list(tasks))
+        return np.flatnonzero(keep & self.measured if measured else keep)
 
 
-def supervision(records: Sequence[dict[str, Any]], unsafe: float = UNSAFE) -> Supervision:
-    """The supervision rows of DRSR boundary records (skipped boundaries left out)."""
+def supervision(records: Sequence[dict[str, Any]], unsafe: float = UNSAFE, k: int = max(K_GRID),
+                max_removal: float = MAX_REMOVAL, kinds: Sequence[str] = GATE_KINDS) -> Supervision:
+    """The gate's pool at every boundary of DRSR records (skipped ones left out), with DRSR's exact harms where
+    it measured a set: the sets the online gate enumerates (:func:`grow_sets`, K = ``k``), never others."""
+    setting = GateSetting(k=k, max_removal=max_removal)
     views: list[dict[str, Any]] = []
+    pools: list[np.ndarray] = []
     singles: list[dict[int, float]] = []
-    members: list[list[int]] = []
+    members: list[tuple[int, ...]] = []
     bidx: list[int] = []
     task: list[str] = []
     harm: list[float] = []
-    removed: list[int] = []
+    saving: list[int] = []
     for rec in (r for r in records if not r.get("skipped")):
         view = online_view(rec)
         index = {tuple(c["unit"]): j for j, c in enumerate(view["candidates"])}
+        exact = {tuple(sorted(index[tuple(m)] for m in st["members"])): float(st["harm"]) for st in rec["sets"]
+                 if all(tuple(m) in index for m in st["members"])}
+        pool = pool_members(view, setting, kinds)
+        sets, save, _ = grow_sets(view, pool.tolist(), setting)
         i = len(views)
         views.append(view)
-        singles.append({index[tuple(s["members"][0])]: float(s["harm"]) for s in rec["sets"]
-                        if len(s["members"]) == 1 and tuple(s["members"][0]) in index})
-        for s in rec["sets"]:
-            ms = [tuple(m) for m in s["members"]]
-            if ms and all(m in index for m in ms):
-                bidx.append(i)
-                task.append(rec["task_id"])
-                members.append([index[m] for m in ms])
-                harm.append(float(s["harm"]))
-                removed.append(int(s["tokens_removed"]))
+        pools.append(pool)
+        singles.append({st[0]: h for st, h in exact.items() if len(st) == 1})
+        for st, n in zip(sets, save):
+            bidx.append(i)
+            task.append(rec["task_id"])
+            members.append(st)
+            harm.append(exact.get(st, np.nan))
+            saving.append(int(n))
     h = np.array(harm, float)
-    return Supervision(views, np.array(bidx, int), np.array(task, dtype=object), members, h, h > unsafe,
-                       np.array(removed, int), singles, unsafe)
+    return Supervision(views, pools, np.array(bidx, int), np.array(task, dtype=object), members, h, ~np.isnan(h),
+                       np.array(saving, int), singles, unsafe)
 
 
 def split_tasks(tasks: Sequence[str], seed: int = 0, fractions: Sequence[float] = SPLIT) -> dict[str, list[str]]:
@@ -188,7 +296,7 @@ def split_tasks(tasks: Sequence[str], seed: int = 0, fractions: Sequence[float] 
             "test": sorted(order[n_val:n_val + n_test])}
 
 
-# ------------------------------------------------------------------ features
+# ------------------------------------------------------------------ features (one function, offline and online)
 
 @dataclass(frozen=True)
 class FeatureSpec:
@@ -212,14 +320,20 @@ def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.sum(a * b, -1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1) + 1e-12)
 
 
+def _reps(view: dict[str, Any], spec: FeatureSpec) -> np.ndarray:
+    li = [view["layers"].index(x) for x in spec.layers]
+    return np.array([c["rep"] for c in view["candidates"]], float)[:, li]  # [n, L, d]
+
+
 def candidate_features(view: dict[str, Any], spec: FeatureSpec) -> np.ndarray:
-    """Per candidate features ``[n_candidates, F]`` (module docstring) of one boundary's online view."""
+    """Per candidate features ``[n_candidates, F]`` (module docstring) of one boundary's online view; each row
+    depends on its candidate and the boundary state only."""
     cands = view["candidates"]
     if not cands:
         return np.zeros((0, 0))
     li = [view["layers"].index(x) for x in spec.layers]
     ai = [view["attention_layers"].index(x) for x in spec.attention_layers]
-    reps = np.array([c["rep"] for c in cands], float)[:, li]  # [n, L, d]
+    reps = _reps(view, spec)
     state = np.array(view["state"], float)[li]  # [L, d]
     b = view["after_step"]
     parts = [reps.reshape(len(cands), -1), (reps * state).reshape(len(cands), -1),
@@ -229,54 +343,86 @@ def candidate_features(view: dict[str, Any], spec: FeatureSpec) -> np.ndarray:
     kinds = np.array([[c["unit"][0] == k for k in UNIT_KINDS] for c in cands], float)
     att = np.array([[c["attention"][i] for i in ai] for c in cands], float).reshape(len(cands), len(ai), -1)
     parts += [kinds, (b - steps)[:, None], (steps / b)[:, None], np.log1p(tokens)[:, None],
-              att.mean(-1), att.max(-1) if att.size else att.mean(-1), att.mean(-1) / tokens[:, None]]
+              att.mean(-1), att.max(-1) if att.size else att.mean(-1), att.mean(-1) / np.maximum(tokens, 1)[:, None]]
     return np.concatenate(parts, axis=1)
 
 
-def _pair_features(view: dict[str, Any], spec: FeatureSpec, ms: Sequence[int]) -> np.ndarray:
-    li = [view["layers"].index(x) for x in spec.layers]
+def set_matrix(view: dict[str, Any], cand: np.ndarray, pool: Sequence[int] | np.ndarray, sets: Sequence[Sequence[int]],
+               spec: FeatureSpec) -> np.ndarray:
+    """The features ``[len(sets), D]`` of deleting each set (ascending candidate indices, members of ``pool``) at
+    one boundary (``cand``: its :func:`candidate_features`; ``pool``: its :func:`pool_members`): the one feature
+    function of supervision, selection, evaluation and the online gate. Each row depends on its set, the pool
+    and the view only (never on the other rows), so a set's features are the same bits in any batch."""
     cands = view["candidates"]
-    rows = []
-    for i, j in itertools.combinations(ms, 2):
-        ri, rj = (np.array(cands[k]["rep"], float)[li] for k in (i, j))
-        ui, uj = cands[i]["unit"], cands[j]["unit"]
-        rows.append(np.concatenate([(ri * rj).ravel(), _cos(ri, rj),
-                                    [float(ui[1] == uj[1]), abs(ui[1] - uj[1]), float(ui[0] == uj[0])]]))
-    width = len(li) * (len(cands[ms[0]]["rep"][0]) + 1) + 3
-    return np.concatenate([np.mean(rows, 0) if rows else np.zeros(width), [float(len(rows))]])
-
-
-def set_features(view: dict[str, Any], cand: np.ndarray, ms: Sequence[int], spec: FeatureSpec) -> np.ndarray:
-    """The features of deleting candidates ``ms`` at one boundary (``cand``: its :func:`candidate_features`)."""
-    units = [tuple(c["unit"]) for c in view["candidates"]]
-    member = cand[list(ms)]
-    parts = [member.mean(0), member.max(0)]
-    if spec.retained:
-        left = [k for k, u in enumerate(units) if not any(units_overlap(u, units[m]) for m in ms)]
-        parts.append(cand[left].mean(0) if left else np.zeros(cand.shape[1]))
-    if spec.pairs:
-        parts.append(_pair_features(view, spec, ms))
-    span = float(sum(view["candidates"][m]["n_tokens"] for m in ms))
-    parts.append(np.array([len(ms), np.log1p(span), span / view["prompt_tokens"]]))
-    return np.concatenate(parts)
+    units = [tuple(c["unit"]) for c in cands]
+    tokens = np.array([c["n_tokens"] for c in cands], float)
+    pool = [int(x) for x in pool]
+    n_f = cand.shape[1]
+    total = cand[pool].sum(0) if pool else np.zeros(n_f)
+    reps = _reps(view, spec) if spec.pairs else np.zeros((len(cands), 0, 0))
+    steps = np.array([u[1] for u in units], float)
+    kind = np.array([UNIT_KINDS.index(u[0]) if u[0] in UNIT_KINDS else -1 for u in units])
+    width = reps.shape[1] * (reps.shape[2] + 1) + 3
+    out: np.ndarray | None = None
+    conf_sum, conf_n = np.zeros_like(cand), np.zeros(len(cands))  # per member: the pool members it takes along
+    for m in {m for st in sets for m in st}:  # (itself, a call's result): disjoint between a set's members
+        xs = [x for x in pool if units_overlap(units[m], units[x])]
+        conf_sum[m], conf_n[m] = cand[xs].sum(0), len(xs)
+    for k in sorted({len(s) for s in sets}):
+        rows = np.array([i for i, s in enumerate(sets) if len(s) == k], int)
+        idx = np.array([sets[i] for i in rows], int).reshape(len(rows), k)
+        summed, top = cand[idx[:, 0]], cand[idx[:, 0]]
+        for j in range(1, k):
+            nxt = cand[idx[:, j]]
+            summed, top = summed + nxt, np.maximum(top, nxt)
+        parts = [summed / k, top]
+        if spec.retained:  # the mean over the pool members the deletion leaves
+            gone, left = conf_sum[idx[:, 0]], len(pool) - conf_n[idx[:, 0]]
+            for j in range(1, k):
+                gone, left = gone + conf_sum[idx[:, j]], left - conf_n[idx[:, j]]
+            parts.append(np.where(left[:, None] > 0, (total - gone) / np.maximum(left, 1)[:, None], 0.0))
+        if spec.pairs:
+            if k >= 2:
+                pi, pj = (np.array(x, int) for x in zip(*itertools.combinations(range(k), 2)))
+                a, c = idx[:, pi], idx[:, pj]  # [n, P]
+                ri, rj = reps[a], reps[c]  # [n, P, L, d]
+                pair = np.concatenate([(ri * rj).reshape(len(rows), len(pi), -1), _cos(ri, rj),
+                                       (steps[a] == steps[c]).astype(float)[..., None],
+                                       np.abs(steps[a] - steps[c])[..., None],
+                                       (kind[a] == kind[c]).astype(float)[..., None]], -1)
+                parts += [pair.mean(1), np.full((len(rows), 1), float(len(pi)))]
+            else:
+                parts += [np.zeros((len(rows), width)), np.zeros((len(rows), 1))]
+        span = tokens[idx].sum(1)
+        parts.append(np.stack([np.full(len(rows), float(k)), np.log1p(span), span / view["prompt_tokens"]], 1))
+        block = np.concatenate(parts, 1)
+        if out is None:
+            out = np.empty((len(sets), block.shape[1]))
+        out[rows] = block
+    return out if out is not None else np.zeros((0, 0))
 
 
 def feature_matrix(sup: Supervision, rows: np.ndarray, spec: FeatureSpec) -> np.ndarray:
-    """Set features ``[len(rows), dim]`` of supervision rows."""
-    cache: dict[int, np.ndarray] = {}
-    out = []
-    for r in rows:
-        bi = int(sup.boundary[r])
-        if bi not in cache:
-            cache[bi] = candidate_features(sup.views[bi], spec)
-        out.append(set_features(sup.views[bi], cache[bi], sup.members[r], spec))
-    return np.array(out, float)
+    """Set features ``[len(rows), D]`` of supervision rows (:func:`set_matrix`, boundary by boundary)."""
+    rows = np.asarray(rows, int)
+    out: np.ndarray | None = None
+    for bi in np.unique(sup.boundary[rows]):
+        mine = np.flatnonzero(sup.boundary[rows] == bi)
+        view = sup.views[bi]
+        x = set_matrix(view, candidate_features(view, spec), sup.pools[bi], [sup.members[r] for r in rows[mine]],
+                       spec)
+        if out is None:
+            out = np.empty((len(rows), x.shape[1]))
+        out[mine] = x
+    return out if out is not None else np.zeros((0, 0))
 
 
 # ------------------------------------------------------------------ scorer
 
 def _normal_sf(z: np.ndarray) -> np.ndarray:
-    return 0.5 * np.vectorize(math.erfc)(z / math.sqrt(2.0))
+    from scipy.special import ndtr
+
+    return np.asarray(ndtr(-z), float)
 
 
 class SetRiskScorer(RegressorMixin, BaseEstimator):
@@ -321,10 +467,29 @@ class SetRiskScorer(RegressorMixin, BaseEstimator):
         return self
 
     def _members(self, X: Any) -> np.ndarray:
+        """Per member predictions [n_members, n]; each row of X is reduced on its own (numpy's einsum loop, no
+        BLAS blocking), so a set's prediction is the same bits in any batch."""
         check_is_fitted(self, "coef_")
         X = validate_data(self, X, dtype=float, reset=False)  # refuses another number of features
-        return np.einsum("mnp,mp->mn", (X[None] - self.mean_[:, None]) / self.scale_[:, None], self.coef_) + \
-            self.intercept_[:, None]
+        w = self.coef_ / self.scale_
+        return np.einsum("np,mp->mn", X, w, optimize=False) + \
+            (self.intercept_ - np.einsum("mp,mp->m", self.mean_, w, optimize=False))[:, None]
+
+    kind = "ridge"
+
+    def fit_rows(self, sup: Supervision, rows: np.ndarray, spec: FeatureSpec) -> SetRiskScorer:
+        """Fit to the exact harm of supervision ``rows`` (their :func:`feature_matrix`)."""
+        return self.fit(feature_matrix(sup, rows, spec), sup.harm[rows])
+
+    def harm_sets(self, view: dict[str, Any], cand: np.ndarray, pool: Sequence[int] | np.ndarray,
+                  sets: Sequence[Sequence[int]], spec: FeatureSpec) -> np.ndarray:
+        """Predicted harm of a boundary's sets (their :func:`set_matrix`)."""
+        return self.predict(set_matrix(view, cand, pool, sets, spec))
+
+    def risk_sets(self, view: dict[str, Any], cand: np.ndarray, pool: Sequence[int] | np.ndarray,
+                  sets: Sequence[Sequence[int]], spec: FeatureSpec) -> tuple[np.ndarray, np.ndarray]:
+        """(unsafe score, uncertainty) of a boundary's sets (their :func:`set_matrix`)."""
+        return self.predict_risk(set_matrix(view, cand, pool, sets, spec))
 
     def predict(self, X: Any) -> np.ndarray:
         """Predicted harm [n] (nats/token): the members' mean."""
@@ -357,31 +522,6 @@ class SetRiskScorer(RegressorMixin, BaseEstimator):
 
 # ------------------------------------------------------------------ the gate's rule
 
-@dataclass(frozen=True)
-class GateSetting:
-    """The gate's decision rule: largest set size K, uncertainty coefficient beta, risk threshold tau (None:
-    abstain always), the removal cap, whether the latest step is protected and whether the gate may abstain."""
-
-    k: int = 3
-    beta: float = 0.0
-    tau: float | None = None
-    max_removal: float = MAX_REMOVAL
-    protect_latest: bool = True
-    abstain: bool = True
-
-
-def valid_rows(sup: Supervision, rows: np.ndarray, setting: GateSetting) -> np.ndarray:
-    """Which of ``rows`` are structurally valid gate candidates (size, kinds, recency, budget)."""
-    ok = []
-    for r in rows:
-        view = sup.views[sup.boundary[r]]
-        units = [view["candidates"][m]["unit"] for m in sup.members[r]]
-        ok.append(len(units) <= setting.k and all(u[0] in GATE_KINDS for u in units)
-                  and not (setting.protect_latest and any(u[1] == view["after_step"] for u in units))
-                  and sup.tokens_removed[r] <= setting.max_removal * view["prompt_tokens"])
-    return np.array(ok, bool)
-
-
 def choose(score: np.ndarray, saving: np.ndarray, tau: float | None, abstain: bool = True) -> int | None:
     """Index of the set the gate deletes among one boundary's valid candidates: the largest saving with
     ``score < tau`` (ties: lower score, then first); None to abstain. Without abstention the lowest score wins
@@ -396,9 +536,9 @@ def choose(score: np.ndarray, saving: np.ndarray, tau: float | None, abstain: bo
 
 @dataclass
 class Scored:
-    """One split's valid candidate rows with their gate scores."""
+    """One split's pool rows with their gate scores."""
 
-    rows: np.ndarray  # supervision rows (valid ones)
+    rows: np.ndarray  # supervision rows
     risk: np.ndarray
     uncertainty: np.ndarray
     boundaries: np.ndarray  # every boundary of the split (abstaining ones included)
@@ -416,7 +556,7 @@ class Scored:
 def decisions(sup: Supervision, scored: Scored, setting: GateSetting) -> dict[int, int | None]:
     """Per boundary of the split: the supervision row the gate deletes, or None."""
     score = scored.risk + setting.beta * scored.uncertainty
-    saving = sup.tokens_removed[scored.rows].astype(float)
+    saving = sup.saving[scored.rows].astype(float)
     out: dict[int, int | None] = {}
     for bi, mine in scored.groups().items():
         pick = choose(score[mine], saving[mine], setting.tau, setting.abstain)
@@ -425,36 +565,62 @@ def decisions(sup: Supervision, scored: Scored, setting: GateSetting) -> dict[in
 
 
 def gate_metrics(sup: Supervision, chosen: dict[int, int | None]) -> dict[str, Any]:
-    """Coverage (fraction of boundaries deleting), mean direct removal (fraction of request tokens; 0 when
-    abstaining), empirical unsafe rate and mean exact harm of the deletions made (None without one)."""
+    """Coverage (fraction of boundaries deleting), mean direct removal (span tokens / request tokens; 0 when
+    abstaining), and over the deletions whose set DRSR measured: empirical unsafe rate and mean exact harm (None
+    without one); n_measured of n_deleted (an unmeasured deletion is counted, never guessed)."""
     picked = [r for r in chosen.values() if r is not None]
-    removal = [0.0 if r is None else sup.tokens_removed[r] / sup.views[bi]["prompt_tokens"] for bi, r in chosen.items()]
+    known = [r for r in picked if sup.measured[r]]
+    removal = [0.0 if r is None else sup.saving[r] / sup.views[bi]["prompt_tokens"] for bi, r in chosen.items()]
     return {"coverage": len(picked) / len(chosen) if chosen else None,
             "removal": float(np.mean(removal)) if removal else None,
-            "unsafe_rate": float(np.mean(sup.unsafe[picked])) if picked else None,
-            "mean_harm": float(np.mean(sup.harm[picked])) if picked else None,
-            "n_boundaries": len(chosen), "n_deleted": len(picked)}
+            "unsafe_rate": float(np.mean(sup.unsafe[known])) if known else None,
+            "mean_harm": float(np.mean(sup.harm[known])) if known else None,
+            "n_boundaries": len(chosen), "n_deleted": len(picked), "n_measured": len(known)}
 
 
 def admissible(m: dict[str, Any], smooth: bool = True) -> bool:
-    """The selection constraints: no deletion, or the unsafe rate (add-one smoothed unless ``smooth`` is off)
-    and the mean harm of the deletions within their limits."""
-    n = m["n_deleted"]
-    if not n:
+    """The selection constraints: no deletion, or, over the measured deletions, the unsafe rate (add-one smoothed
+    unless ``smooth`` is off) and the mean harm within their limits (a setting whose deletions were never
+    measured is not admissible: its harm is unknown)."""
+    if not m["n_deleted"]:
         return True
+    n = m["n_measured"]
+    if not n:
+        return False
     rate = (m["unsafe_rate"] * n + 1) / (n + 2) if smooth else m["unsafe_rate"]
     return rate <= MAX_UNSAFE_RATE and m["mean_harm"] <= MAX_MEAN_HARM
 
 
-def score_split(sup: Supervision, tasks: Sequence[str], scorer: SetRiskScorer, spec: FeatureSpec,
-                k_max: int = max(K_GRID)) -> Scored:
-    """Gate scores of the valid candidate sets (size <= k_max) of the given trajectories."""
+def _by_boundary(sup: Supervision, rows: np.ndarray, spec: FeatureSpec, fn: Any, width: int) -> np.ndarray:
+    """``fn(view, cand, pool, sets, spec)`` boundary by boundary over supervision ``rows``: [width, len(rows)]."""
+    rows = np.asarray(rows, int)
+    out = np.zeros((width, len(rows)))
+    for bi in np.unique(sup.boundary[rows]):
+        mine = np.flatnonzero(sup.boundary[rows] == bi)
+        view = sup.views[bi]
+        out[:, mine] = np.reshape(fn(view, candidate_features(view, spec), sup.pools[bi],
+                                     [sup.members[r] for r in rows[mine]], spec), (width, len(mine)))
+    return out
+
+
+def predict_rows(scorer: Any, sup: Supervision, rows: np.ndarray, spec: FeatureSpec) -> np.ndarray:
+    """A scorer's predicted harm of supervision rows (either scorer: ``harm_sets`` per boundary)."""
+    return _by_boundary(sup, rows, spec, scorer.harm_sets, 1)[0]
+
+
+def risk_rows(scorer: Any, sup: Supervision, rows: np.ndarray, spec: FeatureSpec) -> tuple[np.ndarray, np.ndarray]:
+    """A scorer's (unsafe score, uncertainty) of supervision rows (``risk_sets`` per boundary)."""
+    risk, unc = _by_boundary(sup, rows, spec, lambda *a: np.stack(scorer.risk_sets(*a)), 2)
+    return risk, unc
+
+
+def score_split(sup: Supervision, tasks: Sequence[str], scorer: Any, spec: FeatureSpec) -> Scored:
+    """Gate scores of the pool sets of the given trajectories."""
     rows = sup.rows_of(tasks)
-    rows = rows[valid_rows(sup, rows, GateSetting(k=k_max))] if len(rows) else rows
-    bounds = np.unique(sup.boundary[sup.rows_of(tasks)])
+    bounds = np.unique(sup.boundary[rows])
     if not len(rows):
         return Scored(rows, np.zeros(0), np.zeros(0), bounds, np.zeros(0, int))
-    risk, unc = scorer.predict_risk(feature_matrix(sup, rows, spec))
+    risk, unc = risk_rows(scorer, sup, rows, spec)
     return Scored(rows, risk, unc, bounds, sup.boundary[rows])
 
 
@@ -497,13 +663,28 @@ def select(sup: Supervision, val: Scored, k_grid: Sequence[int] = K_GRID, beta_g
 
 # ------------------------------------------------------------------ the scorer file and the online gate
 
+SCORERS = ("ridge", "set-mlp")
+
+
+def make_scorer(kind: str, n_members: int | None = None, unsafe: float = UNSAFE, seed: int = 0) -> Any:
+    """An unfitted scorer of ``kind`` (``SCORERS``): the ridge ensemble or DRSR's set model
+    (``patching.gate_mlp``); ValueError naming the kinds otherwise."""
+    if kind == "ridge":
+        return SetRiskScorer(n_members=n_members or N_MEMBERS, unsafe=unsafe, seed=seed)
+    if kind == "set-mlp":
+        from patching.gate_mlp import N_MEMBERS as MLP_MEMBERS, SetMLPScorer
+
+        return SetMLPScorer(n_members=n_members or MLP_MEMBERS, unsafe=unsafe, seed=seed)
+    raise ValueError(f"unknown scorer {kind!r}; known: {', '.join(SCORERS)}")
+
+
 @dataclass
 class GateModel:
     """A trained gate: its features, scorer and decision rule, the split it was trained on and the sensor's
     representation settings (projection) it reads."""
 
     spec: FeatureSpec
-    scorer: SetRiskScorer
+    scorer: Any  # SetRiskScorer (kind "ridge") or patching.gate_mlp.SetMLPScorer ("set-mlp")
     setting: GateSetting
     split: dict[str, list[str]] = field(default_factory=dict)
     model: dict[str, Any] = field(default_factory=dict)  # spec, d_model, proj_dim (null: not projected)
@@ -511,7 +692,8 @@ class GateModel:
 
     def to_json(self) -> dict[str, Any]:
         """The scorer file's document (``SCORER_FORMAT``)."""
-        return {"schema": schema_dict(SCORER_FIELDS), "format": SCORER_FORMAT, "spec": asdict(self.spec), "scorer": self.scorer.to_json(),
+        return {"schema": schema_dict(SCORER_FIELDS), "format": SCORER_FORMAT, "spec": asdict(self.spec),
+                "kind": self.scorer.kind, "scorer": self.scorer.to_json(),
                 "setting": asdict(self.setting), "split": self.split, "model": self.model,
                 "unit_kinds": list(self.unit_kinds)}
 
@@ -533,74 +715,146 @@ class GateModel:
             spec = doc["spec"]
             return cls(FeatureSpec(tuple(spec["layers"]), tuple(spec["attention_layers"]), bool(spec["retained"]),
                                    bool(spec["pairs"])),
-                       SetRiskScorer.from_json(doc["scorer"]), GateSetting(**doc["setting"]), doc["split"],
+                       make_scorer(doc.get("kind", "ridge")).from_json(doc["scorer"]), GateSetting(**doc["setting"]),
+                       doc["split"],
                        doc["model"], tuple(doc["unit_kinds"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path}: corrupt gate scorer file ({type(exc).__name__}: {exc})") from None
 
 
 @dataclass
+class ViewDecision:
+    """The gate's choice from one boundary's view: the set (candidate indices; None: abstain), its score and
+    saving, how many valid sets were scored, how many were feasible, and whether the candidate cap was hit."""
+
+    members: tuple[int, ...] | None
+    score: float | None
+    saving: int
+    n_scored: int
+    n_feasible: int
+    capped: bool = False
+
+
+def _scores(model: GateModel, view: dict[str, Any], cand: np.ndarray, pool: np.ndarray,
+            sets: Sequence[tuple[int, ...]]) -> np.ndarray:
+    """score + beta * uncertainty of each set, computed in chunks of SCORE_CHUNK sets (row-wise: chunking does not
+    change a bit)."""
+    out = np.empty(len(sets))
+    for a in range(0, len(sets), SCORE_CHUNK):
+        risk, unc = model.scorer.risk_sets(view, cand, pool, sets[a:a + SCORE_CHUNK], model.spec)
+        out[a:a + SCORE_CHUNK] = risk + model.setting.beta * unc
+    return out
+
+
+def decide_view(model: GateModel, view: dict[str, Any], prune: bool = True,
+                max_sets: int | None = MAX_SETS) -> ViewDecision:
+    """The gate's decision from an online view (no model run): the pool, the valid sets, their scores, the choice.
+
+    The valid sets are grown from the pool's admissible members only (``grow_sets``; members in order of span
+    tokens, largest first, so a cap at ``max_sets`` keeps every smaller set and the larger sets of the longest
+    units: the ones that could save most). Exhaustive (``prune=False``): every set is scored. Pruned (the
+    default): sets are scored in order of saving, largest first, one vectorised chunk at a time, and scoring
+    stops once a chunk holds a set under tau and every set of that saving is scored: no set left unscored could
+    be chosen (a smaller saving never wins), so the choice is the exhaustive one, bit for bit (tested)."""
+    s = model.setting
+    pool = pool_members(view, s, model.unit_kinds)
+    if not len(pool) or (s.tau is None and s.abstain):
+        return ViewDecision(None, None, 0, 0, 0)
+    tokens = [int(c["n_tokens"]) for c in view["candidates"]]
+    members = sorted(pool.tolist(), key=lambda m: (-tokens[m], m))
+    sets, saving, capped = grow_sets(view, members, s, max_sets)
+    cand = candidate_features(view, model.spec)
+    score = np.full(len(sets), np.inf)
+    order = np.lexsort((np.arange(len(sets)), -saving)) if prune else np.arange(len(sets))
+    done, stop = 0, None
+    while done < len(order):
+        chunk = order[done:done + SCORE_CHUNK]
+        if stop is not None:
+            chunk = chunk[saving[chunk] >= stop]
+            if not len(chunk):
+                break
+        score[chunk] = _scores(model, view, cand, pool, [sets[i] for i in chunk])
+        done += len(chunk)
+        under = chunk[score[chunk] < s.tau] if prune and s.tau is not None else chunk[:0]
+        if stop is None and len(under):
+            stop = int(saving[under].max())
+    scored = np.sort(order[:done])
+    pick = choose(score[scored], saving[scored].astype(float), s.tau, s.abstain)
+    n_feasible = int(np.sum(score[scored] < s.tau)) if s.tau is not None else 0
+    if pick is None:
+        return ViewDecision(None, None, 0, len(scored), n_feasible, capped)
+    i = int(scored[pick])
+    return ViewDecision(sets[i], float(score[i]), int(saving[i]), len(scored), n_feasible, capped)
+
+
+@dataclass
 class Decision:
-    """What the online gate decided at a boundary: the units deleted (empty: abstained) and why."""
+    """What the online gate decided at a boundary: the units deleted (empty: abstained) and why (``tokens_removed``:
+    measured on the edited render)."""
 
     units: list[Unit]
     score: float | None
     tokens_removed: int
     n_valid: int
     n_feasible: int
+    capped: bool = False
 
 
 class SetGate:
     """The online gate: ``gate.decide(traj, b)`` (or ``gate(traj, b)``, a ``drsr_gate`` condition's parameter)
-    scores every valid set from one forward of the render at b and returns the set to delete."""
+    runs one forward of the prompt at b (``patching.relations.prompt_capture``, the forward DRSR's records come
+    from) and decides with :func:`decide_view`, the rule offline evaluation applies to the same view."""
 
-    def __init__(self, model: GateModel, sensor: Any) -> None:
+    def __init__(self, model: GateModel, sensor: Any, prune: bool = True, max_sets: int | None = MAX_SETS) -> None:
         d = model.model.get("d_model")
         if d is not None and d != sensor.d_model:
             raise ValueError(f"the gate was trained on a model with d_model {d}; this sensor has {sensor.d_model}")
         self.model = model
         self.sensor = sensor
+        self.prune = prune
+        self.max_sets = max_sets
         self.proj = projection(sensor.d_model, model.model["proj_dim"]) if model.model.get("proj_dim") else None
+        self._memo: dict[tuple[Any, ...], Decision] = {}  # (task_id, b, prompt ids) -> decision, at most MEMO
 
-    def view(self, traj: Trajectory, b: int, units: Sequence[Unit]) -> dict[str, Any]:
-        """The online view of boundary b (the same fields a DRSR record's capture holds), from one forward."""
-        from interp.sensor.forward import run_plan
 
-        prompt = render(traj, b, self.sensor.tokenizer)
+    def units(self, traj: Trajectory, b: int) -> list[Unit]:
+        """The pool's units at b: admissible (``unit_admissible``) and with text to delete."""
+        return [u for u in history_units(traj, b, list(GATE_KINDS))
+                if unit_admissible(u, b, self.model.setting, self.model.unit_kinds) and not unit_is_empty(traj, u)]
+
+    def view(self, traj: Trajectory, b: int, units: Sequence[Unit] | None = None) -> dict[str, Any]:
+        """The online view of boundary b (the fields of a DRSR record's view), from one forward of the prompt."""
         spec = self.model.spec
-        cap = capture_plan(prompt, prompt.n_tokens, units, sorted(set(spec.layers)), list(spec.attention_layers))
-        cap.outputs = run_plan(self.sensor, prompt.input_ids, cap.plan)
-        return {"task_id": traj.task_id, "after_step": b, **captured(cap, self.proj)}
+        units = self.units(traj, b) if units is None else units
+        cap = prompt_capture(self.sensor, traj, b, units, sorted(set(spec.layers)), list(spec.attention_layers),
+                             self.proj)
+        return {"task_id": traj.task_id, "after_step": b, **cap, "shapes": step_shapes(traj, b)}
 
     def decide(self, traj: Trajectory, b: int) -> Decision:
-        """The set the gate deletes at boundary b (``units`` empty: it abstains)."""
+        """The set the gate deletes at boundary b (``units`` empty: it abstains); a prompt decided before (the
+        same task, boundary and tokens: ``drsr_gate`` replays steps 1..t at every later boundary) is answered
+        from memory, without a forward."""
+        key = (traj.task_id, b, tuple(render(traj, b, self.sensor.tokenizer).input_ids))
+        if key not in self._memo:
+            if len(self._memo) >= MEMO:
+                self._memo.pop(next(iter(self._memo)))
+            self._memo[key] = self._decide(traj, b)
+        return self._memo[key]
+
+    def _decide(self, traj: Trajectory, b: int) -> Decision:
         s = self.model.setting
-        kinds = [k for k in self.model.unit_kinds if k in GATE_KINDS]
-        units = [u for u in history_units(traj, b, kinds) if not (s.protect_latest and u[1] == b)]
+        units = self.units(traj, b)
         if not units or (s.tau is None and s.abstain):
             return Decision([], None, 0, 0, 0)
         view = self.view(traj, b, units)
-        cand = candidate_features(view, self.model.spec)
-        sets = [c for k in range(1, s.k + 1) for c in itertools.combinations(range(len(units)), k)
-                if not any(units_overlap(units[i], units[j]) for i, j in itertools.combinations(c, 2))]
-        x = np.array([set_features(view, cand, c, self.model.spec) for c in sets])
-        risk, unc = self.model.scorer.predict_risk(x)
-        score = risk + s.beta * unc
-        full = view["prompt_tokens"]
-
-        def saving(i: int) -> int | None:  # tokens removed, or None when the set empties a step or breaks the cap
-            edited, b2, _ = delete_units(traj, b, [units[j] for j in sets[i]])
-            n = full - render(edited, b2, self.sensor.tokenizer).n_tokens
-            return n if b2 == b and n <= s.max_removal * full else None
-
-        feasible = [i for i in np.argsort(score, kind="stable") if s.tau is not None and score[i] < s.tau]
-        measured = [(i, n) for i in feasible if (n := saving(i)) is not None]
-        if not measured and not s.abstain:  # forced: the lowest-score valid set
-            measured = next(([(i, n)] for i in np.argsort(score, kind="stable") if (n := saving(i)) is not None), [])
-        if not measured:
-            return Decision([], None, 0, len(sets), 0)
-        i, n = max(measured, key=lambda m: m[1])  # largest saving; ties: the first, i.e. the lower score
-        return Decision([units[j] for j in sets[i]], float(score[i]), n, len(sets), len(measured))
+        d = decide_view(self.model, view, self.prune, self.max_sets)
+        if d.members is None:
+            return Decision([], None, 0, d.n_scored, d.n_feasible, d.capped)
+        chosen = [tuple(view["candidates"][m]["unit"]) for m in d.members]
+        chosen_units = [(str(u[0]), int(u[1]), u[2]) for u in chosen]
+        edited, _, _ = delete_units(traj, b, chosen_units)
+        removed = view["prompt_tokens"] - render(edited, b, self.sensor.tokenizer).n_tokens
+        return Decision(chosen_units, d.score, removed, d.n_scored, d.n_feasible, d.capped)
 
     def __call__(self, traj: Trajectory, b: int) -> list[Unit] | None:
         """The units to delete at b, or None to abstain (the ``SetGate`` protocol of ``drsr_gate``)."""

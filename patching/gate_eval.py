@@ -2,6 +2,10 @@
 
 :func:`drsr_records` reads the per-boundary parts of an ``interp drsr`` run. :func:`train` builds the supervision,
 splits trajectories, fits the scorer on train and selects (K, beta, tau) on validation (``patching.gate.select``).
+Everything is computed over the pool the online gate enumerates (``patching.gate.supervision``: the same pool
+rule, the same feature function ``set_matrix`` and the same choice as ``SetGate``), with DRSR's exact harm for the
+sets its stage measured; the others are unmeasured: they can be chosen (as online) but carry no harm, and the
+unsafe rate and mean harm are over the measured deletions (``n_measured`` of ``n_deleted``).
 :func:`evaluate` scores the test trajectories, never seen in training or selection:
 
 - prediction: MAE and Spearman rank correlation of predicted vs exact harm over the test sets;
@@ -25,17 +29,17 @@ Fields of ``gate.json`` (``FIELDS``):
 |---|---|---|---|---|
 | ``schema`` | ``{...}`` | object | - | this table: {field: {shape, dtype, units, doc}} |
 | ``settings`` | ``{unsafe_threshold, max_unsafe_rate, max_mean_harm, max_removal, k_grid, beta_grid, split_fractions, seed, n_members, margin, layers, attention_layers, unit_kinds}`` | object | harm: nats/token; removal: fraction of request tokens | the rules the gate was trained, selected and evaluated under |
-| ``split`` | ``{train, validation, test: {tasks, n_boundaries, n_sets, n_unsafe}}`` | object | - | trajectories of each part (no trajectory in two parts) and their supervision rows |
-| ``selected`` | ``{k, beta, tau, validation: {coverage, removal, unsafe_rate, mean_harm, n_boundaries, n_deleted}}`` | object | tau: unsafe score | the setting selected on validation (tau null: abstain everywhere) and its validation metrics |
+| ``split`` | ``{train, validation, test: {tasks, n_boundaries, n_pool, n_sets, n_unsafe}}`` | object | - | trajectories of each part (no trajectory in two parts): n_pool sets the online gate enumerates at their boundaries, n_sets of them DRSR measured, n_unsafe of those unsafe |
+| ``selected`` | ``{k, beta, tau, validation: {coverage, removal, unsafe_rate, mean_harm, n_boundaries, n_deleted, n_measured}}`` | object | tau: unsafe score | the setting selected on validation (tau null: abstain everywhere) and its validation metrics |
 | ``prediction`` | ``{mae, mae_ci, spearman, spearman_ci, n_sets, n_tasks}`` | object | mae: nats/token | predicted vs exact harm on the test sets |
 | ``pair_ordering`` | ``[n_methods] of {method, pair_accuracy, ci, n_pairs}`` | object | accuracy: fraction | methods: scorer, sum, mean, max, min, surface; test sets of 2+ units, pairs at the margin |
-| ``scores`` | ``{validation, test: {score [n], unsafe [n], size [n]}}`` | object | score: probability | unsafe scores of the valid candidate sets with their exact unsafe labels (Fig 7) |
-| ``operating_curve`` | ``[n_tau] of {tau, coverage, removal, unsafe_rate, mean_harm, n_deleted}`` | object | removal: fraction | the selected K and beta on test at each tau (Fig 8) |
+| ``scores`` | ``{validation, test: {score [n], unsafe [n], size [n]}}`` | object | score: probability | unsafe scores of the measured pool sets with their exact unsafe labels (Fig 7) |
+| ``operating_curve`` | ``[n_tau] of {tau, coverage, removal, unsafe_rate, mean_harm, n_deleted, n_measured}`` | object | removal: fraction | the selected K and beta on test at each tau (Fig 8) |
 | ``beta_sweep`` | ``[n_beta] of {beta, tau, coverage, removal, unsafe_rate, mean_harm, n_deleted}`` | object | removal: fraction | per beta, tau selected on validation at the selected K, metrics on test (Fig 9) |
-| ``gate`` | ``{coverage, removal, unsafe_rate, mean_harm, n_boundaries, n_deleted, ci: {metric: [lo, hi] or null}}`` | object | removal: fraction; harm: nats/token | the selected gate on test |
+| ``gate`` | ``{coverage, removal, unsafe_rate, mean_harm, n_boundaries, n_deleted, n_measured, ci: {metric: [lo, hi] or null}}`` | object | removal: fraction; harm: nats/token | the selected gate on test, deciding over the online pool: unsafe_rate and mean_harm over the n_measured of its n_deleted deletions whose set DRSR measured |
 | ``ablations`` | ``[n_rows] of {name, k, beta, tau, mae, spearman, pair_accuracy, coverage, removal, unsafe_rate, mean_harm}`` | object | as above | full, no_retained_context, no_pair_pooling, no_abstention |
 | ``notes`` | ``[n_notes]`` | str | - | what limits this run's evidence (tiny splits, no admissible deletion) |
-| ``scorer`` | ``{file, train_seconds, n_features}`` | object | seconds | the scorer file evaluated |
+| ``scorer`` | ``{file, kind, train_seconds, n_features}`` | object | seconds | the scorer file evaluated (kind: ridge or set-mlp; n_features: per set for ridge, per candidate for set-mlp) |
 | ``model`` | ``{...}`` | object or null | - | the sensor's describe() from drsr.json |
 """
 
@@ -52,9 +56,9 @@ import numpy as np
 from interp.io import read_json, safe_stem
 from interp.schema import Field, schema_dict
 from interp.stats import percentile_ci, task_resamples
-from patching.gate import (BETA_GRID, GATE_KINDS, K_GRID, MAX_MEAN_HARM, MAX_REMOVAL, MAX_UNSAFE_RATE, N_MEMBERS,
-                           SPLIT, FeatureSpec, GateModel, GateSetting, Scored, SetRiskScorer, Supervision,
-                           decisions, feature_matrix, gate_metrics, restrict, score_split, select, split_tasks,
+from patching.gate import (BETA_GRID, GATE_KINDS, K_GRID, MAX_MEAN_HARM, MAX_REMOVAL, MAX_UNSAFE_RATE,
+                           SPLIT, FeatureSpec, GateModel, GateSetting, Scored, Supervision, decisions,
+                           gate_metrics, make_scorer, predict_rows, restrict, score_split, select, split_tasks,
                            supervision)
 from patching.granularity import UNSAFE
 from patching.harm import AGGREGATORS, MARGIN, ordered_pairs
@@ -63,17 +67,17 @@ from patching.relations import ALPHAS, accuracy_ci, surface_features
 FIELDS = (
     Field('schema', '{...}', 'object', '-', 'this table: {field: {shape, dtype, units, doc}}'),
     Field('settings', '{unsafe_threshold, max_unsafe_rate, max_mean_harm, max_removal, k_grid, beta_grid, split_fractions, seed, n_members, margin, layers, attention_layers, unit_kinds}', 'object', 'harm: nats/token; removal: fraction of request tokens', 'the rules the gate was trained, selected and evaluated under'),
-    Field('split', '{train, validation, test: {tasks, n_boundaries, n_sets, n_unsafe}}', 'object', '-', 'trajectories of each part (no trajectory in two parts) and their supervision rows'),
-    Field('selected', '{k, beta, tau, validation: {coverage, removal, unsafe_rate, mean_harm, n_boundaries, n_deleted}}', 'object', 'tau: unsafe score', 'the setting selected on validation (tau null: abstain everywhere) and its validation metrics'),
+    Field('split', '{train, validation, test: {tasks, n_boundaries, n_pool, n_sets, n_unsafe}}', 'object', '-', 'trajectories of each part (no trajectory in two parts): n_pool sets the online gate enumerates at their boundaries, n_sets of them DRSR measured, n_unsafe of those unsafe'),
+    Field('selected', '{k, beta, tau, validation: {coverage, removal, unsafe_rate, mean_harm, n_boundaries, n_deleted, n_measured}}', 'object', 'tau: unsafe score', 'the setting selected on validation (tau null: abstain everywhere) and its validation metrics'),
     Field('prediction', '{mae, mae_ci, spearman, spearman_ci, n_sets, n_tasks}', 'object', 'mae: nats/token', 'predicted vs exact harm on the test sets'),
     Field('pair_ordering', '[n_methods] of {method, pair_accuracy, ci, n_pairs}', 'object', 'accuracy: fraction', 'methods: scorer, sum, mean, max, min, surface; test sets of 2+ units, pairs at the margin'),
-    Field('scores', '{validation, test: {score [n], unsafe [n], size [n]}}', 'object', 'score: probability', 'unsafe scores of the valid candidate sets with their exact unsafe labels (Fig 7)'),
-    Field('operating_curve', '[n_tau] of {tau, coverage, removal, unsafe_rate, mean_harm, n_deleted}', 'object', 'removal: fraction', 'the selected K and beta on test at each tau (Fig 8)'),
+    Field('scores', '{validation, test: {score [n], unsafe [n], size [n]}}', 'object', 'score: probability', 'unsafe scores of the measured pool sets with their exact unsafe labels (Fig 7)'),
+    Field('operating_curve', '[n_tau] of {tau, coverage, removal, unsafe_rate, mean_harm, n_deleted, n_measured}', 'object', 'removal: fraction', 'the selected K and beta on test at each tau (Fig 8)'),
     Field('beta_sweep', '[n_beta] of {beta, tau, coverage, removal, unsafe_rate, mean_harm, n_deleted}', 'object', 'removal: fraction', 'per beta, tau selected on validation at the selected K, metrics on test (Fig 9)'),
-    Field('gate', '{coverage, removal, unsafe_rate, mean_harm, n_boundaries, n_deleted, ci: {metric: [lo, hi] or null}}', 'object', 'removal: fraction; harm: nats/token', 'the selected gate on test'),
+    Field('gate', '{coverage, removal, unsafe_rate, mean_harm, n_boundaries, n_deleted, n_measured, ci: {metric: [lo, hi] or null}}', 'object', 'removal: fraction; harm: nats/token', 'the selected gate on test, deciding over the online pool: unsafe_rate and mean_harm over the n_measured of its n_deleted deletions whose set DRSR measured'),
     Field('ablations', '[n_rows] of {name, k, beta, tau, mae, spearman, pair_accuracy, coverage, removal, unsafe_rate, mean_harm}', 'object', 'as above', 'full, no_retained_context, no_pair_pooling, no_abstention'),
     Field('notes', '[n_notes]', 'str', '-', "what limits this run's evidence (tiny splits, no admissible deletion)"),
-    Field('scorer', '{file, train_seconds, n_features}', 'object', 'seconds', 'the scorer file evaluated'),
+    Field('scorer', '{file, kind, train_seconds, n_features}', 'object', 'seconds', 'the scorer file evaluated (kind: ridge or set-mlp; n_features: per set for ridge, per candidate for set-mlp)'),
     Field('model', '{...}', 'object or null', '-', "the sensor's describe() from drsr.json"),
 )
 GATE_METRICS = ("coverage", "removal", "unsafe_rate", "mean_harm")
@@ -122,33 +126,35 @@ def _spec(sup: Supervision, retained: bool = True, pairs: bool = True) -> Featur
     return FeatureSpec.for_view(sup.views[0], retained, pairs)
 
 
-def fit_select(sup: Supervision, split: dict[str, list[str]], spec: FeatureSpec, n_members: int = N_MEMBERS,
-               seed: int = 0, abstain: bool = True) -> tuple[SetRiskScorer, GateSetting, dict[str, Any]]:
-    """The scorer fitted on train rows and the setting selected on validation (with its metrics)."""
-    rows = sup.rows_of(split["train"])
+def fit_select(sup: Supervision, split: dict[str, list[str]], spec: FeatureSpec, n_members: int | None = None,
+               seed: int = 0, abstain: bool = True, kind: str = "ridge") -> tuple[Any, GateSetting, dict[str, Any]]:
+    """The scorer (``kind``: ``patching.gate.SCORERS``) fitted on train rows and the setting selected on
+    validation (with its metrics)."""
+    rows = sup.rows_of(split["train"], measured=True)
     if not len(rows):
-        raise ValueError("no supervision rows in the train trajectories")
-    scorer = SetRiskScorer(n_members=n_members, unsafe=sup.threshold, seed=seed).fit(
-        feature_matrix(sup, rows, spec), sup.harm[rows])
+        raise ValueError("no measured pool set in the train trajectories")
+    scorer = make_scorer(kind, n_members, sup.threshold, seed).fit_rows(sup, rows, spec)
     val = score_split(sup, split["validation"], scorer, spec)
     setting, metrics = select(sup, val, abstain=abstain)
     return scorer, setting, metrics
 
 
 def train(records: Sequence[dict[str, Any]], model: dict[str, Any] | None = None, proj_dim: int | None = None,
-          seed: int = 0, n_members: int = N_MEMBERS, unsafe: float = UNSAFE,
-          fractions: Sequence[float] = SPLIT) -> tuple[GateModel, dict[str, Any]]:
-    """A trained gate (the scorer file's content) from DRSR records, and what training measured."""
+          seed: int = 0, n_members: int | None = None, unsafe: float = UNSAFE,
+          fractions: Sequence[float] = SPLIT, scorer: str = "ridge") -> tuple[GateModel, dict[str, Any]]:
+    """A trained gate (the scorer file's content) from DRSR records, and what training measured: the scorer is
+    fitted on the measured sets of the online pool (``patching.gate.supervision``) of the train trajectories."""
     t0 = time.perf_counter()
     sup = supervision(records, unsafe)
     split = split_tasks(list(sup.task), seed, fractions)
     spec = _spec(sup)
-    scorer, setting, metrics = fit_select(sup, split, spec, n_members, seed)
+    fitted, setting, metrics = fit_select(sup, split, spec, n_members, seed, kind=scorer)
     kinds = tuple(k for k in GATE_KINDS if any(c["unit"][0] == k for v in sup.views for c in v["candidates"]))
-    gate = GateModel(spec, scorer, setting, split,
+    gate = GateModel(spec, fitted, setting, split,
                      {"spec": (model or {}).get("spec"), "d_model": (model or {}).get("d_model"),
                       "proj_dim": proj_dim}, kinds or GATE_KINDS)
-    return gate, {"validation": metrics, "train_seconds": time.perf_counter() - t0, "n_rows": int(len(sup.harm))}
+    return gate, {"validation": metrics, "train_seconds": time.perf_counter() - t0,
+                  "n_rows": int(sup.measured.sum()), "n_pool": int(len(sup.harm))}
 
 
 def _boot(per_task: dict[str, Any], stat: Any, n_boot: int, seed: int) -> list[float] | None:
@@ -217,8 +223,9 @@ def _metrics_ci(sup: Supervision, chosen: dict[int, int | None], n_boot: int, se
             if name == "coverage":
                 return len(picked) / len(merged)
             if name == "removal":
-                return float(np.mean([0.0 if r is None else sup.tokens_removed[r] / sup.views[k[1]]["prompt_tokens"]
+                return float(np.mean([0.0 if r is None else sup.saving[r] / sup.views[k[1]]["prompt_tokens"]
                                       for k, r in merged.items()]))
+            picked = [r for r in picked if sup.measured[r]]
             if not picked:
                 return None
             return float(np.mean((sup.unsafe if name == "unsafe_rate" else sup.harm)[picked]))
@@ -254,8 +261,8 @@ def evaluate(records: Sequence[dict[str, Any]], gate: GateModel, model: dict[str
         raise ValueError(f"the scorer's test trajectories {unknown} are not in these DRSR records")
     notes: list[str] = []
     spec, scorer, setting = gate.spec, gate.scorer, gate.setting
-    test_rows = sup.rows_of(split["test"])
-    pred = scorer.predict(feature_matrix(sup, test_rows, spec)) if len(test_rows) else np.zeros(0)
+    test_rows = sup.rows_of(split["test"], measured=True)
+    pred = predict_rows(scorer, sup, test_rows, spec) if len(test_rows) else np.zeros(0)
     per_task_rows: dict[str, np.ndarray] = {t: np.flatnonzero(sup.task[test_rows] == t) for t in split["test"]}
 
     def mae(items: list[np.ndarray]) -> float | None:
@@ -277,7 +284,7 @@ def evaluate(records: Sequence[dict[str, Any]], gate: GateModel, model: dict[str
         rows, agg = _aggregate(sup, test_rows, name)
         acc, ci, n = accuracy_ci(_pairs(sup, rows, agg, margin), n_boot, seed) if len(rows) else (None, None, 0)
         ordering.append({"method": name, "pair_accuracy": acc, "ci": ci, "n_pairs": n})
-    train_rows = sup.rows_of(split["train"])
+    train_rows = sup.rows_of(split["train"], measured=True)
     from sklearn.linear_model import RidgeCV
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
@@ -291,6 +298,7 @@ def evaluate(records: Sequence[dict[str, Any]], gate: GateModel, model: dict[str
     val = score_split(sup, split["validation"], scorer, spec)
     test = score_split(sup, split["test"], scorer, spec)
     val_metrics = gate_metrics(sup, decisions(sup, restrict(sup, val, setting.k), setting))
+    val_known, test_known = (s_.rows[sup.measured[s_.rows]] for s_ in (val, test))
     test_k = restrict(sup, test, setting.k)
     chosen = decisions(sup, test_k, setting)
     gate_doc = _metrics_ci(sup, chosen, n_boot, seed)
@@ -310,8 +318,8 @@ def evaluate(records: Sequence[dict[str, Any]], gate: GateModel, model: dict[str
     ablations = [{"name": "full", **_row(setting, gate_doc), **full_pred}]
     for name, aspec in (("no_retained_context", replace(spec, retained=False)),
                         ("no_pair_pooling", replace(spec, pairs=False))):
-        a_scorer, a_setting, _ = fit_select(sup, split, aspec, scorer.n_members, scorer.seed)
-        a_pred = a_scorer.predict(feature_matrix(sup, test_rows, aspec)) if len(test_rows) else np.zeros(0)
+        a_scorer, a_setting, _ = fit_select(sup, split, aspec, scorer.n_members, scorer.seed, kind=scorer.kind)
+        a_pred = predict_rows(a_scorer, sup, test_rows, aspec) if len(test_rows) else np.zeros(0)
         a_test = restrict(sup, score_split(sup, split["test"], a_scorer, aspec), a_setting.k)
         ablations.append({"name": name, **_row(a_setting, gate_metrics(sup, decisions(sup, a_test, a_setting))),
                           **_prediction(sup, test_rows, a_pred, margin)})
@@ -324,11 +332,14 @@ def evaluate(records: Sequence[dict[str, Any]], gate: GateModel, model: dict[str
         notes.append(f"{len(split['test'])} test trajectories: no bootstrap CIs (they need 3)")
     if len(split["validation"]) < 3:
         notes.append(f"{len(split['validation'])} validation trajectories: the selected tau rests on "
-                     f"{len(val.rows)} candidate sets")
+                     f"{len(val_known)} measured candidate sets")
     if setting.tau is None:
         notes.append("no setting on validation made an admissible deletion: the gate abstains everywhere")
     if not sup.unsafe[test_rows].any():
-        notes.append("no unsafe set among the test sets: the unsafe rate cannot separate gates here")
+        notes.append("no unsafe set among the measured test sets: the unsafe rate cannot separate gates here")
+    if gate_doc["n_deleted"] and gate_doc["n_measured"] < gate_doc["n_deleted"]:
+        notes.append(f"{gate_doc['n_measured']} of the gate's {gate_doc['n_deleted']} test deletions are sets DRSR "
+                     "measured: unsafe rate and mean harm are over those only (the others are unmeasured, not guessed)")
     return {
         "schema": schema_dict(FIELDS),
         "settings": {"unsafe_threshold": sup.threshold, "max_unsafe_rate": MAX_UNSAFE_RATE,
@@ -337,19 +348,21 @@ def evaluate(records: Sequence[dict[str, Any]], gate: GateModel, model: dict[str
                      "n_members": scorer.n_members, "margin": margin, "layers": list(spec.layers),
                      "attention_layers": list(spec.attention_layers), "unit_kinds": list(gate.unit_kinds)},
         "split": {part: {"tasks": list(tasks), "n_boundaries": int(len(np.unique(sup.boundary[sup.rows_of(tasks)]))),
-                         "n_sets": int(len(sup.rows_of(tasks))), "n_unsafe": int(sup.unsafe[sup.rows_of(tasks)].sum())}
+                         "n_pool": int(len(sup.rows_of(tasks))), "n_sets": int(len(sup.rows_of(tasks, True))),
+                         "n_unsafe": int(sup.unsafe[sup.rows_of(tasks)].sum())}
                   for part, tasks in split.items()},
         "selected": {"k": setting.k, "beta": setting.beta, "tau": setting.tau, "validation": val_metrics},
         "prediction": prediction,
         "pair_ordering": ordering,
-        "scores": {name: {"score": (s.risk + setting.beta * s.uncertainty).tolist(),
-                          "unsafe": sup.unsafe[s.rows].tolist(), "size": sup.size[s.rows].tolist()}
-                   for name, s in (("validation", val), ("test", test))},
+        "scores": {name: {"score": (s.risk + setting.beta * s.uncertainty)[sup.measured[s.rows]].tolist(),
+                          "unsafe": sup.unsafe[known].tolist(), "size": sup.size[known].tolist()}
+                   for name, s, known in (("validation", val, val_known), ("test", test, test_known))},
         "operating_curve": curve,
         "beta_sweep": sweep,
         "gate": gate_doc,
         "ablations": ablations,
         "notes": notes,
-        "scorer": {"file": scorer_file, "train_seconds": train_seconds, "n_features": scorer.n_features_in_},
+        "scorer": {"file": scorer_file, "kind": scorer.kind, "train_seconds": train_seconds,
+                   "n_features": scorer.n_features_in_},
         "model": model,
     }

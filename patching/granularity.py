@@ -22,7 +22,9 @@ import numpy as np
 
 from interp.stats import task_resamples
 
-UNSAFE = 0.020  # nats/token: a deletion whose harm exceeds this is unsafe (DRSR's primary margin)
+# nats/token: a deletion whose harm exceeds this is unsafe. The toolkit's assumption (DRSR states 0.020 as its
+# pair-ordering margin and mean-harm limit, not as an unsafe cut): interp drsr --unsafe, gate_eval.train(unsafe=)
+UNSAFE = 0.020
 BLOCK_KINDS = ("reasoning", "observation", "tool_exchange")
 
 

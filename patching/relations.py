@@ -3,8 +3,9 @@ pre-action state order deletion sets by their exact harm, and at which layer?
 
 At boundary b each candidate unit ``u`` (``interp.data.deletions``) has a representation ``r_u(l)``: its token
 span in the full render, mean-pooled at ``resid_pre`` of layer l; the current state ``s(l)`` is the boundary
-token (the last prompt token) at layer l. Both come from the full render's own forward, the one harm runs to
-score ``y`` (``capture_plan`` + ``patching.harm.boundary_harm(capture=...)``): no second forward. They are
+token (the last prompt token) at layer l. Both come from one forward of the prompt at b (:func:`prompt_capture`:
+the render the agent sends at b, nothing of ``y``), the very forward the online set-risk gate runs
+(``patching.gate.SetGate``), so what the gate is trained on is bit for bit what it reads online. They are
 stored projected to ``proj_dim`` dimensions by one seeded Gaussian map ``d_model -> proj_dim`` scaled by
 ``1 / sqrt(proj_dim)`` (Johnson-Lindenstrauss: inner products and cosines kept in expectation; no projection
 when ``d_model <= proj_dim``). The same forward keeps the boundary token's attention row at every
@@ -118,6 +119,19 @@ def captured(cap: Capture, proj: np.ndarray | None, digits: int = 6) -> dict[str
                       "rep": [vec((i, layer)) for layer in cap.layers], "attention": attention})
     return {"layers": cap.layers, "attention_layers": cap.attention_layers, "prompt_tokens": cap.boundary + 1,
             "state": [vec(("state", layer)) for layer in cap.layers], "candidates": units}
+
+
+def prompt_capture(sensor: Any, traj: Any, b: int, units: Sequence[Unit], layers: Sequence[int],
+                   attention_layers: Sequence[int], proj: np.ndarray | None) -> dict[str, Any]:
+    """:func:`captured` of one forward of the prompt at boundary b (``render(traj, b)``): the view of the
+    candidates the set-risk gate reads, offline (``patching.drsr``) and online (``patching.gate``) alike."""
+    from interp.data.render import render
+    from interp.sensor.forward import run_plan
+
+    prompt = render(traj, b, sensor.tokenizer)
+    cap = capture_plan(prompt, prompt.n_tokens, units, layers, attention_layers)
+    cap.outputs = run_plan(sensor, prompt.input_ids, cap.plan)
+    return captured(cap, proj)
 
 
 def _member_features(family: str, r: np.ndarray, s: np.ndarray) -> np.ndarray:

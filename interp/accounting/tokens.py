@@ -25,16 +25,29 @@ Per request k:
   in blocks, e.g. 128 tokens from a 1024-token minimum); request 1 reads none;
 - ``cache_write_tokens``: the prompt tokens not read from the cache, written
   to it (``input - cache_read``);
-- ``direct_removal_tokens``: the policy's own edit of that request, net:
-  input tokens under ``full`` minus under the policy (``[SKIP]`` markers
-  count against it).
+- ``direct_removal_cumulative_tokens``: the policy's own edit of that
+  request, net: input tokens under ``full`` minus under the policy
+  (``[SKIP]`` markers count against it). A token deleted at request k and
+  missing from every later request counts again in each of them;
+- ``direct_removal_tokens``: the same edits counted **once**, at the first
+  request a token is missing from (DRSR's "Direct", most likely): each
+  request's net removal is attributed to the step its tokens belong to
+  (the render's segments of the step and the template tokens before them,
+  its turn headers and think tags; the system prompt, task and generation
+  prompt form one more bucket; ``sliding_window``'s renumbered steps mapped
+  back), and a bucket adds only what exceeds the most it removed in an
+  earlier request. Summed over a run: per bucket, the most it
+  ever lost. Equal to the cumulative column when every edit shows in one
+  request only.
 
 So an edit of an old step breaks the cache at the edited token: everything
 after it is written again; a policy that only ever edits the step just
 completed (ICLR) keeps every later request's cache intact up to that step.
 
 ICLR needs block entropies, which need the model; the accounting runs no
-forward, so ``iclr`` and ``iclr_step_only`` take their decisions from a table
+forward (``drsr_gate`` aside: its set gate, ``patching.gate.SetGate``, runs the sensor once per step and
+decides online with memory as the condition does; ``interp tokens --gate-scorer FILE``), so ``iclr`` and
+``iclr_step_only`` take their decisions from a table
 of block entropies (the CSV of ``interp entropy``, ``DROP_TABLE_FIELDS`` of
 ``interp.extraction.entropy``: rows of context ``online`` for ``iclr``,
 ``step_only`` for ``iclr_step_only``): :func:`table_scorer`. Online scores
@@ -70,10 +83,10 @@ Fields of ``tokens.json`` (``FIELDS``; :func:`tokens_document` writes them):
 | ``cache_model`` | ``{...}`` | object | tokens | {block, min_prefix, rule}: the prefix-cache model of cache_read_tokens |
 | ``policies`` | ``[n_policies]`` | str | - | the policies accounted, in order (skipped ones excluded) |
 | ``skipped`` | ``[n_skipped] of {policy, reason}`` | object | - | policies not accounted and why (ICLR without an entropy table) |
-| ``requests`` | ``[n_requests] of {task_id, domain, policy, request, boundary, input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, direct_removal_tokens}`` | object | tokens | one row per (task, policy, request k = 1..n); boundary = k - 1 |
-| ``per_task`` | ``[n_task_rows] of {task_id, domain, policy, n_requests, input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, direct_removal_tokens}`` | object | tokens | sums over a task's requests, per policy |
-| ``per_domain`` | ``[n_domain_rows] of {domain, policy, n_tasks, n_requests, input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, direct_removal_tokens}`` | object | tokens | sums over the tasks of a domain, per policy |
-| ``totals`` | ``[n_policies] of {policy, n_tasks, n_requests, input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, direct_removal_tokens, rel_input, rel_cache_read, rel_output}`` | object | tokens; rel_*: fraction | sums over all tasks; rel_* = (policy - full) / full (null without full or when full is 0) |
+| ``requests`` | ``[n_requests] of {task_id, domain, policy, request, boundary, input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, total_tokens, direct_removal_tokens, direct_removal_cumulative_tokens}`` | object | tokens | one row per (task, policy, request k = 1..n); boundary = k - 1; total = input + output; direct removal counted once (at the first request a token is missing from) and cumulative (in every request) |
+| ``per_task`` | ``[n_task_rows] of {task_id, domain, policy, n_requests, input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, total_tokens, direct_removal_tokens, direct_removal_cumulative_tokens}`` | object | tokens | sums over a task's requests, per policy |
+| ``per_domain`` | ``[n_domain_rows] of {domain, policy, n_tasks, n_requests, input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, total_tokens, direct_removal_tokens, direct_removal_cumulative_tokens}`` | object | tokens | sums over the tasks of a domain, per policy |
+| ``totals`` | ``[n_policies] of {policy, n_tasks, n_requests, input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, total_tokens, direct_removal_tokens, direct_removal_cumulative_tokens, rel_input, rel_cache_read, rel_output, rel_total, domain_mean: {input_tokens, output_tokens, total_tokens, direct_removal_tokens, n_domains}}`` | object | tokens; rel_*: fraction | sums over all tasks; rel_* = (policy - full) / full (null without full or when full is 0); domain_mean: the equal-domain mean per task (each domain's mean per task, averaged over domains: the papers' Overall) |
 | ``pair`` | ``{...}`` | object or null | tokens | decompose_pair's document (null when no paired run was given) |
 | ``entropy_table`` | ``[]`` | str or null | - | the block-entropy CSV ICLR's decisions were read from (null: none given) |
 | ``seconds`` | ``[]`` | float | s | wall time of the accounting |
@@ -112,24 +125,29 @@ FIELDS = (
           "policies not accounted and why (ICLR without an entropy table)"),
     Field("requests",
           "[n_requests] of {task_id, domain, policy, request, boundary, input_tokens, cache_read_tokens, "
-          "cache_write_tokens, output_tokens, direct_removal_tokens}",
+          "cache_write_tokens, output_tokens, total_tokens, direct_removal_tokens, direct_removal_cumulative_tokens}",
           "object", "tokens",
-          "one row per (task, policy, request k = 1..n); boundary = k - 1"),
+          "one row per (task, policy, request k = 1..n); boundary = k - 1; total = input + output; direct removal "
+          "counted once (at the first request a token is missing from) and cumulative (in every request)"),
     Field("per_task",
           "[n_task_rows] of {task_id, domain, policy, n_requests, input_tokens, cache_read_tokens, cache_write_tokens, "
-          "output_tokens, direct_removal_tokens}",
+          "output_tokens, total_tokens, direct_removal_tokens, direct_removal_cumulative_tokens}",
           "object", "tokens",
           "sums over a task's requests, per policy"),
     Field("per_domain",
           "[n_domain_rows] of {domain, policy, n_tasks, n_requests, input_tokens, cache_read_tokens, cache_write_tokens, "
-          "output_tokens, direct_removal_tokens}",
+          "output_tokens, total_tokens, direct_removal_tokens, direct_removal_cumulative_tokens}",
           "object", "tokens",
           "sums over the tasks of a domain, per policy"),
     Field("totals",
           "[n_policies] of {policy, n_tasks, n_requests, input_tokens, cache_read_tokens, cache_write_tokens, "
-          "output_tokens, direct_removal_tokens, rel_input, rel_cache_read, rel_output}",
+          "output_tokens, total_tokens, direct_removal_tokens, direct_removal_cumulative_tokens, rel_input, "
+          "rel_cache_read, rel_output, rel_total, domain_mean: {input_tokens, output_tokens, total_tokens, "
+          "direct_removal_tokens, n_domains}}",
           "object", "tokens; rel_*: fraction",
-          "sums over all tasks; rel_* = (policy - full) / full (null without full or when full is 0)"),
+          "sums over all tasks; rel_* = (policy - full) / full (null without full or when full is 0); domain_mean: "
+          "the equal-domain mean per task (each domain's mean per task, averaged over domains: the papers' "
+          "Overall)"),
     Field("pair", "{...}", "object or null", "tokens", "decompose_pair's document (null when no paired run was given)"),
     Field("entropy_table",
           "[]",
@@ -137,7 +155,9 @@ FIELDS = (
           "the block-entropy CSV ICLR's decisions were read from (null: none given)"),
     Field("seconds", "[]", "float", "s", "wall time of the accounting"),
 )
-TOKEN_COLUMNS = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens", "direct_removal_tokens")
+TOKEN_COLUMNS = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens", "total_tokens",
+                 "direct_removal_tokens", "direct_removal_cumulative_tokens")
+DOMAIN_MEAN_COLUMNS = ("input_tokens", "output_tokens", "total_tokens", "direct_removal_tokens")
 DEFAULT_POLICIES = ("full", "iclr", "iclr_step_only", "delete_all_reasoning", "delete_latest_reasoning",
                     "keep_latest_reasoning", "random:r=0.1", "sliding_window:k=5", "keep_last_k_reasoning:k=5")
 ICLR_CONTEXT = {"iclr": "online", "iclr_step_only": "step_only"}  # the entropy-table rows each ICLR policy reads
@@ -199,7 +219,7 @@ def parse_policy(spec: str) -> Policy:
         sliding_window(Trajectory("x", "x", "", "", ()), 0, **dict(params))  # checks k
     else:
         check_condition_name(name)
-        if name not in ICLR_CONTEXT:  # ICLR's scorer comes from the entropy table
+        if name not in ICLR_CONTEXT and name != "drsr_gate":  # their scorer / gate come with the accounting
             validate_condition(name, dict(params))
     return Policy(spec.strip(), name, tuple(params))
 
@@ -252,17 +272,37 @@ def _history(policy: Policy, traj: Trajectory, b: int, extra: dict[str, Any]) ->
     return apply_condition(policy.condition, traj, b, **dict(policy.params), **extra)[0], b
 
 
+def _step_tokens(prompt: Rendered, shift: int) -> dict[int | None, int]:
+    """The prompt's tokens per step (renumbered by ``shift``: steps sliding_window dropped before the kept ones):
+    a step's own segments and the template tokens before them back to the previous step's (its turn headers and
+    think tags); tokens before the first step and after the last (system, task, generation prompt) under None."""
+    owner = np.full(prompt.n_tokens, -1)
+    for seg in prompt.segments:
+        if seg.step is not None:
+            owner[seg.start:seg.end] = seg.step + shift
+    mine = np.flatnonzero(owner >= 0)
+    if len(mine):
+        inner = owner[mine[0]:mine[-1] + 1]
+        filled = inner[::-1].copy()
+        filled = filled[np.maximum.accumulate(np.where(filled >= 0, np.arange(len(filled)), 0))]
+        owner[mine[0]:mine[-1] + 1] = filled[::-1]
+    steps, counts = np.unique(owner, return_counts=True)
+    return {(None if t < 0 else int(t)): int(c) for t, c in zip(steps, counts)}
+
+
 def request_tokens(traj: Trajectory, policy: Policy, tokenizer: Any, cache: CacheModel = CacheModel(),
-                   extra: dict[str, Any] | None = None) -> list[dict[str, int]]:
-    """Per request k = 1..n of ``traj`` under ``policy``: input, cache-read, cache-write and output tokens."""
-    out: list[dict[str, int]] = []
+                   extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Per request k = 1..n of ``traj`` under ``policy``: input, cache-read, cache-write, output and total tokens,
+    and ``step_tokens``: the prompt's tokens per original step (None: tokens of no step)."""
+    out: list[dict[str, Any]] = []
     previous: list[int] | None = None
     last: tuple[Trajectory, int, Rendered] | None = None
     for k in range(1, traj.n_steps + 1):
         hist, boundary = _history(policy, traj, k - 1, extra or {})
         # an unchanged history one step on is the last request's render with its output: rendered once
         same = last is not None and last[1] + 1 == boundary and last[0] == hist
-        prompt = last[2].input_ids if same and last is not None else render(hist, boundary, tokenizer).input_ids
+        rendered = last[2] if same and last is not None else render(hist, boundary, tokenizer)
+        prompt = rendered.input_ids
         after = render(hist, boundary + 1, tokenizer)
         last = (hist, boundary, after)
         if after.input_ids[:len(prompt)] != prompt:
@@ -272,13 +312,18 @@ def request_tokens(traj: Trajectory, policy: Policy, tokenizer: Any, cache: Cach
         output = after.input_ids[len(prompt):max(ends, default=len(prompt))]
         read = cache.served(lcp(prompt, previous)) if previous is not None else 0
         out.append({"request": k, "boundary": k - 1, "input_tokens": len(prompt), "cache_read_tokens": read,
-                    "cache_write_tokens": len(prompt) - read, "output_tokens": len(output)})
+                    "cache_write_tokens": len(prompt) - read, "output_tokens": len(output),
+                    "total_tokens": len(prompt) + len(output),
+                    "step_tokens": _step_tokens(rendered, k - 1 - boundary)})
         previous = prompt + output
     return out
 
 
-def _extras(policy: Policy, entropy: pd.DataFrame | None, tokenizer: Any) -> dict[str, Any] | str:
-    """What a policy needs beyond its parameters (a table scorer, the tokenizer), or why it cannot run."""
+def _extras(policy: Policy, entropy: pd.DataFrame | None, tokenizer: Any, gate: Any = None) -> dict[str, Any] | str:
+    """What a policy needs beyond its parameters (a table scorer, the tokenizer, the set gate), or why it cannot
+    run."""
+    if policy.condition == "drsr_gate":
+        return {"gate": gate} if gate is not None else "no set gate given (--gate-scorer FILE of `interp gate train`)"
     if policy.condition in ICLR_CONTEXT:
         context = ICLR_CONTEXT[policy.condition]
         if entropy is None:
@@ -290,15 +335,17 @@ def _extras(policy: Policy, entropy: pd.DataFrame | None, tokenizer: Any) -> dic
 
 
 def account(trajectories: Sequence[Trajectory], policies: Iterable[str | Policy], tokenizer: Any,
-            cache: CacheModel = CacheModel(), entropy: pd.DataFrame | None = None) -> tuple[pd.DataFrame, list[dict]]:
+            cache: CacheModel = CacheModel(), entropy: pd.DataFrame | None = None,
+            gate: Any = None) -> tuple[pd.DataFrame, list[dict]]:
     """One row per (task, policy, request) (``requests`` of ``FIELDS``, with direct removal against ``full``),
-    and the policies skipped with their reason; no model forward."""
+    and the policies skipped with their reason; no model forward but the set gate's (``gate``: the
+    ``patching.gate.SetGate`` of the ``drsr_gate`` policy)."""
     parsed = [p if isinstance(p, Policy) else parse_policy(p) for p in policies]
     full = Policy("full", "full")
     rows, skipped = [], []
     needs: dict[str, tuple[Policy, dict[str, Any]]] = {}
     for p in parsed:
-        need = _extras(p, entropy, tokenizer)
+        need = _extras(p, entropy, tokenizer, gate)
         if isinstance(need, str):
             skipped.append({"policy": p.label, "reason": need})
         else:
@@ -313,9 +360,16 @@ def account(trajectories: Sequence[Trajectory], policies: Iterable[str | Policy]
         base = request_tokens(traj, full, tokenizer, cache)
         for p, need in needs.values():
             reqs = base if p.condition == "full" and not p.params else request_tokens(traj, p, tokenizer, cache, need)
+            counted: dict[int | None, int] = {}  # per step bucket: the most it lost in an earlier request
             for r, f in zip(reqs, base):
-                rows.append({"task_id": traj.task_id, "domain": traj.domain, "policy": p.label, **r,
-                             "direct_removal_tokens": f["input_tokens"] - r["input_tokens"]})
+                once = 0
+                for key in set(f["step_tokens"]) | set(r["step_tokens"]):
+                    lost = f["step_tokens"].get(key, 0) - r["step_tokens"].get(key, 0)
+                    once += max(0, lost - counted.get(key, 0))
+                    counted[key] = max(counted.get(key, 0), lost)
+                rows.append({"task_id": traj.task_id, "domain": traj.domain, "policy": p.label,
+                             **{k: v for k, v in r.items() if k != "step_tokens"}, "direct_removal_tokens": once,
+                             "direct_removal_cumulative_tokens": f["input_tokens"] - r["input_tokens"]})
     columns = ["task_id", "domain", "policy", "request", "boundary", *TOKEN_COLUMNS]
     return pd.DataFrame(rows, columns=columns), skipped
 
@@ -338,10 +392,14 @@ def totals(requests: pd.DataFrame) -> list[dict[str, Any]]:
     table = _sums(requests, ["policy"])
     ref = table[table["policy"] == "full"]
     out = []
+    per_domain = _sums(requests, ["domain", "policy"])
     for row in table.to_dict("records"):
         for col, name in (("input_tokens", "rel_input"), ("cache_read_tokens", "rel_cache_read"),
-                          ("output_tokens", "rel_output")):
+                          ("output_tokens", "rel_output"), ("total_tokens", "rel_total")):
             row[name] = _rel(row[col], float(ref[col].iloc[0]) if len(ref) else None)
+        mine = per_domain[per_domain["policy"] == row["policy"]]
+        row["domain_mean"] = {col: float((mine[col] / mine["n_tasks"]).mean()) for col in DOMAIN_MEAN_COLUMNS}
+        row["domain_mean"]["n_domains"] = int(len(mine))
         out.append(_plain(row))
     return out
 
@@ -439,12 +497,12 @@ def tokens_document(requests: pd.DataFrame, skipped: list[dict], tokenizer: Any,
 def run_accounting(trajectories: Sequence[Trajectory], policies: Iterable[str], tokenizer: Any,
                    cache: CacheModel = CacheModel(), entropy: pd.DataFrame | None = None,
                    paired: tuple[Sequence[Trajectory], str] | None = None,
-                   entropy_table: str | None = None) -> dict[str, Any]:
+                   entropy_table: str | None = None, gate: Any = None) -> dict[str, Any]:
     """Account ``trajectories`` under ``policies`` (and a paired run: (compressed trajectories, its policy),
     ``trajectories`` being the base run) and return the timed ``tokens.json`` document (``entropy_table``: the
     name of the entropy CSV, recorded)."""
     start = time.perf_counter()
-    requests, skipped = account(trajectories, policies, tokenizer, cache, entropy)
+    requests, skipped = account(trajectories, policies, tokenizer, cache, entropy, gate)
     pair = decompose_pair(trajectories, paired[0], paired[1], tokenizer, cache, entropy) if paired else None
     return tokens_document(requests, skipped, tokenizer, cache, pair, time.perf_counter() - start, entropy_table)
 

@@ -32,12 +32,16 @@ only that step's reasoning is in context.
 | hide_observation         | the observation of step k (default b) -> ``[output hidden]``          |
 | clear_after_code         | the reasoning of steps 1..k, k = latest step <= b whose action wrote code or a file |
 | keep_last_k_reasoning    | the reasoning of steps 1..b-k (the last k steps' reasoning kept; k >= 1, the study's K = 5, 10, 20; k = 1 is keep_latest_reasoning) |
-| drsr_gate                | the set of history units DRSR's learned set-risk gate chooses at b (``patching.gate``: reasoning blocks, observations, tool exchanges with their calls; none of step b; the largest saving predicted safe), deleted by ``interp.data.deletions.delete_units``; nothing when it abstains (logged) |
+| drsr_gate                | online, with memory: for t = 1..b in order, DRSR's learned set-risk gate (``patching.gate``) chooses a set of history units at t (reasoning blocks, observations, tool exchanges with their calls; none of step t; the largest saving predicted safe) on the history with its deletions at 1..t-1 already made, and the deletion is written back (``interp.data.deletions.delete_units``); nothing at a t where it abstains |
 
-``drsr_gate`` takes ``gate``, a ``SetGate`` callable ``gate(history, b)`` returning the units to delete or
+``drsr_gate`` takes ``gate``, a ``SetGate`` callable ``gate(history, t)`` returning the units to delete or
 None to abstain (``patching.gate.SetGate``: the scorer file plus the sensor; the CLI builds it from
-``--gate-scorer FILE``). Its units keep every step (a set that would leave a step empty is never chosen), so
-the edited history is rendered at b like the other conditions'; the log's ``params["units"]`` lists them.
+``--gate-scorer FILE``). Like ``iclr`` it is online: the deployed gate decides after every step and its
+deletions persist, so the decision at t sees the history it pruned at 1..t-1 plus step t as recorded
+(:func:`gate_step` is that one step: a live agent calls it after each step). Its units keep every step (a set
+that would leave a step empty is never chosen), so the edited history is rendered at b like the other
+conditions'; the log's ``params["units"]`` maps each step t (a string) to the units deleted at t, named as in
+the history the gate saw at t (earlier deletions renumber later blocks of the same step, never other steps').
 
 ``sliding_window`` (the study's baseline: keep the last K steps, K = 5, 10,
 20) removes whole steps, so the edited trajectory has fewer steps and its
@@ -439,25 +443,40 @@ def clear_after_code(traj: Trajectory, after_step: int, log: EditLog,
     return drop_blocks(traj, log, _all_blocks(traj, range(1, k + 1)), None, counter)
 
 
-def drsr_gate(traj: Trajectory, after_step: int, log: EditLog, counter: TokenCounter | None = None,
-              gate: SetGate | None = None) -> Trajectory:
-    """Delete the units the learned set-risk gate chooses at b (``gate(history, b)``); unchanged when it abstains."""
+def gate_step(history: Trajectory, t: int, gate: SetGate, log: EditLog,
+              counter: TokenCounter | None = None) -> Trajectory:
+    """One online decision of the set gate at step t on ``history`` (steps 1..t-1 as the gate left them), written
+    back: the history with the chosen units deleted (unchanged when it abstains); ``log`` gains its edits and
+    ``params["units"][str(t)]``."""
     from interp.data.deletions import delete_units  # deletions builds on this module's EditLog
 
-    _check_gate(gate=gate)
-    units = gate(traj, after_step) if gate is not None else None
+    units = gate(history, t)
+    chosen = log.params.setdefault("units", {})
     if not units:
-        log.params["units"] = []
-        log.notes.append("the gate abstained: no candidate set predicted safe enough")
-        return traj
-    edited, b2, dlog = delete_units(traj, after_step, units, counter)
-    if b2 != after_step:
-        raise ValueError(f"{traj.task_id}@{after_step}: the gate's set {list(units)} removes a whole step; "
+        chosen[str(t)] = []
+        return history
+    edited, b2, dlog = delete_units(history, t, units, counter)
+    if b2 != t:
+        raise ValueError(f"{history.task_id}@{t}: the gate's set {list(units)} removes a whole step; "
                          "drsr_gate edits must keep every step")
     log.edits.extend(dlog.edits)
     log.notes.extend(dlog.notes)
-    log.params["units"] = dlog.params["units"]
+    chosen[str(t)] = dlog.params["units"]
     return edited
+
+
+def drsr_gate(traj: Trajectory, after_step: int, log: EditLog, counter: TokenCounter | None = None,
+              gate: SetGate | None = None) -> Trajectory:
+    """DRSR's gate online with memory: for t = 1..b, :func:`gate_step` on the history pruned at 1..t-1."""
+    _check_gate(gate=gate)
+    assert gate is not None  # checked above
+    history = traj
+    log.params["units"] = {}
+    for t in range(1, after_step + 1):
+        history = gate_step(history, t, gate, log, counter)
+    if not any(log.params["units"].values()):
+        log.notes.append(f"the gate abstained at every step 1..{after_step}: no candidate set predicted safe enough")
+    return history
 
 
 def _check_gate(gate: SetGate | None = None) -> None:

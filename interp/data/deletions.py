@@ -26,6 +26,13 @@ had no reasoning to begin with has no ``reasoning`` unit.
 Units overlap when one deletion contains the other (a step and any unit of it;
 an observation and the tool exchange of the same index); :func:`delete_units`
 deletes their union, and set-level harm samples only sets of non-overlapping units.
+
+Which sets remove a step whole is known without editing: :func:`step_shapes` records per step of the history
+``[n_blocks, n_calls, n_observations, keeps]`` (``keeps``: a text action with text, which no unit deletes) and
+:func:`empties_step` applies :func:`delete_units`' rule to those shapes (tested against it on the demo set), so
+the set-risk gate refuses such sets offline (from a DRSR record) and online (from the trajectory) by one rule.
+An observation whose text is empty (one emptied by an earlier deletion) has nothing to delete:
+:func:`unit_is_empty` says so.
 """
 
 from __future__ import annotations
@@ -79,6 +86,34 @@ def units_overlap(a: Unit, b: Unit) -> bool:
     if a == b or "step" in (a[0], b[0]):
         return True
     return {a[0], b[0]} == {"observation", "tool_exchange"} and a[2] == b[2]
+
+
+def step_shapes(traj: Trajectory, after_step: int) -> list[list[int]]:
+    """Per step 1..after_step: ``[n_blocks, n_calls, n_observations, keeps]`` (keeps 1: a non-empty text action)."""
+    return [[len(s.blocks), len(s.action.calls), len(s.observations), int(s.action.is_text and bool(s.action.text))]
+            for s in traj.steps[:after_step]]
+
+
+def empties_step(shapes: Sequence[Sequence[int]], units: Iterable[Unit]) -> bool:
+    """True when deleting ``units`` (non-overlapping, none a step) leaves some step with nothing: every block and
+    every call of a tool-call step, or every block and observation of a text step whose text is empty."""
+    by_step: dict[int, list[Unit]] = {}
+    for u in units:
+        by_step.setdefault(int(u[1]), []).append(u)
+    for t, mine in by_step.items():
+        n_blocks, n_calls, n_obs, keeps = shapes[t - 1]
+        count = {k: sum(u[0] == k for u in mine) for k in ("reasoning", "tool_exchange", "observation")}
+        if count["reasoning"] < n_blocks:
+            continue
+        if (n_calls and count["tool_exchange"] == n_calls) or (
+                not n_calls and not keeps and count["observation"] == n_obs):
+            return True
+    return False
+
+
+def unit_is_empty(traj: Trajectory, unit: Unit) -> bool:
+    """True for an observation unit whose text is empty (nothing of it is rendered to delete)."""
+    return unit[0] == "observation" and not traj.steps[unit[1] - 1].observations[unit[2] or 0]
 
 
 def _check(traj: Trajectory, after_step: int, unit: Unit) -> None:

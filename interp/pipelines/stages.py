@@ -494,16 +494,15 @@ def harm_from_parts(drsr_dir: Path, out: Path, model: dict[str, Any] | None = No
 
 
 def gate_train(drsr_dir: Path, out: Path, seed: int = 0, n_members: int | None = None,
-               parts: Path | None = None) -> dict[str, Any]:
+               parts: Path | None = None, scorer: str = "ridge") -> dict[str, Any]:
     """DRSR's set-risk gate trained on an ``interp drsr`` run's parts (train split) and selected on validation;
-    writes the scorer file ``gate_scorer.json`` (``patching.gate``); no model is run."""
-    from patching.gate import N_MEMBERS
+    writes the scorer file ``gate_scorer.json`` (``patching.gate``; ``scorer``: ridge or set-mlp); no model is
+    run."""
     from patching.gate_eval import drsr_records, train
 
     records, doc = drsr_records(drsr_dir, parts)
     with writer_lock(out, command="gate train"):
-        gate_model, info = train(records, doc.get("model"), doc.get("proj_dim"), seed,
-                                 N_MEMBERS if n_members is None else n_members)
+        gate_model, info = train(records, doc.get("model"), doc.get("proj_dim"), seed, n_members, scorer=scorer)
         gate_model.save(Path(out) / "gate_scorer.json")
     return {"scorer": str(Path(out) / "gate_scorer.json"), "setting": asdict(gate_model.setting),
             "split": gate_model.split, **info}
@@ -532,14 +531,24 @@ def gate(drsr_dir: Path, out: Path, seed: int = 0, n_boot: int = 1000) -> dict[s
 
 def tokens(trajs: list[Trajectory], out: Path, tokenizer: Any, policies: list[str] | None = None,
            cache_block: int = 1, min_prefix: int = 0, entropy: Path | None = None,
-           paired: tuple[list[Trajectory], str] | None = None) -> dict[str, Any]:
+           paired: tuple[list[Trajectory], str] | None = None, gate_scorer: Path | None = None) -> dict[str, Any]:
     """Request-level token accounting of history policies with a prefix cache, and a paired-run amplification
-    decomposition (``tokens.json``, ``interp.accounting.tokens``); no model forward."""
+    decomposition (``tokens.json``, ``interp.accounting.tokens``); no model forward but the ``drsr_gate`` policy's
+    set gate (``gate_scorer``: its scorer file; the sensor is the model the scorer names)."""
     from interp.accounting.tokens import DEFAULT_POLICIES, CacheModel, read_entropy_table, run_accounting
 
     table = read_entropy_table(entropy) if entropy is not None else None
-    doc = run_accounting(trajs, policies or list(DEFAULT_POLICIES), tokenizer, CacheModel(cache_block, min_prefix),
-                         table, paired, None if entropy is None else str(entropy))
+    chosen = policies or list(DEFAULT_POLICIES)
+    gate = None
+    if gate_scorer is not None and any(p.partition(":")[0].strip() == "drsr_gate" for p in chosen):
+        from patching.gate import GateModel, SetGate
+
+        model = GateModel.load(gate_scorer)
+        if not model.model.get("spec"):
+            raise ValueError(f"{gate_scorer}: the scorer file names no model (model.spec) to run the gate with")
+        gate = SetGate(model, sensor(model.model["spec"]))
+    doc = run_accounting(trajs, chosen, tokenizer, CacheModel(cache_block, min_prefix),
+                         table, paired, None if entropy is None else str(entropy), gate)
     with writer_lock(out, command="tokens"):
         atomic_write_json(out / "tokens.json", doc)
     return doc

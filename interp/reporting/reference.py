@@ -35,10 +35,32 @@ DRSR_STATE_ONLY = 0.500  # pair accuracy from the current state alone (no candid
 DRSR_ATTENTION_LAYERS_1BASED = (4, 8, 12, 16, 20, 24, 28, 32)
 # DRSR's set-risk gate (Qwen3.5-9B frozen; only the scorer trained): the configuration and the frozen setting
 # selected on validation (the issue's reference; the gate's own rules are in patching.gate)
+# tau is an unsafe-score threshold of DRSR's own set model (Table 7): on that model's scale only, never comparable
+# with the toolkit's ridge-ensemble scores (figures print it as DRSR's, apart from ours)
 DRSR_GATE = {
     "candidate_dims": 1154, "candidate_embedding": 64, "set_dims": 451, "hidden": 64,
     "attention_layers_1based": DRSR_ATTENTION_LAYERS_1BASED,
     "k_grid": (2, 3), "beta_grid": (0.0, 0.25, 0.5, 1.0, 2.0),
     "k": 3, "beta": 0.0, "tau": 0.0741,
     "max_unsafe_rate": 0.100, "max_mean_harm": 0.020, "max_removal": 0.20,
+}
+
+# Where the toolkit departs from DRSR, each with its reason (README: "Departures from DRSR"); figures and the
+# report name them where the departing number is shown.
+DEPARTURES = {
+    "scorer": "by default a bootstrap ensemble of ridge regressions on pooled set features replaces DRSR's 64-d "
+              "set model (Table 7; --scorer set-mlp fits that one): seconds on a CPU, scikit-learn; its unsafe "
+              "scores are on another scale, so DRSR's tau is shown only as DRSR's",
+    "unsafe_threshold": "0.020 nats/token as the unsafe cut is the toolkit's assumption: DRSR states 0.020 as "
+                        "the pair-ordering margin and the mean-harm limit, not as its unsafe cut (--unsafe)",
+    "saving": "the gate ranks sets by the span tokens of their units, what it sees before deleting; the render's "
+              "own loss is reported beside it",
+    "step_units": "interp drsr draws whole-step units besides DRSR's block kinds by default (granularity needs "
+                  "them); rows compared with DRSR's Tables 1-2 include sets with a step unless --units "
+                  "reasoning,observation,tool_exchange",
+    "attention_density_split": "Fig 10's candidates are split by exact singleton harm (the toolkit's split), "
+                               "not by the gate's selection as in DRSR's figure",
+    "direct_removal": "tokens.json counts a deleted token once, at the first request it is missing from "
+                      "(DRSR's Direct, most likely); the removal summed over every later request is kept as "
+                      "direct_removal_cumulative_tokens",
 }

@@ -134,3 +134,46 @@ def test_policy_specs_are_checked():
                      ("keep_last_k_reasoning:q=1", "takes no parameter"), ("random:r", "key=value")]:
         with pytest.raises(ValueError, match=msg):
             parse_policy(bad)
+
+
+def test_direct_removal_counts_a_deleted_token_once_and_keeps_the_cumulative_column():
+    """ICLR compresses step 1 at boundary 1 and it stays so: the cumulative column counts the saving in both
+    later requests, the once column only in the first. Edits that show in one request each (delete the latest
+    reasoning: step 1's at boundary 1, step 2's at boundary 2, step 1 whole again) count the same both ways."""
+    trajs = [three_steps("a", extra=1)]
+    table = pd.DataFrame({"task_id": "a", "context": "online", "step": [1, 1, 2, 3, 4],
+                          "block": [0, 1, 0, 0, 0], "mean_entropy_bits": [1.0, 2.0, 5.0, 5.0, 5.0]})
+    rows, _ = account(trajs, ["full", "iclr", "delete_latest_reasoning"], TOK, entropy=table)
+    iclr = rows[rows["policy"] == "iclr"]
+    saved = len("a1") - len("[SKIP]")  # "[SKIP]" is longer than "a1": the edit costs tokens
+    cumulative = iclr["direct_removal_cumulative_tokens"].tolist()
+    assert cumulative == [0, saved, saved, saved]
+    assert iclr["direct_removal_tokens"].tolist() == [0, 0, 0, 0]  # a loss of -4 is never a removal
+    latest = rows[rows["policy"] == "delete_latest_reasoning"]
+    assert latest["direct_removal_tokens"].tolist() == latest["direct_removal_cumulative_tokens"].tolist()
+    assert latest["direct_removal_tokens"].iloc[1] > 0
+    assert (rows["total_tokens"] == rows["input_tokens"] + rows["output_tokens"]).all()
+    long = [three_steps("b", extra=2)]
+    table = pd.DataFrame({"task_id": "b", "context": "online", "step": [1, 1], "block": [0, 1],
+                          "mean_entropy_bits": [2.0, 1.0]})  # block 1 ("b1") is dropped
+    rows, _ = account([Trajectory("b", "dom", "", "T", (Step("a1\n\nbbbbbbbbbbbb", Action(text="X"), "o"),
+                                                        *long[0].steps[1:]))], ["full", "iclr"], TOK, entropy=table)
+    iclr = rows[rows["policy"] == "iclr"]
+    lost = len("bbbbbbbbbbbb") - len("[SKIP]")
+    assert iclr["direct_removal_cumulative_tokens"].tolist() == [0] + [lost] * 4  # counted in every request
+    assert iclr["direct_removal_tokens"].tolist() == [0, lost, 0, 0, 0]  # counted once
+
+
+def test_totals_carry_input_plus_output_and_the_equal_domain_mean():
+    trajs = [three_steps("a"), three_steps("b", extra=3)]
+    trajs.append(Trajectory("c", "other", "", "T", three_steps("c").steps))
+    rows, skipped = account(trajs, ["full", "keep_latest_reasoning"], TOK)
+    doc = tokens_document(rows, skipped, TOK, CacheModel())
+    check(doc, FIELDS, "tokens.json")
+    for row in doc["totals"]:
+        mine = rows[rows["policy"] == row["policy"]]
+        assert row["total_tokens"] == int(mine["input_tokens"].sum() + mine["output_tokens"].sum())
+        per_task = mine.groupby("task_id").agg(total=("total_tokens", "sum"), domain=("domain", "first"))
+        by_domain = per_task.groupby("domain")["total"].mean()  # each domain's mean per task, then their mean
+        assert row["domain_mean"]["total_tokens"] == pytest.approx(by_domain.mean())
+        assert row["domain_mean"]["n_domains"] == 2 and by_domain.mean() != per_task["total"].mean()

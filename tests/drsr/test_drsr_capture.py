@@ -1,5 +1,6 @@
-"""The representations and attention the DRSR analyses read ride on harm's own forward: equal to a plain HF
-forward's hidden states and to a separate boundary-row run; harm unchanged by the capture."""
+"""The representations and attention the DRSR analyses read come from one forward of the prompt at b (the one the
+online gate runs): equal to a plain HF forward's hidden states and to a separate boundary-row run; harm unchanged
+by the capture."""
 
 from __future__ import annotations
 

@@ -368,6 +368,7 @@ def drsr_records(rng: np.random.Generator, n_tasks: int = 8, n_layers: int = 8, 
         records.append({"task_id": f"t{i}", "after_step": b, "units": ["reasoning", "observation", "tool_exchange",
                                                                         "step"],
                         "target": "y", "target_tokens": 12, "nll_full": 1.0, "sets": sets,
+                        "shapes": [[1, 1, 1, 0]] * b,  # per step: a block, a call, its result
                         "layers": list(range(n_layers)), "attention_layers": [3, 7], "prompt_tokens": 400,
                         "state": rng.normal(size=(n_layers, dim)).round(4).tolist(),
                         "candidates": [{"unit": u, "n_tokens": int(rng.integers(5, 60)),

@@ -13,7 +13,8 @@ import pytest
 from sklearn.base import clone
 
 from patching.gate import (MAX_UNSAFE_RATE, FeatureSpec, GateModel, SetRiskScorer, choose, decisions,
-                           feature_matrix, gate_metrics, online_view, restrict, score_split, split_tasks, supervision)
+                           feature_matrix, gate_metrics, online_view, predict_rows, restrict, score_split, split_tasks,
+                           supervision)
 from patching.gate_eval import drsr_records, evaluate, train
 
 from .synthetic import records
@@ -152,3 +153,50 @@ def test_a_drsr_folder_without_parts_is_named(tmp_path):
     (tmp_path / "drsr.json").write_text(json.dumps({"boundaries": [{"task_id": "t", "after_step": 2}]}))
     with pytest.raises(FileNotFoundError, match="parts"):
         drsr_records(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def planted_mlp():
+    recs = records(80, planted=True, seed=1)
+    gate, _ = train(recs, fractions=(0.5, 0.25, 0.25), n_members=2, scorer="set-mlp")
+    return recs, gate, evaluate(recs, gate, n_boot=0)
+
+
+@pytest.mark.slow  # torch fits: about a minute each on a loaded 2-core machine
+def test_drsr_s_set_model_learns_the_planted_relation_and_the_gate_meets_its_constraint(planted_mlp, planted):
+    recs, gate, doc = planted_mlp
+    assert doc["scorer"]["kind"] == "set-mlp" and doc["prediction"]["spearman"] > 0.9
+    assert _accuracy(doc, "scorer") > 0.85 and _accuracy(doc, "scorer") > _accuracy(doc, "surface") + 0.2
+    g = doc["gate"]
+    assert g["coverage"] >= 0.8 and g["unsafe_rate"] <= MAX_UNSAFE_RATE and g["removal"] > 0
+    print("ridge", planted[2]["prediction"], planted[2]["gate"])  # both reported side by side (-s)
+    print("set-mlp", doc["prediction"], doc["gate"])
+
+
+@pytest.mark.slow
+def test_drsr_s_set_model_on_a_harm_no_feature_predicts_abstains():
+    recs = records(240, planted=False, seed=2)
+    gate, _ = train(recs, fractions=(0.34, 0.33, 0.33), n_members=2, scorer="set-mlp")
+    sup = supervision(recs)
+    test = restrict(sup, score_split(sup, gate.split["test"], gate.scorer, gate.spec), gate.setting.k)
+    m = gate_metrics(sup, decisions(sup, test, gate.setting))
+    assert m["coverage"] <= 0.05, (gate.setting, m)
+
+
+@pytest.mark.slow
+def test_the_set_model_file_round_trips_bit_for_bit_without_pickle(planted_mlp, tmp_path):
+    recs, gate, _ = planted_mlp
+    path = gate.save(tmp_path / "gate_scorer.json")
+    doc = json.loads(path.read_text())
+    assert doc["kind"] == "set-mlp" and len(doc["scorer"]["members"]) == 2
+    again = GateModel.load(path)
+    sup = supervision(recs)
+    rows = np.arange(60)
+    assert np.array_equal(predict_rows(again.scorer, sup, rows, again.spec),
+                          predict_rows(gate.scorer, sup, rows, gate.spec))
+    one = predict_rows(gate.scorer, sup, rows[:7], gate.spec)  # a set's prediction does not depend on the batch
+    assert np.array_equal(one, predict_rows(gate.scorer, sup, rows, gate.spec)[:7])
+    doc["scorer"]["members"][0]["w1"] = doc["scorer"]["members"][0]["w1"][:3]
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="bad.json: corrupt gate scorer file"):
+        GateModel.load(tmp_path / "bad.json")

@@ -59,7 +59,9 @@ def test_train_then_eval_writes_the_scorer_gate_json_figures_and_section(trained
     for spec in FIGURES:
         if spec.source == "gate/gate.json":
             spec.build(doc)
-    assert any("reference: K 3, beta 0.0, tau 0.0741" in line for line in gate_section(doc))
+    lines = gate_section(doc)
+    assert any("on this scorer's scale (reference: K 3, beta 0.0)" in line for line in lines)
+    assert any("DRSR's tau 0.0741 on its own scale" in line for line in lines)  # never beside ours
 
 
 def test_features_never_read_the_next_output(tiny_sensor, mini_trajectory):
@@ -84,6 +86,61 @@ def test_features_never_read_the_next_output(tiny_sensor, mini_trajectory):
     assert not np.allclose([s["harm"] for s in a["sets"]], [s["harm"] for s in c["sets"]], atol=1e-4)
 
 
+def test_the_gate_that_is_trained_is_the_gate_that_runs(trained, tiny_sensor):
+    """For random pool sets at the DRSR run's boundaries: the online view (SetGate's own forward) equals the
+    record's, the offline feature vector equals the online one bit for bit (float64, so float32 too), the unsafe
+    scores are identical, and the online choice is the offline evaluation's."""
+    from interp.data.trajectory import load_trajectories
+    from patching.gate import (GateModel, SetGate, Scored, candidate_features, decide_view, decisions,
+                               feature_matrix, pool_members, set_matrix, supervision)
+    from patching.gate_eval import drsr_records
+
+    records, _ = drsr_records(trained / "drsr")
+    model = GateModel.load(trained / "gate" / "gate_scorer.json")
+    gate = SetGate(model, tiny_sensor)
+    trajs = {t.task_id: t for t in load_trajectories(DEMO)}
+    sup = supervision(records)
+    rng = np.random.default_rng(0)
+    spec = model.spec
+    n_rows = 0
+    for bi, rec in enumerate(records):
+        traj, b = trajs[rec["task_id"]], rec["after_step"]
+        online = gate.view(traj, b)
+        offline = sup.views[bi]
+        pool = pool_members(online, model.setting, model.unit_kinds)
+        units = [tuple(online["candidates"][m]["unit"]) for m in pool]
+        assert units == [tuple(offline["candidates"][m]["unit"]) for m in sup.pools[bi]]  # one pool
+        assert online["prompt_tokens"] == offline["prompt_tokens"] and online["shapes"] == offline["shapes"]
+        li, ai = [offline["layers"].index(x) for x in spec.layers], [offline["attention_layers"].index(x)
+                                                                     for x in spec.attention_layers]
+        assert online["state"] == [offline["state"][i] for i in li]  # the same forward: equal, not close
+        for m_on, m_off in zip(pool, sup.pools[bi]):
+            c_on, c_off = online["candidates"][m_on], offline["candidates"][m_off]
+            assert c_on["rep"] == [c_off["rep"][i] for i in li] and c_on["n_tokens"] == c_off["n_tokens"]
+            assert c_on["attention"] == [c_off["attention"][i] for i in ai]
+        rows = np.flatnonzero(sup.boundary == bi)
+        rows = rng.choice(rows, min(len(rows), 12), replace=False)
+        on_index = {u: j for j, u in zip(pool, units)}
+        sets = [tuple(sorted(on_index[tuple(offline["candidates"][m]["unit"])] for m in sup.members[r])) for r in rows]
+        x_off = feature_matrix(sup, rows, spec)
+        x_on = set_matrix(online, candidate_features(online, spec), pool, sets, spec)
+        assert x_off.dtype == x_on.dtype == np.float64 and np.array_equal(x_off, x_on)
+        assert np.array_equal(x_off.astype(np.float32), x_on.astype(np.float32))
+        r_off, u_off = model.scorer.predict_risk(x_off)
+        r_on, u_on = model.scorer.predict_risk(x_on)
+        assert np.array_equal(r_off, r_on) and np.array_equal(u_off, u_on)
+        n_rows += len(rows)
+        mine = np.flatnonzero(sup.boundary == bi)  # the online choice is the offline evaluation's
+        risk, unc = model.scorer.predict_risk(feature_matrix(sup, mine, spec))
+        for tau in (float(np.median(risk)), 1.01):
+            setting = replace(model.setting, k=3, tau=tau)
+            row = decisions(sup, Scored(mine, risk, unc, np.array([bi]), sup.boundary[mine]), setting)[bi]
+            d = decide_view(replace(model, setting=setting), online)
+            assert (None if d.members is None else [units[list(pool).index(m)] for m in d.members]) == (
+                None if row is None else [tuple(offline["candidates"][m]["unit"]) for m in sup.members[row]])
+    assert n_rows >= 20
+
+
 @pytest.fixture(scope="module")
 def open_gate(trained):
     """The trained scorer with tau above every score: it deletes (an edit to log), whatever it learned."""
@@ -102,18 +159,37 @@ def test_drsr_gate_renders_and_logs_the_online_gate_s_edits(open_gate, tiny_sens
 
     gate = SetGate(GateModel.load(open_gate), tiny_sensor)
     b = mini_trajectory.n_steps
-    decision = gate.decide(mini_trajectory, b)
-    assert decision.units and all(u[1] < b for u in decision.units) and decision.n_feasible >= 1
     edited, log = apply_condition("drsr_gate", mini_trajectory, b, gate=gate)
-    by_hand, b2, hand_log = delete_units(mini_trajectory, b, decision.units)
-    assert b2 == b and edited == by_hand and log.edits == hand_log.edits and log.edits
-    assert log.params["units"] == sorted([list(u) for u in decision.units], key=str)
-    full, cut = render(mini_trajectory, b, tiny_sensor.tokenizer), render(edited, b, tiny_sensor.tokenizer)
-    assert full.n_tokens - cut.n_tokens == decision.tokens_removed > 0
+    pruned = mini_trajectory  # replayed by hand: each step's decision on the history pruned before it
+    for t in range(1, b + 1):
+        decision = gate.decide(pruned, t)
+        assert all(u[1] < t for u in decision.units)
+        assert log.params["units"][str(t)] == sorted([list(u) for u in decision.units], key=str)
+        if decision.units:
+            cut, b2, _ = delete_units(pruned, t, decision.units)
+            assert b2 == t and decision.n_feasible >= 1
+            assert render(pruned, t, tiny_sensor.tokenizer).n_tokens - render(cut, t, tiny_sensor.tokenizer).n_tokens \
+                == decision.tokens_removed > 0
+            pruned = cut
+    assert edited == pruned and log.edits and edited != mini_trajectory
     closed = GateModel.load(open_gate)
     closed.setting = replace(closed.setting, tau=None)
     same, log = apply_condition("drsr_gate", mini_trajectory, b, gate=SetGate(closed, tiny_sensor))
     assert same == mini_trajectory and not log.edits and "abstained" in log.notes[0]
+
+
+def test_tokens_accounts_the_gate_with_memory(open_gate, tmp_path):
+    mini = ROOT / "tests" / "data" / "mini.jsonl"
+    run = CliRunner().invoke(app, ["tokens", "--trajectories", str(mini), "--out", str(tmp_path), "--tokenizer", TINY,
+                                   "--policies", "full,drsr_gate", "--gate-scorer", str(open_gate)])
+    assert run.exit_code == 0, run.output
+    doc = json.loads((tmp_path / "tokens.json").read_text())
+    assert doc["policies"] == ["full", "drsr_gate"] and not doc["skipped"]
+    gated = [r for r in doc["requests"] if r["policy"] == "drsr_gate"]
+    assert gated and sum(r["direct_removal_tokens"] for r in gated) > 0
+    refused = CliRunner().invoke(app, ["tokens", "--trajectories", str(mini), "--out", str(tmp_path / "x"),
+                                       "--tokenizer", TINY, "--policies", "drsr_gate"])
+    assert refused.exit_code != 0 and "--gate-scorer" in refused.output + str(refused.exception)
 
 
 def test_drsr_gate_extracts_and_patches(open_gate, tmp_path):

@@ -10,7 +10,7 @@ import typer
 
 from interp.io import check_output_dir
 from interp.pipelines import stages
-from interp.pipelines.cli.common import app, at_least, console
+from interp.pipelines.cli.common import app, at_least, console, option
 
 gate_app = typer.Typer(help="DRSR's set-risk gate: train a set-harm scorer on DRSR parts, evaluate it held out.",
                        no_args_is_help=True)
@@ -27,13 +27,20 @@ def gate_train(
     out: Annotated[Path, typer.Option("--out", help="Folder for gate_scorer.json.")],
     seed: Annotated[int, typer.Option(help="Seed of the trajectory split and the bootstrap members.")] = 0,
     members: Annotated[Optional[int], typer.Option("--members", help="Bootstrap members of the scorer "
-                                                                     "(default 8).")] = None,
+                                                                     "(default 8 ridge, 4 set-mlp).")] = None,
     parts: PartsOpt = None,
+    scorer: Annotated[str, typer.Option("--scorer", help="ridge (bootstrap ridge ensemble on pooled set "
+                                                         "features) or set-mlp (DRSR's Table 7 set model, "
+                                                         "torch).")] = "ridge",
 ) -> None:
     """Fit the set-harm scorer on the train trajectories and select K, beta, tau on validation."""
+    from patching.gate import make_scorer
+
     check_output_dir(out, "--out")
     at_least("--members", members, 1)
-    info = stages.gate_train(drsr, out, seed, members, parts)
+    with option("--scorer"):
+        make_scorer(scorer)
+    info = stages.gate_train(drsr, out, seed, members, parts, scorer)
     s = info["setting"]
     console.print(f"{info['scorer']}: {info['n_rows']} sets; split {len(info['split']['train'])}/"
                   f"{len(info['split']['validation'])}/{len(info['split']['test'])} trajectories; selected K {s['k']}, "

@@ -9,8 +9,8 @@ import typer
 
 from interp.io import check_output_dir
 from interp.pipelines import stages
-from interp.pipelines.cli.common import AllowControlOpt, ModelPathOpt, TrajectoriesOpt, app, console, option, \
-    split_list
+from interp.pipelines.cli.common import AllowControlOpt, GateScorerOpt, ModelPathOpt, TrajectoriesOpt, app, \
+    check_gate_scorer, console, option, split_list
 
 
 @app.command()
@@ -37,6 +37,7 @@ def tokens(
                          "--trajectories is then the base run, accounted under full.")] = None,
     paired_policy: Annotated[str, typer.Option("--paired-policy", help="The policy the --paired run used.")] = "iclr",
     allow_control_tokens: AllowControlOpt = False,
+    gate_scorer: GateScorerOpt = None,
 ) -> None:
     """Input, cache-read, cache-write and output tokens per request under each policy; paired-run amplification."""
     from interp.accounting.tokens import DEFAULT_POLICIES, CacheModel, parse_policy, read_entropy_table
@@ -49,6 +50,8 @@ def tokens(
             parse_policy(spec)
     with option("--paired-policy"):
         parse_policy(paired_policy)
+    with option("--gate-scorer"):
+        check_gate_scorer([p.partition(":")[0].strip() for p in chosen], gate_scorer)
     with option("--cache-block/--min-prefix"):
         CacheModel(cache_block, min_prefix)
     if entropy is not None:
@@ -59,7 +62,7 @@ def tokens(
     if paired is not None:
         pair = (stages.trajectories(paired, allow_control_tokens=allow_control_tokens), paired_policy)
     doc = stages.tokens(trajs, out, load_tokenizer(tokenizer, model_path), chosen, cache_block, min_prefix,
-                        entropy, pair)
+                        entropy, pair, gate_scorer)
     for row in doc["totals"]:
         rel = "" if row["rel_input"] is None else (f"  input {row['rel_input']:+.1%}, cache read "
                                                    f"{row['rel_cache_read']:+.1%}, output {row['rel_output']:+.1%}")

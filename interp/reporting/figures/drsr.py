@@ -191,7 +191,8 @@ def attention_density_figure(result: dict) -> go.Figure:
     fig.update_yaxes(title_text="attention mass per token (mean over heads)", type="log")
     note(fig, "Lower attention alone is not a deletion-safety test:<br>the split is by measured harm.")
     titled(fig, "Boundary attention density on deletion candidates, split by exact harm", [
-        f"unsafe threshold {dens['unsafe_threshold']:.3f} nats/token", _where(result)])
+        f"unsafe threshold {dens['unsafe_threshold']:.3f} nats/token; the toolkit's split by exact singleton harm "
+        "(DRSR splits by the gate's selection)", _where(result)])
     return fig
 
 

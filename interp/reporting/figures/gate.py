@@ -46,8 +46,9 @@ def scores_figure(result: dict) -> go.Figure:
     fig.update_layout(template=TEMPLATE, barmode="overlay", height=520, legend=BOTTOM_LEGEND, margin=dict(b=140))
     sel = result["selected"]
     titled(fig, "Unsafe scores of candidate deletion sets by exact label", [
-        f"selected tau {_num(sel['tau'], '.4f')} (dotted; null: abstain), K {sel['k']}, beta {sel['beta']}; "
-        f"reference tau {ref.DRSR_GATE['tau']}, K {ref.DRSR_GATE['k']}, beta {ref.DRSR_GATE['beta']}",
+        f"selected tau {_num(sel['tau'], '.4f')} (dotted; null: abstain), K {sel['k']}, beta {sel['beta']} "
+        f"(DRSR: K {ref.DRSR_GATE['k']}, beta {ref.DRSR_GATE['beta']}; DRSR's tau {ref.DRSR_GATE['tau']} is on its "
+        "set model's scale, not this axis)",
         f"unsafe: exact harm above {result['settings']['unsafe_threshold']} nats/token", _where(result)])
     return fig
 
@@ -114,9 +115,11 @@ def gate_section(result: dict, folder: Path | None = None) -> list[str]:
              f"selected on {len(split['validation']['tasks'])} ({split['validation']['n_sets']} sets), evaluated on "
              f"{len(split['test']['tasks'])} held-out trajectories ({split['test']['n_sets']} sets); unsafe: exact "
              f"harm above {result['settings']['unsafe_threshold']} nats/token. Selected on validation: K {sel['k']}, "
-             f"beta {sel['beta']}, tau {_num(sel['tau'], '.4f')} (reference: K {r['k']}, beta {r['beta']}, "
-             f"tau {r['tau']}); constraints unsafe rate <= {r['max_unsafe_rate']}, mean harm <= "
+             f"beta {sel['beta']}, tau {_num(sel['tau'], '.4f')} on this scorer's scale (reference: K {r['k']}, "
+             f"beta {r['beta']}); constraints unsafe rate <= {r['max_unsafe_rate']}, mean harm <= "
              f"{r['max_mean_harm']}, removal cap {r['max_removal']:.0%}.", "",
+             f"Departures: {ref.DEPARTURES['scorer']} (DRSR's tau {r['tau']} on its own scale). "
+             f"{ref.DEPARTURES['unsafe_threshold']}.", "",
              f"Predicted vs exact harm on test: MAE {_num(pred['mae'], '.4f')}{_ci(pred['mae_ci'])} nats/token, "
              f"Spearman {_num(pred['spearman'])}{_ci(pred['spearman_ci'])} ({pred['n_sets']} sets).", "",
              "| pair ordering at the margin (test, sets of 2+ units) | accuracy | 95% CI | pairs | reference |",
