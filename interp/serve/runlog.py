@@ -43,7 +43,36 @@ acting model's when both are the same model, else an approximation), the decompo
 ``interp.accounting.tokens.decomposition`` with T_B_full = T_B + D, and the amplification factor and saving
 ratio with task-bootstrap CIs; and each run's cost under a price table (USD per million tokens:
 ``uncached_input``, ``cache_read``, ``cache_write``, ``output``): uncached input = prompt - cached - cache
-writes.
+writes. ``paired.json`` (``PAIRED_FIELDS``):
+
+| name | shape | dtype | units | meaning |
+|---|---|---|---|---|
+| ``schema`` | ``{...}`` | object | - | this table: {field: {shape, dtype, units, doc}} |
+| ``policy`` | ``[]`` | str | - | the policy of the compressed run (its run log's) |
+| ``measure`` | ``[]`` | str | - | what T counts: prompt + completion tokens as the upstream reported them |
+| ``n_tasks`` | ``[]`` | int | - | sessions in both runs |
+| ``unmatched`` | ``[n_unmatched]`` | str | - | sessions in one run only (left out) |
+| ``totals`` | ``{...}`` | object | tokens | {total_change, direct_change, request_count_change, context_change} summed over tasks (interp.accounting.tokens.decomposition) |
+| ``amplification`` | ``[]`` | float or null | - | abs(total change) / direct removal (null: nothing removed) |
+| ``amplification_ci`` | ``[2]`` | float or null | - | task-bootstrap percentile 95 % CI |
+| ``saving_ratio`` | ``[]`` | float or null | - | -total change / direct removal |
+| ``saving_ratio_ci`` | ``[2]`` | float or null | - | task-bootstrap percentile 95 % CI |
+| ``n_boot`` | ``[]`` | int | - | bootstrap resamples |
+| ``per_task`` | ``[n_tasks] of {session, base_tokens, base_requests, compressed_tokens, compressed_requests, removed_tokens, total_change, direct_change, request_count_change, context_change, amplification}`` | object | tokens | one row per matched session |
+| ``prices`` | ``{...}`` | object or null | USD / 1M tokens | the price table given (null: none) |
+| ``cost`` | ``{...}`` | object or null | tokens; USD | {base, compressed}: each {uncached_input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, cost_usd} over the matched sessions (null: no price table) |
+
+``serve.json`` (``SERVE_FIELDS``):
+
+| name | shape | dtype | units | meaning |
+|---|---|---|---|---|
+| ``schema`` | ``{...}`` | object | - | REQUEST_FIELDS: {field: {shape, dtype, units, doc}} of requests.jsonl |
+| ``policy`` | ``[]`` | str | - | the policy, as written |
+| ``upstream`` | ``[]`` | str | - | the upstream base URL |
+| ``model`` | ``[]`` | str or null | - | the sensor model (null: none loaded) |
+| ``max_sessions`` | ``[]`` | int | - | sessions held at most (least recently used dropped first) |
+| ``session_ttl`` | ``[]`` | float | s | a session unused this long is dropped |
+| ``started`` | ``[]`` | float | s | Unix time the proxy started |
 """
 
 from __future__ import annotations
@@ -101,6 +130,27 @@ SERVE_FIELDS = (
     Field("max_sessions", "[]", "int", "-", "sessions held at most (least recently used dropped first)"),
     Field("session_ttl", "[]", "float", "s", "a session unused this long is dropped"),
     Field("started", "[]", "float", "s", "Unix time the proxy started"),
+)
+PAIRED_FIELDS = (
+    Field("schema", "{...}", "object", "-", "this table: {field: {shape, dtype, units, doc}}"),
+    Field("policy", "[]", "str", "-", "the policy of the compressed run (its run log's)"),
+    Field("measure", "[]", "str", "-", "what T counts: prompt + completion tokens as the upstream reported them"),
+    Field("n_tasks", "[]", "int", "-", "sessions in both runs"),
+    Field("unmatched", "[n_unmatched]", "str", "-", "sessions in one run only (left out)"),
+    Field("totals", "{...}", "object", "tokens", "{total_change, direct_change, request_count_change, "
+          "context_change} summed over tasks (interp.accounting.tokens.decomposition)"),
+    Field("amplification", "[]", "float or null", "-", "abs(total change) / direct removal (null: nothing removed)"),
+    Field("amplification_ci", "[2]", "float or null", "-", "task-bootstrap percentile 95 % CI"),
+    Field("saving_ratio", "[]", "float or null", "-", "-total change / direct removal"),
+    Field("saving_ratio_ci", "[2]", "float or null", "-", "task-bootstrap percentile 95 % CI"),
+    Field("n_boot", "[]", "int", "-", "bootstrap resamples"),
+    Field("per_task", "[n_tasks] of {session, base_tokens, base_requests, compressed_tokens, compressed_requests, "
+          "removed_tokens, total_change, direct_change, request_count_change, context_change, amplification}",
+          "object", "tokens", "one row per matched session"),
+    Field("prices", "{...}", "object or null", "USD / 1M tokens", "the price table given (null: none)"),
+    Field("cost", "{...}", "object or null", "tokens; USD", "{base, compressed}: each {uncached_input_tokens, "
+          "cache_read_tokens, cache_write_tokens, output_tokens, cost_usd} over the matched sessions (null: no "
+          "price table)"),
 )
 PRICE_KEYS = ("uncached_input", "cache_read", "cache_write", "output")
 
@@ -237,4 +287,13 @@ def paired_document(base: Path, compressed: Path, prices: Mapping[str, float] | 
         keep = set(matched)
         doc["cost"] = {"base": run_cost([r for r in a_rows if r["session"] in keep], prices),
                        "compressed": run_cost([r for r in b_rows if r["session"] in keep], prices)}
+    return doc
+
+
+def write_paired(base: Path, compressed: Path, out: Path, prices: Mapping[str, float] | None = None
+                 ) -> dict[str, Any]:
+    """:func:`paired_document` written to ``out/paired.json`` (``PAIRED_FIELDS``); the document."""
+    doc = paired_document(base, compressed, prices)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    atomic_write_json(Path(out) / "paired.json", {"schema": schema_dict(PAIRED_FIELDS), **doc})
     return doc
