@@ -15,7 +15,9 @@ place it was read from:
 | a tool exchange removed           | the call leaves the assistant message's ``tool_calls`` (the key goes when none is left) and its tool message goes |
 | a whole step removed              | its assistant message, its tool messages and a text action's reply go    |
 
-Every other message, and every other field of an edited message, is passed
+A turn whose provider reasoning is removed whole keeps its visible text: read again by the importer, that
+text is the reasoning of a ReAct turn (the session always maps the agent's own, unedited messages, so its
+state never sees this). Every other message, and every other field of an edited message, is passed
 as received (the same JSON value). A change that has no such place (reasoning
 from two sources, from a list-form ``reasoning_details``/``thinking_blocks``,
 content given as parts, a text action's reply) is a :class:`WriteBackError`: the proxy then forwards the request
