@@ -199,7 +199,8 @@ class Proxy:
 
     def edit(self, raw: bytes, body: Any, session: Session, key: str) -> Edited:
         """Apply the session's policy to one request body (fail safe: the raw body on any failure)."""
-        out = Edited(raw)
+        nothing = 0 if self.tokenizer is not None else None  # tokens removed from a request left as received
+        out = Edited(raw, removed_tokens=nothing)
         if self.policy.condition == "full" or not isinstance(body, dict):
             return out
         scorer = session.state.scorer
@@ -221,7 +222,7 @@ class Proxy:
                     - sum(self.count(s) for m in new_body["messages"] if id(m) not in received for s in _strings(m))
         except Exception as exc:  # fail safe: never a broken agent
             LOG.warning("session %s: forwarded unedited: %s: %s", key, type(exc).__name__, exc)
-            out = Edited(raw, out.history, failure=f"{type(exc).__name__}: {exc}")
+            out = Edited(raw, out.history, failure=f"{type(exc).__name__}: {exc}", removed_tokens=nothing)
             if out.history is not None:
                 out.record = out.history.trajectory.to_json()
         out.sensor_seconds = (scorer.seconds - before) if scorer is not None else 0.0
@@ -368,8 +369,8 @@ class Running:
     thread: threading.Thread
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop the server and wait for its thread."""
-        self.server.should_exit = True
+        """Stop the server (open connections cut) and wait for its thread."""
+        self.server.should_exit = self.server.force_exit = True
         self.thread.join(timeout)
 
 

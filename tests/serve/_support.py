@@ -46,7 +46,8 @@ def opening() -> list[dict[str, Any]]:
 
 @dataclass
 class Stub:
-    """The stub upstream: ``received`` holds each request body, answers come from ``turns`` in order."""
+    """The stub upstream: ``received`` holds each request body; the answer to a history with k assistant turns
+    is ``turns[k]`` (so concurrent runs each follow the script)."""
 
     turns: Sequence[dict[str, Any]]
     received: list[dict[str, Any]] = field(default_factory=list)
@@ -69,7 +70,8 @@ class Stub:
             self.headers.append(dict(request.headers))
             if self.fail_status is not None:
                 return JSONResponse({"error": {"message": "scripted failure"}}, self.fail_status)
-            turn = self.turns[min(len(self.received), len(self.turns)) - 1]
+            done = sum(1 for m in body["messages"] if m.get("role") == "assistant")  # turns the agent has had
+            turn = self.turns[min(done, len(self.turns) - 1)]
             if not body.get("stream"):
                 answer = {"id": "c1", "object": "chat.completion", "model": body.get("model", "m"),
                           "choices": [{"index": 0, "message": turn, "finish_reason": "stop"}],
