@@ -39,6 +39,7 @@ def inspect_run(url: str, token: str, log_dir, monkeypatch, name: str) -> object
     from inspect_ai.scorer import includes
     from inspect_ai.solver import generate, use_tools
     from inspect_ai.tool import tool
+    import openai  # noqa: F401  (what Inspect's OpenAI-compatible provider talks through)
 
     @tool
     def add():
