@@ -392,8 +392,10 @@ def start(app: Any, host: str = "127.0.0.1", port: int = 0) -> Running:
 
 def settings_line(proxy: Proxy, url: str) -> str:
     """What ``interp serve`` prints at start: where, the policy, the session bound."""
+    memory = (" (each holds the sensor's KV-cache snapshots of its latest history: cache_bytes in the run log)"
+              if proxy.policy.condition in ("iclr", "iclr_step_only") else "")
     return (f"interp serve: {url} -> {proxy.upstream} under {proxy.policy.label}; at most {proxy.max_sessions} "
-            f"sessions (idle {proxy.session_ttl:.0f} s expire); run log {proxy.log_dir}")
+            f"sessions{memory}, idle ones dropped after {proxy.session_ttl:.0f} s; run log {proxy.log_dir}")
 
 
 __all__ = ["Proxy", "Running", "SSEUsage", "bind", "make_server", "session_of", "settings_line", "start",

@@ -26,7 +26,6 @@ unedited and logs it (fail safe).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -191,8 +190,3 @@ def _with_reasoning(msg: Mapping[str, Any], src: StepSource, reasoning: str, t: 
     else:
         raise WriteBackError(f"step {t}: its reasoning cannot be written back ({src.reasoning.removeprefix('fixed: ')})")
     return out
-
-
-def copy_body(body: Mapping[str, Any]) -> dict[str, Any]:
-    """A deep copy of a request body (the session keeps what the model was sent)."""
-    return copy.deepcopy(dict(body))

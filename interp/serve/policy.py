@@ -47,6 +47,8 @@ SERVE_POLICIES = ("full", "iclr", "iclr_step_only", "keep_latest_reasoning", "ke
 
 def parse_serve_policy(spec: str) -> Policy:
     """A policy for ``interp serve`` (module docstring), checked; a ValueError naming it otherwise."""
+    if spec.strip() == "drsr_gate":  # its gate comes from the caller's gate_factory, one per session
+        return Policy("drsr_gate", "drsr_gate")
     policy = parse_policy(spec)
     if policy.condition not in SERVE_POLICIES:
         raise ValueError(f"policy {spec!r}: not a policy of a live agent; known: {', '.join(SERVE_POLICIES)}")

@@ -86,3 +86,22 @@ def test_baseline_parameters_are_checked(trajs):
             validate_condition("observation_masking", {"m": bad})
         with pytest.raises(ValueError, match="m must be an integer"):
             keep_last_m_tool_exchanges(trajs[0], 1, m=bad)
+
+
+def test_the_baselines_render_and_are_accounted_by_interp_tokens(trajs, tokenizer):
+    from interp.accounting.tokens import account
+    from interp.data.render import render
+
+    traj = max(trajs, key=lambda t: t.n_steps)
+    edited, _ = apply_condition("observation_masking", traj, traj.n_steps, m=2)
+    assert OBSERVATION_MASK in render(edited, traj.n_steps, tokenizer).text
+    cut, boundary, _ = keep_last_m_tool_exchanges(traj, traj.n_steps, m=2)
+    render(cut, boundary, tokenizer)
+    rows, skipped = account([traj], ["full", "observation_masking:m=2", "keep_last_m_tool_exchanges:m=2"], tokenizer)
+    assert not skipped
+    by = {p: g.sort_values("request")["input_tokens"].tolist() for p, g in rows.groupby("policy")}
+    units = {"observation_masking:m=2": lambda b: sum(bool(s.action.calls) for s in traj.steps[:b]),
+             "keep_last_m_tool_exchanges:m=2": lambda b: sum(len(s.action.calls) for s in traj.steps[:b])}
+    for policy, count in units.items():  # request k is rendered at boundary k - 1
+        for k, (mine, full) in enumerate(zip(by[policy], by["full"]), start=1):
+            assert (mine == full) if count(k - 1) <= 2 else (mine < full), (policy, k)

@@ -151,3 +151,22 @@ def test_every_live_policy_runs_on_the_scripted_run():
                  "random:r=0.2", "observation_masking:m=2", "sliding_window:k=3", "keep_last_m_tool_exchanges:m=2"):
         body, out = edit(msgs, spec)
         assert (out["messages"] == body["messages"]) == (spec == "full"), spec
+
+
+def test_the_gate_hook_edits_through_the_same_write_back():
+    body = {"messages": forms(), "tools": TOOLS}
+    with pytest.raises(ValueError, match="drsr_gate: needs a gate"):
+        PolicyState(parse_serve_policy("drsr_gate"), "run")
+    calls = []
+
+    def gate(history, b):
+        calls.append(b)
+        return [("reasoning", 1, 0), ("observation", 2, 0)]
+
+    state = PolicyState(parse_serve_policy("drsr_gate"), "run", gate=gate)
+    h = history_of(body, "run")
+    edited, log = state.apply(h.trajectory)
+    got = write_back(body, h, edited, log)["messages"]
+    assert calls == [4] and log.params["units"] == [["observation", 2, 0], ["reasoning", 1, 0]]
+    assert got[2]["reasoning_content"] == "A two." and got[5]["content"] == ""
+    assert [i for i, (a, b) in enumerate(zip(body["messages"], got)) if a != b] == [2, 5]
