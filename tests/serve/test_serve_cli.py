@@ -65,3 +65,40 @@ def test_a_server_process_proxies_and_logs(serving, tmp_path):
         p.terminate()
         p.communicate(timeout=30)
     assert read_requests(tmp_path / "log")[0]["edited"] is True
+
+
+def _row(**over) -> dict:
+    from interp.serve.runlog import REQUEST_FIELDS
+
+    row = {f.name: None for f in REQUEST_FIELDS}
+    row.update(session="s", request=1, time=0.0, policy="full", stream=False, status=200, n_messages=2, n_steps=0,
+               edited=False, prompt_tokens=10, completion_tokens=2, sensor_seconds=0.0, proxy_seconds=0.0,
+               upstream_seconds=0.0, cache_bytes=0, sessions=1, removed_tokens=0)
+    row.update(over)
+    return row
+
+
+@pytest.mark.parametrize("lines, prices, message", [
+    ([_row(), {**_row(), "request": "2"}], None, "requests.jsonl:2: request: expected an integer"),
+    ([_row(), "{oops"], None, "requests.jsonl:2: not JSON"),
+    ([_row(prompt_tokens=None)], None, "session s request 1: no usage reported"),
+    ([_row()], {"uncached_input": 1, "cache_read": 1, "cache_write": 1, "output": -1}, "output: expected a price"),
+])
+def test_bad_run_logs_and_prices_are_one_line_errors(tmp_path, monkeypatch, capsys, lines, prices, message):
+    import json
+
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "requests.jsonl").write_text(
+            "\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n")
+    args = ["interp", "tokens", "--trajectories", str(tmp_path / "a"), "--paired", str(tmp_path / "b"),
+            "--out", str(tmp_path / "o")]
+    if prices is not None:
+        (tmp_path / "p.json").write_text(json.dumps(prices))
+        args += ["--prices", str(tmp_path / "p.json")]
+    monkeypatch.setattr(sys, "argv", args)
+    with pytest.raises(SystemExit) as exc:
+        main()
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and message in err and "Traceback" not in err, err
+    assert not (tmp_path / "o" / "paired.json").exists()
