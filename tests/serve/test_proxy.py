@@ -54,6 +54,8 @@ def test_access_needs_the_token_and_the_proxy_listens_on_loopback(serving, tmp_p
     assert post(url, "wrong", body).status_code == 401 and not stub.received
     with httpx.Client() as client:
         assert client.get(f"{url}/models").status_code == 401
+        other = client.get(f"{url}/models", headers={"authorization": f"Bearer {proxy.token}"})
+        assert other.status_code == 404 and other.text == "Not Found"  # the stub's own answer, passed through
     r = post(url, proxy.token, body)
     assert r.status_code == 200 and "authorization" not in stub.headers[0]
     proxy.upstream_key = "sk-upstream"
