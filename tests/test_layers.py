@@ -25,6 +25,8 @@ LAYERS = (
     ("interp.externalization", 4), ("interp.continuations", 4), ("interp.accounting", 4), ("probes", 4), ("patching", 4),
     # annotation reads the labelers' rules and evidence (analyses) for the labelling page: beside reporting
     ("interp.reporting", 5), ("interp.annotation", 5),
+    # the live proxy applies the conditions with the extraction scorer and reads runs for the accounting
+    ("interp.serve", 5),
     ("interp.pipelines", 6), ("interp.__main__", 6),
 )
 ANALYSES = ("interp.externalization", "interp.continuations", "interp.accounting", "probes", "patching")

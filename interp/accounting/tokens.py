@@ -5,8 +5,8 @@ prompt rendered at boundary k-1 (``interp.data.render``, the tokenizer's own
 chat template) under the policy's history as it stood then, and it produced
 step k. A **policy** is a history condition (``interp.data.conditions``) with
 its parameters, written ``name`` or ``name:key=value,...`` (``random:r=0.1``,
-``keep_last_k_reasoning:k=5``), or ``sliding_window:k=K`` (whole steps
-dropped; rendered at its moved boundary). Each request's history is the
+``keep_last_k_reasoning:k=5``), or a step policy, ``sliding_window:k=K`` or
+``keep_last_m_tool_exchanges:m=M`` (whole steps may be dropped; rendered at its moved boundary). Each request's history is the
 condition applied at that boundary; ICLR's online write-back is the
 condition's own (step t is compressed once, at boundary t, on the history
 with steps 1..t-1 already compressed, and stays so in every later request).
@@ -94,6 +94,7 @@ Fields of ``tokens.json`` (``FIELDS``; :func:`tokens_document` writes them):
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -103,7 +104,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from interp.data.conditions import BlockScorer, apply_condition, check_condition_name, sliding_window, \
+from interp.data.conditions import STEP_POLICIES, BlockScorer, apply_condition, check_condition_name, \
     validate_condition
 from interp.data.render import Rendered, RenderError, render
 from interp.data.trajectory import Trajectory
@@ -212,11 +213,12 @@ def parse_policy(spec: str) -> Policy:
         if not eq or not key.strip():
             raise ValueError(f"policy {spec!r}: parameter {item!r} is not key=value")
         params.append((key.strip(), _value(value.strip())))
-    if name == "sliding_window":
-        unknown = [k for k, _ in params if k != "k"]
+    if name in STEP_POLICIES:  # sliding_window:k=K, keep_last_m_tool_exchanges:m=M
+        window = next(iter(set(inspect.signature(STEP_POLICIES[name]).parameters) - {"traj", "after_step", "counter"}))
+        unknown = [k for k, _ in params if k != window]
         if unknown:
-            raise ValueError(f"policy {spec!r}: sliding_window takes only k")
-        sliding_window(Trajectory("x", "x", "", "", ()), 0, **dict(params))  # checks k
+            raise ValueError(f"policy {spec!r}: {name} takes only {window}")
+        STEP_POLICIES[name](Trajectory("x", "x", "", "", ()), 0, **dict(params))  # checks the window
     else:
         check_condition_name(name)
         if name not in ICLR_CONTEXT and name != "drsr_gate":  # their scorer / gate come with the accounting
@@ -264,8 +266,8 @@ def read_entropy_table(path: Any) -> pd.DataFrame:
 
 def _history(policy: Policy, traj: Trajectory, b: int, extra: dict[str, Any]) -> tuple[Trajectory, int]:
     """The history request b+1 sees under ``policy`` and the boundary to render it at."""
-    if policy.condition == "sliding_window":
-        edited, boundary, _ = sliding_window(traj, b, **dict(policy.params))
+    if policy.condition in STEP_POLICIES:
+        edited, boundary, _ = STEP_POLICIES[policy.condition](traj, b, **dict(policy.params))
         return edited, boundary
     if b == 0 or policy.condition == "full":
         return traj, b

@@ -32,6 +32,7 @@ only that step's reasoning is in context.
 | hide_observation         | the observation of step k (default b) -> ``[output hidden]``          |
 | clear_after_code         | the reasoning of steps 1..k, k = latest step <= b whose action wrote code or a file |
 | keep_last_k_reasoning    | the reasoning of steps 1..b-k (the last k steps' reasoning kept; k >= 1, the study's K = 5, 10, 20; k = 1 is keep_latest_reasoning) |
+| observation_masking      | every tool observation of steps 1..b but those of the last m tool-call steps -> ``[old observation omitted]`` (m >= 1; the published SWE-agent baseline keeps the last M observations) |
 | drsr_gate                | online, with memory: for t = 1..b in order, DRSR's learned set-risk gate (``patching.gate``) chooses a set of history units at t (reasoning blocks, observations, tool exchanges with their calls; none of step t; the largest saving predicted safe) on the history with its deletions at 1..t-1 already made, and the deletion is written back (``interp.data.deletions.delete_units``); nothing at a t where it abstains |
 
 ``drsr_gate`` takes ``gate``, a ``SetGate`` callable ``gate(history, t)`` returning the units to delete or
@@ -49,6 +50,14 @@ boundary moves: it is not in ``CONDITIONS`` (whose edits keep every step and
 are rendered at b) but a policy of its own, :func:`sliding_window`, returning
 ``(Trajectory', boundary', EditLog)`` like ``interp.data.deletions.delete_units``;
 render the result at ``boundary'``. Its log has one ``step`` edit per removed step.
+:func:`keep_last_m_tool_exchanges` is the other such policy: every tool
+exchange (a call with its result, ``interp.data.deletions``' ``tool_exchange``
+unit) of steps 1..b but the last ``m`` is deleted; a step left with no call and
+no reasoning goes whole (its boundary moves; ``params["removed_steps"]`` lists
+them). :data:`STEP_POLICIES` names both.
+
+``observation_masking`` masks only the results of tool calls: the observation of a
+text action is the user's reply (a conversation, not environment output) and is kept.
 
 A step without reasoning (no block) is left as it is by every condition:
 the deletions have nothing to remove in it, ICLR does not score it (N = 0
@@ -194,9 +203,10 @@ def keep_last_k_reasoning(traj: Trajectory, after_step: int, log: EditLog, count
 WINDOW_K = (5, 10, 20)  # the study's window sizes (sliding_window, keep_last_k_reasoning)
 
 
-def _check_window(k: int = 5) -> None:
+def _check_window(k: int = 5, name: str = "k") -> None:
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be an integer >= 1 (the study's windows: {', '.join(map(str, WINDOW_K))}); got {k!r}")
+        raise ValueError(f"{name} must be an integer >= 1 (the study's windows: {', '.join(map(str, WINDOW_K))}); "
+                         f"got {k!r}")
 
 
 def sliding_window(traj: Trajectory, after_step: int, k: int = 5,
@@ -216,6 +226,36 @@ def sliding_window(traj: Trajectory, after_step: int, k: int = 5,
         return traj, after_step, log
     annotations = tuple(replace(a, after_step=a.after_step - cut) for a in traj.annotations if a.after_step > cut)
     return replace(traj, steps=traj.steps[cut:], annotations=annotations), after_step - cut, log
+
+
+def keep_last_m_tool_exchanges(traj: Trajectory, after_step: int, m: int = 5, counter: TokenCounter | None = None
+                                ) -> tuple[Trajectory, int, EditLog]:
+    """Delete every tool exchange (call + result) of steps 1..b but the last ``m``; return (trajectory, its
+    boundary, edit log) like :func:`sliding_window` (a step left with nothing goes whole)."""
+    from interp.data.deletions import delete_units  # deletions builds on this module's EditLog
+
+    _check_window(m, "m")
+    if not 0 <= after_step <= traj.n_steps:
+        raise ValueError(f"{traj.task_id}: boundary {after_step} out of range 0..{traj.n_steps}")
+    exchanges = [("tool_exchange", t, k) for t in range(1, after_step + 1)
+                 for k in range(len(traj.steps[t - 1].action.calls))]
+    units = exchanges[:max(0, len(exchanges) - m)]
+    log = EditLog("keep_last_m_tool_exchanges", after_step, params={"m": m, "removed_steps": []})
+    if not units:
+        return traj, after_step, log
+    edited, boundary, dlog = delete_units(traj, after_step, units, counter)
+    log.edits.extend(dlog.edits)
+    log.notes.extend(dlog.notes)
+    log.params["removed_steps"] = [t for t in range(1, after_step + 1) if not traj.steps[t - 1].blocks
+                                   and all(("tool_exchange", t, k) in units
+                                           for k in range(len(traj.steps[t - 1].action.calls)))
+                                   and traj.steps[t - 1].action.calls]
+    return edited, boundary, log
+
+
+# Policies that may remove whole steps: they return (trajectory, boundary', log), rendered at boundary'.
+STEP_POLICIES: Mapping[str, Callable[..., tuple[Trajectory, int, EditLog]]] = MappingProxyType({
+    "sliding_window": sliding_window, "keep_last_m_tool_exchanges": keep_last_m_tool_exchanges})
 
 
 def _check_fraction(condition: str, name: str, value: float) -> None:
@@ -432,6 +472,28 @@ def hide_stderr(traj: Trajectory, after_step: int, log: EditLog, counter: TokenC
     return _edit_observations(traj, after_step, step, log, "hide_stderr", hide)
 
 
+OBSERVATION_MASK = "[old observation omitted]"
+MASK_M = 5  # observation_masking's default window (tool-call steps whose observations are kept)
+
+
+def observation_masking(traj: Trajectory, after_step: int, log: EditLog, counter: TokenCounter | None = None,
+                        m: int = MASK_M) -> Trajectory:
+    """Replace the tool observations of steps 1..b, all but those of the last ``m`` tool-call steps with
+    observations, by ``[old observation omitted]`` (text actions' replies kept)."""
+    _check_window(m, "m")
+    log.params["m"] = m
+    with_obs = [t for t in range(1, after_step + 1)
+                if traj.steps[t - 1].action.calls and traj.steps[t - 1].observations]
+    steps = list(traj.steps)
+    for t in with_obs[:max(0, len(with_obs) - m)]:
+        step = steps[t - 1]
+        for i, o in enumerate(step.observations):
+            log.edits.append(Edit(t, i, "observation", "masked", len(o), _count(counter, o)))
+        masked = tuple(OBSERVATION_MASK for _ in step.observations)
+        steps[t - 1] = replace(step, observation=masked[0] if isinstance(step.observation, str) else masked)
+    return replace(traj, steps=tuple(steps))
+
+
 def clear_after_code(traj: Trajectory, after_step: int, log: EditLog,
                      counter: TokenCounter | None = None) -> Trajectory:
     """Remove the reasoning of steps 1..k, k = the latest step <= b whose action wrote code or a file."""
@@ -498,6 +560,7 @@ CONDITIONS: Mapping[str, Callable[..., Trajectory]] = MappingProxyType({
     "clear_after_code": clear_after_code,
     "keep_last_k_reasoning": keep_last_k_reasoning,
     "drsr_gate": drsr_gate,
+    "observation_masking": observation_masking,
 })
 
 
@@ -505,6 +568,7 @@ CONDITIONS: Mapping[str, Callable[..., Trajectory]] = MappingProxyType({
 # validate_condition, before any extraction starts).
 _PARAM_CHECKS: dict[str, Callable[..., None]] = {"iclr": _check_iclr, "iclr_step_only": _check_iclr,
                                                  "random": _check_random, "keep_last_k_reasoning": _check_window,
+                                                 "observation_masking": lambda m=MASK_M: _check_window(m, "m"),
                                                  "drsr_gate": _check_gate}
 _POSITIONAL = ("traj", "after_step", "log", "counter")
 

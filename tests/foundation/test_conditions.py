@@ -33,7 +33,8 @@ def length_scorer(traj: Trajectory, t: int) -> list[float]:
 PARAMS = {"iclr": {"scorer": length_scorer}, "iclr_step_only": {"scorer": length_scorer}}
 ICLR_LIKE = ("iclr", "iclr_step_only")
 # block edits (drsr_gate deletes observations and tool exchanges too: tests/gate)
-REASONING_ONLY = sorted(set(CONDITIONS) - {"hide_observation", "hide_stderr", "random", "drsr_gate"})
+REASONING_ONLY = sorted(set(CONDITIONS) - {"hide_observation", "hide_stderr", "random", "drsr_gate",
+                                                 "observation_masking"})
 
 
 def step_json(step: Step) -> str:

@@ -34,16 +34,25 @@ def tokens(
                                             "served from the cache.")] = 0,
     paired: Annotated[Optional[Path], typer.Option(
         "--paired", help="Trajectory file of a compressed run of the same tasks (matched by task_id); "
-                         "--trajectories is then the base run, accounted under full.")] = None,
+                         "--trajectories is then the base run, accounted under full. Or the run log of `interp "
+                         "serve` under a policy, --trajectories the run log without it: live usage, see --prices.")]
+    = None,
+    prices: Annotated[Optional[Path], typer.Option(
+        "--prices", help="Paired run logs: a JSON price table, USD per million tokens of uncached_input, "
+                         "cache_read, cache_write and output.")] = None,
     paired_policy: Annotated[str, typer.Option("--paired-policy", help="The policy the --paired run used.")] = "iclr",
     allow_control_tokens: AllowControlOpt = False,
     gate_scorer: GateScorerOpt = None,
 ) -> None:
     """Input, cache-read, cache-write and output tokens per request under each policy; paired-run amplification."""
     from interp.accounting.tokens import DEFAULT_POLICIES, CacheModel, parse_policy, read_entropy_table
+    from interp.serve.runlog import is_run_log
     from interp.sensor.models import load_tokenizer
 
     check_output_dir(out, "--out")
+    if paired is not None and is_run_log(paired):
+        _paired_logs(trajectories, paired, prices, out)
+        return
     chosen = [p.replace(";", ",") for p in split_list(policies)] or list(DEFAULT_POLICIES)
     with option("--policies"):
         for spec in chosen:
@@ -78,3 +87,26 @@ def tokens(
                       f"{p['totals']['request_count_change']:+,.0f} + context {p['totals']['context_change']:+,.0f}; "
                       f"amplification {amp} {p['amplification_ci']}", markup=False)
     console.print(f"{out / 'tokens.json'} ({doc['seconds']:.1f} s, tokenizer {doc['tokenizer']})", markup=False)
+
+
+def _paired_logs(base: Path, compressed: Path, prices: Optional[Path], out: Path) -> None:
+    """Paired live runs from two run logs of `interp serve`: paired.json in ``out`` and its summary."""
+    from interp.serve.runlog import is_run_log, read_prices, write_paired
+
+    if not is_run_log(base):
+        raise ValueError(f"--trajectories {base}: with a run log as --paired, give the other run's log folder")
+    table = None
+    if prices is not None:
+        with option("--prices"):
+            table = read_prices(prices)
+    doc = write_paired(base, compressed, out, table)
+    amp = "-" if doc["amplification"] is None else f"{doc['amplification']:.2f}"
+    t = doc["totals"]
+    console.print(f"paired live runs ({doc['policy']}, {doc['n_tasks']} tasks): total change "
+                  f"{t['total_change']:+,.0f} = direct {t['direct_change']:+,.0f} + requests "
+                  f"{t['request_count_change']:+,.0f} + context {t['context_change']:+,.0f}; amplification {amp} "
+                  f"{doc['amplification_ci']}", markup=False)
+    if doc["cost"]:
+        console.print(f"cost: base ${doc['cost']['base']['cost_usd']:.4f}, with the policy "
+                      f"${doc['cost']['compressed']['cost_usd']:.4f}", markup=False)
+    console.print(f"{out / 'paired.json'}", markup=False)

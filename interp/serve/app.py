@@ -1,0 +1,402 @@
+"""``interp serve``: an OpenAI-compatible proxy that applies a history policy to every chat request of an agent.
+
+``POST /v1/chat/completions`` (streamed or not): the request's messages are mapped to a trajectory
+(:func:`interp.serve.messages.history_of`, the openai importer's mapping), the session's policy edits its
+completed steps (:class:`interp.serve.policy.PolicyState`), the edit is written back into the messages
+(:func:`interp.serve.messages.write_back`: only reasoning or the policy's units change) and the request is
+forwarded to ``{upstream}/chat/completions``; the upstream's answer (status, body, SSE stream) is returned
+unchanged. Every other ``/v1/...`` request is passed through as is.
+
+- **Sessions.** A request belongs to the session named by its ``X-Interp-Session`` header, else to the hash
+  of its messages up to the first user message (the run's system prompt and task; two concurrent runs of one
+  task then share a session: give them the header). A session holds the policy's state; at most
+  ``max_sessions`` are held (the least recently used is dropped first) and one unused for ``session_ttl``
+  seconds is dropped. Memory: each held session of an ICLR policy keeps the sensor's KV-cache snapshots of its
+  latest compressed history (logged per request as ``cache_bytes``; for a full-attention model about
+  2 x layers x kv_heads x head_dim x 4 bytes per token in float32), so the bound is ``max_sessions`` times that
+  at the longest history.
+- **Fail safe.** When mapping, the sensor, the policy or the write-back fails, the request is forwarded
+  unedited and the failure is logged (``failure`` in the run log, and a warning on the ``interp.serve`` logger).
+  Upstream errors pass through with their status and body; an unreachable upstream is a 502, its timeout a 504
+  (an OpenAI-style error body).
+- **Access.** The proxy listens on 127.0.0.1 unless told otherwise and answers only requests that carry its
+  token (``Authorization: Bearer TOKEN``, the agent's API key); the upstream gets the key given for it.
+- **Run log.** :mod:`interp.serve.runlog`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import secrets
+import socket
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from interp.accounting.tokens import Policy
+from interp.sensor.limits import DEFAULT_MAX_TOKENS
+from interp.serve.messages import History, history_of, write_back
+from interp.serve.policy import GateFactory, PolicyState
+from interp.serve.runlog import RunLog
+
+LOG = logging.getLogger("interp.serve")
+SESSION_HEADER = "x-interp-session"
+# hop-by-hop and recomputed headers: never copied between the two connections
+HOP = frozenset({"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "trailer",
+                 "upgrade", "proxy-authorization", "proxy-connection", "content-encoding", "authorization",
+                 SESSION_HEADER, "accept-encoding"})
+
+
+def session_of(body: Any, header: str | None) -> str:
+    """The session id of a request: its header, else sha256 of its messages up to the first user message."""
+    if header:
+        return header
+    messages = body.get("messages") if isinstance(body, dict) else None
+    opening: list[Any] = []
+    for m in messages if isinstance(messages, list) else []:
+        opening.append(m)
+        if isinstance(m, dict) and m.get("role") == "user":
+            break
+    return hashlib.sha256(json.dumps(opening, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:32]
+
+
+def usage_of(answer: Any) -> dict[str, int | None]:
+    """Token usage of an answer (a chat completion or its last stream chunk), as the upstream reported it."""
+    found = answer.get("usage") if isinstance(answer, dict) else None
+    usage: dict[str, Any] = found if isinstance(found, dict) else {}
+    details: dict[str, Any] = usage["prompt_tokens_details"] if isinstance(usage.get("prompt_tokens_details"),
+                                                                           dict) else {}
+
+    def num(v: Any) -> int | None:
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    write = num(usage.get("cache_creation_input_tokens"))
+    return {"prompt_tokens": num(usage.get("prompt_tokens")), "cached_tokens": num(details.get("cached_tokens")),
+            "cache_write_tokens": write if write is not None else num(details.get("cache_write_tokens")),
+            "completion_tokens": num(usage.get("completion_tokens"))}
+
+
+class SSEUsage:
+    """Reads the ``usage`` of an SSE chat stream as its bytes pass (the stream itself is not changed)."""
+
+    def __init__(self) -> None:
+        self.buffer, self.usage = b"", usage_of(None)
+
+    def feed(self, chunk: bytes) -> None:
+        """Take the next bytes of the stream."""
+        self.buffer += chunk
+        *lines, self.buffer = self.buffer.split(b"\n")
+        for line in lines:
+            data = line.strip()
+            if not data.startswith(b"data:") or data == b"data: [DONE]":
+                continue
+            try:
+                found = usage_of(json.loads(data[5:]))
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if found["prompt_tokens"] is not None:
+                self.usage = found
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+@dataclass
+class Session:
+    """One agent run: its policy state, its request count, when it was last used."""
+
+    state: PolicyState
+    requests: int = 0
+    last_used: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass
+class Edited:
+    """What the proxy did to one request before forwarding it."""
+
+    content: bytes
+    history: History | None = None
+    record: dict[str, Any] | None = None
+    log: dict[str, Any] | None = None
+    failure: str | None = None
+    edited: bool = False
+    removed_tokens: int | None = None
+    sensor_seconds: float = 0.0
+
+
+@dataclass
+class Proxy:
+    """The proxy's state and routes (module docstring); :meth:`build` makes the Starlette app."""
+
+    upstream: str
+    policy: Policy
+    log_dir: Path
+    sensor: Any = None
+    tokenizer: Any = None  # counts removed tokens (default: the sensor's)
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    upstream_key: str | None = None
+    timeout: float = 600.0
+    max_sessions: int = 8
+    session_ttl: float = 3600.0
+    gate_factory: GateFactory | None = None
+    max_tokens: int = DEFAULT_MAX_TOKENS  # the sensor's limit on a scorer input (longer: the step is left whole)
+    clock: Callable[[], float] = time.time
+    sessions: OrderedDict[str, Session] = field(default_factory=OrderedDict)
+
+    def __post_init__(self) -> None:
+        self.upstream = self.upstream.rstrip("/")
+        if self.tokenizer is None and self.sensor is not None:
+            self.tokenizer = self.sensor.tokenizer
+        self.sensor_lock = threading.Lock()  # one forward at a time on the sensor
+        self.runlog = RunLog(self.log_dir, {
+            "policy": self.policy.label, "upstream": self.upstream,
+            "model": getattr(getattr(self.sensor, "spec", None), "name", None) if self.sensor is not None else None,
+            "max_sessions": self.max_sessions, "session_ttl": float(self.session_ttl), "started": self.clock()})
+        PolicyState(self.policy, "check", self.sensor, self.tokenizer, self._gate("check"))  # a policy it cannot run fails now
+
+    def _gate(self, session: str) -> Any:
+        return self.gate_factory(session) if self.gate_factory is not None else None
+
+    def count(self, text: str) -> int:
+        """Tokens of ``text`` under the proxy's tokenizer."""
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def session(self, key: str) -> Session:
+        """The session ``key`` (made when new), expired and least-recently-used sessions dropped."""
+        now = self.clock()
+        for old in [k for k, s in self.sessions.items() if now - s.last_used > self.session_ttl and k != key]:
+            del self.sessions[old]
+        if key not in self.sessions:
+            self.sessions[key] = Session(PolicyState(self.policy, key, self.sensor, self.tokenizer, self._gate(key),
+                                                     self.max_tokens))
+        self.sessions.move_to_end(key)
+        while len(self.sessions) > self.max_sessions:
+            self.sessions.popitem(last=False)
+        s = self.sessions[key]
+        s.last_used = now
+        return s
+
+    def edit(self, raw: bytes, body: Any, session: Session, key: str) -> Edited:
+        """Apply the session's policy to one request body (fail safe: the raw body on any failure)."""
+        nothing = 0 if self.tokenizer is not None else None  # tokens removed from a request left as received
+        out = Edited(raw, removed_tokens=nothing)
+        if self.policy.condition == "full" or not isinstance(body, dict):
+            return out
+        scorer = session.state.scorer
+        before = scorer.seconds if scorer is not None else 0.0
+        try:
+            with session.lock, self.sensor_lock:
+                out.history = history_of(body, key)
+                if out.history is None:
+                    return out
+                edited, log = session.state.apply(out.history.trajectory)
+                new_body = write_back(body, out.history, edited, log)
+            out.log, out.record = log.to_json(), edited.to_json()
+            if new_body["messages"] != body["messages"]:
+                out.content, out.edited = json.dumps(new_body, ensure_ascii=False).encode(), True
+            if self.tokenizer is not None:  # the strings of the messages changed or dropped, before minus after
+                received, sent = {id(m) for m in body["messages"]}, {id(m) for m in new_body["messages"]}
+                out.removed_tokens = sum(self.count(s) for m in body["messages"] if id(m) not in sent
+                                         for s in _strings(m)) \
+                    - sum(self.count(s) for m in new_body["messages"] if id(m) not in received for s in _strings(m))
+        except Exception as exc:  # fail safe: never a broken agent
+            LOG.warning("session %s: forwarded unedited: %s: %s", key, type(exc).__name__, exc)
+            out = Edited(raw, out.history, failure=f"{type(exc).__name__}: {exc}", removed_tokens=nothing)
+            if out.history is not None:
+                out.record = out.history.trajectory.to_json()
+        out.sensor_seconds = (scorer.seconds - before) if scorer is not None else 0.0
+        return out
+
+    def upstream_headers(self, request: Request) -> dict[str, str]:
+        """The agent's headers for the upstream: hop-by-hop, auth and the session header dropped, its key added."""
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP}
+        if self.upstream_key:
+            headers["authorization"] = f"Bearer {self.upstream_key}"
+        return headers
+
+    def authorized(self, request: Request) -> bool:
+        """Whether the request carries the proxy's token (``Authorization: Bearer TOKEN``)."""
+        given = request.headers.get("authorization", "")
+        return secrets.compare_digest(given.removeprefix("Bearer ").strip().encode(), self.token.encode())
+
+    def build(self) -> Starlette:
+        """The Starlette app: chat completions through the policy, every other /v1 path passed through."""
+
+        async def chat(request: Request) -> Response:
+            return await self.chat(request)
+
+        async def passthrough(request: Request) -> Response:
+            if not self.authorized(request):
+                return _error(401, "this proxy needs its token as the API key (Authorization: Bearer TOKEN)")
+            return await self.forward(request, await request.body(), request.url.path.removeprefix("/v1"),
+                                      on_done=None)
+
+        return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]),
+                                 Route("/v1/{rest:path}", passthrough, methods=["GET", "POST", "DELETE"])])
+
+    async def chat(self, request: Request) -> Response:
+        """One chat completions request: policy, forward, log."""
+        arrived, t0 = self.clock(), time.perf_counter()
+        if not self.authorized(request):
+            return _error(401, "this proxy needs its token as the API key (Authorization: Bearer TOKEN)")
+        raw = await request.body()
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            body = None  # the upstream answers a malformed request itself
+        key = session_of(body, request.headers.get(SESSION_HEADER))
+        session = self.session(key)
+        session.requests += 1
+        number = session.requests
+        done = await run_in_threadpool(self.edit, raw, body, session, key)
+        proxy_seconds = time.perf_counter() - t0
+        messages = body.get("messages") if isinstance(body, dict) else None
+        n_steps = 0 if done.history is None else done.history.trajectory.n_steps
+
+        def on_done(status: int, usage: dict[str, int | None], upstream_seconds: float) -> None:
+            self.runlog.request({
+                "session": key, "request": number, "time": arrived, "policy": self.policy.label,
+                "stream": bool(isinstance(body, dict) and body.get("stream")), "status": status,
+                "n_messages": len(messages) if isinstance(messages, list) else 0, "n_steps": n_steps,
+                "edited": done.edited, "failure": done.failure, **usage, "removed_tokens": done.removed_tokens,
+                "edit_log": done.log, "sensor_seconds": done.sensor_seconds, "proxy_seconds": proxy_seconds,
+                "upstream_seconds": upstream_seconds, "cache_bytes": session.state.cache_bytes(),
+                "sessions": len(self.sessions)})
+            if done.record is not None:
+                self.runlog.trajectory(key, done.record)
+
+        return await self.forward(request, done.content, "/chat/completions", on_done)
+
+    async def forward(self, request: Request, content: bytes, path: str,
+                      on_done: Callable[[int, dict[str, int | None], float], None] | None) -> Response:
+        """Send ``content`` to the upstream's ``path``; its answer unchanged (streamed as it comes)."""
+        t0 = time.perf_counter()
+        client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout))
+        upstream = client.build_request(request.method, self.upstream + path, content=content,
+                                        headers=self.upstream_headers(request), params=request.query_params)
+        try:
+            answer = await client.send(upstream, stream=True)
+        except httpx.TimeoutException as exc:
+            await client.aclose()
+            return self._failed(504, f"upstream timed out: {exc}", on_done, t0)
+        except httpx.HTTPError as exc:
+            await client.aclose()
+            return self._failed(502, f"upstream unreachable: {type(exc).__name__}: {exc}", on_done, t0)
+        headers = {k: v for k, v in answer.headers.items() if k.lower() not in HOP}
+        if "text/event-stream" not in answer.headers.get("content-type", ""):
+            try:
+                data = await answer.aread()
+            except httpx.TimeoutException as exc:
+                return self._failed(504, f"upstream timed out: {exc}", on_done, t0)
+            finally:
+                await answer.aclose()
+                await client.aclose()
+            if on_done is not None:
+                try:
+                    parsed = json.loads(data) if answer.status_code == 200 else None
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    parsed = None
+                on_done(answer.status_code, usage_of(parsed), time.perf_counter() - t0)
+            return Response(data, answer.status_code, headers)
+        sse = SSEUsage()
+
+        async def relay() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in answer.aiter_bytes():
+                    sse.feed(chunk)
+                    yield chunk
+            finally:
+                await answer.aclose()
+                await client.aclose()
+                if on_done is not None:
+                    sse.feed(b"\n")
+                    on_done(answer.status_code, sse.usage, time.perf_counter() - t0)
+
+        return StreamingResponse(relay(), answer.status_code, headers)
+
+    def _failed(self, status: int, message: str, on_done: Callable[[int, dict[str, int | None], float], None] | None,
+                t0: float) -> Response:
+        LOG.warning(message)
+        if on_done is not None:
+            on_done(status, usage_of(None), time.perf_counter() - t0)
+        return _error(status, message)
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": "proxy_error", "code": status}}, status)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (0: any free port); a port in use is a ValueError naming it."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ValueError(f"--host/--port: cannot listen on {host}:{port} ({exc.strerror})") from None
+    sock.listen(128)
+    return sock
+
+
+@dataclass
+class Running:
+    """A server running in a background thread (tests, notebooks): ``url``, :meth:`stop`."""
+
+    url: str
+    server: Any
+    thread: threading.Thread
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the server (open connections cut) and wait for its thread."""
+        self.server.should_exit = self.server.force_exit = True
+        self.thread.join(timeout)
+
+
+def make_server(app: Any) -> Any:
+    """A quiet uvicorn server for an ASGI app (warnings only, no access log)."""
+    import uvicorn
+
+    return uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
+
+
+def start(app: Any, host: str = "127.0.0.1", port: int = 0) -> Running:
+    """Serve ``app`` from a background thread on a socket already listening (requests queue until it runs)."""
+    sock = bind(host, port)
+    server = make_server(app)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="interp-serve", daemon=True)
+    thread.start()
+    return Running(f"http://{host}:{sock.getsockname()[1]}/v1", server, thread)
+
+
+def settings_line(proxy: Proxy, url: str) -> str:
+    """What ``interp serve`` prints at start: where, the policy, the session bound."""
+    memory = (" (each holds the sensor's KV-cache snapshots of its latest history: cache_bytes in the run log)"
+              if proxy.policy.condition in ("iclr", "iclr_step_only") else "")
+    return (f"interp serve: {url} -> {proxy.upstream} under {proxy.policy.label}; at most {proxy.max_sessions} "
+            f"sessions{memory}, idle ones dropped after {proxy.session_ttl:.0f} s; run log {proxy.log_dir}")
+
+
+__all__ = ["Proxy", "Running", "SSEUsage", "bind", "make_server", "session_of", "settings_line", "start",
+           "usage_of"]

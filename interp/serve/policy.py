@@ -1,0 +1,160 @@
+"""A history policy applied online, one request at a time, with the state an agent run keeps between requests.
+
+A policy is written as for ``interp tokens`` (``interp.accounting.tokens.parse_policy``): a condition of
+``interp.data.conditions`` with its parameters (``keep_last_k_reasoning:k=5``, ``observation_masking:m=5``,
+``iclr:rho=0.8``) or a step policy (``sliding_window:k=5``, ``keep_last_m_tool_exchanges:m=5``). Each request's
+history (its completed steps, boundary b = every step of the request) is edited by the policy at b, exactly as
+the offline condition edits a recorded trajectory at b.
+
+**Session state** (:class:`PolicyState`, one per agent run):
+
+- ``iclr`` / ``iclr_step_only``: the block scorer (``interp.extraction.entropy.EntropyScorer`` on the sensor,
+  online or step-only context) wrapped in :class:`SessionScorer`, which remembers every step's scores by the
+  digest of the history it was scored on (the header and steps 1..t as given to the scorer). The condition is
+  run over the whole history at each request, as offline; steps scored at an earlier request are answered from
+  that memory (their decisions persist, no forward), so only the newest step's blocks reach the sensor, and the
+  scorer's ``Resume`` continues that forward from its KV-cache snapshot of the already-compressed prefix
+  (``interp.sensor.prefix.Resume``): a request costs the sensor its new tokens, not the history.
+- ``drsr_gate``: the gate is a hook, ``gate_factory(session) -> SetGate`` (``interp.data.conditions.SetGate``),
+  given by the caller of :class:`~interp.serve.app.Proxy` (``patching.gate`` is being reworked; the CLI does not
+  build one yet). Its decisions at each request are the gate's; a stateful gate keeps its state in the object the
+  factory returns, one per session.
+- every other policy is a pure function of the history (``random`` is seeded by the session id and step, so a
+  step's edit is the same at every request).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from interp.accounting.tokens import ICLR_CONTEXT, Policy, parse_policy
+from interp.data.conditions import STEP_POLICIES, EditLog, SetGate, TokenCounter, apply_condition
+from interp.data.trajectory import Trajectory
+from interp.extraction.entropy import EntropyScorer
+from interp.sensor.limits import DEFAULT_MAX_TOKENS
+
+GateFactory = Callable[[str], SetGate]
+# the policies of a completed history the proxy applies; hide_observation/hide_stderr/clear_after_code/
+# delete_latest_reasoning are boundary probes of the analyses, not policies an agent runs under
+SERVE_POLICIES = ("full", "iclr", "iclr_step_only", "keep_latest_reasoning", "keep_last_k_reasoning",
+                  "delete_all_reasoning", "random", "observation_masking", "drsr_gate", *STEP_POLICIES)
+
+
+def parse_serve_policy(spec: str) -> Policy:
+    """A policy for ``interp serve`` (module docstring), checked; a ValueError naming it otherwise."""
+    if spec.strip() == "drsr_gate":  # its gate comes from the caller's gate_factory, one per session
+        return Policy("drsr_gate", "drsr_gate")
+    policy = parse_policy(spec)
+    if policy.condition not in SERVE_POLICIES:
+        raise ValueError(f"policy {spec!r}: not a policy of a live agent; known: {', '.join(SERVE_POLICIES)}")
+    if policy.condition in ICLR_CONTEXT:
+        unknown = [k for k, _ in policy.params if k != "rho"]
+        if unknown:
+            raise ValueError(f"policy {spec!r}: {policy.condition} takes only rho (the sensor is the proxy's)")
+    return policy
+
+
+def _digest(traj: Trajectory, step: int) -> str:
+    """Digest of what a scorer of step ``step`` reads: the header and steps 1..step of ``traj``."""
+    h = hashlib.sha256(json.dumps([traj.system_prompt, traj.tools, traj.task], default=str).encode())
+    for s in traj.steps[:step]:
+        h.update(json.dumps(s.to_json(), sort_keys=True).encode())
+    return h.hexdigest()
+
+
+@dataclass
+class SessionScorer:
+    """A block scorer that answers a step scored before on the same history from memory (decisions persist)."""
+
+    scorer: EntropyScorer
+    memory: dict[str, "Sequence[float] | None"] = field(default_factory=dict)
+    scored: int = 0  # steps sent to the sensor (not answered from memory)
+    seconds: float = 0.0  # time in the sensor
+
+    def __call__(self, history: Trajectory, step: int) -> Sequence[float] | None:
+        """Scores of ``step``'s blocks (``interp.data.conditions.BlockScorer``)."""
+        key = _digest(history, step)
+        if key not in self.memory:
+            start = time.perf_counter()
+            self.memory[key] = self.scorer(history, step)
+            self.seconds += time.perf_counter() - start
+            self.scored += 1
+        return self.memory[key]
+
+    def cache_bytes(self) -> int:
+        """Bytes of the KV-cache snapshots the scorer holds for this session."""
+        resume = self.scorer._resume
+        if resume is None:
+            return 0
+        return sum(_nbytes(snap) for snap in resume.snapshots.values())
+
+
+def _nbytes(obj: Any) -> int:
+    """Bytes of the tensors inside a cache snapshot (nested containers and objects walked)."""
+    seen: set[int] = set()
+
+    def walk(x: Any) -> int:
+        if id(x) in seen:
+            return 0
+        seen.add(id(x))
+        if hasattr(x, "element_size") and hasattr(x, "nelement"):
+            return int(x.element_size() * x.nelement())
+        if isinstance(x, dict):
+            return sum(walk(v) for v in x.values())
+        if isinstance(x, (list, tuple)):
+            return sum(walk(v) for v in x)
+        if hasattr(x, "__dict__"):
+            return sum(walk(v) for v in vars(x).values())
+        return 0
+
+    return walk(obj)
+
+
+@dataclass
+class PolicyState:
+    """One session's policy with its state (module docstring); :meth:`apply` edits one request's history."""
+
+    policy: Policy
+    session: str
+    sensor: Any = None
+    tokenizer: Any = None  # counts the tokens of the edits (and random's units); None: characters
+    gate: SetGate | None = None
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    scorer: SessionScorer | None = None
+
+    def __post_init__(self) -> None:
+        if self.policy.condition in ICLR_CONTEXT:
+            if self.sensor is None:
+                raise ValueError(f"policy {self.policy.label}: needs a sensor (--model) to score blocks")
+            self.scorer = SessionScorer(EntropyScorer(self.sensor, self.max_tokens,
+                                                      context=ICLR_CONTEXT[self.policy.condition]))
+        if self.policy.condition == "drsr_gate" and self.gate is None:
+            raise ValueError("policy drsr_gate: needs a gate (Proxy(gate_factory=...); the CLI builds none yet)")
+
+    def counter(self, text: str) -> int:
+        """Tokens of ``text`` under the tokenizer."""
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def apply(self, traj: Trajectory) -> tuple[Trajectory, EditLog]:
+        """The history of the request after the policy at its last step (boundary = n_steps), and the edit log."""
+        b, params = traj.n_steps, dict(self.policy.params)
+        counter: TokenCounter | None = self.counter if self.tokenizer is not None else None
+        if self.policy.condition in STEP_POLICIES:
+            edited, _, log = STEP_POLICIES[self.policy.condition](traj, b, counter=counter, **params)
+            return edited, log
+        if self.scorer is not None:
+            params["scorer"] = self.scorer
+        if self.policy.condition == "drsr_gate":
+            params["gate"] = self.gate
+        if self.policy.condition == "random":
+            params["tokenizer"] = self.tokenizer
+        return apply_condition(self.policy.condition, traj, b, counter, **params)
+
+    def cache_bytes(self) -> int:
+        """Bytes the session's sensor cache holds (0 for policies without a sensor)."""
+        return self.scorer.cache_bytes() if self.scorer is not None else 0

@@ -1,0 +1,104 @@
+"""`interp serve` on the command line: bad options refused in one line, and a real server process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from interp.pipelines.cli import main
+from interp.serve.runlog import read_requests
+
+from ._support import Stub, opening, scripted_turns
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def interp(*args: str, **env: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "interp", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env})
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--policy", "hide_observation"], "--policy: policy 'hide_observation': not a policy of a live agent"),
+    (["--policy", "iclr"], "--policy iclr: needs --model"),
+    (["--policy", "keep_last_k_reasoning:k=0"], "k must be an integer >= 1"),
+    (["--upstream", "ftp://x"], "expected an http:// or https:// base URL"),
+    (["--max-sessions", "0"], "--max-sessions 0: must be a finite number >= 1"),
+])
+def test_bad_options_are_one_line_errors(tmp_path, monkeypatch, capsys, args, message):
+    base = {"--upstream": "http://127.0.0.1:9/v1", "--log-dir": str(tmp_path / "log")}
+    for k, v in zip(args[::2], args[1::2]):
+        base[k] = v
+    monkeypatch.setattr(sys, "argv", ["interp", "serve", *[x for kv in base.items() for x in kv]])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and message in err and "Traceback" not in err, err
+    assert not (tmp_path / "log").exists()
+
+
+@pytest.mark.slow  # a CLI process start: about 30 s on a loaded 2-core machine
+def test_a_server_process_proxies_and_logs(serving, tmp_path):
+    stub = Stub(scripted_turns(2))
+    upstream = serving(stub.build())
+    p = interp("serve", "--upstream", upstream, "--log-dir", str(tmp_path / "log"), "--port", "0",
+               "--policy", "delete_all_reasoning", INTERP_SERVE_TOKEN="t0k3n")
+    try:
+        line = p.stdout.readline()  # printed once the socket listens: requests queue until it serves
+        assert line.startswith("interp serve: http://127.0.0.1:"), line + p.stderr.read()
+        url = line.split()[2]
+        turns = scripted_turns(2)
+        body = {"model": "m", "messages": [*opening(), turns[0], {"role": "tool", "tool_call_id": "call_1",
+                                                                  "content": "ok"}]}
+        r = httpx.post(f"{url}/chat/completions", json=body, headers={"authorization": "Bearer t0k3n"}, timeout=60)
+        assert r.status_code == 200 and r.json()["choices"][0]["message"] == turns[1]
+        assert stub.received[0]["messages"][2]["reasoning_content"] == ""
+    finally:
+        p.terminate()
+        p.communicate(timeout=30)
+    assert read_requests(tmp_path / "log")[0]["edited"] is True
+
+
+def _row(**over) -> dict:
+    from interp.serve.runlog import REQUEST_FIELDS
+
+    row = {f.name: None for f in REQUEST_FIELDS}
+    row.update(session="s", request=1, time=0.0, policy="full", stream=False, status=200, n_messages=2, n_steps=0,
+               edited=False, prompt_tokens=10, completion_tokens=2, sensor_seconds=0.0, proxy_seconds=0.0,
+               upstream_seconds=0.0, cache_bytes=0, sessions=1, removed_tokens=0)
+    row.update(over)
+    return row
+
+
+@pytest.mark.parametrize("lines, prices, message", [
+    ([_row(), {**_row(), "request": "2"}], None, "requests.jsonl:2: request: expected an integer"),
+    ([_row(), "{oops"], None, "requests.jsonl:2: not JSON"),
+    ([_row(prompt_tokens=None)], None, "session s request 1: no usage reported"),
+    ([_row()], {"uncached_input": 1, "cache_read": 1, "cache_write": 1, "output": -1}, "output: expected a price"),
+])
+def test_bad_run_logs_and_prices_are_one_line_errors(tmp_path, monkeypatch, capsys, lines, prices, message):
+    import json
+
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "requests.jsonl").write_text(
+            "\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n")
+    args = ["interp", "tokens", "--trajectories", str(tmp_path / "a"), "--paired", str(tmp_path / "b"),
+            "--out", str(tmp_path / "o")]
+    if prices is not None:
+        (tmp_path / "p.json").write_text(json.dumps(prices))
+        args += ["--prices", str(tmp_path / "p.json")]
+    monkeypatch.setattr(sys, "argv", args)
+    with pytest.raises(SystemExit) as exc:
+        main()
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and message in err and "Traceback" not in err, err
+    assert not (tmp_path / "o" / "paired.json").exists()
