@@ -36,7 +36,7 @@ def test_an_unknown_field_holding_text_is_counted_and_refused_under_strict(tmp_p
     assert "messages[].scratchpad (unknown) x1" in report.summary()
     strict = import_runs("openai", source, tmp_path / "s.jsonl", strict=True)
     assert not strict.written and strict.problems == [
-        f"{source}:1: messages[].scratchpad: unknown field holding text, dropped (openai does not map it; 1 such "
+        f"{source}:1: messages[].scratchpad: field holding text, dropped (openai does not map it; 1 such "
         "field(s)); --strict refuses a text it would lose"]
     known = write(tmp_path / "k.jsonl", run({"role": "assistant", "content": "done", "name": "bot"}))
     assert import_runs("openai", known, tmp_path / "k_out.jsonl", strict=True).written  # documented drops pass

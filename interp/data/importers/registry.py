@@ -191,7 +191,7 @@ def _convert_all(convert: Converter, source: Path, fh: TextIO, settings: Setting
             continue
         if settings.strict and ctx.dropped_text:
             path = sorted(ctx.dropped_text)[0]
-            skip(rec, RunProblem(path, f"unknown field holding text, dropped ({used} does not map it; "
+            skip(rec, RunProblem(path, f"field holding text, dropped ({used} does not map it; "
                                        f"{len(ctx.dropped_text)} such field(s)); --strict refuses a text it "
                                        "would lose"))
             continue
