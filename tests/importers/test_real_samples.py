@@ -183,7 +183,10 @@ def test_swe_agent_function_calling_actions_are_the_models_structured_calls(tmp_
                                                           "replace": "def division(a: float, b: float) -> float:",
                                                           "replace-all": False})  # not `edit '...' '...' False`
     assert traj.steps[-1].action.calls[0].arguments == {"command": "submit"}
-    assert report.dropped == {"trajectory[].action (no assistant message in history: command line kept)": 1}
+    assert report.dropped == {  # each field that does not reach the output, by path; the submit step's call
+        "trajectory[].action (no structured call: the command line kept as a bash call)": 1,
+        "history[].agent": 10, "history[].tool_call_ids": 4,
+        "trajectory[].execution_time": 5, "trajectory[].response": 5, "trajectory[].state": 5}
     assert traj.system_prompt == doc["history"][0]["content"] and traj.task == doc["history"][1]["content"]
     assert traj.final_answer == doc["info"]["submission"]
     assert traj.task_id == SWE.name.removesuffix(".traj") and traj.domain == "code"
