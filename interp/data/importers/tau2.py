@@ -34,6 +34,8 @@ from interp.data.importers import openai
 from interp.data.importers.common import REASONING_JOIN, RunContext, RunProblem, expect
 
 FORMAT = "tau2"
+INFO_USED = frozenset({"environment_info", "agent_info", "user_info"})
+ENV_USED = frozenset({"policy", "tool_defs", "domain_name"})
 SIM_USED = frozenset({"task_id", "trial", "messages", "reward_info", "termination_reason", "id"})
 # documented as dropped: timings, costs, seeds; the rest of reward_info (checks behind the reward)
 SIM_KNOWN = frozenset({"timestamp", "start_time", "end_time", "duration", "agent_cost", "user_cost", "seed",
@@ -62,6 +64,7 @@ def convert_all(record: Any, ctx: RunContext) -> list[dict[str, Any] | RunProble
     info = record.get("info") if isinstance(record.get("info"), dict) else {}
     env = info.get("environment_info") if isinstance(info.get("environment_info"), dict) else {}
     tasks = {str(t.get("id")): t for t in record.get("tasks") or [] if isinstance(t, dict)}
+    _count_file_fields(record, info, env, ctx)
     trials = len({s.get("trial") for s in sims if isinstance(s, dict)})
     out: list[dict[str, Any] | RunProblem] = []
     for i, sim in enumerate(sims):
@@ -73,11 +76,25 @@ def convert_all(record: Any, ctx: RunContext) -> list[dict[str, Any] | RunProble
     return out
 
 
+def _count_file_fields(record: dict[str, Any], info: dict[str, Any], env: dict[str, Any], ctx: RunContext) -> None:
+    """Count, once per file, what of ``info`` and ``tasks`` no trajectory keeps (by path; documented drops)."""
+    ctx.unmapped(info, "info", INFO_USED, set(info))
+    ctx.unmapped(env, "info.environment_info", ENV_USED, set(env))
+    for key in ("agent_info", "user_info"):
+        if isinstance(info.get(key), dict):
+            ctx.unmapped(info[key], f"info.{key}", {"llm"}, set(info[key]))
+    for i, task in enumerate(record.get("tasks") or []):
+        if isinstance(task, dict):
+            ctx.unmapped(task, f"tasks[{i}]", {"id", "user_scenario"}, set(task))
+    ctx.unmapped(record, "(file)", {"info", "tasks", "simulations"}, set(record))
+
+
 def _simulation(sim: dict[str, Any], where: str, info: dict[str, Any], env: dict[str, Any],
                 tasks: dict[str, Any], several_trials: bool, ctx: RunContext) -> dict[str, Any]:
     system, chat = openai.convert_messages(sim.get("messages"), f"{where}.messages", ctx)
     ctx.unmapped(sim, where, SIM_USED, SIM_KNOWN)
     reward_info = sim.get("reward_info") if isinstance(sim.get("reward_info"), dict) else {}
+    ctx.unmapped(reward_info, f"{where}.reward_info", {"reward"}, set(reward_info))  # the checks behind it
     reward = reward_info.get("reward")
     own_id = ctx.task_id(sim) if ctx.id_from else str(sim.get("task_id", ""))
     if not own_id:
