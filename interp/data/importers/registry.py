@@ -38,12 +38,13 @@ from typing import Any, TextIO
 
 from interp.data.importers import anthropic, atif, inspect_log, mapping, openai, swe_agent, tau2
 from interp.data.importers.common import RunContext, RunProblem
-from interp.data.importers.reader import read_records
+from interp.data.importers.reader import read_records, unread_files
 from interp.io import atomic_path
 
 IMPORTERS = {m.FORMAT: m for m in (openai, anthropic, swe_agent, tau2, atif, inspect_log)}
 SNIFF_ORDER = (swe_agent, atif, tau2, inspect_log, anthropic, openai)
 FORMATS = (*IMPORTERS, mapping.FORMAT, "auto")
+NOT_READ_SHOWN = 5  # unread files named in the summary (the report holds all)
 
 
 @dataclass
@@ -60,6 +61,7 @@ class ImportReport:
     reasons: Counter = field(default_factory=Counter)  # why runs were skipped: problem kind -> runs
     formats: Counter = field(default_factory=Counter)  # converted runs per format (auto tells them apart)
     dropped: Counter = field(default_factory=Counter)  # what the importers left out, summed over runs
+    not_read: list[Path] = field(default_factory=list)  # data files of an input directory with no run-file name
 
     def summary(self) -> str:
         """A few lines: converted, skipped and why, formats, dropped, where the output went."""
@@ -71,6 +73,11 @@ class ImportReport:
             lines.append("formats: " + ", ".join(f"{f} {n}" for f, n in sorted(self.formats.items())))
         if self.dropped:
             lines.append("dropped: " + ", ".join(f"{d} x{n}" for d, n in sorted(self.dropped.items())))
+        if self.not_read:
+            shown = ", ".join(str(f) for f in self.not_read[:NOT_READ_SHOWN])
+            more = f" and {len(self.not_read) - NOT_READ_SHOWN} more" if len(self.not_read) > NOT_READ_SHOWN else ""
+            lines.append(f"not read (no run file name): {len(self.not_read)} file(s): {shown}{more} "
+                         "(name a file to import it)")
         return "\n".join(lines)
 
 
@@ -138,7 +145,7 @@ def import_runs(fmt: str, source: Path, out: Path, field_map: Path | None = None
         raise FileNotFoundError(f"{source}: input not found")
     if out.exists() and out.resolve() == source.resolve():
         raise ValueError(f"--out {out}: is the input file; write the trajectories elsewhere")
-    report = ImportReport(source, out)
+    report = ImportReport(source, out, not_read=unread_files(source))
     found: list[tuple[str, int, str]] = []  # (file, line, "where: message") of every problem
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".candidates")
