@@ -1,6 +1,6 @@
 """Inspect AI logs through ``interp import inspect``, read with inspect_ai's own reader (skipped without it).
 
-The real log (tests/importers/samples/inspect_popularity.json) is one turn;
+The real log (tests/importers/samples/inspect/popularity_log-read-sample.json) is one turn;
 the tool, reasoning and epoch paths run on a log built with inspect_ai's own
 message types from it and written by inspect_ai in both formats (.eval, .json).
 """
@@ -20,7 +20,7 @@ inspect_log = pytest.importorskip("inspect_ai.log")
 model = pytest.importorskip("inspect_ai.model")
 tool = pytest.importorskip("inspect_ai.tool")
 
-LOG = REAL / "inspect_popularity.json"
+LOG = REAL / "inspect" / "popularity_log-read-sample.json"
 
 
 def imported(source, tmp_path):

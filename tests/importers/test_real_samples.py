@@ -18,8 +18,8 @@ from ._support import REAL
 
 pytestmark = pytest.mark.unit
 
-TAU2 = REAL / "tau2_claude-sonnet-4-5_retail.json"
-ATIF = REAL / "atif_rfc_example"
+TAU2 = REAL / "tau2" / "claude-sonnet-4-5_retail.json"
+ATIF = REAL / "atif" / "rfc_example"
 
 
 def imported(fmt, source, tmp_path, **options):
@@ -136,7 +136,7 @@ def test_atif_reward_from_the_trial_and_prompt_only_runs_are_skipped(tmp_path):
                                "at least one step"]
 
 
-MINI = REAL / "mini-swe-agent_astropy__astropy-12907.traj.json"
+MINI = REAL / "mini-swe-agent" / "deepseek_2.3_astropy__astropy-12907.traj.json"
 
 
 def test_mini_swe_agent_tool_calls_equal_the_raw_file(tmp_path):
@@ -152,7 +152,7 @@ def test_mini_swe_agent_tool_calls_equal_the_raw_file(tmp_path):
     assert report.dropped["messages[].extra"] == 2  # raw response and raw output: documented, counted
 
 
-SWE = REAL / "swe-agent_gpt-4o_6e44b9__sweagenttestrepo-1c2844.traj"
+SWE = REAL / "swe-agent" / "gpt-4o_6e44b9__sweagenttestrepo-1c2844.traj"
 
 
 def swe_agent_reference(doc):
