@@ -148,3 +148,18 @@ def test_a_run_of_only_harness_steps_is_a_problem():
               "history": [{"role": "user", "content": "Fix f."}]}
     with pytest.raises(RunProblem, match="every step is a harness message"):
         swe_agent.convert(record, RunContext(file="x.traj", line=1, stem="x", single=True))
+
+
+def test_a_run_whose_every_turn_converts_empty_is_refused(tmp_path):
+    """Assistant turns holding only image parts (or any content the format drops) leave nothing: refused, not
+    written as empty text actions."""
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    empty = {"messages": [{"role": "user", "content": "Describe it."},
+                          {"role": "assistant", "content": [image]},
+                          {"role": "user", "content": "And now?"},
+                          {"role": "assistant", "content": [image]}]}
+    source = write(tmp_path / "in.jsonl", empty)
+    report = import_runs("openai", source, tmp_path / "t.jsonl")
+    assert not report.written and report.problems == [
+        f"{source}:1: messages: every one of the 2 assistant turns converted to an empty step (no reasoning, call "
+        "or text reached the output; the dropped parts are counted): is the format right?"]

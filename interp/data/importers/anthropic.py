@@ -53,9 +53,9 @@ def looks_like(record: Any) -> bool:
 
 def convert(record: Any, ctx: RunContext) -> dict[str, Any]:
     """One Anthropic-style run as a trajectory record (see the module docstring)."""
-    messages = record.get("messages") if isinstance(record, dict) else record
     base = "messages" if isinstance(record, dict) else "(record)"
-    expect(messages, list, base, "a list of messages")
+    messages: list[Any] = expect(record.get("messages") if isinstance(record, dict) else record, list, base,
+                                 "a list of messages")
     chat = ChatSteps(ctx)
     for i, msg in enumerate(messages):
         where = f"{base}[{i}]" if base == "messages" else f"[{i}]"
@@ -99,7 +99,10 @@ def _user(chat: ChatSteps, blocks: list[dict[str, Any]], where: str, ctx: RunCon
 
 
 def _assistant(chat: ChatSteps, blocks: list[dict[str, Any]], where: str, ctx: RunContext) -> None:
-    thinking, texts, calls, redacted = [], [], [], 0
+    thinking: list[str] = []
+    texts: list[str] = []
+    calls: list[tuple[str | None, dict[str, Any]]] = []
+    redacted = 0
     for j, block in enumerate(blocks):
         at, kind = f"{where}.content[{j}]", block.get("type")
         if kind == "thinking":

@@ -119,9 +119,8 @@ def _agent(chat: ChatSteps, step: dict[str, Any], where: str, ctx: RunContext) -
         content = result.get("content")
         if content is None:
             ctx.null(f"{at}.content")
-        text = content if isinstance(content, str) or content is None else (
-            text_of(content, f"{at}.content", ctx) if isinstance(content, list) else json.dumps(content))
-        texts.append(text or "")
+        texts.append("" if content is None else content if isinstance(content, str) else (
+            text_of(content, f"{at}.content", ctx) if isinstance(content, list) else json.dumps(content)))
     ids = {c[0] for c in calls if c[0] is not None}
     if calls and len(results) != len(calls) and not all(r.get("source_call_id") in ids for r in results):
         # one result for the step's N calls (Terminus-2: the terminal screen after a batch of keystrokes)

@@ -128,6 +128,12 @@ class RunContext:
         self.drop(f"{field_pattern(where)}: null as \"\"")
 
 
+def object_at(value: Any, key: str) -> dict[str, Any]:
+    """``value[key]`` when ``value`` is an object holding an object there, else an empty one."""
+    inner = value.get(key) if isinstance(value, Mapping) else None
+    return dict(inner) if isinstance(inner, Mapping) else {}
+
+
 def field_pattern(where: str) -> str:
     """A field path with its list indices elided (``messages[3].content`` -> ``messages[].content``)."""
     return re.sub(r"\[\d+\]", "[]", where)
@@ -160,7 +166,7 @@ def _response_message(msg: Mapping[str, Any]) -> Mapping[str, Any]:
 def provider_reasoning(msg: Mapping[str, Any], where: str, ctx: RunContext) -> tuple[str, set[str]]:
     """``(reasoning, keys read)``: a message's provider reasoning field, the first present of
     :data:`REASONING_KEYS` (``thinking_blocks`` also inside ``raw_data``); encrypted pieces are counted."""
-    raw = msg.get("raw_data") if isinstance(msg.get("raw_data"), Mapping) else {}
+    raw = object_at(msg, "raw_data")
     response = _response_message(msg)
     for key in REASONING_KEYS:
         value, at = msg.get(key), f"{where}.{key}"
@@ -270,7 +276,7 @@ def outcome_of(record: Any) -> dict[str, Any]:
     """``{reward, success}`` from the run's ``outcome`` object or its top-level ``reward``/``success``."""
     if not isinstance(record, Mapping):
         return {}
-    src = record.get("outcome") if isinstance(record.get("outcome"), Mapping) else record
+    src: Mapping[str, Any] = object_at(record, "outcome") if isinstance(record.get("outcome"), Mapping) else record
     out = {}
     if isinstance(src.get("reward"), (int, float)) and not isinstance(src.get("reward"), bool):
         out["reward"] = src["reward"]
@@ -299,7 +305,7 @@ def observation_of(results: list[str | None], where: str) -> str | list[str] | N
     if missing:
         raise RunProblem(where, f"no result for parallel call {missing[0]} of {len(results)} "
                                 f"(the others have results)")
-    return list(results)
+    return [r for r in results if r is not None]
 
 
 def metadata_of(record: Any, used: set[str]) -> dict[str, Any]:
@@ -410,6 +416,8 @@ class ChatSteps:
                                     "is the format right?")
         steps = []
         for s in self.steps:
+            action: dict[str, Any]
+            observation: str | list[str] | None
             if s.calls and s.step_observation is not None:
                 action, observation = call_action([c.call for c in s.calls]), s.step_observation
                 s.extra["observation_scope"] = "step"

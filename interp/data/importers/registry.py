@@ -100,16 +100,17 @@ def converter(fmt: str, field_map: Path | None = None, hook: str | None = None) 
             raise ValueError("format map needs exactly one of --map MAP.json or --hook module:function")
         if hook is not None:
             fn = mapping.load_hook(hook)
-            return lambda record, ctx: ("hook", mapping.run_hook(fn, record))
+            return lambda record, ctx: ("hook", list(mapping.run_hook(fn, record)))
+        assert field_map is not None  # exactly one of the two, checked above
         spec = mapping.load_map(field_map)
-        return lambda record, ctx: ("map", mapping.convert(record, ctx, spec))
+        return lambda record, ctx: ("map", list(mapping.convert(record, ctx, spec)))
     if field_map is not None or hook is not None:
         raise ValueError(f"--map and --hook go with format map, not {fmt}")
     if fmt != "auto":
         module = IMPORTERS[fmt]
         return lambda record, ctx: (module.FORMAT, _runs(module, record, ctx))
 
-    def sniffed(record: Any, ctx: RunContext) -> tuple[str, list[dict[str, Any]]]:
+    def sniffed(record: Any, ctx: RunContext) -> tuple[str, list[dict[str, Any] | RunProblem]]:
         module = next((m for m in SNIFF_ORDER if m.looks_like(record)), None)
         if module is None:
             raise RunProblem("(record)", "format not recognised (auto): expected a .traj object, an ATIF trajectory, "

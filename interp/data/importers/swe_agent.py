@@ -56,8 +56,8 @@ import re
 from typing import Any
 
 from interp.data.importers.common import (
-    REASONING_JOIN, REASONING_KEYS, RunContext, RunProblem, call_action, expect, metadata_of, parse_arguments,
-    provider_reasoning, text_of,
+    REASONING_JOIN, REASONING_KEYS, RunContext, RunProblem, call_action, expect, metadata_of, object_at,
+    parse_arguments, provider_reasoning, text_of,
 )
 
 FORMAT = "swe-agent"
@@ -99,7 +99,8 @@ def convert(record: Any, ctx: RunContext) -> dict[str, Any]:
         ctx.drop("history[] (assistant message of no step: its calls and reasoning are not in the output)", unpaired)
     steps = []
     for i, entry in enumerate(entries):
-        turn = turns[paired[i]] if paired[i] is not None else None
+        k = paired[i]
+        turn = turns[k] if k is not None else None
         step = _step(entry, f"trajectory[{i}]", turn, ctx)
         if step is not None:
             steps.append(step)
@@ -110,9 +111,8 @@ def convert(record: Any, ctx: RunContext) -> dict[str, Any]:
         history, where = entries[0].get("query"), "trajectory[0].query"
     system, task = _prompt(expect(history, list, where, "a list of chat messages (the task is read from it)"),
                            where, ctx)
-    info = record.get("info") if isinstance(record.get("info"), dict) else {}
-    submission = info.get("submission")
-    out = {"task_id": ctx.task_id(record), "domain": ctx.domain_of(record, DEFAULT_DOMAIN),
+    submission = object_at(record, "info").get("submission")
+    out: dict[str, Any] = {"task_id": ctx.task_id(record), "domain": ctx.domain_of(record, DEFAULT_DOMAIN),
            "system_prompt": system, "tools": [], "task": task, "steps": steps,
            "final_answer": submission if isinstance(submission, str) else None, "outcome": {}}
     meta = metadata_of(record, USED)
@@ -229,7 +229,8 @@ def _xml_call(response: str, where: str) -> list[dict[str, Any]] | None:
 
 def _prompt(history: list[Any], where: str, ctx: RunContext) -> tuple[str, str]:
     """``(system prompt, task)`` from the chat before the first assistant message."""
-    system, task = [], []
+    system: list[str] = []
+    task: list[str] = []
     for i, msg in enumerate(history):
         at = f"{where}[{i}]"
         expect(msg, dict, at, "a message object")

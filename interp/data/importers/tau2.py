@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from interp.data.importers import openai
-from interp.data.importers.common import REASONING_JOIN, RunContext, RunProblem, expect
+from interp.data.importers.common import REASONING_JOIN, RunContext, RunProblem, expect, object_at
 
 FORMAT = "tau2"
 INFO_USED = frozenset({"environment_info", "agent_info", "user_info"})
@@ -81,8 +81,8 @@ def convert_all(record: Any, ctx: RunContext) -> list[dict[str, Any] | RunProble
     sims = expect(record.get("simulations"), list, "simulations", "a list of simulations")
     if not sims:
         raise RunProblem("simulations", "no simulations in the result file")
-    info = record.get("info") if isinstance(record.get("info"), dict) else {}
-    env = info.get("environment_info") if isinstance(info.get("environment_info"), dict) else {}
+    info = object_at(record, "info")
+    env = object_at(info, "environment_info")
     tasks = {str(t.get("id")): t for t in record.get("tasks") or [] if isinstance(t, dict)}
     _count_file_fields(record, info, env, ctx)
     trials = len({s.get("trial") for s in sims if isinstance(s, dict)})
@@ -113,7 +113,7 @@ def _simulation(sim: dict[str, Any], where: str, info: dict[str, Any], env: dict
                 tasks: dict[str, Any], several_trials: bool, ctx: RunContext) -> dict[str, Any]:
     system, chat = openai.convert_messages(sim.get("messages"), _at(where, "messages"), ctx)
     ctx.unmapped(sim, where or "(simulation)", SIM_USED, SIM_KNOWN)
-    reward_info = sim.get("reward_info") if isinstance(sim.get("reward_info"), dict) else {}
+    reward_info = object_at(sim, "reward_info")
     ctx.unmapped(reward_info, _at(where, "reward_info"), {"reward"}, set(reward_info))  # the checks behind it
     reward = reward_info.get("reward")
     own_id = ctx.task_id(sim) if ctx.id_from else str(sim.get("task_id", ""))
