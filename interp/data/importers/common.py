@@ -40,8 +40,9 @@ TEXT_PARTS = ("text", "input_text", "output_text")  # part types that hold text 
 REASONING_JOIN = "\n\n"  # between reasoning pieces of one turn: each stays a block
 DEFAULT_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 ID_FIELDS = ("task_id", "instance_id", "id")  # a run's own id, first found wins
-# content blocks that carry a turn's calls, results or thinking in Anthropic's format: read by that importer only
-TURN_PARTS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
+# content blocks that carry a turn's calls and results in Anthropic's format (read by that importer only): met by
+# another format, the run is refused (its calls would be lost); thinking blocks are counted, a problem under --strict
+TURN_PARTS = frozenset({"tool_use", "tool_result"})
 # content parts that hold media, not text the trajectory could keep (their data may be a base64 or URL string)
 MEDIA_PARTS = frozenset({"image", "image_url", "input_image", "audio", "input_audio", "file", "input_file",
                          "document", "video", "video_url"})
@@ -112,12 +113,13 @@ class RunContext:
 
     def drop_part(self, part: Mapping[str, Any], where: str) -> None:
         """Count a content part the format does not keep (``{type} content parts``); one that is not media
-        (:data:`MEDIA_PARTS`) and holds text, such as a ``thinking`` or ``tool_use`` block read as the wrong
-        format, is also remembered as a lost text (a problem under ``--strict``)."""
+        (:data:`MEDIA_PARTS`) and holds text, such as a ``thinking`` block read as the wrong format, is also
+        remembered as a lost text (a problem under ``--strict``); a block of Anthropic's calls or results
+        (:data:`TURN_PARTS`) refuses the run."""
         kind = part.get("type", "untyped")
         if kind in TURN_PARTS:
             raise RunProblem(where, f"a {kind!r} content part: a block of Anthropic's turn structure, which this "
-                                    "format does not read (its calls, results or thinking would be lost); import "
+                                    "format does not read (its calls or results would be lost); import "
                                     "with anthropic or auto")
         self.drop(f"{kind} content parts")
         if kind not in MEDIA_PARTS and holds_text(part):
