@@ -17,6 +17,10 @@ A run is one ATIF object: ``schema_version``, ``session_id``, ``agent``
   with no call, ``message`` is a text action (the last one the final answer);
 * ``observation.results[]`` answer the calls by ``source_call_id`` (in order
   when absent); the results of a step without calls are its observation;
+  results that are not one per call (Harbor's Terminus-2 writes one terminal
+  screen for a step's N keystroke calls, mostly without ``source_call_id``)
+  are the step's observation, joined, and the step is marked
+  ``observation_scope: "step"`` (counted, never refused);
 * ``user`` steps after an agent step: the reply to a text action (its
   observation), see :class:`ChatSteps`; later ``system`` steps are dropped
   and counted;

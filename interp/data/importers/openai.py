@@ -19,6 +19,12 @@ of messages. What is mapped (``data/README.md`` lists it with what is dropped):
   the step ``is_error``; results of calls the simulated user made are dropped;
 * ``tools`` (``{"type": "function", "function": {...}}`` or plain
   ``{name, description, parameters}``): the declared tools;
+* an ``exit`` message (mini-swe-agent 2.x ends every run with one): its
+  content (the submission) is the final answer when the run ends on a tool
+  call; the message is counted;
+* every field of a message and of a tool call that is not mapped is counted
+  by path (``messages[].tool_calls[].index``), an unknown one holding text is
+  a problem under ``--strict``;
 * ``task_id``/``instance_id``/``id``, ``domain``, ``reward``/``success``
   (or ``outcome``) of the run; its other top-level fields go to ``metadata``.
 """

@@ -4,7 +4,9 @@
 converts each run with the format's importer, and checks every converted
 trajectory with the validator of ``interp validate``
 (:func:`interp.data.trajectory.iter_records`, duplicate task ids included).
-A run with a problem is reported as ``FILE:LINE: field.path: message`` (the
+The data files of an input directory that are no run files are listed in
+the report (``not_read``), never skipped silently. A run with a problem is
+reported as ``FILE:LINE: field.path: message`` (the
 input's file and line, the field of the input record, or of the converted
 trajectory for a validator problem) and skipped; with ``strict`` any problem
 means nothing is written. The output is written atomically (a reader never
