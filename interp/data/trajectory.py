@@ -17,8 +17,9 @@ counts) make a line invalid. *Warnings* do not: a tool called that is not in
 the declared ``tools`` (real logs omit schemas of tools a harness adds); with
 ``strict`` they are problems. *Notes* are facts, never errors: a step whose
 reasoning has no non-blank block is valid and has zero reasoning blocks (real
-agents often act without writing reasoning); ``interp validate --strict``
-lists them.
+agents often act without writing reasoning), and a trajectory that calls tools
+but declares none cannot have its calls checked (:data:`NO_TOOLS`);
+``interp validate --strict`` lists them.
 
 Objects are frozen: history conditions return edited copies
 (``dataclasses.replace``), never mutate.
@@ -50,7 +51,7 @@ STEP_FIELDS = frozenset({"reasoning", "action", "observation"})
 # declared in the schema for what `interp import` keeps beside the trajectory (passed through as extra fields,
 # never rendered); not unknown under `interp validate --strict`
 IMPORT_FIELDS = frozenset({"metadata"})
-IMPORT_STEP_FIELDS = frozenset({"assistant_text", "is_error", "redacted_thinking"})
+IMPORT_STEP_FIELDS = frozenset({"assistant_text", "is_error", "redacted_thinking", "observation_scope"})
 BOUNDARY_FIELDS = frozenset({"after_step", "future_necessity", "externalization_gap", "note"})
 # Strings chat templates give a meaning (Qwen/SmolLM ChatML, reasoning and tool tags); the <|...|> form covers
 # every special token of those tokenizers (<|im_start|>, <|im_end|>, <|endoftext|>, <|vision_start|>, ...).
@@ -345,6 +346,8 @@ def _schema_problems(raw: Any) -> list[tuple[str, str]]:
 
 
 NO_REASONING = "no reasoning (the step acts without reasoning blocks; valid)"
+NO_TOOLS = ("the trajectory calls tools but declares none (tools is empty), so no call is checked against a "
+            "declaration; valid, rendered without tool definitions")
 
 
 @dataclass
@@ -360,11 +363,15 @@ def _semantic_problems(raw: Mapping[str, Any]) -> Findings:
     found = Findings()
     problems = found.problems
     declared = {t["name"] for t in raw.get("tools", [])}
+    undeclared_noted = False
     for i, step in enumerate(raw["steps"]):
         if not split_blocks(step["reasoning"]):
             found.notes.append((f"steps[{i}].reasoning", NO_REASONING))
         action = step["action"]
         calls = action.get("calls", [action] if "tool" in action else [])
+        if calls and not declared and not undeclared_noted:
+            found.notes.append(("tools", NO_TOOLS))
+            undeclared_noted = True
         for j, call in enumerate(calls):
             if declared and call["tool"] not in declared:
                 where = f"steps[{i}].action" + (f".calls[{j}]" if "calls" in action else "") + ".tool"

@@ -21,7 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "tests" / "data" / "import"
-REAL = ROOT / "tests" / "importers" / "samples"  # real public excerpts; sources and licenses in its README.md
+REAL = ROOT / "tests" / "importers" / "samples"  # real public excerpts, one folder per format; sources in SOURCES.md
 DEMO = ROOT / "data" / "demo" / "trajectories.jsonl"
 # runs whose converted trajectory has a step with empty reasoning (valid once #15's validator is merged)
 EMPTY_REASONING_RUNS = {"oa-empty-1", "an-empty-1", "demo__slug-2"}

@@ -42,7 +42,9 @@ def test_office_run_maps_blocks_parallel_calls_and_errors():
                      "action": {"text": "Q3 revenue is 120 460 €; \nI emailed it to zoë@example.com."},
                      "observation": None}
     assert out["final_answer"] == final["action"]["text"]
-    assert ctx.dropped == {"image content parts": 1}
+    n_signed = sum(1 for m in RUNS["an-office-1"]["messages"] if isinstance(m["content"], list)
+                   for b in m["content"] if "signature" in b)
+    assert ctx.dropped == {"image content parts": 1, "messages[].content[].signature": n_signed}
 
 
 def test_redacted_thinking_is_dropped_counted_and_marked():
@@ -50,7 +52,9 @@ def test_redacted_thinking_is_dropped_counted_and_marked():
     step = out["steps"][1]
     assert step["reasoning"] == "The note may hint at the vault's password."
     assert step["redacted_thinking"] == 1 and "EmwK" not in str(out)
-    assert ctx.dropped == {"redacted_thinking blocks": 1}
+    n_signed = sum(1 for m in RUNS["an-security-1"]["messages"] if isinstance(m["content"], list)
+                   for b in m["content"] if "signature" in b)
+    assert ctx.dropped == {"redacted_thinking blocks": 1, "messages[].content[].signature": n_signed}
     assert out["system_prompt"] == "You are solving a CTF challenge in a sandbox."
     assert out["steps"][2]["observation"] == "flag{r0t_and_r0ll}"
 

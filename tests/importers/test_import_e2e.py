@@ -40,11 +40,11 @@ IMPORTS = {  # name: (FORMAT, INPUT, extra options)
     "map": ("map", SAMPLES / "custom.jsonl", ["--map", SAMPLES / "custom_map.json"]),
     "hook": ("map", SAMPLES / "hooked.jsonl", ["--hook", f"{SAMPLES / 'custom_hook.py'}:convert"]),
     # real public samples (tests/importers/samples/README.md), sniffed
-    "tau2": ("auto", REAL / "tau2_claude-sonnet-4-5_retail.json", []),
-    "atif": ("auto", REAL / "atif_rfc_example", []),
-    "mini-swe-agent": ("auto", REAL / "mini-swe-agent_astropy__astropy-12907.traj.json", []),
-    "swe-agent-real": ("auto", REAL / "swe-agent_gpt-4o_6e44b9__sweagenttestrepo-1c2844.traj", []),
-    **({"inspect": ("auto", REAL / "inspect_popularity.json", [])} if HAS_INSPECT else {}),
+    "tau2": ("auto", REAL / "tau2" / "claude-sonnet-4-5_retail.json", []),
+    "atif": ("auto", REAL / "atif" / "rfc_example", []),
+    "mini-swe-agent": ("auto", REAL / "mini-swe-agent" / "mini-1.x_github_issue.traj.json", []),
+    "swe-agent-real": ("auto", REAL / "swe-agent" / "gpt-4o_6e44b9__sweagenttestrepo-1c2844.traj", []),
+    **({"inspect": ("auto", REAL / "inspect" / "popularity_log-read-sample.json", [])} if HAS_INSPECT else {}),
 }
 RUNNER = CliRunner()
 
@@ -149,6 +149,10 @@ def test_real_samples_render_on_the_tiny_model(imported):
         task_id = json.loads(imported.outputs[name].path.read_text(encoding="utf-8").splitlines()[0])["task_id"]
         result = cli("render", imported.path, "--task-id", task_id, "--after-step", 2, "--model", TINY)
         assert "reasoning_block" in result.output  # the imported reasoning reaches the prompt
+    for name in ("mini-swe-agent", "swe-agent-real", *(("inspect",) if HAS_INSPECT else ())):  # one per format
+        task_id = json.loads(imported.outputs[name].path.read_text(encoding="utf-8").splitlines()[0])["task_id"]
+        result = cli("render", imported.path, "--task-id", task_id, "--after-step", 1, "--model", TINY)
+        assert "observation" in result.output
 
 
 def test_import_errors_name_file_line_and_field(monkeypatch, capsys, tmp_path):

@@ -1,6 +1,6 @@
 """Inspect AI logs through ``interp import inspect``, read with inspect_ai's own reader (skipped without it).
 
-The real log (tests/importers/samples/inspect_popularity.json) is one turn;
+The real log (tests/importers/samples/inspect/popularity_log-read-sample.json) is one turn;
 the tool, reasoning and epoch paths run on a log built with inspect_ai's own
 message types from it and written by inspect_ai in both formats (.eval, .json).
 """
@@ -20,7 +20,7 @@ inspect_log = pytest.importorskip("inspect_ai.log")
 model = pytest.importorskip("inspect_ai.model")
 tool = pytest.importorskip("inspect_ai.tool")
 
-LOG = REAL / "inspect_popularity.json"
+LOG = REAL / "inspect" / "popularity_log-read-sample.json"
 
 
 def imported(source, tmp_path):
@@ -70,3 +70,29 @@ def test_reasoning_tool_calls_errors_and_epochs(fmt, tmp_path):
         ("", {"text": "Yes"}, None, {}),
     ]
     assert report.dropped["samples[].messages[].content[] (redacted reasoning)"] == 2
+
+
+def test_tools_offered_in_model_events_are_declared_and_a_directory_lists_the_json_logs_it_skips(tmp_path):
+    event = pytest.importorskip("inspect_ai.event")
+    log = inspect_log.read_eval_log(str(LOG))
+    sample = log.samples[0]
+    params = tool.ToolParams(properties={"cmd": tool.ToolParam(type="string", description="the command")},
+                             required=["cmd"])
+    bash = tool.ToolInfo(name="bash", description="Run a shell command.", parameters=params)
+    sample.events = [event.ModelEvent(model="m", input=[], tools=[bash], tool_choice="auto",
+                                      config=model.GenerateConfig(), output=model.ModelOutput()),
+                     event.ModelEvent(model="m", input=[], tools=[bash], tool_choice="auto",
+                                      config=model.GenerateConfig(), output=model.ModelOutput())]
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    inspect_log.write_eval_log(log, str(logs / "a.eval"), format="eval")
+    inspect_log.write_eval_log(log, str(logs / "b.json"), format="json")
+    out = tmp_path / "t.jsonl"
+    report = import_runs("auto", logs, out)
+    (traj,) = load_trajectories(out)
+    # the declaration as inspect_ai wrote it, once though two model events offered it
+    assert [dict(t) for t in traj.tools] == [{"name": "bash", "description": "Run a shell command.",
+                                             "parameters": params.model_dump(mode="json", exclude_none=True)}]
+    assert report.not_read == [logs / "b.json"]
+    assert f"not read (no run file name): 1 file(s): {logs / 'b.json'}" in report.summary()
+    assert import_runs("auto", logs / "b.json", tmp_path / "b.jsonl").converted == 1  # named, the .json imports

@@ -36,7 +36,7 @@ def test_an_unknown_field_holding_text_is_counted_and_refused_under_strict(tmp_p
     assert "messages[].scratchpad (unknown) x1" in report.summary()
     strict = import_runs("openai", source, tmp_path / "s.jsonl", strict=True)
     assert not strict.written and strict.problems == [
-        f"{source}:1: messages[].scratchpad: unknown field holding text, dropped (openai does not map it; 1 such "
+        f"{source}:1: messages[].scratchpad: field holding text, dropped (openai does not map it; 1 such "
         "field(s)); --strict refuses a text it would lose"]
     known = write(tmp_path / "k.jsonl", run({"role": "assistant", "content": "done", "name": "bot"}))
     assert import_runs("openai", known, tmp_path / "k_out.jsonl", strict=True).written  # documented drops pass
@@ -96,10 +96,11 @@ def _fc_traj():
     """A function-calling SWE-agent run: structured calls in history, a final summary, a cost-limit exit."""
     old = "    def f():\n        return 1\n"
     args = json.dumps({"command": "str_replace", "path": "/repo/a.py", "old_str": old, "new_str": "x"})
+    rendered = "str_replace_editor str_replace /repo/a.py --old_str '    def f():\n'\"'\"'...'"
     history = [
         {"role": "system", "content": "You are SWE-agent."},
         {"role": "user", "content": "Fix f."},
-        {"role": "assistant", "content": "Edit f.", "thought": "Edit f.", "action": "str_replace_editor ...",
+        {"role": "assistant", "content": "Edit f.", "thought": "Edit f.", "action": rendered,
          "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "str_replace_editor",
                                                                        "arguments": args}}]},
         {"role": "tool", "content": "edited", "tool_call_ids": ["t1"]},
@@ -107,7 +108,6 @@ def _fc_traj():
         {"role": "assistant", "content": "Exit due to cost limit", "thought": "Exit due to cost limit",
          "action": ""},
     ]
-    rendered = "str_replace_editor str_replace /repo/a.py --old_str '    def f():\n'\"'\"'...'"
     trajectory = [
         {"thought": "Edit f.", "action": rendered, "observation": "edited"},
         {"thought": "The fix is in.", "action": "", "observation": ""},
@@ -126,16 +126,21 @@ def test_swe_agent_function_calls_thoughts_without_action_and_harness_steps():
                                                                 "old_str": old, "new_str": "x"}}},
         {"reasoning": "", "action": {"text": "The fix is in."}, "observation": ""},
     ]
-    assert ctx.dropped == {"trajectory[] (harness step: Exit due to cost limit)": 1}
+    assert ctx.dropped == {"trajectory[] (harness step: Exit due to cost limit)": 1, "history[].tool_call_ids": 1}
 
 
-def test_swe_agent_history_that_does_not_pair_with_the_steps_keeps_the_command_lines():
-    record, _ = _fc_traj()
-    record["history"] = record["history"][:3]  # one assistant message for three steps
+def test_swe_agent_steps_pair_with_history_by_content_not_by_count():
+    record, old = _fc_traj()
+    record["history"] = record["history"][:3]  # one assistant message for three steps: the first step's
+    ctx = RunContext(file="x.traj", line=1, stem="x", single=True)
+    out = swe_agent.convert(record, ctx)
+    assert out["steps"][0]["action"] == {"tool": "str_replace_editor", "arguments": {
+        "command": "str_replace", "path": "/repo/a.py", "old_str": old, "new_str": "x"}}
+    record["history"][2] = {**record["history"][2], "action": "something else"}  # the message is no step's
     ctx = RunContext(file="x.traj", line=1, stem="x", single=True)
     out = swe_agent.convert(record, ctx)
     assert out["steps"][0]["action"] == {"tool": "bash", "arguments": {"command": record["trajectory"][0]["action"]}}
-    assert ctx.dropped["history[].tool_calls (not one assistant message per step: command lines kept)"] == 1
+    assert ctx.dropped["history[] (assistant message of no step: its calls and reasoning are not in the output)"] == 1
 
 
 def test_a_run_of_only_harness_steps_is_a_problem():
@@ -143,3 +148,18 @@ def test_a_run_of_only_harness_steps_is_a_problem():
               "history": [{"role": "user", "content": "Fix f."}]}
     with pytest.raises(RunProblem, match="every step is a harness message"):
         swe_agent.convert(record, RunContext(file="x.traj", line=1, stem="x", single=True))
+
+
+def test_a_run_whose_every_turn_converts_empty_is_refused(tmp_path):
+    """Assistant turns holding only image parts (or any content the format drops) leave nothing: refused, not
+    written as empty text actions."""
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    empty = {"messages": [{"role": "user", "content": "Describe it."},
+                          {"role": "assistant", "content": [image]},
+                          {"role": "user", "content": "And now?"},
+                          {"role": "assistant", "content": [image]}]}
+    source = write(tmp_path / "in.jsonl", empty)
+    report = import_runs("openai", source, tmp_path / "t.jsonl")
+    assert not report.written and report.problems == [
+        f"{source}:1: messages: every one of the 2 assistant turns converted to an empty step (no reasoning, call "
+        "or text reached the output; the dropped parts are counted): is the format right?"]

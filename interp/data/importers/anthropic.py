@@ -37,6 +37,11 @@ USED = {"system", "messages", "tools", "task_id", "instance_id", "id", "domain",
 BLOCK_TYPES = {"thinking", "redacted_thinking", "tool_use", "tool_result"}
 MESSAGE_USED = frozenset({"role", "content"})
 KNOWN_DROPPED = frozenset({"id", "type", "model", "stop_reason", "stop_sequence", "usage", "timestamp", "name"})
+# the fields each content block maps; any other is counted (the documented ones by path, the rest as unknown)
+BLOCK_USED = {"text": frozenset({"type", "text"}), "thinking": frozenset({"type", "thinking"}),
+              "redacted_thinking": frozenset({"type", "data"}), "tool_use": frozenset({"type", "id", "name", "input"}),
+              "tool_result": frozenset({"type", "tool_use_id", "content", "is_error"})}
+BLOCK_KNOWN = frozenset({"signature", "cache_control", "citations"})  # redacted data: counted as blocks
 
 
 def looks_like(record: Any) -> bool:
@@ -53,9 +58,9 @@ def looks_like(record: Any) -> bool:
 
 def convert(record: Any, ctx: RunContext) -> dict[str, Any]:
     """One Anthropic-style run as a trajectory record (see the module docstring)."""
-    messages = record.get("messages") if isinstance(record, dict) else record
     base = "messages" if isinstance(record, dict) else "(record)"
-    expect(messages, list, base, "a list of messages")
+    messages: list[Any] = expect(record.get("messages") if isinstance(record, dict) else record, list, base,
+                                 "a list of messages")
     chat = ChatSteps(ctx)
     for i, msg in enumerate(messages):
         where = f"{base}[{i}]" if base == "messages" else f"[{i}]"
@@ -87,6 +92,7 @@ def _user(chat: ChatSteps, blocks: list[dict[str, Any]], where: str, ctx: RunCon
     for j, block in enumerate(blocks):
         at = f"{where}[{j}]"
         if block.get("type") == "tool_result":
+            ctx.unmapped(block, at, BLOCK_USED["tool_result"], BLOCK_KNOWN)
             if block.get("content") is None:
                 ctx.null(f"{at}.content")
             result = text_of(block.get("content"), f"{at}.content", ctx)
@@ -99,9 +105,14 @@ def _user(chat: ChatSteps, blocks: list[dict[str, Any]], where: str, ctx: RunCon
 
 
 def _assistant(chat: ChatSteps, blocks: list[dict[str, Any]], where: str, ctx: RunContext) -> None:
-    thinking, texts, calls, redacted = [], [], [], 0
+    thinking: list[str] = []
+    texts: list[str] = []
+    calls: list[tuple[str | None, dict[str, Any]]] = []
+    redacted = 0
     for j, block in enumerate(blocks):
         at, kind = f"{where}.content[{j}]", block.get("type")
+        if kind in BLOCK_USED:
+            ctx.unmapped(block, at, BLOCK_USED[kind], BLOCK_KNOWN)
         if kind == "thinking":
             thinking.append(expect(block.get("thinking"), str, f"{at}.thinking", "a string"))
         elif kind == "redacted_thinking":
@@ -121,6 +132,7 @@ def _assistant(chat: ChatSteps, blocks: list[dict[str, Any]], where: str, ctx: R
 def _text_block(block: dict[str, Any], where: str, texts: list[str], ctx: RunContext) -> None:
     """A ``text`` block's text into ``texts``; any other block (image, document, server tool) dropped and counted."""
     if block.get("type") == "text":
+        ctx.unmapped(block, where, BLOCK_USED["text"], BLOCK_KNOWN)
         texts.append(expect(block.get("text"), str, f"{where}.text", "a string"))
     else:
         ctx.drop(f"{block.get('type', 'untyped')} content parts")

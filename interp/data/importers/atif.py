@@ -17,6 +17,10 @@ A run is one ATIF object: ``schema_version``, ``session_id``, ``agent``
   with no call, ``message`` is a text action (the last one the final answer);
 * ``observation.results[]`` answer the calls by ``source_call_id`` (in order
   when absent); the results of a step without calls are its observation;
+  results that are not one per call (Harbor's Terminus-2 writes one terminal
+  screen for a step's N keystroke calls, mostly without ``source_call_id``)
+  are the step's observation, joined, and the step is marked
+  ``observation_scope: "step"`` (counted, never refused);
 * ``user`` steps after an agent step: the reply to a text action (its
   observation), see :class:`ChatSteps`; later ``system`` steps are dropped
   and counted;
@@ -43,6 +47,10 @@ FORMAT = "atif"
 DEFAULT_DOMAIN = "unknown"
 USED = {"steps", "task_id", "id", "domain", "subagent_trajectories"}
 STEP_USED = frozenset({"source", "message", "reasoning_content", "tool_calls", "observation"})
+CALL_USED = frozenset({"tool_call_id", "function_name", "arguments"})
+CALL_KNOWN = frozenset({"extra"})
+RESULT_USED = frozenset({"source_call_id", "content", "subagent_trajectory_ref"})
+RESULT_KNOWN = frozenset({"extra"})
 # documented as dropped (counted): ids, timing, per-step model settings and token metrics
 STEP_KNOWN = frozenset({"step_id", "timestamp", "model_name", "reasoning_effort", "metrics", "extra",
                         "is_copied_context", "llm_call_count"})
@@ -94,6 +102,7 @@ def _agent(chat: ChatSteps, step: dict[str, Any], where: str, ctx: RunContext) -
     for j, call in enumerate(step.get("tool_calls") or []):
         at = f"{where}.tool_calls[{j}]"
         expect(call, dict, at, "a tool call object")
+        ctx.unmapped(call, at, CALL_USED, CALL_KNOWN)
         name = expect(call.get("function_name"), str, f"{at}.function_name", "the tool name as a string")
         calls.append((call.get("tool_call_id"), {"tool": name, "arguments": parse_arguments(call.get("arguments"),
                                                                                              f"{at}.arguments")}))
@@ -101,24 +110,31 @@ def _agent(chat: ChatSteps, step: dict[str, Any], where: str, ctx: RunContext) -
     observation = step.get("observation")
     if observation is None:
         return
-    results = expect(expect(observation, dict, f"{where}.observation", "an object with 'results'").get("results"),
-                     list, f"{where}.observation.results", "a list of results")
+    expect(observation, dict, f"{where}.observation", "an object with 'results'")
+    ctx.unmapped(observation, f"{where}.observation", {"results"}, set())
+    results = expect(observation.get("results"), list, f"{where}.observation.results", "a list of results")
     texts = []
     for k, result in enumerate(results):
         at = f"{where}.observation.results[{k}]"
         expect(result, dict, at, "a result object")
+        ctx.unmapped(result, at, RESULT_USED, RESULT_KNOWN)
         if result.get("subagent_trajectory_ref"):
             ctx.drop(f"{field_pattern(at)}.subagent_trajectory_ref (a reference to another run)")
         content = result.get("content")
         if content is None:
             ctx.null(f"{at}.content")
-        text = content if isinstance(content, str) or content is None else (
-            text_of(content, f"{at}.content", ctx) if isinstance(content, list) else json.dumps(content))
-        if calls:
-            chat.tool_result(result.get("source_call_id"), text or "", at)
-        else:
-            texts.append(text or "")
-    if texts:  # results of an action that is no tool call: the observation of the text action
+        texts.append("" if content is None else content if isinstance(content, str) else (
+            text_of(content, f"{at}.content", ctx) if isinstance(content, list) else json.dumps(content)))
+    ids = {c[0] for c in calls if c[0] is not None}
+    if calls and len(results) != len(calls) and not all(r.get("source_call_id") in ids for r in results):
+        # one result for the step's N calls (Terminus-2: the terminal screen after a batch of keystrokes)
+        chat.step_result(PART_JOIN.join(texts))
+        ctx.drop(f"{field_pattern(where)}.observation (results not one per call: kept whole as the step's "
+                 "observation, observation_scope step)")
+    elif calls:
+        for k, (result, text) in enumerate(zip(results, texts)):
+            chat.tool_result(result.get("source_call_id"), text, f"{where}.observation.results[{k}]")
+    elif texts:  # results of an action that is no tool call: the observation of the text action
         chat.user_text(PART_JOIN.join(texts))
 
 

@@ -40,6 +40,12 @@ TEXT_PARTS = ("text", "input_text", "output_text")  # part types that hold text 
 REASONING_JOIN = "\n\n"  # between reasoning pieces of one turn: each stays a block
 DEFAULT_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 ID_FIELDS = ("task_id", "instance_id", "id")  # a run's own id, first found wins
+# content blocks that carry a turn's calls and results in Anthropic's format (read by that importer only): met by
+# another format, the run is refused (its calls would be lost); thinking blocks are counted, a problem under --strict
+TURN_PARTS = frozenset({"tool_use", "tool_result"})
+# content parts that hold media, not text the trajectory could keep (their data may be a base64 or URL string)
+MEDIA_PARTS = frozenset({"image", "image_url", "input_image", "audio", "input_audio", "file", "input_file",
+                         "document", "video", "video_url"})
 
 
 class RunProblem(ValueError):
@@ -61,7 +67,7 @@ class RunContext:
     domain: str | None = None  # --domain: overrides the run's own and the format's default
     id_from: str | None = None  # --id-from: dotted path of the run's field that is its task id
     dropped: Counter = field(default_factory=Counter)
-    dropped_text: Counter = field(default_factory=Counter)  # unknown fields that held text (problems under strict)
+    dropped_text: Counter = field(default_factory=Counter)  # dropped fields that held text (problems under strict)
 
     def task_id(self, record: Any) -> str:
         """The run's ``--id-from`` field, else its own id (``task_id``, ``instance_id`` or ``id``), else one made
@@ -105,9 +111,29 @@ class RunContext:
                 if holds_text(value):
                     self.dropped_text[path] += 1
 
+    def drop_part(self, part: Mapping[str, Any], where: str) -> None:
+        """Count a content part the format does not keep (``{type} content parts``); one that is not media
+        (:data:`MEDIA_PARTS`) and holds text, such as a ``thinking`` block read as the wrong format, is also
+        remembered as a lost text (a problem under ``--strict``); a block of Anthropic's calls or results
+        (:data:`TURN_PARTS`) refuses the run."""
+        kind = part.get("type", "untyped")
+        if kind in TURN_PARTS:
+            raise RunProblem(where, f"a {kind!r} content part: a block of Anthropic's turn structure, which this "
+                                    "format does not read (its calls or results would be lost); import "
+                                    "with anthropic or auto")
+        self.drop(f"{kind} content parts")
+        if kind not in MEDIA_PARTS and holds_text(part):
+            self.dropped_text[f"{field_pattern(where)} ({kind} part)"] += 1
+
     def null(self, where: str) -> None:
         """Count a ``null`` the trajectory keeps as an empty text (a tool result, a text action)."""
         self.drop(f"{field_pattern(where)}: null as \"\"")
+
+
+def object_at(value: Any, key: str) -> dict[str, Any]:
+    """``value[key]`` when ``value`` is an object holding an object there, else an empty one."""
+    inner = value.get(key) if isinstance(value, Mapping) else None
+    return dict(inner) if isinstance(inner, Mapping) else {}
 
 
 def field_pattern(where: str) -> str:
@@ -142,7 +168,7 @@ def _response_message(msg: Mapping[str, Any]) -> Mapping[str, Any]:
 def provider_reasoning(msg: Mapping[str, Any], where: str, ctx: RunContext) -> tuple[str, set[str]]:
     """``(reasoning, keys read)``: a message's provider reasoning field, the first present of
     :data:`REASONING_KEYS` (``thinking_blocks`` also inside ``raw_data``); encrypted pieces are counted."""
-    raw = msg.get("raw_data") if isinstance(msg.get("raw_data"), Mapping) else {}
+    raw = object_at(msg, "raw_data")
     response = _response_message(msg)
     for key in REASONING_KEYS:
         value, at = msg.get(key), f"{where}.{key}"
@@ -195,7 +221,7 @@ def text_of(content: Any, where: str, ctx: RunContext) -> str:
         if part.get("type") in TEXT_PARTS or ("type" not in part and "text" in part):
             texts.append(expect(part.get("text"), str, f"{where}[{i}].text", "a string"))
         else:
-            ctx.drop(f"{part.get('type', 'untyped')} content parts")
+            ctx.drop_part(part, f"{where}[{i}]")
     return PART_JOIN.join(texts)
 
 
@@ -252,7 +278,7 @@ def outcome_of(record: Any) -> dict[str, Any]:
     """``{reward, success}`` from the run's ``outcome`` object or its top-level ``reward``/``success``."""
     if not isinstance(record, Mapping):
         return {}
-    src = record.get("outcome") if isinstance(record.get("outcome"), Mapping) else record
+    src: Mapping[str, Any] = object_at(record, "outcome") if isinstance(record.get("outcome"), Mapping) else record
     out = {}
     if isinstance(src.get("reward"), (int, float)) and not isinstance(src.get("reward"), bool):
         out["reward"] = src["reward"]
@@ -281,7 +307,7 @@ def observation_of(results: list[str | None], where: str) -> str | list[str] | N
     if missing:
         raise RunProblem(where, f"no result for parallel call {missing[0]} of {len(results)} "
                                 f"(the others have results)")
-    return list(results)
+    return [r for r in results if r is not None]
 
 
 def metadata_of(record: Any, used: set[str]) -> dict[str, Any]:
@@ -307,6 +333,7 @@ class _Step:
     extra: dict[str, Any]
     reply: str | None = None  # the user's answer to a text action
     where: str = ""
+    step_observation: str | None = None  # one result for the whole step, not per call (ATIF of Terminus-2)
 
 
 class ChatSteps:
@@ -328,6 +355,7 @@ class ChatSteps:
         self.ctx = ctx
         self.task: list[str] = []
         self.steps: list[_Step] = []
+        self.final_text: str | None = None  # a final answer the log writes apart from the turns (mini-swe-agent)
 
     def user_text(self, text: str) -> None:
         """Text from the user (or the environment speaking as the user)."""
@@ -361,6 +389,11 @@ class ChatSteps:
         self.steps.append(_Step(reasoning=reasoning, calls=[_Call(i, c) for i, c in calls],
                                 text=None if calls else text, extra=extra, where=where))
 
+    def step_result(self, result: str) -> None:
+        """One result for all the calls of the latest step (a terminal screen after a batch of keystrokes): the
+        step's observation, marked ``observation_scope: "step"`` (it answers no call of its own)."""
+        self.steps[-1].step_observation = result
+
     def tool_result(self, call_id: str | None, result: str, where: str, is_error: bool = False) -> None:
         """The result of an open call of the latest step."""
         open_calls = [c for c in self.steps[-1].calls if c.result is None] if self.steps else []
@@ -379,9 +412,18 @@ class ChatSteps:
             raise RunProblem(where, "no assistant turn: a trajectory needs at least one step")
         if not self.task:
             raise RunProblem(where, "no user text before the first assistant turn (the task)")
+        if all(not s.calls and not (s.text or "").strip() and not s.reasoning.strip() for s in self.steps):
+            raise RunProblem(where, f"every one of the {len(self.steps)} assistant turns converted to an empty step "
+                                    "(no reasoning, call or text reached the output; the dropped parts are counted): "
+                                    "is the format right?")
         steps = []
         for s in self.steps:
-            if s.calls:
+            action: dict[str, Any]
+            observation: str | list[str] | None
+            if s.calls and s.step_observation is not None:
+                action, observation = call_action([c.call for c in s.calls]), s.step_observation
+                s.extra["observation_scope"] = "step"
+            elif s.calls:
                 action = call_action([c.call for c in s.calls])
                 observation = observation_of([c.result for c in s.calls], s.where)
                 errors = [c.is_error for c in s.calls]
@@ -392,4 +434,4 @@ class ChatSteps:
             steps.append({"reasoning": s.reasoning, "action": action, "observation": observation, **s.extra})
         last = self.steps[-1]
         return {"task": REASONING_JOIN.join(self.task), "steps": steps,
-                "final_answer": last.text if last.text is not None else None}
+                "final_answer": last.text if last.text is not None else self.final_text}

@@ -18,7 +18,9 @@ hand, so every log version it reads is read. What is mapped
   as reward 1, 0, 0.5, 0 and success for ``C``/``I``; a number as the
   reward); every score, the sample's ``target``, ``metadata``, ``epoch`` and
   the eval's task and model go to ``metadata``;
-* the task id: the sample id, with ``/epoch-N`` when the log has several epochs.
+* the task id: the sample id, with ``/epoch-N`` when the log has several epochs;
+* tools: the ``tools`` offered in the sample's model events (``ToolInfo``:
+  name, description, parameters), each name once.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from interp.data.importers.common import (
-    PART_JOIN, REASONING_JOIN, ChatSteps, RunContext, RunProblem, field_pattern, join_reasoning,
+    PART_JOIN, REASONING_JOIN, ChatSteps, RunContext, RunProblem, field_pattern, join_reasoning, tool_spec,
 )
 from interp.data.importers.reader import EVAL_FILE
 
@@ -38,6 +40,7 @@ LETTERS = {"C": (1.0, True), "I": (0.0, False), "P": (0.5, None), "N": (0.0, Fal
 # the solver store, usage and timing, sandbox and limit records
 SAMPLE_DROPPED = ("events", "output", "store", "model_usage", "total_time", "working_time", "attachments",
                   "error_retries", "limit", "sandbox", "files", "setup", "error")
+CALL_DROPPED = ("parse_error", "view")  # tool-call fields with no trajectory field: counted when set
 NEEDS = "reading Inspect logs needs the inspect_ai package: pip install 'reasoning-persistence[inspect]'"
 
 
@@ -93,6 +96,10 @@ def _sample(sample: Any, where: str, log: Any, epochs: bool, ctx: RunContext) ->
             reasoning, text = _text(msg.content, at, ctx)
             calls = [(c.id, {"tool": c.function, "arguments": dict(c.arguments or {})})
                      for c in (msg.tool_calls or [])]
+            for c in msg.tool_calls or []:
+                for name in CALL_DROPPED:
+                    if getattr(c, name, None) not in (None, "", {}, []):
+                        ctx.drop(f"samples[].messages[].tool_calls[].{name}")
             chat.assistant(reasoning, text, calls, at)
         elif msg.role == "tool":
             chat.tool_result(msg.tool_call_id, _text(msg.content, at, ctx)[1], at, is_error=msg.error is not None)
@@ -104,9 +111,24 @@ def _sample(sample: Any, where: str, log: Any, epochs: bool, ctx: RunContext) ->
     meta = {"task": log.eval.task, "model": log.eval.model, "epoch": sample.epoch, "target": sample.target,
             "scores": scores, "sample_metadata": sample.metadata or {}}
     return {"task_id": ctx.task_id({"id": sid}) if ctx.id_from else (f"{sid}/epoch-{sample.epoch}" if epochs else sid),
-            "domain": ctx.domain or DEFAULT_DOMAIN, "system_prompt": REASONING_JOIN.join(system), "tools": [],
+            "domain": ctx.domain or DEFAULT_DOMAIN, "system_prompt": REASONING_JOIN.join(system),
+            "tools": _tools(sample.events or []),
             **chat.trajectory(f"{where}.messages"), "outcome": _outcome(scores),
             "metadata": {k: v for k, v in meta.items() if v not in (None, {}, "")}}
+
+
+def _tools(events: list[Any]) -> list[dict[str, Any]]:
+    """The tools offered to the model: the ``tools`` of the sample's model events, each name once, first seen
+    first (a ``ToolInfo``: name, description, parameters as JSON Schema)."""
+    seen: dict[str, dict[str, Any]] = {}
+    for event in events:
+        if getattr(event, "event", None) != "model":
+            continue
+        for info in getattr(event, "tools", None) or []:
+            if info.name not in seen:
+                params = info.parameters.model_dump(mode="json", exclude_none=True)
+                seen[info.name] = tool_spec(info.name, info.description, params, "samples[].events[].tools[]")
+    return list(seen.values())
 
 
 def _text(content: Any, where: str, ctx: RunContext) -> tuple[str, str]:

@@ -74,6 +74,7 @@ def load_map(path: Path) -> dict[str, Any]:
     for key in ("task", "steps", "step"):
         if key not in spec:
             raise ValueError(f"{path}: {key}: required (the field map needs task, steps and step)")
+    assert isinstance(step, dict)  # checked above: present, and an object
     if not {"tool", "calls", "text"} & set(step):
         raise ValueError(f"{path}: step: needs at least one of tool, calls, text (the step's action)")
     if "calls" in step and "tool" not in step.get("call", {}):
@@ -194,6 +195,8 @@ def load_hook(spec: str) -> Callable[[Any], Any]:
             if not file.is_file():
                 raise ValueError(f"--hook {spec!r}: {file} not found")
             loader = importlib.util.spec_from_file_location(f"interp_import_hook_{file.stem}", file)
+            if loader is None or loader.loader is None:
+                raise ValueError(f"--hook {spec!r}: {file} cannot be loaded as a Python module")
             module = importlib.util.module_from_spec(loader)
             loader.loader.exec_module(module)
         else:

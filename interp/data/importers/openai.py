@@ -19,6 +19,12 @@ of messages. What is mapped (``data/README.md`` lists it with what is dropped):
   the step ``is_error``; results of calls the simulated user made are dropped;
 * ``tools`` (``{"type": "function", "function": {...}}`` or plain
   ``{name, description, parameters}``): the declared tools;
+* an ``exit`` message (mini-swe-agent 2.x ends every run with one): its
+  content (the submission) is the final answer when the run ends on a tool
+  call; the message is counted;
+* every field of a message and of a tool call that is not mapped is counted
+  by path (``messages[].tool_calls[].index``), an unknown one holding text is
+  a problem under ``--strict``;
 * ``task_id``/``instance_id``/``id``, ``domain``, ``reward``/``success``
   (or ``outcome``) of the run; its other top-level fields go to ``metadata``.
 """
@@ -42,6 +48,14 @@ KNOWN_DROPPED = frozenset({"name", "id", "timestamp", "created", "annotations", 
                            "reasoning_content", "reasoning", "reasoning_details", "thinking_blocks",
                            "provider_specific_fields",
                            "extra"})  # mini-swe-agent: the raw response, raw output, return code, timestamps
+
+
+# tool-call fields: the call object (``{id, type, function}``, or flat ``{id, name, arguments}`` as tau2-bench
+# writes it) and its function; ``requestor`` (tau2-bench: who made the call) and the stream ``index`` are counted
+CALL_USED = frozenset({"id", "type", "function"})
+FUNCTION_USED = frozenset({"name", "arguments", "id", "type"})
+CALL_KNOWN = frozenset({"index", "requestor"})
+EXIT_ROLE = "exit"  # mini-swe-agent 2.x: the agent loop's last message (its exit status and submission)
 
 
 def looks_like(record: Any) -> bool:
@@ -90,11 +104,23 @@ def convert_messages(messages: Any, base: str, ctx: RunContext,
         elif role in ("tool", "function"):
             _tool(chat, msg, where, ctx)
             used |= {"id"} if "tool_call_id" not in msg else set()  # tau2-bench: the result's id is the call's
+        elif role == EXIT_ROLE:
+            used |= _exit(chat, msg, where, ctx)
         else:
             raise RunProblem(f"{where}.role", f"unknown role {role!r}; expected system, developer, user, "
-                                              f"assistant, tool or function")
+                                              f"assistant, tool, function or exit")
         ctx.unmapped(msg, where, used, known)
     return system, chat
+
+
+def _exit(chat: ChatSteps, msg: dict[str, Any], where: str, ctx: RunContext) -> set[str]:
+    """mini-swe-agent's ``exit`` message: its content (the submission) is the final answer when the run ends
+    with a tool call; its ``extra`` (exit status, submission) is counted. The fields it read."""
+    content = text_of(msg.get("content"), f"{where}.content", ctx)
+    if content.strip():
+        chat.final_text = content
+    ctx.drop(f"{field_pattern(where)} (role exit: the agent loop's end; its content is the final answer)")
+    return {"content"}
 
 
 def _tool(chat: ChatSteps, msg: dict[str, Any], where: str, ctx: RunContext) -> None:
@@ -127,6 +153,9 @@ def _assistant(chat: ChatSteps, msg: dict[str, Any], where: str, ctx: RunContext
         fn_at = f"{at}.function" if fn is not call else at
         expect(fn, dict, fn_at, "a function object")
         name = expect(fn.get("name"), str, f"{fn_at}.name", "the tool name as a string")
+        if fn is not call:
+            ctx.unmapped(call, at, CALL_USED, CALL_KNOWN)
+        ctx.unmapped(fn, fn_at, FUNCTION_USED, CALL_KNOWN)
         calls.append((call.get("id"), {"tool": name, "arguments": parse_arguments(fn.get("arguments"),
                                                                                    f"{fn_at}.arguments")}))
     if not calls and msg.get("content") is None and not isinstance(msg.get("refusal"), str):

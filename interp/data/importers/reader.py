@@ -3,6 +3,7 @@
 * a directory: every run file under it (recursively, sorted): ``*.traj`` and
   ``*.traj.json`` (SWE-agent, mini-swe-agent) and Harbor's
   ``agent/trajectory.json`` (ATIF), one run each, and Inspect AI ``*.eval`` logs;
+  its other data files are not read and are listed (:func:`unread_files`);
 * ``.eval`` (Inspect AI's binary log): one record naming the file, which the
   ``inspect`` importer reads with ``inspect_ai``'s own reader;
 * ``.jsonl``/``.ndjson``: one run per line, streamed line by line (a huge file
@@ -59,6 +60,20 @@ def read_records(path: Path) -> Iterator[Record]:
         yield from _lines(path)
     else:
         yield from _whole(path)
+
+
+def unread_files(path: Path) -> list[Path]:
+    """The data files (``.json``, ``.jsonl``, ``.ndjson``) under a directory that :func:`read_records` does not
+    read (no run-file name), outside Harbor trial folders (whose ``result.json``, ``config.json``, ... go with
+    their ``agent/trajectory.json``); empty for a file. Listed in the import summary so nothing is skipped
+    silently."""
+    path = Path(path)
+    if not path.is_dir():
+        return []
+    read = {f for pattern in DIR_PATTERNS for f in path.rglob(pattern) if f.is_file()}
+    trials = {f.parent.parent for f in read if f.name == "trajectory.json" and f.parent.name == "agent"}
+    return sorted(f for suffix in (".json", *LINE_SUFFIXES) for f in path.rglob(f"*{suffix}")
+                  if f.is_file() and f not in read and not any(t in f.parents for t in trials))
 
 
 def _first_line_is_json(path: Path) -> bool:

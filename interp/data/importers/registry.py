@@ -4,7 +4,9 @@
 converts each run with the format's importer, and checks every converted
 trajectory with the validator of ``interp validate``
 (:func:`interp.data.trajectory.iter_records`, duplicate task ids included).
-A run with a problem is reported as ``FILE:LINE: field.path: message`` (the
+The data files of an input directory that are no run files are listed in
+the report (``not_read``), never skipped silently. A run with a problem is
+reported as ``FILE:LINE: field.path: message`` (the
 input's file and line, the field of the input record, or of the converted
 trajectory for a validator problem) and skipped; with ``strict`` any problem
 means nothing is written. The output is written atomically (a reader never
@@ -38,12 +40,13 @@ from typing import Any, TextIO
 
 from interp.data.importers import anthropic, atif, inspect_log, mapping, openai, swe_agent, tau2
 from interp.data.importers.common import RunContext, RunProblem
-from interp.data.importers.reader import read_records
+from interp.data.importers.reader import read_records, unread_files
 from interp.io import atomic_path
 
 IMPORTERS = {m.FORMAT: m for m in (openai, anthropic, swe_agent, tau2, atif, inspect_log)}
 SNIFF_ORDER = (swe_agent, atif, tau2, inspect_log, anthropic, openai)
 FORMATS = (*IMPORTERS, mapping.FORMAT, "auto")
+NOT_READ_SHOWN = 5  # unread files named in the summary (the report holds all)
 
 
 @dataclass
@@ -60,6 +63,7 @@ class ImportReport:
     reasons: Counter = field(default_factory=Counter)  # why runs were skipped: problem kind -> runs
     formats: Counter = field(default_factory=Counter)  # converted runs per format (auto tells them apart)
     dropped: Counter = field(default_factory=Counter)  # what the importers left out, summed over runs
+    not_read: list[Path] = field(default_factory=list)  # data files of an input directory with no run-file name
 
     def summary(self) -> str:
         """A few lines: converted, skipped and why, formats, dropped, where the output went."""
@@ -71,6 +75,11 @@ class ImportReport:
             lines.append("formats: " + ", ".join(f"{f} {n}" for f, n in sorted(self.formats.items())))
         if self.dropped:
             lines.append("dropped: " + ", ".join(f"{d} x{n}" for d, n in sorted(self.dropped.items())))
+        if self.not_read:
+            shown = ", ".join(str(f) for f in self.not_read[:NOT_READ_SHOWN])
+            more = f" and {len(self.not_read) - NOT_READ_SHOWN} more" if len(self.not_read) > NOT_READ_SHOWN else ""
+            lines.append(f"not read (no run file name): {len(self.not_read)} file(s): {shown}{more} "
+                         "(name a file to import it)")
         return "\n".join(lines)
 
 
@@ -93,16 +102,17 @@ def converter(fmt: str, field_map: Path | None = None, hook: str | None = None) 
             raise ValueError("format map needs exactly one of --map MAP.json or --hook module:function")
         if hook is not None:
             fn = mapping.load_hook(hook)
-            return lambda record, ctx: ("hook", mapping.run_hook(fn, record))
+            return lambda record, ctx: ("hook", list(mapping.run_hook(fn, record)))
+        assert field_map is not None  # exactly one of the two, checked above
         spec = mapping.load_map(field_map)
-        return lambda record, ctx: ("map", mapping.convert(record, ctx, spec))
+        return lambda record, ctx: ("map", list(mapping.convert(record, ctx, spec)))
     if field_map is not None or hook is not None:
         raise ValueError(f"--map and --hook go with format map, not {fmt}")
     if fmt != "auto":
         module = IMPORTERS[fmt]
         return lambda record, ctx: (module.FORMAT, _runs(module, record, ctx))
 
-    def sniffed(record: Any, ctx: RunContext) -> tuple[str, list[dict[str, Any]]]:
+    def sniffed(record: Any, ctx: RunContext) -> tuple[str, list[dict[str, Any] | RunProblem]]:
         module = next((m for m in SNIFF_ORDER if m.looks_like(record)), None)
         if module is None:
             raise RunProblem("(record)", "format not recognised (auto): expected a .traj object, an ATIF trajectory, "
@@ -138,7 +148,7 @@ def import_runs(fmt: str, source: Path, out: Path, field_map: Path | None = None
         raise FileNotFoundError(f"{source}: input not found")
     if out.exists() and out.resolve() == source.resolve():
         raise ValueError(f"--out {out}: is the input file; write the trajectories elsewhere")
-    report = ImportReport(source, out)
+    report = ImportReport(source, out, not_read=unread_files(source))
     found: list[tuple[str, int, str]] = []  # (file, line, "where: message") of every problem
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".candidates")
@@ -191,7 +201,7 @@ def _convert_all(convert: Converter, source: Path, fh: TextIO, settings: Setting
             continue
         if settings.strict and ctx.dropped_text:
             path = sorted(ctx.dropped_text)[0]
-            skip(rec, RunProblem(path, f"unknown field holding text, dropped ({used} does not map it; "
+            skip(rec, RunProblem(path, f"field holding text, dropped ({used} does not map it; "
                                        f"{len(ctx.dropped_text)} such field(s)); --strict refuses a text it "
                                        "would lose"))
             continue

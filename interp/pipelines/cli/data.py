@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
+from interp.data.importers.registry import FORMATS as IMPORT_FORMATS
 from interp.pipelines import stages
 from interp.pipelines.cli.common import (
     AllowControlOpt,
@@ -52,12 +53,14 @@ def validate(
 
 @app.command("import")
 def import_(
-    fmt: Annotated[str, typer.Argument(metavar="FORMAT", help="openai, anthropic, swe-agent, tau2, atif, map (with "
-                                                              "--map or --hook) or auto (sniffed per run).")],
+    fmt: Annotated[str, typer.Argument(metavar="FORMAT", help=f"One of {', '.join(IMPORT_FORMATS)} (map needs "
+                                                              "--map or --hook; auto is sniffed per run).")],
     source: Annotated[Path, typer.Argument(metavar="INPUT", help="JSON Lines (one run per line), a JSON file "
                                                                  "(one run, an array of runs, a tau2-bench result "
-                                                                 "file) or a directory of .traj, .traj.json and "
-                                                                 "agent/trajectory.json files.")],
+                                                                 "file, an Inspect log), an Inspect .eval log, or a "
+                                                                 "directory of .traj, .traj.json, "
+                                                                 "agent/trajectory.json and .eval files (its other "
+                                                                 "data files are listed, not read).")],
     out: Annotated[Path, typer.Option("--out", help="Trajectory file to write (JSON Lines, atomically).")],
     field_map: Annotated[Optional[Path], typer.Option("--map", help="JSON field map (dotted paths; format in "
                                                                     "interp/data/importers/mapping.py).")] = None,
