@@ -156,7 +156,9 @@ def _index(entries: list[Entry], ctx: RunContext) -> _Session:
 
 def _chain(leaf: Entry, session: _Session) -> list[Entry]:
     """The user and assistant entries from the root to ``leaf`` (parentUuid, then logicalParentUuid), in order."""
-    chain, seen, entry = [], set(), leaf
+    chain: list[Entry] = []
+    seen: set[int] = set()
+    entry: Entry | None = leaf
     while entry is not None and id(entry) not in seen:
         seen.add(id(entry))
         if entry.value.get("type") in MESSAGE_TYPES:
@@ -169,19 +171,26 @@ def _chain(leaf: Entry, session: _Session) -> list[Entry]:
 def _subagents(side: list[Entry], session: _Session, base: str,
                ctx: RunContext) -> list[tuple[str, list[Entry]]]:
     """``(task id, chain)`` of each subagent (sidechain root), in the order the subagents started."""
-    roots: dict[int, Entry] = {}  # id(root entry) -> root
-    last: dict[int, Entry] = {}  # id(root entry) -> its last entry in the file
+    top: dict[int, Entry] = {}  # id(entry) -> the root of its tree (walked once per entry)
     for e in side:
-        chain = _chain(e, session)
-        root = chain[0] if chain else e
-        roots.setdefault(id(root), root)
-        last[id(root)] = e
+        path: list[Entry] = []
+        on_path: set[int] = set()
+        cur: Entry | None = e
+        while cur is not None and id(cur) not in top and id(cur) not in on_path:
+            path.append(cur)
+            on_path.add(id(cur))
+            parent = cur.value.get("parentUuid") or cur.value.get("logicalParentUuid")
+            cur = session.by_uuid.get(parent) if isinstance(parent, str) else None
+        root = top[id(cur)] if cur is not None and id(cur) in top else path[-1]
+        top.update((id(p), root) for p in path)
+    trees: dict[int, list[Entry]] = {}  # id(root) -> its message entries, in file order
+    for e in side:
+        trees.setdefault(id(top[id(e)]), []).append(e)
     runs = []
-    for k, (key, root) in enumerate(sorted(roots.items(), key=lambda kv: kv[1].line), start=1):
-        chain = _chain(last[key], session)
-        in_tree = sum(1 for e in side if id(_chain(e, session)[0]) == key)
-        if in_tree > len(chain):
-            ctx.drop("entries off the conversation chain (a rewound or retried branch)", in_tree - len(chain))
+    for k, tree in enumerate(sorted(trees.values(), key=lambda t: t[0].line), start=1):
+        chain = _chain(tree[-1], session)
+        if len(tree) > len(chain):
+            ctx.drop("entries off the conversation chain (a rewound or retried branch)", len(tree) - len(chain))
         runs.append((f"{base}/subagent-{k}", chain))
     return runs
 
@@ -192,8 +201,8 @@ class _Turn:
 
     entry: Entry
     message_id: Any
-    blocks: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (input path, block)
-    results: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    blocks: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)  # (line, input path, block)
+    results: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
 
 
 def _steps(chain: list[Entry], ctx: RunContext) -> dict[str, Any]:
@@ -201,25 +210,17 @@ def _steps(chain: list[Entry], ctx: RunContext) -> dict[str, Any]:
     chat = ChatSteps(ctx)
     turn: _Turn | None = None
     for e in chain:
-        value, kind = e.value, e.value["type"]
-        message = expect(value.get("message"), dict, _at(e, "message"), "a message object")
-        ctx.unmapped(value, kind, ENTRY_USED, ENTRY_KNOWN)
-        ctx.unmapped(message, f"{kind}.message", MESSAGE_USED, MESSAGE_KNOWN)
-        content = message.get("content")
-        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
-        expect(blocks, list, _at(e, "message.content"), "a string or a list of content blocks")
-        located = [(f"{kind}.message.content[{j}]",
-                    expect(b, dict, _at(e, f"message.content[{j}]"), "a content block object"))
-                   for j, b in enumerate(blocks)]
+        kind = e.value["type"]
+        message, located = _blocks(e, ctx)
         if kind == "assistant":
             same = turn is not None and message.get("id") is not None and message.get("id") == turn.message_id
             if turn is not None and not same:
                 _flush(chat, turn, ctx)
             if turn is None or not same:
                 turn = _Turn(e, message.get("id"))
-            turn.blocks += [(at, b) for at, b in located]
+            turn.blocks += [(e.line, at, b) for at, b in located]
         elif turn is not None and located and all(b.get("type") == "tool_result" for _, b in located):
-            turn.results += located  # results of this turn's calls; more of its blocks may follow
+            turn.results += [(e.line, at, b) for at, b in located]  # this turn's results; more blocks may follow
         else:
             if turn is not None:
                 _flush(chat, turn, ctx)
@@ -235,23 +236,33 @@ def _steps(chain: list[Entry], ctx: RunContext) -> dict[str, Any]:
                           exc.message) from None
 
 
-def _at(e: Entry, where: str) -> str:
-    return f"{e.value.get('type')}.{where}"
-
-
-def _fail(e: Entry, where: str, exc: RunProblem) -> LineProblem:
-    return LineProblem(e.line, exc.where if exc.where != "(record)" else where, exc.message)
+def _blocks(e: Entry, ctx: RunContext) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+    """A message entry's ``message`` and its content blocks with their input paths (a string content is one
+    text block); the entry's unmapped fields counted."""
+    kind = e.value["type"]
+    try:
+        message = expect(e.value.get("message"), dict, f"{kind}.message", "a message object")
+        ctx.unmapped(e.value, kind, ENTRY_USED, ENTRY_KNOWN)
+        ctx.unmapped(message, f"{kind}.message", MESSAGE_USED, MESSAGE_KNOWN)
+        content = message.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        expect(blocks, list, f"{kind}.message.content", "a string or a list of content blocks")
+        return message, [(f"{kind}.message.content[{j}]",
+                          expect(b, dict, f"{kind}.message.content[{j}]", "a content block object"))
+                         for j, b in enumerate(blocks)]
+    except RunProblem as exc:
+        raise LineProblem(e.line, exc.where, exc.message) from None
 
 
 def _flush(chat: ChatSteps, turn: _Turn, ctx: RunContext) -> None:
-    """One step: the turn's thinking, text and calls, then its tool results."""
+    """One step: the turn's thinking, text and calls, then its tool results (a problem names its block's line)."""
     thinking: list[str] = []
     texts: list[str] = []
     calls: list[tuple[str | None, dict[str, Any]]] = []
     redacted = 0
-    try:
-        for at, block in turn.blocks:
-            kind = block.get("type")
+    for line, at, block in turn.blocks:
+        kind = block.get("type")
+        try:
             _count_fields(block, at, ctx)
             if kind == "thinking":
                 thinking.append(expect(block.get("thinking"), str, f"{at}.thinking", "a string"))
@@ -265,14 +276,17 @@ def _flush(chat: ChatSteps, turn: _Turn, ctx: RunContext) -> None:
                 texts.append(expect(block.get("text"), str, f"{at}.text", "a string"))
             else:
                 ctx.drop(f"{kind or 'untyped'} content parts")
-        if redacted:
-            ctx.drop("redacted_thinking blocks", redacted)
-        chat.assistant(join_reasoning(thinking), PART_JOIN.join(texts), calls, f"{STEP_AT}{turn.entry.line}",
-                       {"redacted_thinking": redacted} if redacted else None)
-        for at, block in turn.results:
+        except RunProblem as exc:
+            raise LineProblem(line, exc.where, exc.message) from None
+    if redacted:
+        ctx.drop("redacted_thinking blocks", redacted)
+    chat.assistant(join_reasoning(thinking), PART_JOIN.join(texts), calls, f"{STEP_AT}{turn.entry.line}",
+                   {"redacted_thinking": redacted} if redacted else None)
+    for line, at, block in turn.results:
+        try:
             _result(chat, block, at, ctx)
-    except RunProblem as exc:
-        raise _fail(turn.entry, "assistant.message", exc) from None
+        except RunProblem as exc:
+            raise LineProblem(line, exc.where, exc.message) from None
 
 
 def _user(chat: ChatSteps, e: Entry, located: list[tuple[str, dict[str, Any]]], ctx: RunContext) -> None:
@@ -291,7 +305,7 @@ def _user(chat: ChatSteps, e: Entry, located: list[tuple[str, dict[str, Any]]], 
         if texts:
             chat.user_text(PART_JOIN.join(texts))
     except RunProblem as exc:
-        raise _fail(e, "user.message", exc) from None
+        raise LineProblem(e.line, exc.where, exc.message) from None
 
 
 def _result(chat: ChatSteps, block: dict[str, Any], at: str, ctx: RunContext) -> None:
