@@ -52,12 +52,15 @@ def validate(
 
 @app.command("import")
 def import_(
-    fmt: Annotated[str, typer.Argument(metavar="FORMAT", help="openai, anthropic, swe-agent, tau2, atif, map (with "
-                                                              "--map or --hook) or auto (sniffed per run).")],
-    source: Annotated[Path, typer.Argument(metavar="INPUT", help="JSON Lines (one run per line), a JSON file "
-                                                                 "(one run, an array of runs, a tau2-bench result "
-                                                                 "file) or a directory of .traj, .traj.json and "
-                                                                 "agent/trajectory.json files.")],
+    fmt: Annotated[str, typer.Argument(metavar="FORMAT", help="openai, anthropic, swe-agent, tau2, atif, inspect, "
+                                                              "claude-code (a Claude Code session .jsonl), codex "
+                                                              "(a Codex CLI rollout-*.jsonl), map (with --map or "
+                                                              "--hook) or auto (sniffed per run).")],
+    source: Annotated[Path, typer.Argument(metavar="INPUT", help="JSON Lines (one run per line; a session file is "
+                                                                 "one run), a JSON file (one run, an array of runs, "
+                                                                 "a tau2-bench result file), an Inspect .eval log or "
+                                                                 "a directory of .traj, .traj.json, "
+                                                                 "agent/trajectory.json and .eval files.")],
     out: Annotated[Path, typer.Option("--out", help="Trajectory file to write (JSON Lines, atomically).")],
     field_map: Annotated[Optional[Path], typer.Option("--map", help="JSON field map (dotted paths; format in "
                                                                     "interp/data/importers/mapping.py).")] = None,
