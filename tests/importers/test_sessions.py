@@ -331,3 +331,81 @@ def test_codex_problems_name_the_line_and_field(tmp_path):
 def test_id_prefix_and_domain_reach_every_run_of_a_session(tmp_path):
     _, trajs = imported("auto", CC_TASKS, tmp_path, domain="web", ids=IdOptions("cc/"))
     assert all(t.task_id.startswith("cc/5c0375b4") and t.domain == "web" for t in trajs) and len(trajs) == 3
+
+
+# ---- OpenHands ----------------------------------------------------------------------------------------------------
+
+OH = REAL / "openhands"
+
+
+def openhands_reference(events: list[dict]) -> tuple[str, list]:
+    """(task, [(reasoning, action, observation)]): the calls as the model response wrote them, results by cause."""
+    results = {e["cause"]: e["content"] for e in events if "cause" in e and e["observation"] != "null"}
+    task = next(e["args"]["content"] for e in events if e["source"] == "user" and e.get("action") == "message")
+    steps, by_response = [], {}
+    for k, e in enumerate(events):
+        if e["source"] != "agent" or "action" not in e:
+            continue
+        meta = e.get("tool_call_metadata")
+        if meta is None:  # a text action: the user's next message is the reply
+            reply = next((x["args"]["content"] for x in events[k + 1:] if x["source"] == "user"
+                          and x.get("action") == "message"), None)
+            steps.append((e["args"].get("thought", ""), e["args"]["content"], reply))
+            continue
+        message = meta["model_response"]["choices"][0]["message"]
+        call = next(c for c in message["tool_calls"] if c["id"] == meta["tool_call_id"])
+        entry = by_response.setdefault(meta["model_response"]["id"], [])
+        if not entry:
+            steps.append([message.get("reasoning_content") or message.get("content") or "", [], []])
+            entry.append(steps[-1])
+        entry[0][1].append((call["function"]["name"], json.loads(call["function"]["arguments"])))
+        entry[0][2].append(results.get(e["id"]))
+    return task, [s if isinstance(s, tuple) else (s[0], s[1], s[2][0] if len(s[2]) == 1 else s[2]) for s in steps]
+
+
+@pytest.mark.parametrize("path", sorted(OH.glob("*.json")), ids=lambda p: p.stem.split("_", 1)[1])
+def test_openhands_event_streams_equal_the_raw_files(path, tmp_path):
+    events = json.loads(path.read_text(encoding="utf-8"))
+    report, (traj,) = imported("auto", path, tmp_path)
+    assert report.formats == {"openhands": 1}
+    assert (traj.task, actual(traj)) == openhands_reference(events)
+    assert traj.task_id == path.stem and traj.domain == "code"
+    assert not [d for d in report.dropped if "(unknown)" in d]
+    for e in events:  # OpenHands' own copy of the thought is the text of the model response: nothing else lost
+        meta = e.get("tool_call_metadata")
+        if meta and "action" in e and e["args"].get("thought"):
+            assert e["args"]["thought"] == meta["model_response"]["choices"][0]["message"]["content"]
+    environment = sum(1 for e in events if e["source"] == "environment")
+    counted = sum(n for d, n in report.dropped.items() if d.startswith(("agent_state_changed", "environment ")))
+    assert counted == environment - sum(1 for e in events if e["source"] == "environment"
+                                        and e.get("observation") == "null")
+
+
+def test_openhands_calls_of_one_response_are_one_step_and_plain_actions_are_calls_planted(tmp_path):
+    events = json.loads((OH / "openhands-runtime-tests_wrong_initial_state.json").read_text(encoding="utf-8"))
+    first = next(e for e in events if e.get("action") == "read")
+    meta = first["tool_call_metadata"]
+    message = meta["model_response"]["choices"][0]["message"]
+    second_call = {"id": "call_planted", "type": "function",
+                   "function": {"name": "execute_bash", "arguments": "{\"command\": \"ls -a\"}"}}
+    message["tool_calls"].append(second_call)
+    k = events.index(first)
+    second = {"id": 900, "timestamp": first["timestamp"], "source": "agent", "message": "Running command: ls -a",
+              "action": "run", "args": {"command": "ls -a", "thought": ""},
+              "tool_call_metadata": {**meta, "tool_call_id": "call_planted", "function_name": "execute_bash"}}
+    observed = {"id": 901, "timestamp": first["timestamp"], "source": "agent", "message": "", "cause": 900,
+                "observation": "run", "content": ".\n..", "extras": {}}
+    events[k + 2:k + 2] = [second, observed]  # after the first call's observation, as OpenHands runs them
+    plain = {"id": 902, "timestamp": first["timestamp"], "source": "agent", "message": "", "action": "run",
+             "args": {"command": "pwd", "thought": "Where am I?", "blocking": False}}
+    events[-1:-1] = [plain, {"id": 903, "timestamp": first["timestamp"], "source": "agent", "message": "",
+                             "cause": 902, "observation": "run", "content": "/workspace", "extras": {}}]
+    (tmp_path / "t.json").write_text(json.dumps(events, indent=2), encoding="utf-8")
+    _, (traj,) = imported("openhands", tmp_path / "t.json", tmp_path)
+    step = traj.steps[0]
+    assert [(c.tool, dict(c.arguments)) for c in step.action.calls] == [
+        ("str_replace_editor", {"command": "view", "path": "/workspace"}), ("execute_bash", {"command": "ls -a"})]
+    assert list(step.observation)[1] == ".\n.."
+    plain_step = traj.steps[-2]
+    assert (plain_step.reasoning, plain_step.action.calls[0].tool, dict(plain_step.action.calls[0].arguments),
+            plain_step.observation) == ("Where am I?", "run", {"command": "pwd"}, "/workspace")

@@ -21,12 +21,15 @@ format          input                                   importer
 ``inspect``     Inspect AI logs (``.eval``, ``.json``)  :mod:`.inspect_log`
 ``claude-code``  Claude Code session files (``.jsonl``)  :mod:`.claude_code`
 ``codex``       Codex CLI rollouts (``rollout-*.jsonl``)  :mod:`.codex`
+``openhands``   OpenHands saved event streams (``.json``)  :mod:`.openhands`
 ``map``         anything, via ``--map`` or ``--hook``   :mod:`.mapping`
-``auto``        sniffed per run: claude-code, codex, swe-agent, atif, tau2, inspect, anthropic, openai (in that order)
+``auto``        sniffed per run: claude-code, codex, openhands, swe-agent, atif, tau2, inspect, anthropic, openai
+                (in that order)
 ==============  ======================================  =============================
 
-A session format (claude-code, codex) claims a JSON Lines file by its first
-line and reads the file whole, as one run (:mod:`.session`).
+A session format (claude-code, codex, openhands) claims a JSON Lines file or
+a JSON array by its first record and reads the file whole, as one run
+(:mod:`.session`).
 """
 
 from __future__ import annotations
@@ -42,15 +45,16 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from interp.data.importers import (
-    anthropic, atif, claude_code, codex, inspect_log, mapping, openai, session, swe_agent, tau2,
+    anthropic, atif, claude_code, codex, inspect_log, mapping, openai, openhands, session, swe_agent, tau2,
 )
 from interp.data.importers.common import RunContext, RunProblem
 from interp.data.importers.reader import read_records
 from interp.io import atomic_path
 
-IMPORTERS = {m.FORMAT: m for m in (openai, anthropic, swe_agent, tau2, atif, inspect_log, claude_code, codex)}
-SNIFF_ORDER = (claude_code, codex, swe_agent, atif, tau2, inspect_log, anthropic, openai)
-SESSION_FORMATS = (claude_code, codex)  # read whole-file: one run per session file (interp.data.importers.session)
+IMPORTERS = {m.FORMAT: m for m in (openai, anthropic, swe_agent, tau2, atif, inspect_log, claude_code, codex,
+                                   openhands)}
+SNIFF_ORDER = (claude_code, codex, openhands, swe_agent, atif, tau2, inspect_log, anthropic, openai)
+SESSION_FORMATS = (claude_code, codex, openhands)  # read whole: one run per file (interp.data.importers.session)
 FORMATS = (*IMPORTERS, mapping.FORMAT, "auto")
 
 
@@ -114,8 +118,8 @@ def converter(fmt: str, field_map: Path | None = None, hook: str | None = None) 
         module = next((m for m in SNIFF_ORDER if m.looks_like(record)), None)
         if module is None:
             raise RunProblem("(record)", "format not recognised (auto): expected a .traj object, an ATIF trajectory, "
-                                         "a tau2-bench result file, an Inspect log, a Claude Code or Codex CLI session "
-                                         "file, or chat messages (openai, anthropic); name the format or use map")
+                                         "a tau2-bench result file, an Inspect log, or chat messages (openai, anthropic); name the "
+                                         "format or use map")
         return module.FORMAT, _runs(module, record, ctx)
     return sniffed
 

@@ -1,13 +1,14 @@
-"""Session files: event-stream logs (Claude Code, Codex CLI) read whole, one run per file, not one per line.
+"""Session files: event-stream logs (Claude Code, Codex CLI, OpenHands) read whole, one run per file.
 
 An agent CLI appends one JSON event per line to a session file (Claude Code's
 ``~/.claude/projects/PROJECT/SESSION.jsonl``, Codex CLI's
-``~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl``). Such a file is ONE run: the
-registry passes every line-per-run file through :func:`whole_files`, which
-looks at the first record of each JSON Lines file and, when a session format
-claims it (its ``claims_line``), gathers the file's lines into one record
-:func:`session_record` for that format; files no format claims stream on line
-by line as before (a huge file of runs is never held whole). A problem inside
+``~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl``), or saves its events as one
+JSON list (an OpenHands trajectory). Such a file is ONE run: the registry
+passes every record through :func:`whole_files`, which looks at the first
+record of each JSON Lines file or JSON array and, when a session format claims
+it (its ``claims_line``), gathers the file's records into one record
+:func:`session_record` for that format; files no format claims stream on
+record by record as before (a huge file of runs is never held whole). A problem inside
 a session names its own line (:class:`LineProblem`), so it reports as
 ``FILE:LINE: field: message`` like any other.
 """
@@ -19,14 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from interp.data.importers.common import RunProblem
-from interp.data.importers.reader import EVAL_SUFFIX, WHOLE_SUFFIXES as JSON_SUFFIXES, Record
+from interp.data.importers.reader import Record
 
 SESSION = "$session"  # the key of a gathered session record: the format that claimed the file
 LINES = "lines"  # the session's entries: [[line number, parsed value], ...]
 
 # a session format's test on the first record of a JSON Lines file (the record's value)
 Claims = Callable[[Any], str | None]
-WHOLE_SUFFIXES = (*JSON_SUFFIXES, EVAL_SUFFIX)  # files read as one JSON value: never a session of lines
 
 
 class LineProblem(RunProblem):
@@ -73,7 +73,7 @@ def whole_files(records: Iterator[Record], claims: Claims | None) -> Iterator[Re
         if pending:
             pending.append(rec)
             continue
-        first_line = rec.file != last_file and rec.file.suffix not in WHOLE_SUFFIXES and rec.problem is None
+        first_line = rec.file != last_file and not rec.single and rec.problem is None  # a line or an array item
         last_file = rec.file
         fmt = claims(rec.value) if claims is not None and first_line else None
         if fmt is None:
