@@ -81,7 +81,7 @@ def convert(record: Any, ctx: RunContext) -> dict[str, Any]:
     if entries is None:
         raise RunProblem("(record)", "not an OpenHands event stream: expected a JSON list of events with id, "
                                      "source and action or observation")
-    chat, system = ChatSteps(ctx), []
+    chat, system = ChatSteps(ctx), list[str]()
     step: _Step | None = None
     for e in entries:
         try:
@@ -132,7 +132,7 @@ def _action(chat: ChatSteps, step: _Step | None, event: dict[str, Any], line: in
     thought = expect(args.get("thought", ""), str, "args.thought", "a string")
     if kind == "message" and not meta:
         content = expect(args.get("content"), str, "args.content", "a string")
-        ctx.unmapped(args, "(event).args", {"content", "thought"} | ARGS_BOOKKEEPING, frozenset(args))
+        ctx.unmapped(args, "(event).args", {"content", "thought"}, frozenset(args))
         chat.assistant(thought, content, [], f"{STEP_AT}{line}")
         return None
     if meta is None:  # an agent that does not call functions: the action and its arguments as OpenHands parsed them
@@ -140,6 +140,7 @@ def _action(chat: ChatSteps, step: _Step | None, event: dict[str, Any], line: in
         step.calls.append((None, {"tool": kind, "arguments": {k: v for k, v in args.items()
                                                               if k not in ARGS_BOOKKEEPING}}))
         step.ids[event.get("id")] = None
+        ctx.unmapped(args, "(event).args", set(args) - ARGS_BOOKKEEPING | {"thought"}, frozenset(args))
         return step
     meta = expect(meta, dict, "tool_call_metadata", "an object")
     response = expect(meta.get("model_response"), dict, "tool_call_metadata.model_response", "an object")
@@ -203,12 +204,12 @@ def _observation(step: _Step | None, event: dict[str, Any], ctx: RunContext) -> 
 def _other(chat: ChatSteps, event: dict[str, Any], system: list[str], ctx: RunContext) -> None:
     """A user or environment action, or the system prompt."""
     kind = event.get("action")
-    args = event.get("args") if isinstance(event.get("args"), dict) else {}
+    args: dict[str, Any] = expect(event.get("args", {}), dict, "args", "an object")
     if kind == "system":
         system.append(expect(args.get("content"), str, "args.content", "a string"))
         ctx.unmapped(args, "(event).args", {"content"}, frozenset(args))
     elif kind == "message" and event.get("source") == "user":
         chat.user_text(expect(args.get("content"), str, "args.content", "a string"))
-        ctx.unmapped(args, "(event).args", {"content"} | ARGS_BOOKKEEPING, frozenset(args))
+        ctx.unmapped(args, "(event).args", {"content"}, frozenset(args))
     else:
         ctx.drop(f"{event.get('source')} {kind} actions")

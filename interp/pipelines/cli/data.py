@@ -54,7 +54,8 @@ def validate(
 def import_(
     fmt: Annotated[str, typer.Argument(metavar="FORMAT", help="openai, anthropic, swe-agent, tau2, atif, inspect, "
                                                               "claude-code (a Claude Code session .jsonl), codex "
-                                                              "(a Codex CLI rollout-*.jsonl), map (with --map or "
+                                                              "(a Codex CLI rollout-*.jsonl), openhands (a saved "
+                                                              "OpenHands event stream .json), map (with --map or "
                                                               "--hook) or auto (sniffed per run).")],
     source: Annotated[Path, typer.Argument(metavar="INPUT", help="JSON Lines (one run per line; a session file is "
                                                                  "one run), a JSON file (one run, an array of runs, "
