@@ -409,3 +409,40 @@ def test_openhands_calls_of_one_response_are_one_step_and_plain_actions_are_call
     plain_step = traj.steps[-2]
     assert (plain_step.reasoning, plain_step.action.calls[0].tool, dict(plain_step.action.calls[0].arguments),
             plain_step.observation) == ("Where am I?", "run", {"command": "pwd"}, "/workspace")
+
+
+# ---- Gemini CLI ---------------------------------------------------------------------------------------------------
+
+GEMINI = REAL / "gemini" / "kvsankar_session-dcbe78d3.json"
+
+
+def test_gemini_recording_equals_the_raw_file(tmp_path):
+    doc = json.loads(GEMINI.read_text(encoding="utf-8"))
+    report, (traj,) = imported("auto", GEMINI, tmp_path)
+    assert report.formats == {"gemini": 1}
+    user, model = doc["messages"]
+    thought = model["thoughts"][0]
+    assert traj.task == user["content"][0]["text"] and traj.task_id == doc["sessionId"]
+    assert actual(traj) == [(f"{thought['subject']}\n{thought['description']}", model["content"], None)]
+    assert traj.extra["metadata"]["models"] == [model["model"]]
+    assert report.dropped["messages[].tokens"] == 1 and not [d for d in report.dropped if "(unknown)" in d]
+
+
+def test_gemini_tool_calls_and_their_function_responses_planted(tmp_path):
+    doc = json.loads(GEMINI.read_text(encoding="utf-8"))
+    model = doc["messages"][1]
+    model["toolCalls"] = [
+        {"id": "ls-1", "name": "list_directory", "args": {"path": "."}, "status": "success",
+         "result": [{"functionResponse": {"id": "ls-1", "name": "list_directory", "response": {"output": "a.py"}}}],
+         "resultDisplay": "Listed 1 item."},
+        {"id": "rd-2", "name": "read_file", "args": {"absolute_path": "/b.py"}, "status": "error",
+         "result": [{"functionResponse": {"id": "rd-2", "name": "read_file", "response": {"error": "not found"}}}]}]
+    doc["messages"].append({"id": "x", "timestamp": "t", "type": "info", "content": "Request cancelled."})
+    (tmp_path / "g.json").write_text(json.dumps(doc), encoding="utf-8")
+    report, (traj,) = imported("gemini", tmp_path / "g.json", tmp_path)
+    step = traj.steps[0]
+    assert [(c.tool, dict(c.arguments)) for c in step.action.calls] == [("list_directory", {"path": "."}),
+                                                                          ("read_file", {"absolute_path": "/b.py"})]
+    assert list(step.observation) == ["a.py", "not found"] and step.extra["is_error"] == [False, True]
+    assert step.extra["assistant_text"] == model["content"]  # beside calls, with thoughts
+    assert report.dropped["info messages"] == 1 and report.dropped["messages[].toolCalls[].resultDisplay"] == 1

@@ -22,8 +22,9 @@ format          input                                   importer
 ``claude-code``  Claude Code session files (``.jsonl``)  :mod:`.claude_code`
 ``codex``       Codex CLI rollouts (``rollout-*.jsonl``)  :mod:`.codex`
 ``openhands``   OpenHands saved event streams (``.json``)  :mod:`.openhands`
+``gemini``      Gemini CLI chat recordings (``.json``)  :mod:`.gemini`
 ``map``         anything, via ``--map`` or ``--hook``   :mod:`.mapping`
-``auto``        sniffed per run: claude-code, codex, openhands, swe-agent, atif, tau2, inspect, anthropic, openai
+``auto``        sniffed per run: claude-code, codex, openhands, gemini, swe-agent, atif, tau2, inspect, anthropic, openai
                 (in that order)
 ==============  ======================================  =============================
 
@@ -45,15 +46,15 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from interp.data.importers import (
-    anthropic, atif, claude_code, codex, inspect_log, mapping, openai, openhands, session, swe_agent, tau2,
+    anthropic, atif, claude_code, codex, gemini, inspect_log, mapping, openai, openhands, session, swe_agent, tau2,
 )
 from interp.data.importers.common import RunContext, RunProblem
 from interp.data.importers.reader import read_records
 from interp.io import atomic_path
 
 IMPORTERS = {m.FORMAT: m for m in (openai, anthropic, swe_agent, tau2, atif, inspect_log, claude_code, codex,
-                                   openhands)}
-SNIFF_ORDER = (claude_code, codex, openhands, swe_agent, atif, tau2, inspect_log, anthropic, openai)
+                                   openhands, gemini)}
+SNIFF_ORDER = (claude_code, codex, openhands, gemini, swe_agent, atif, tau2, inspect_log, anthropic, openai)
 SESSION_FORMATS = (claude_code, codex, openhands)  # read whole: one run per file (interp.data.importers.session)
 FORMATS = (*IMPORTERS, mapping.FORMAT, "auto")
 

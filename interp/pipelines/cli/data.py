@@ -55,7 +55,8 @@ def import_(
     fmt: Annotated[str, typer.Argument(metavar="FORMAT", help="openai, anthropic, swe-agent, tau2, atif, inspect, "
                                                               "claude-code (a Claude Code session .jsonl), codex "
                                                               "(a Codex CLI rollout-*.jsonl), openhands (a saved "
-                                                              "OpenHands event stream .json), map (with --map or "
+                                                              "OpenHands event stream .json), gemini (a Gemini CLI "
+                                                              "chat recording .json), map (with --map or "
                                                               "--hook) or auto (sniffed per run).")],
     source: Annotated[Path, typer.Argument(metavar="INPUT", help="JSON Lines (one run per line; a session file is "
                                                                  "one run), a JSON file (one run, an array of runs, "
