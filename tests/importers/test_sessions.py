@@ -446,3 +446,21 @@ def test_gemini_tool_calls_and_their_function_responses_planted(tmp_path):
     assert list(step.observation) == ["a.py", "not found"] and step.extra["is_error"] == [False, True]
     assert step.extra["assistant_text"] == model["content"]  # beside calls, with thoughts
     assert report.dropped["info messages"] == 1 and report.dropped["messages[].toolCalls[].resultDisplay"] == 1
+
+
+def test_claude_code_a_subagent_file_is_the_subagents_run(tmp_path):
+    lines = raw(CC_TASKS)
+    roots = [d for d in lines if d.get("isSidechain") and d.get("parentUuid") is None]
+    tree = {roots[0]["uuid"]}
+    for d in lines:  # the first subagent's entries, as a later Claude Code writes them to a file of their own
+        if d.get("isSidechain") and d.get("parentUuid") in tree:
+            tree.add(d["uuid"])
+    own = [d for d in lines if d.get("uuid") in tree]
+    source = write(tmp_path / "agent-a1b2c3.jsonl", own)
+    _, (traj,) = imported("auto", source, tmp_path)
+    by_uuid, chain, leaf = {d["uuid"]: d for d in own}, [], own[-1]
+    while leaf is not None:
+        chain.append(leaf)
+        leaf = by_uuid.get(leaf["parentUuid"])
+    assert traj.task_id == "agent-a1b2c3" and (traj.task, actual(traj)) == run(chain[::-1])
+    assert traj.task == roots[0]["message"]["content"] and len(traj.steps) == 3

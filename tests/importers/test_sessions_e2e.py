@@ -1,7 +1,7 @@
-"""Session files through the CLI: ``interp import`` (no code), ``validate --strict``, ``render`` and ``extract``.
+"""Session files and chat recordings through the CLI: ``interp import`` (no code), ``validate --strict``, ``render`` and ``extract``.
 
-One real sample per session format (tests/importers/samples/claude-code,
-.../codex, .../openhands) runs on the tiny random Qwen3.5, in-process through typer's
+One real sample per new format (tests/importers/samples/claude-code,
+.../codex, .../openhands, .../gemini) runs on the tiny random Qwen3.5, in-process through typer's
 ``CliRunner`` as in tests/importers/test_import_e2e.py.
 """
 
@@ -24,7 +24,8 @@ pytestmark = pytest.mark.e2e
 TINY = "tiny-qwen3.5"
 SAMPLES = {"claude-code": REAL / "claude-code" / "d-kimuson_1af7fc5e-8455-4414-9ccd-011d40f70b2a.jsonl",
            "codex": REAL / "codex" / "acidicsoil_rollout-2025-11-17T15-30-28-019a93b9-f380-7600-98ff-940e6b99603c.jsonl",
-           "openhands": REAL / "openhands" / "openhands-runtime-tests_wrong_initial_state.json"}
+           "openhands": REAL / "openhands" / "openhands-runtime-tests_wrong_initial_state.json",
+           "gemini": REAL / "gemini" / "kvsankar_session-dcbe78d3.json"}
 RUNNER = CliRunner()
 
 
@@ -62,7 +63,7 @@ def test_import_help_lists_every_format():
 def test_imported_sessions_validate_strictly_and_render_their_reasoning(imported):
     _, outputs, joined = imported
     result = cli("validate", "--strict", joined)
-    assert "3 trajectories" in result.output and "unknown field" not in result.output
+    assert "4 trajectories" in result.output and "unknown field" not in result.output
     for fmt, path in outputs.items():
         (traj,) = load_trajectories(path)
         b = next(i for i, s in enumerate(traj.steps, start=1) if s.reasoning)

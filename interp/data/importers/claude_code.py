@@ -13,7 +13,10 @@ and are linked by ``uuid`` / ``parentUuid``. What is mapped
   of the ``Task`` tool, written into the session file by Claude Code 1.x) form
   their own chains, one per root; each is a run of its own, task id
   ``SESSION/subagent-K`` (K = 1, 2, ... in the order the subagents started);
-  the main run keeps the ``Task`` call and its result (the subagent's answer);
+  the main run keeps the ``Task`` call and its result (the subagent's answer).
+  A file holding only sidechain entries (a subagent's own file,
+  ``SESSION/subagents/agent-ID.jsonl`` in later versions) is that subagent's
+  run, named by the file (``agent-ID``);
 * one API message is written as several ``assistant`` entries (one per
   content block, the same ``message.id``): they are one turn, so one step
   (its tool calls parallel), even when tool results come between them;
@@ -102,21 +105,29 @@ def convert_all(record: Any, ctx: RunContext) -> list[dict[str, Any] | RunProble
     messages = [e for e in entries if e.value.get("type") in MESSAGE_TYPES]
     main = [e for e in messages if e.value.get("isSidechain") is not True]
     side = [e for e in messages if e.value.get("isSidechain") is True]
-    if not main:
-        raise LineProblem(entries[0].line, "(file)", "no user or assistant entry outside subagents: nothing to import")
-    chain = _chain(main[-1], session)
-    on_chain = {id(e) for e in chain}
-    off = sum(1 for e in main if id(e) not in on_chain)
-    if off:
-        ctx.drop("entries off the conversation chain (a rewound or retried branch)", off)
+    if not messages:
+        raise LineProblem(entries[0].line, "(file)", "no user or assistant entry: nothing to import")
     sid = session.meta.get("sessionId")
     base = ctx.task_id({"id": sid} if isinstance(sid, str) and sid else {})
+    named: list[tuple[str, list[Entry]]] = []
+    if main:
+        chain = _chain(main[-1], session)
+        on_chain = {id(e) for e in chain}
+        off = sum(1 for e in main if id(e) not in on_chain)
+        if off:
+            ctx.drop("entries off the conversation chain (a rewound or retried branch)", off)
+        named.append((base, chain))
+    else:  # a subagent's own file (SESSION/subagents/agent-ID.jsonl): its runs are named by the file
+        base = ctx.stem
+    subagents = _subagents(side, session, base, ctx)
+    if not main and len(subagents) == 1:
+        subagents = [(base, subagents[0][1])]
     runs: list[dict[str, Any] | RunProblem] = []
-    for name, run_chain in [(base, chain), *_subagents(side, session, base, ctx)]:
+    for name, run_chain in [*named, *subagents]:
         try:
             runs.append({"task_id": name, "domain": ctx.domain or DEFAULT_DOMAIN, "system_prompt": "", "tools": [],
                          **_steps(run_chain, ctx), "outcome": {},
-                         "metadata": {**session.meta, **({"subagent_of": base} if name != base else {})}})
+                         "metadata": {**session.meta, **({"subagent_of": base} if main and name != base else {})}})
         except RunProblem as exc:
             runs.append(exc)
     return runs
