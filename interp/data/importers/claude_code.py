@@ -88,9 +88,8 @@ def looks_like(record: Any) -> bool:
 
 @dataclass
 class _Session:
-    """The entries of one session file, indexed by uuid, and what was seen."""
+    """The entries of one session file indexed by uuid, and the session's metadata."""
 
-    entries: list[Entry]
     by_uuid: dict[str, Entry] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -135,7 +134,7 @@ def convert_all(record: Any, ctx: RunContext) -> list[dict[str, Any] | RunProble
 
 def _index(entries: list[Entry], ctx: RunContext) -> _Session:
     """Entries by uuid; every entry checked to be an object; non-message entries counted; metadata gathered."""
-    session = _Session(entries)
+    session = _Session()
     versions: list[str] = []
     models: list[str] = []
     summaries: list[str] = []
@@ -146,9 +145,9 @@ def _index(entries: list[Entry], ctx: RunContext) -> _Session:
         kind = value.get("type")
         if isinstance(value.get("uuid"), str):
             session.by_uuid[value["uuid"]] = e
-        for key, seen in (("version", versions), ("message.model", models)):
-            got = value.get("message", {}).get("model") if key == "message.model" and isinstance(
-                value.get("message"), Mapping) else value.get(key)
+        message = value.get("message")
+        model = message.get("model") if isinstance(message, Mapping) else None
+        for got, seen in ((value.get("version"), versions), (model, models)):
             if isinstance(got, str) and got not in seen and not got.startswith("<"):  # "<synthetic>": no model
                 seen.append(got)
         for key in ("sessionId", "cwd", "gitBranch"):

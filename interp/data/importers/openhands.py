@@ -130,9 +130,13 @@ def _action(chat: ChatSteps, step: _Step | None, event: dict[str, Any], line: in
     args = expect(event.get("args", {}), dict, "args", "an object")
     meta = event.get("tool_call_metadata")
     thought = expect(args.get("thought", ""), str, "args.thought", "a string")
-    if kind == "message" and not meta:
+    if kind == "message":  # a text action (with the model response's reasoning, when it is kept)
         content = expect(args.get("content"), str, "args.content", "a string")
         ctx.unmapped(args, "(event).args", {"content", "thought"}, frozenset(args))
+        if isinstance(meta, dict) and isinstance(meta.get("model_response"), dict):
+            reasoning, _ = provider_reasoning(_message(meta["model_response"]),
+                                              "tool_call_metadata.model_response.choices[].message", ctx)
+            thought = join_reasoning([reasoning, thought])
         chat.assistant(thought, content, [], f"{STEP_AT}{line}")
         return None
     if meta is None:  # an agent that does not call functions: the action and its arguments as OpenHands parsed them
