@@ -464,3 +464,12 @@ def test_claude_code_a_subagent_file_is_the_subagents_run(tmp_path):
         leaf = by_uuid.get(leaf["parentUuid"])
     assert traj.task_id == "agent-a1b2c3" and (traj.task, actual(traj)) == run(chain[::-1])
     assert traj.task == roots[0]["message"]["content"] and len(traj.steps) == 3
+
+
+def test_claude_code_session_opening_with_a_file_history_snapshot_is_one_run_planted(tmp_path):
+    snapshot = {"type": "file-history-snapshot", "messageId": "e6781268-0d8b-4756-a547-6b89a7d7193e",
+                "snapshot": {"messageId": "e6781268-0d8b-4756-a547-6b89a7d7193e", "trackedFileBackups": {},
+                             "timestamp": "2026-06-05T04:56:32.812Z"}, "isSnapshotUpdate": False}
+    source = write(tmp_path / "s.jsonl", [snapshot, *raw(CC_NEW)])  # how later Claude Code versions open a file
+    report, (traj,) = imported("auto", source, tmp_path)
+    assert report.formats == {"claude-code": 1} and report.dropped["file-history-snapshot entries"] == 1

@@ -76,9 +76,8 @@ def claims_line(value: Any) -> bool:
     kind = value.get("type")
     if kind in MESSAGE_TYPES:
         return "parentUuid" in value and isinstance(value.get("message"), Mapping)
-    if kind == "summary":
-        return "leafUuid" in value
-    return kind in OTHER_TYPES and "sessionId" in value
+    # bookkeeping entries open many files (a file-history-snapshot has a messageId, not a sessionId)
+    return kind in OTHER_TYPES and any(key in value for key in ("sessionId", "leafUuid", "messageId", "uuid"))
 
 
 def looks_like(record: Any) -> bool:
