@@ -21,9 +21,18 @@ format          input                                   importer
 ``tau2``        tau2-bench result files (simulations)   :mod:`.tau2`
 ``atif``        ATIF v1.x (Harbor, terminal-bench)      :mod:`.atif`
 ``inspect``     Inspect AI logs (``.eval``, ``.json``)  :mod:`.inspect_log`
+``claude-code``  Claude Code session files (``.jsonl``)  :mod:`.claude_code`
+``codex``       Codex CLI rollouts (``rollout-*.jsonl``)  :mod:`.codex`
+``openhands``   OpenHands saved event streams (``.json``)  :mod:`.openhands`
+``gemini``      Gemini CLI chat recordings (``.json``)  :mod:`.gemini`
 ``map``         anything, via ``--map`` or ``--hook``   :mod:`.mapping`
-``auto``        sniffed per run: swe-agent, atif, tau2, inspect, anthropic, openai (in that order)
+``auto``        sniffed per run: claude-code, codex, openhands, gemini, swe-agent, atif, tau2, inspect, anthropic, openai
+                (in that order)
 ==============  ======================================  =============================
+
+A session format (claude-code, codex, openhands) claims a JSON Lines file or
+a JSON array by its first record and reads the file whole, as one run
+(:mod:`.session`).
 """
 
 from __future__ import annotations
@@ -38,13 +47,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from interp.data.importers import anthropic, atif, inspect_log, mapping, openai, swe_agent, tau2
+from interp.data.importers import (
+    anthropic, atif, claude_code, codex, gemini, inspect_log, mapping, openai, openhands, session, swe_agent, tau2,
+)
 from interp.data.importers.common import RunContext, RunProblem
 from interp.data.importers.reader import read_records, unread_files
 from interp.io import atomic_path
 
-IMPORTERS = {m.FORMAT: m for m in (openai, anthropic, swe_agent, tau2, atif, inspect_log)}
-SNIFF_ORDER = (swe_agent, atif, tau2, inspect_log, anthropic, openai)
+IMPORTERS = {m.FORMAT: m for m in (openai, anthropic, swe_agent, tau2, atif, inspect_log, claude_code, codex,
+                                   openhands, gemini)}
+SNIFF_ORDER = (claude_code, codex, openhands, gemini, swe_agent, atif, tau2, inspect_log, anthropic, openai)
+SESSION_FORMATS = (claude_code, codex, openhands)  # read whole: one run per file (interp.data.importers.session)
 FORMATS = (*IMPORTERS, mapping.FORMAT, "auto")
 NOT_READ_SHOWN = 5  # unread files named in the summary (the report holds all)
 
@@ -144,6 +157,7 @@ def import_runs(fmt: str, source: Path, out: Path, field_map: Path | None = None
     if ids.field is not None and not ids.field.strip("."):
         raise ValueError("--id-from: expected a dotted field path such as instance_id or info.id")
     convert = converter(fmt, field_map, hook)  # option errors before any work
+    sessions = session.claimer([m for m in SESSION_FORMATS if fmt in ("auto", m.FORMAT)])
     if not source.exists():
         raise FileNotFoundError(f"{source}: input not found")
     if out.exists() and out.resolve() == source.resolve():
@@ -155,7 +169,7 @@ def import_runs(fmt: str, source: Path, out: Path, field_map: Path | None = None
     candidates = Path(name)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            origins = _convert_all(convert, source, fh, Settings(domain, ids, strict), report, found)
+            origins = _convert_all(convert, source, fh, Settings(domain, ids, strict, sessions), report, found)
         valid = _check(candidates, origins, report, found, strict)
         report.problems = [f"{file}:{line}: {text}" for file, line, text in sorted(found, key=lambda p: p[:2])]
         if report.converted and not (strict and report.problems):
@@ -176,6 +190,7 @@ class Settings:
     domain: str | None
     ids: IdOptions
     strict: bool
+    sessions: session.Claims | None = None  # which session formats may claim a JSON Lines file
 
 
 def _convert_all(convert: Converter, source: Path, fh: TextIO, settings: Settings, report: ImportReport,
@@ -185,11 +200,11 @@ def _convert_all(convert: Converter, source: Path, fh: TextIO, settings: Setting
     origins = []
 
     def skip(rec: Any, exc: RunProblem) -> None:
-        found.append((str(rec.file), rec.line, f"{exc.where}: {exc.message}"))
+        found.append((str(rec.file), getattr(exc, "line", rec.line), f"{exc.where}: {exc.message}"))
         report.skipped += 1
         report.reasons[_reason(exc.message)] += 1
 
-    for rec in read_records(source):
+    for rec in session.whole_files(read_records(source), settings.sessions):
         ctx = RunContext(file=str(rec.file), line=rec.line, stem=_stem(rec.file), single=rec.single,
                          domain=settings.domain, id_from=settings.ids.field)
         try:

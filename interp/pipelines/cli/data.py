@@ -53,14 +53,18 @@ def validate(
 
 @app.command("import")
 def import_(
-    fmt: Annotated[str, typer.Argument(metavar="FORMAT", help=f"One of {', '.join(IMPORT_FORMATS)} (map needs "
-                                                              "--map or --hook; auto is sniffed per run).")],
-    source: Annotated[Path, typer.Argument(metavar="INPUT", help="JSON Lines (one run per line), a JSON file "
-                                                                 "(one run, an array of runs, a tau2-bench result "
-                                                                 "file, an Inspect log), an Inspect .eval log, or a "
-                                                                 "directory of .traj, .traj.json, "
-                                                                 "agent/trajectory.json and .eval files (its other "
-                                                                 "data files are listed, not read).")],
+    fmt: Annotated[str, typer.Argument(metavar="FORMAT", help=f"One of {', '.join(IMPORT_FORMATS)} (claude-code: a "
+                                                              "Claude Code session .jsonl; codex: a Codex CLI "
+                                                              "rollout-*.jsonl; openhands: a saved OpenHands event "
+                                                              "stream .json; gemini: a Gemini CLI chat recording "
+                                                              ".json; map needs --map or --hook; auto is sniffed "
+                                                              "per run).")],
+    source: Annotated[Path, typer.Argument(metavar="INPUT", help="JSON Lines (one run per line; a session file is "
+                                                                 "one run), a JSON file (one run, an array of runs, "
+                                                                 "a tau2-bench result file, an Inspect log), an "
+                                                                 "Inspect .eval log, or a directory of .traj, "
+                                                                 ".traj.json, agent/trajectory.json and .eval files "
+                                                                 "(its other data files are listed, not read).")],
     out: Annotated[Path, typer.Option("--out", help="Trajectory file to write (JSON Lines, atomically).")],
     field_map: Annotated[Optional[Path], typer.Option("--map", help="JSON field map (dotted paths; format in "
                                                                     "interp/data/importers/mapping.py).")] = None,
