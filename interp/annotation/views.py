@@ -9,8 +9,10 @@ JSON strings; the page inserts it as text, never as markup.
 
 Actions are sent as code, not one-line JSON: :func:`call_view` splits a tool
 call into its arguments; a string argument with a line break is a code block
-(its newlines kept), an edit (``old_str``/``new_str`` and the like) is a line
-diff, a patch argument is shown with its ``+``/``-`` lines marked.
+(its newlines kept; highlighted by Pygments, on the server, when the call
+names a file of a known language or the argument is a shell command), an edit
+(``old_str``/``new_str`` and the like) is a line diff, a patch argument is
+shown with its ``+``/``-`` lines marked.
 """
 
 from __future__ import annotations
@@ -37,6 +39,36 @@ def action_text(step: Step) -> str:
 EDIT_PAIRS = (("old_str", "new_str"), ("old_string", "new_string"), ("old", "new"), ("old_text", "new_text"))
 PATCH_ARGS = ("patch", "diff", "input")  # an argument holding a unified diff or an apply_patch envelope
 PATCH_START = ("--- ", "diff --git", "*** Begin Patch", "@@ ")
+PATH_ARGS = ("path", "file_path", "filename", "file", "target_file")  # the file a write or edit names
+SHELL_ARGS = ("command", "cmd", "script")  # arguments holding a shell command
+
+
+def highlight(text: str, filename: str | None = None, language: str | None = None) -> list[list[str]] | None:
+    """``[[css_class, text], ...]`` of ``text`` tokenized by Pygments (the lexer of ``filename``, else of
+    ``language``; Pygments' short token classes: ``k`` keyword, ``s2`` string, ``c1`` comment, ...), or None when
+    no lexer fits. The pieces join back to ``text`` exactly."""
+    from pygments.lexers import get_lexer_by_name, get_lexer_for_filename
+    from pygments.token import STANDARD_TYPES
+    from pygments.util import ClassNotFound
+
+    options = {"stripnl": False, "ensurenl": False}
+    try:
+        lexer = (get_lexer_for_filename(filename, **options) if filename
+                 else get_lexer_by_name(language, **options) if language else None)
+    except ClassNotFound:
+        return None
+    if lexer is None:
+        return None
+    out: list[list[str]] = []
+    for ttype, value in lexer.get_tokens(text):
+        while ttype not in STANDARD_TYPES:
+            ttype = ttype.parent
+        css = STANDARD_TYPES[ttype]
+        if out and out[-1][0] == css:
+            out[-1][1] += value
+        else:
+            out.append([css, value])
+    return out if "".join(piece for _, piece in out) == text else None
 
 
 def diff_lines(old: str, new: str) -> list[list[str]]:
@@ -62,13 +94,15 @@ def call_view(tool: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
     args: list[dict[str, Any]] = []
     pairs = [(o, n) for o, n in EDIT_PAIRS if isinstance(arguments.get(o), str) and isinstance(arguments.get(n), str)]
     paired = {name for pair in pairs for name in pair}
+    filename = next((str(arguments[k]) for k in PATH_ARGS if isinstance(arguments.get(k), str)), None)
     for name, value in arguments.items():
         if name in paired:
             continue
         if isinstance(value, str) and name in PATCH_ARGS and value.lstrip().startswith(PATCH_START):
             args.append({"name": name, "kind": "diff", "lines": patch_lines(value)})
         elif isinstance(value, str) and "\n" in value:
-            args.append({"name": name, "kind": "code", "text": value})
+            tokens = highlight(value, filename) if name not in SHELL_ARGS else highlight(value, language="bash")
+            args.append({"name": name, "kind": "code", "text": value, **({"tokens": tokens} if tokens else {})})
         else:
             args.append({"name": name, "kind": "value", "text": json.dumps(value, ensure_ascii=False)})
     args += [{"name": f"{o} \u2192 {n}", "kind": "diff", "lines": diff_lines(arguments[o], arguments[n])}

@@ -145,7 +145,8 @@ def test_an_edit_is_a_line_diff_and_written_code_keeps_its_newlines():
              if not d.startswith("?")]
     assert sorted(map(tuple, diff_lines("a\nb\nc\nd", "a\nc\nD\nd\ne"))) == sorted(map(tuple, ndiff))
     write = call_view("write_file", {"path": "f.py", "content": "def f():\n    return 1\n"})
-    assert write["args"][1] == {"name": "content", "kind": "code", "text": "def f():\n    return 1\n"}
+    assert {k: write["args"][1][k] for k in ("name", "kind", "text")} == {"name": "content", "kind": "code",
+                                                                         "text": "def f():\n    return 1\n"}
     patch = call_view("apply_patch", {"patch": "--- a/f\n+++ b/f\n@@ -1 +1 @@\n-old\n+new"})
     assert [op for op, _ in patch["args"][0]["lines"]] == ["@", "@", "@", "-", "+"]
 
@@ -168,3 +169,19 @@ def test_frames_through_jupyter_server_proxy_and_frame_origins(monkeypatch):
     for bad in ("https://x.org; script-src *", "*", "hub.example.org", "https://x.org/path"):
         with pytest.raises(ValueError, match="--frame-ancestor"):
             security_headers([bad])
+
+
+def test_written_code_is_highlighted_by_pygments_and_joins_back_to_the_text():
+    from pygments.lexers import PythonLexer
+
+    code = 'def f(x):\n    return "a" + x  # add\n'
+    arg = call_view("write_file", {"path": "pkg/m.py", "content": code})["args"][1]
+    assert "".join(text for _, text in arg["tokens"]) == code
+    tokens = {text: css for css, text in arg["tokens"]}
+    assert tokens["def"] == "k" and tokens["f"] == "nf" and tokens['"a"'] == "s2" and tokens["# add"] == "c1"
+    # the reference: Pygments' own token stream of the same text (the classes are its short names)
+    reference = [(str(t), v) for t, v in PythonLexer(stripnl=False, ensurenl=False).get_tokens(code)]
+    assert ("Token.Keyword", "def") in reference and ("Token.Comment.Single", "# add") in reference
+    shell = call_view("run", {"command": "cd src\npytest -q"})["args"][0]
+    assert shell["kind"] == "code" and "".join(t for _, t in shell["tokens"]) == "cd src\npytest -q"
+    assert "tokens" not in call_view("write_file", {"path": "notes.unknownext", "content": "a\nb"})["args"][1]

@@ -139,6 +139,14 @@
     return box;
   }
 
+  function codeNode(arg) { // code as written; Pygments' token classes (from the server) colour it, text stays text
+    if (!arg.tokens) return el("pre", "code", arg.text);
+    const box = el("pre", "code");
+    arg.tokens.forEach(([cls, text]) => box.appendChild(cls ? el("span", "tok-" + cls, text)
+                                                            : fill(document.createElement("span"), text)));
+    return box;
+  }
+
   function callNode(call) {
     const box = el("div", "piece action call");
     const head = el("div", "label", "action: ");
@@ -153,7 +161,7 @@
         arg.appendChild(line);
       } else {
         arg.appendChild(el("div", "name", a.name + (a.kind === "diff" ? " (diff)" : "")));
-        arg.appendChild(a.kind === "diff" ? diffNode(a.lines) : el("pre", "code", a.text));
+        arg.appendChild(a.kind === "diff" ? diffNode(a.lines) : codeNode(a));
       }
       box.appendChild(arg);
     });
