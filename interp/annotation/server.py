@@ -67,6 +67,7 @@ from interp.annotation.session import (
     disagreement_queue,
     folder_for,
     read_annotator_csv,
+    review_queue,
     task_fields,
     trajectory_sha256,
 )
@@ -232,6 +233,7 @@ class AnnotationApp:
         return {"total": len(s.queue), "labelled": s.labelled(), "position": s.position, "mode": s.mode,
                 "task": s.task, "fields": list(s.fields), "annotator": s.annotator, "marks": s.marks(),
                 "compared": [c.annotator for c in s.compared or ()], "labels_csv": str(s.labels_csv),
+                "reviewed": s.reviewed.annotator if s.reviewed else None,
                 "journal": str(s.journal.path), "restart": self.restart, "flags": s.flags}
 
     def item(self, index: int, suggestions: bool) -> dict[str, Any]:
@@ -339,19 +341,22 @@ class Plan:
     start: dict[str, Any]
     compared: tuple[AnnotatorLabels, AnnotatorLabels] | None = None
     restart: str = ""
+    reviewed: AnnotatorLabels | None = None
 
 
 def restart_command(trajectories: Path, labels_csv: Path, annotator: str, task: str,
-                    adjudicate: Sequence[Path] = ()) -> str:
+                    adjudicate: Sequence[Path] = (), review: Path | None = None) -> str:
     """The ``interp annotate`` command line that resumes this session (shell-quoted)."""
     args = ["interp", "annotate", "--trajectories", str(trajectories), "--labels", str(labels_csv),
-            "--annotator", annotator, "--task", task, *(a for p in adjudicate for a in ("--adjudicate", str(p)))]
+            "--annotator", annotator, "--task", task, *(a for p in adjudicate for a in ("--adjudicate", str(p))),
+            *(("--review", str(review)) if review is not None else ())]
     return " ".join(shlex.quote(a) for a in args)
 
 
 def plan(trajectories: Path, labels_csv: Path, annotator: str, task: str = "g",
-         adjudicate: Sequence[Path] = (), allow_control_tokens: bool = False) -> Plan:
-    """Load and check the inputs of a session (no side effect): the queue, or the disagreements of two CSVs."""
+         adjudicate: Sequence[Path] = (), allow_control_tokens: bool = False, review: Path | None = None) -> Plan:
+    """Load and check the inputs of a session (no side effect): the queue, the disagreements of two CSVs, or the
+    labels of one CSV to review (a judge's)."""
     fields = task_fields(task)
     if not annotator.strip():
         raise ValueError("--annotator: empty name")
@@ -360,28 +365,35 @@ def plan(trajectories: Path, labels_csv: Path, annotator: str, task: str = "g",
     labels_csv = Path(labels_csv)
     if labels_csv.is_dir():
         raise ValueError(f"--labels {labels_csv}: is a folder; give the CSV file to write")
-    if any(Path(p).resolve() == labels_csv.resolve() for p in adjudicate):
+    if adjudicate and review is not None:
+        raise ValueError("--review: give either --adjudicate (two annotators) or --review (one), not both")
+    if any(Path(p).resolve() == labels_csv.resolve() for p in [*adjudicate, *([review] if review else [])]):
         raise ValueError(f"--labels {labels_csv}: is one of the --adjudicate inputs; write the adjudication "
                          "to a new file")
     check_output_dir(labels_csv.parent, "--labels")
     trajs = load_trajectories(trajectories, allow_control_tokens=allow_control_tokens)
     full = build_queue(trajs, task)
     compared = tuple(read_annotator_csv(Path(p), fields, trajs) for p in adjudicate) or None
-    queue = disagreement_queue(full, *compared) if compared else full
+    reviewed = read_annotator_csv(Path(review), fields, trajs) if review is not None else None
+    queue = (disagreement_queue(full, *compared) if compared else review_queue(full, reviewed) if reviewed
+             else full)
     if not queue:
         raise ValueError(f"--adjudicate: {adjudicate[0]} and {adjudicate[1]} agree on every item they share; "
-                         "nothing to adjudicate" if compared else f"--trajectories {trajectories}: no item to label")
+                         "nothing to adjudicate" if compared else f"--review {review}: no label of --task {task} "
+                         "to review" if reviewed else f"--trajectories {trajectories}: no item to label")
     start = {"trajectories": {"path": str(trajectories), "sha256": file_sha256(Path(trajectories))},
-             "compared": [str(p) for p in adjudicate]}
+             "compared": [str(p) for p in adjudicate], **({"reviewed": str(review)} if review is not None else {})}
     return Plan(labels_csv, annotator.strip(), task, {t.task_id: t for t in trajs}, queue, full, start, compared,
-                restart_command(Path(trajectories), labels_csv, annotator.strip(), task, adjudicate))
+                restart_command(Path(trajectories), labels_csv, annotator.strip(), task, adjudicate, review),
+                reviewed)
 
 
 def open_app(p: Plan, frame_ancestors: Sequence[str] = (), behind_proxy: bool = False) -> AnnotationApp:
     """The app of a plan: replays (and appends a start to) the journal, rewrites the CSV. Call under the lock."""
     security_headers(frame_ancestors)  # a bad origin is refused before the journal is touched
     hashes = {task_id: trajectory_sha256(t) for task_id, t in p.trajectories.items()}
-    session = Session(p.queue, p.labels_csv, p.annotator, p.task, p.start, p.compared, p.full_queue, hashes)
+    session = Session(p.queue, p.labels_csv, p.annotator, p.task, p.start, p.compared, p.full_queue, hashes,
+                      p.reviewed)
     return AnnotationApp(session, p.trajectories, restart=p.restart, frame_ancestors=tuple(frame_ancestors),
                          behind_proxy=behind_proxy)
 
@@ -437,10 +449,11 @@ class RunningAnnotation:
 
 def start_annotation(trajectories: Path, labels_csv: Path, annotator: str, task: str = "g", port: int = 0,
                      adjudicate: Sequence[Path] = (), allow_control_tokens: bool = False,
-                     frame_ancestors: Sequence[str] = (), behind_proxy: bool | None = None) -> RunningAnnotation:
+                     frame_ancestors: Sequence[str] = (), behind_proxy: bool | None = None,
+                     review: Path | None = None) -> RunningAnnotation:
     """Serve the labelling page from a background thread (a notebook's way of ``interp annotate``);
     ``behind_proxy`` (default: when jupyter-server-proxy is installed) admits requests forwarded by it."""
-    p = plan(trajectories, labels_csv, annotator, task, adjudicate, allow_control_tokens)
+    p = plan(trajectories, labels_csv, annotator, task, adjudicate, allow_control_tokens, review)
     proxied = jupyter_proxy_available() if behind_proxy is None else behind_proxy
     sock = bind(port)
     lock = ExitStack()

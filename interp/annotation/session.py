@@ -13,6 +13,15 @@ labelled and labelled differently; the output CSV holds their agreed labels
 (``annotator`` = ``A+B``, ``adjudicated`` = 0) and the adjudicator's decisions
 (``adjudicated`` = 1). Boundaries only one of them labelled are left out.
 
+Review. With another annotator's CSV to review (a model judge's, annotator
+``judge:<model>``), the queue keeps the items it labelled, the page shows its
+label and note (the rationale) beside the question, and the person confirms
+(the same label) or corrects it. The output CSV holds the person's labels and,
+per row, whose labels were reviewed and what they were (``reviewed``,
+``reviewed_<field>``): confirmations and corrections are recorded as such. A
+reviewed file measures how often a person accepts the judge's label, not
+independent agreement (the person saw it); label without ``--review`` for that.
+
 Journal. ``<labels>.annotate/journal.jsonl``: one JSON object per line,
 appended, flushed and fsynced before the page hears that a label is kept; the
 CSV is rewritten atomically from it after every event and when a session
@@ -40,7 +49,7 @@ Fields of a journal line (``JOURNAL_FIELDS``):
 | ``suggestions`` | ``[]`` | bool | - | label: whether the rule labelers' evidence was shown when it was given |
 | ``note`` | ``[]`` | str | - | note: the free-text note of the item (empty clears it) |
 | ``trajectory_sha256`` | ``[]`` | str | - | every event but start: :func:`trajectory_sha256` of the item's trajectory when it happened |
-| ``session`` | ``{...}`` | object | - | start: annotator, task, mode, trajectories (path and sha256), compared (the two CSVs of adjudication) |
+| ``session`` | ``{...}`` | object | - | start: annotator, task, mode (label, adjudicate or review), trajectories (path and sha256), compared (the two CSVs of adjudication), reviewed (the CSV of review) |
 
 The labels CSV has one row per boundary with a label; it is the format
 :func:`interp.data.labels.read_labels_csv` reads, so ``interp externalize risk
@@ -58,6 +67,8 @@ The labels CSV has one row per boundary with a label; it is the format
 | ``note`` | ``[n_rows]`` | str | - | the notes of the row's items (``G: ...; y: ...`` with both); a skipped item's note has a row with empty labels |
 | ``trajectory_sha256`` | ``[n_rows]`` | str | - | :func:`trajectory_sha256` of the trajectory the row's labels were given on |
 | ``adjudicated`` | ``[n_rows]`` | int | - | adjudication only: 1 when the adjudicator decided a label of the row |
+| ``reviewed`` | ``[n_rows]`` | str | - | review only: the annotator whose labels were reviewed (``judge:<model>``) |
+| ``reviewed_<field>`` | ``[n_rows]`` | int or null | - | review only: that annotator's label of the field, as shown |
 """
 
 from __future__ import annotations
@@ -91,8 +102,8 @@ JOURNAL_FIELDS = (
     Field("trajectory_sha256", "[]", "str", "-",
           "every event but start: :func:`trajectory_sha256` of the item's trajectory when it happened"),
     Field("session", "{...}", "object", "-",
-          "start: annotator, task, mode, trajectories (path and sha256), compared (the two CSVs of "
-          "adjudication)"),
+          "start: annotator, task, mode (label, adjudicate or review), trajectories (path and sha256), compared "
+          "(the two CSVs of adjudication), reviewed (the CSV of review)"),
 )
 CSV_FIELDS = (
     Field("task_id", "[n_rows]", "str", "-", "the trajectory"),
@@ -108,6 +119,10 @@ CSV_FIELDS = (
           ":func:`trajectory_sha256` of the trajectory the row's labels were given on"),
     Field("adjudicated", "[n_rows]", "int", "-",
           "adjudication only: 1 when the adjudicator decided a label of the row"),
+    Field("reviewed", "[n_rows]", "str", "-",
+          "review only: the annotator whose labels were reviewed (``judge:<model>``)"),
+    Field("reviewed_<field>", "[n_rows]", "int or null", "-",
+          "review only: that annotator's label of the field, as shown"),
 )
 TASKS = {"g": ("externalization_gap",), "y": ("future_necessity",),
          "both": ("externalization_gap", "future_necessity")}
@@ -196,6 +211,11 @@ def read_annotator_csv(path: Path, fields: Sequence[str], trajectories: Iterable
     return AnnotatorLabels(Path(path), "+".join(sorted(names)) or Path(path).stem, labels, notes, shown)
 
 
+def review_queue(queue: Sequence[Item], reviewed: AnnotatorLabels) -> list[Item]:
+    """The items of ``queue`` the reviewed annotator labelled (its missing labels are not asked)."""
+    return [item for item in queue if reviewed.labels[item.field].get(item.boundary) is not None]
+
+
 def disagreement_queue(queue: Sequence[Item], first: AnnotatorLabels, second: AnnotatorLabels) -> list[Item]:
     """The items of ``queue`` both annotators labelled, differently (the adjudication walk)."""
     out = []
@@ -256,7 +276,8 @@ class Session:
 
     def __init__(self, queue: Sequence[Item], labels_csv: Path, annotator: str, task: str,
                  start: Mapping[str, Any], compared: tuple[AnnotatorLabels, AnnotatorLabels] | None = None,
-                 full_queue: Sequence[Item] | None = None, hashes: Mapping[str, str] | None = None):
+                 full_queue: Sequence[Item] | None = None, hashes: Mapping[str, str] | None = None,
+                 reviewed: AnnotatorLabels | None = None):
         self.queue = list(queue)
         self.hashes = dict(hashes or {})  # task_id -> trajectory_sha256 of the trajectory served now
         self.index = {item: i for i, item in enumerate(self.queue)}
@@ -272,7 +293,8 @@ class Session:
         self.changed: dict[Item, int] = {}  # item -> journal line of its latest set-aside event (trajectory changed)
         self.unbound = 0  # replayed events without a trajectory hash (journals of older versions)
         self.position = 0
-        self.mode = "adjudicate" if compared else "label"
+        self.reviewed = reviewed
+        self.mode = "adjudicate" if compared else "review" if reviewed else "label"
         for event in self.journal.read():
             self._replay(event)
         self.position = self.resume_position()
@@ -414,9 +436,11 @@ class Session:
         return len(self.values)
 
     def others(self, item: Item) -> list[dict[str, Any]]:
-        """The compared annotators' labels and notes of ``item`` (adjudication), else ``[]``."""
+        """The compared annotators' labels and notes of ``item`` (adjudication; review: the reviewed one's), else
+        ``[]``."""
+        shown = [*(self.compared or ()), *((self.reviewed,) if self.reviewed else ())]
         return [{"annotator": c.annotator, "value": c.labels[item.field].get(item.boundary),
-                 "note": c.notes.get(item.boundary, "")} for c in self.compared or ()]
+                 "note": c.notes.get(item.boundary, "")} for c in shown]
 
     def csv_rows(self) -> list[dict[str, Any]]:
         """The CSV rows (``CSV_FIELDS``): one per boundary with a label, in queue order."""
@@ -431,6 +455,9 @@ class Session:
                                                   "trajectory_sha256": self.hashes.get(item.task_id, "")})
             if value is not None:
                 row[item.field] = value
+            if self.reviewed:
+                row["reviewed"] = self.reviewed.annotator
+                row[f"reviewed_{item.field}"] = self.reviewed.labels[item.field].get(item.boundary)
             row["time"] = max(row["time"], when)
             row["suggestions"] = max(row["suggestions"], int(shown))
             if decided:
@@ -463,4 +490,5 @@ class Session:
         """Rewrite the labels CSV atomically from the state (``CSV_FIELDS``)."""
         extra = [*self.fields[1:], "annotator", "time", "suggestions", "note", "trajectory_sha256"]
         extra += ["adjudicated"] if self.compared else []
+        extra += ["reviewed", *(f"reviewed_{f}" for f in self.fields)] if self.reviewed else []
         return write_labels_csv(self.labels_csv, self.csv_rows(), self.fields[0], extra)

@@ -185,3 +185,26 @@ def test_written_code_is_highlighted_by_pygments_and_joins_back_to_the_text():
     shell = call_view("run", {"command": "cd src\npytest -q"})["args"][0]
     assert shell["kind"] == "code" and "".join(t for _, t in shell["tokens"]) == "cd src\npytest -q"
     assert "tokens" not in call_view("write_file", {"path": "notes.unknownext", "content": "a\nb"})["args"][1]
+
+
+def test_a_judges_labels_are_walked_confirmed_or_corrected_and_recorded_as_such(runs, tmp_path):
+    judge = write_labels_csv(tmp_path / "judge.csv", [
+        {"task_id": "a", "after_step": 1, "externalization_gap": 1, "annotator": "judge:tiny", "note": "plan only in reasoning"},
+        {"task_id": "a", "after_step": 2, "externalization_gap": None, "annotator": "judge:tiny", "note": "unparseable"},
+        {"task_id": "a", "after_step": 3, "externalization_gap": 0, "annotator": "judge:tiny", "note": "written to file"},
+        {"task_id": "b", "after_step": 1, "externalization_gap": 1, "annotator": "judge:tiny", "note": "-"}],
+        "externalization_gap", ["annotator", "note"])
+    out = tmp_path / "carol.csv"
+    s = open_app(plan(runs, out, "carol", "g", review=judge)).session
+    assert s.mode == "review" and [(i.task_id, i.after_step) for i in s.queue] == [("a", 1), ("a", 3), ("b", 1)]
+    assert s.others(s.queue[0]) == [{"annotator": "judge:tiny", "value": 1, "note": "plan only in reasoning"}]
+    s.label(0, 1, False)  # confirms
+    s.label(1, 1, False)  # corrects 0 -> 1
+    rows = [line.split(",") for line in out.read_text().splitlines()]
+    assert rows[0][-2:] == ["reviewed", "reviewed_externalization_gap"]
+    assert [(r[0], r[1], r[2], r[3], r[-2], r[-1]) for r in rows[1:]] == [
+        ("a", "1", "1", "carol", "judge:tiny", "1"), ("a", "3", "1", "carol", "judge:tiny", "0")]
+    with pytest.raises(ValueError, match="session.mode"):  # a review journal is not a labelling one
+        open_app(plan(runs, out, "carol", "g"))
+    with pytest.raises(ValueError, match="--review: give either"):
+        plan(runs, tmp_path / "x.csv", "carol", adjudicate=[judge, judge], review=judge)

@@ -380,6 +380,7 @@
     state = await api("api/state");
     $("goto").max = String(state.total);
     if (state.mode === "adjudicate") say(`adjudicating ${state.compared.join(" vs ")}: only their disagreements`);
+    if (state.mode === "review") say(`reviewing ${state.reviewed}'s labels: the same key confirms, the other corrects`);
     if (state.flags.length) say(`${state.flags.length} label(s) set aside: their trajectory changed (marked on the item)`, true);
     await go(state.position);
   });

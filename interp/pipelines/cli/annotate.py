@@ -32,6 +32,10 @@ def annotate(
     frame_ancestor: Annotated[Optional[list[str]], typer.Option(
         "--frame-ancestor", help="An origin that may show the page in a frame (https://hub.example.org); "
                                  "loopback notebooks and the page's own origin always may.")] = None,
+    review: Annotated[Optional[Path], typer.Option(
+        "--review", help="Another annotator's CSV (a judge's: annotator judge:<model>): walk its labels, each "
+                         "shown with its note; confirm or correct them (recorded in reviewed, reviewed_<field>).")]
+    = None,
     behind_proxy: Annotated[bool, typer.Option(
         "--behind-proxy", help="Serve through jupyter-server-proxy (open {base_url}proxy/PORT/?token=...): "
                                "admit its forwarded requests whatever their Host (the token is still checked).")]
@@ -43,7 +47,7 @@ def annotate(
     at_least("--port", port, 0)
     if port > 65535:
         raise ValueError(f"--port {port}: must be <= 65535")
-    p = plan(trajectories, labels, annotator, task, adjudicate or (), allow_control_tokens)
+    p = plan(trajectories, labels, annotator, task, adjudicate or (), allow_control_tokens, review)
     security_headers(frame_ancestor or ())
     sock = bind(port)
     with session_lock(p.labels_csv):
@@ -53,6 +57,7 @@ def annotate(
             console.print(f"changed: {line}", markup=False, highlight=False)
         console.print(f"{p.labels_csv}: {s.labelled()} of {len(s.queue)} items labelled"
                       + (f" (adjudicating {' vs '.join(c.annotator for c in s.compared)})" if s.compared else "")
+                      + (f" (reviewing {s.reviewed.annotator}'s labels)" if s.reviewed else "")
                       + f"; resuming at item {s.position + 1}", markup=False, highlight=False)
         if behind_proxy:
             console.print(f"through Jupyter: {{base_url}}proxy/{sock.getsockname()[1]}/?token={web.token}",
