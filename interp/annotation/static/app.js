@@ -88,11 +88,12 @@
     }
     let data = null;
     try { data = await reply.json(); } catch (err) { data = null; }
-    if (data === null || [502, 503, 504, 599].includes(reply.status)) {
+    // a proxy in front (jupyter-server-proxy) answers for a dead server with 5xx and no JSON
+    if ([502, 503, 504, 599].includes(reply.status) || (data === null && reply.status >= 500)) {
       showGone(`HTTP ${reply.status}`);
       throw new Error("the server is gone");
     }
-    if (!reply.ok) throw new Error(data.error || String(reply.status));
+    if (!reply.ok || data === null) throw new Error((data && data.error) || `HTTP ${reply.status}`);
     return data;
   }
 
