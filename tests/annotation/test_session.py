@@ -55,7 +55,7 @@ def test_replay_keeps_labels_undo_skip_and_notes_and_resumes(runs, tmp_path):
     assert s2.position == 4 and s2.notes == s.notes and s2.order == s.order
     with open(out) as fh:
         header = fh.readline().strip().split(",")
-    assert header == [f.name for f in CSV_FIELDS if f.name != "adjudicated"]
+    assert header == [f.name for f in CSV_FIELDS if f.name not in ("adjudicated", "reviewed", "reviewed_<field>")]
     row = out.read_text().splitlines()[1].split(",")
     assert row[:4] == ["a", "1", "1", "1"] and row[4] == "alice" and row[6] == "0" and row[7] == "y: re-plans at step 3"
     assert [row.split(",")[6] for row in out.read_text().splitlines()[1:]] == ["0", "1"]  # (a, 2): 0 shown with
