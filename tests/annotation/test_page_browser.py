@@ -22,10 +22,10 @@ INDEX = "return document.body.dataset.index"
 PLACES = """
 const main = document.getElementById('scroll').getBoundingClientRect();
 const q = document.getElementById('question').getBoundingClientRect();
-const s = document.querySelector('#view details.step.new').getBoundingClientRect();
+const s = document.querySelector('#view .step.new').getBoundingClientRect();
 return {question: q.top >= 0 && q.bottom <= window.innerHeight, step: s.top >= main.top - 1 && s.top <= main.bottom - 40,
         scrolled: document.getElementById('scroll').scrollTop, text: document.getElementById('q-text').textContent,
-        step_no: document.querySelector('#view details.step.new').dataset.step};
+        step_no: document.querySelector('#view .step.new').dataset.step};
 """
 
 
