@@ -132,3 +132,16 @@ def test_behind_jupyter_server_proxy_its_forwarded_requests_pass_whatever_their_
         assert f"through Jupyter: {{base_url}}proxy/{port}/?token={srv.token}" in srv.log.read_text()
     finally:
         srv.stop()
+
+
+def test_the_page_carries_the_guideline_and_a_forwarded_request_needs_behind_proxy(server):
+    from interp.annotation.guideline import guideline_html
+
+    page = server.get("/").decode()
+    assert guideline_html() in page and '<details id="guideline">' in page
+    assert 'href="app.css?' in page and 'src="app.js?' in page and '"/api' not in page  # relative URLs only
+    port = int(server.base.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:  # not started --behind-proxy
+        sock.sendall(f"GET /api/state?token={server.token} HTTP/1.1\r\nHost: hub.example.org\r\n"
+                     f"X-Forwarded-Context: /proxy/{port}\r\nConnection: close\r\n\r\n".encode())
+        assert sock.recv(100).startswith(b"HTTP/1.1 400")
