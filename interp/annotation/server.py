@@ -4,6 +4,9 @@ Safety with real logs:
 
 - the socket is bound to ``127.0.0.1`` (no option changes it) and the
   ``Host`` header must be ``127.0.0.1`` or ``localhost`` (DNS rebinding);
+  ``behind_proxy`` (a notebook behind jupyter-server-proxy, whose requests
+  keep the Jupyter server's own ``Host``) also admits requests carrying the
+  proxy's ``X-Forwarded-Context`` header, the token still required;
 - every request must carry the per-session token (``secrets.token_urlsafe``,
   as Jupyter does): the ``X-Annotate-Token`` header (the page's own calls) or
   a ``token`` query parameter (the URL printed at start); else 403;
@@ -12,12 +15,23 @@ Safety with real logs:
 - trajectory text travels as JSON strings and the page inserts it with
   ``textContent``; the Content-Security-Policy allows only the page's own
   script and style (no inline script, no images, no other origin), so markup
-  that slipped through would still not run.
+  that slipped through would still not run;
+- the API is strict: a body over ``MAX_BODY`` bytes is a 413, a body that is
+  not a flat JSON object of the route's fields (malformed, nested, an unknown
+  field, a label other than the integer 0 or 1) a 400 with a one-line message.
 
-Routes: ``GET /`` (the page), ``GET /app.js``, ``GET /app.css``, ``GET
-/api/state``, ``GET /api/item/{index}?suggestions=0|1``, ``POST /api/label``
-``{index, value, suggestions}``, ``POST /api/skip`` ``{index}``, ``POST
-/api/undo``, ``POST /api/note`` ``{index, note}``.
+Every URL the page uses is relative (``api/state``, ``app.js``), so it works
+under a path prefix: jupyter-server-proxy serves it at
+``{base_url}proxy/{port}/`` and strips the prefix before forwarding.
+``frame-ancestors`` admits the page's own origin (a notebook behind the
+proxy), notebooks on loopback (``http``/``https``, any port: an SSH tunnel to
+a remote Jupyter) and any origins given (``frame_ancestors``, ``interp
+annotate --frame-ancestor``).
+
+Routes: ``GET /`` (the page, with the guideline), ``GET /app.js``, ``GET
+/app.css``, ``GET /api/state``, ``GET /api/item/{index}?suggestions=0|1``,
+``POST /api/label`` ``{index, value, suggestions}``, ``POST /api/skip``
+``{index}``, ``POST /api/undo`` ``{}``, ``POST /api/note`` ``{index, note}``.
 """
 
 from __future__ import annotations
@@ -25,7 +39,9 @@ from __future__ import annotations
 import hmac
 import html
 import json
+import re
 import secrets
+import shlex
 import socket
 import threading
 from collections.abc import Mapping, Sequence
@@ -38,12 +54,11 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from interp.annotation.rules import labelling_rules
+from interp.annotation.guideline import guideline_html
 from interp.annotation.session import (
     AnnotatorLabels,
     Item,
@@ -52,7 +67,9 @@ from interp.annotation.session import (
     disagreement_queue,
     folder_for,
     read_annotator_csv,
+    review_queue,
     task_fields,
+    trajectory_sha256,
 )
 from interp.annotation.views import item_view
 from interp.data.trajectory import Trajectory, load_trajectories
@@ -60,20 +77,118 @@ from interp.externalization.labeler import GapLabelerConfig, Sources
 from interp.io import check_output_dir, file_sha256, writer_lock
 
 HOST = "127.0.0.1"
+LOOPBACK = (HOST, "localhost")
 TOKEN_HEADER = "x-annotate-token"
-# frame-ancestors: a notebook on this machine (any port) may show the page in an IFrame
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'none'; "
-       "base-uri 'none'; form-action 'none'; frame-ancestors 'self' http://127.0.0.1:* http://localhost:*")
-SECURITY_HEADERS = {"content-security-policy": CSP, "x-content-type-options": "nosniff",
-                    "referrer-policy": "no-referrer", "cache-control": "no-store"}
+PROXY_HEADER = "x-forwarded-context"  # set by jupyter-server-proxy on every request it forwards
+MAX_BODY = 64 * 1024  # bytes of a POST body (a note is at most 10000 characters)
+NOTE_CHARS = 10_000
+# frame-ancestors: the page's own origin (behind jupyter-server-proxy) and notebooks on loopback, any port
+FRAME_ANCESTORS = ("'self'", "http://127.0.0.1:*", "http://localhost:*", "https://127.0.0.1:*", "https://localhost:*")
+ORIGIN = re.compile(r"https?://(\*\.)?[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*(:(\d{1,5}|\*))?")
 STATIC = {"/app.js": ("app.js", "text/javascript"), "/app.css": ("app.css", "text/css")}
+BODIES: dict[str, dict[str, tuple[type, bool]]] = {  # route -> field -> (type, required); nothing else is accepted
+    "label": {"index": (int, True), "value": (int, True), "suggestions": (bool, False)},
+    "skip": {"index": (int, True)},
+    "undo": {},
+    "note": {"index": (int, True), "note": (str, True)},
+}
+
+
+def security_headers(frame_ancestors: Sequence[str] = ()) -> dict[str, str]:
+    """The headers of every response: the CSP (own script and style only; frames by the given origins), no sniffing,
+    no referrer, no caching. An origin is ``scheme://host[:port]`` (``*.`` and ``:*`` allowed); else ValueError."""
+    for origin in frame_ancestors:
+        if not ORIGIN.fullmatch(origin):
+            raise ValueError(f"--frame-ancestor {origin!r}: expected an origin like https://hub.example.org[:PORT]")
+    csp = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'none'; "
+           "base-uri 'none'; form-action 'none'; frame-ancestors " + " ".join([*FRAME_ANCESTORS, *frame_ancestors]))
+    return {"content-security-policy": csp, "x-content-type-options": "nosniff", "referrer-policy": "no-referrer",
+            "cache-control": "no-store"}
+
+
+class BadRequest(ValueError):
+    """A request the API refuses: ``status`` (400 or 413) and a one-line message."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+async def read_body(request: Request) -> bytes:
+    """The request body, at most ``MAX_BODY`` bytes (else a 413 :class:`BadRequest`, read no further)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY:
+        raise BadRequest(f"body: {declared} bytes, more than the {MAX_BODY} allowed", 413)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise BadRequest(f"body: more than the {MAX_BODY} bytes allowed", 413)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def parse_body(raw: bytes, route: str) -> dict[str, Any]:
+    """The body of a POST to ``route`` as a flat object of exactly its fields (``BODIES``), else :class:`BadRequest`.
+
+    Types are exact: an index or label is a JSON integer (``1.0`` and ``true`` are refused), ``suggestions`` a
+    boolean, a note a string of at most ``NOTE_CHARS`` characters; an empty body is ``{}``.
+    """
+    try:
+        body = json.loads(raw.decode("utf-8"), parse_constant=_no_constant) if raw.strip() else {}
+    except RecursionError:
+        raise BadRequest("body: JSON nested too deeply") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise BadRequest(f"body: not JSON ({str(exc).splitlines()[0][:120]})") from None
+    if not isinstance(body, dict):
+        raise BadRequest(f"body: expected a JSON object, got {type(body).__name__}")
+    spec = BODIES[route]
+    unknown = sorted(set(body) - set(spec))
+    if unknown:
+        raise BadRequest(f"body: unknown field(s) {', '.join(repr(k[:40]) for k in unknown[:5])} for {route}")
+    for name, (kind, required) in spec.items():
+        if name not in body:
+            if required:
+                raise BadRequest(f"{name}: missing")
+            continue
+        value = body[name]
+        if type(value) is not kind:
+            raise BadRequest(f"{name}: expected a JSON {'integer' if kind is int else kind.__name__}, got "
+                             f"{json.dumps(value)[:40] if not isinstance(value, (dict, list)) else type(value).__name__}")
+    if route == "label" and body["value"] not in (0, 1):
+        raise BadRequest(f"value: {body['value']} is not 0 or 1")
+    if route == "note" and len(body["note"]) > NOTE_CHARS:
+        raise BadRequest(f"note: {len(body['note'])} characters, more than {NOTE_CHARS}")
+    return body
+
+
+class HostGuard:
+    """ASGI middleware: 400 unless the ``Host`` is loopback (DNS rebinding); ``behind_proxy`` also admits requests
+    that jupyter-server-proxy forwarded (they carry ``X-Forwarded-Context``; the token is checked all the same)."""
+
+    def __init__(self, app: Any, behind_proxy: bool = False):
+        self.app, self.behind_proxy = app, behind_proxy
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = Request(scope).headers
+            host = headers.get("host", "").rsplit(":", 1)[0] if not headers.get("host", "").startswith("[") else ""
+            proxied = self.behind_proxy and PROXY_HEADER in headers
+            if host not in LOOPBACK and not proxied:
+                await PlainTextResponse("400: Invalid host header", status_code=400)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class TokenGuard:
     """ASGI middleware: 403 unless the request carries the session token; security headers on every response."""
 
-    def __init__(self, app: Any, token: str):
-        self.app, self.token = app, token.encode()
+    def __init__(self, app: Any, token: str, headers: Mapping[str, str]):
+        self.app, self.token, self.headers = app, token.encode(), dict(headers)
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -86,7 +201,7 @@ class TokenGuard:
             if message["type"] == "http.response.start":
                 message.setdefault("headers", [])
                 message["headers"] = [*message["headers"],
-                                      *((k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items())]
+                                      *((k.encode(), v.encode()) for k, v in self.headers.items())]
             await send(message)
 
         if not hmac.compare_digest(given.encode(), self.token):
@@ -108,13 +223,18 @@ class AnnotationApp:
     trajectories: Mapping[str, Trajectory]
     token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     sources: dict[str, Sources] = field(default_factory=dict)  # per-trajectory carriers of the G evidence
+    restart: str = ""  # the command that restarts this session (shown when the server is gone)
+    frame_ancestors: tuple[str, ...] = ()  # more origins that may frame the page (a remote Jupyter)
+    behind_proxy: bool = False  # admit requests forwarded by jupyter-server-proxy whatever their Host
 
     def state(self) -> dict[str, Any]:
-        """What the page needs once: progress, position, mode, task, annotator and the labelling rules."""
+        """What the page needs once: progress, position, mode, task, annotator, where labels go, how to restart."""
         s = self.session
         return {"total": len(s.queue), "labelled": s.labelled(), "position": s.position, "mode": s.mode,
-                "task": s.task, "fields": list(s.fields), "annotator": s.annotator, "rules": labelling_rules(),
-                "compared": [c.annotator for c in s.compared or ()]}
+                "task": s.task, "fields": list(s.fields), "annotator": s.annotator, "marks": s.marks(),
+                "compared": [c.annotator for c in s.compared or ()], "labels_csv": str(s.labels_csv),
+                "reviewed": s.reviewed.annotator if s.reviewed else None,
+                "journal": str(s.journal.path), "restart": self.restart, "flags": s.flags}
 
     def item(self, index: int, suggestions: bool) -> dict[str, Any]:
         """The payload of queue item ``index`` with its current label, note and (adjudication) the two others'."""
@@ -125,12 +245,14 @@ class AnnotationApp:
             self.sources[item.task_id] = Sources.of(traj, GapLabelerConfig().carriers)
         view = item_view(traj, item, suggestions, self.sources.get(item.task_id))
         view.update(index=index, total=len(s.queue), labelled=s.labelled(), value=s.value(item),
-                    note=s.notes.get(item, ""), others=s.others(item))
+                    note=s.notes.get(item, ""), others=s.others(item), changed=item in s.changed)
         return view
 
     def build(self) -> Starlette:
         """The Starlette application: token guard outside, trusted hosts inside, the routes."""
-        page = _static("index.html").replace("$TOKEN", html.escape(self.token, quote=True))
+        page = (_static("index.html").replace("$GUIDELINE", guideline_html())
+                .replace("$TOKEN", html.escape(self.token, quote=True)))
+        headers = security_headers(self.frame_ancestors)
 
         async def index(request: Request) -> Response:
             return Response(page, media_type="text/html")
@@ -150,39 +272,34 @@ class AnnotationApp:
                 return JSONResponse({"error": str(exc)}, status_code=404)
 
         async def change(request: Request) -> Response:
+            route = request.url.path.rsplit("/", 1)[-1]
             try:
-                body = json.loads(await request.body() or b"{}")
-                if not isinstance(body, dict):
-                    raise ValueError("body: expected a JSON object")
-                reply = self.change(request.url.path.rsplit("/", 1)[-1], body)
-            except (ValueError, TypeError) as exc:
+                reply = self.change(route, parse_body(await read_body(request), route))
+            except BadRequest as exc:
+                return JSONResponse({"error": str(exc)}, status_code=exc.status)
+            except ValueError as exc:
                 return JSONResponse({"error": str(exc)}, status_code=400)
-            return JSONResponse({**reply, "labelled": self.session.labelled(), "total": len(self.session.queue)})
+            s = self.session
+            return JSONResponse({**reply, "labelled": s.labelled(), "total": len(s.queue), "marks": s.marks()})
 
         routes = [Route("/", index), *(Route(p, static) for p in STATIC), Route("/api/state", state),
                   Route("/api/item/{index:int}", item),
-                  *(Route(f"/api/{name}", change, methods=["POST"]) for name in ("label", "skip", "undo", "note"))]
-        return Starlette(routes=routes, middleware=[Middleware(TokenGuard, token=self.token),
-                                                    Middleware(TrustedHostMiddleware,
-                                                               allowed_hosts=[HOST, "localhost"])])
+                  *(Route(f"/api/{name}", change, methods=["POST"]) for name in BODIES)]
+        return Starlette(routes=routes, middleware=[Middleware(TokenGuard, token=self.token, headers=headers),
+                                                    Middleware(HostGuard, behind_proxy=self.behind_proxy)])
 
     def change(self, kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Apply one POSTed change (label, skip, undo, note) to the session; the reply the page reads."""
+        """Apply one change (label, skip, undo, note; ``body`` checked by :func:`parse_body`) to the session; the
+        reply the page reads."""
         s = self.session
         if kind == "undo":
             return {"index": s.undo()}
-        index = body.get("index")
-        if not isinstance(index, int) or isinstance(index, bool):
-            raise ValueError("index: expected an integer")
         if kind == "label":
-            s.label(index, body.get("value"), bool(body.get("suggestions")))
+            s.label(body["index"], body["value"], body.get("suggestions", False))
         elif kind == "skip":
-            s.skip(index)
+            s.skip(body["index"])
         else:
-            note = body.get("note")
-            if not isinstance(note, str) or len(note) > 10_000:
-                raise ValueError("note: expected a string of at most 10000 characters")
-            s.note(index, note)
+            s.note(body["index"], body["note"])
         return {"index": s.position}
 
 
@@ -223,11 +340,23 @@ class Plan:
     full_queue: list[Item]
     start: dict[str, Any]
     compared: tuple[AnnotatorLabels, AnnotatorLabels] | None = None
+    restart: str = ""
+    reviewed: AnnotatorLabels | None = None
+
+
+def restart_command(trajectories: Path, labels_csv: Path, annotator: str, task: str,
+                    adjudicate: Sequence[Path] = (), review: Path | None = None) -> str:
+    """The ``interp annotate`` command line that resumes this session (shell-quoted)."""
+    args = ["interp", "annotate", "--trajectories", str(trajectories), "--labels", str(labels_csv),
+            "--annotator", annotator, "--task", task, *(a for p in adjudicate for a in ("--adjudicate", str(p))),
+            *(("--review", str(review)) if review is not None else ())]
+    return " ".join(shlex.quote(a) for a in args)
 
 
 def plan(trajectories: Path, labels_csv: Path, annotator: str, task: str = "g",
-         adjudicate: Sequence[Path] = (), allow_control_tokens: bool = False) -> Plan:
-    """Load and check the inputs of a session (no side effect): the queue, or the disagreements of two CSVs."""
+         adjudicate: Sequence[Path] = (), allow_control_tokens: bool = False, review: Path | None = None) -> Plan:
+    """Load and check the inputs of a session (no side effect): the queue, the disagreements of two CSVs, or the
+    labels of one CSV to review (a judge's)."""
     fields = task_fields(task)
     if not annotator.strip():
         raise ValueError("--annotator: empty name")
@@ -236,31 +365,49 @@ def plan(trajectories: Path, labels_csv: Path, annotator: str, task: str = "g",
     labels_csv = Path(labels_csv)
     if labels_csv.is_dir():
         raise ValueError(f"--labels {labels_csv}: is a folder; give the CSV file to write")
-    if any(Path(p).resolve() == labels_csv.resolve() for p in adjudicate):
+    if adjudicate and review is not None:
+        raise ValueError("--review: give either --adjudicate (two annotators) or --review (one), not both")
+    if any(Path(p).resolve() == labels_csv.resolve() for p in [*adjudicate, *([review] if review else [])]):
         raise ValueError(f"--labels {labels_csv}: is one of the --adjudicate inputs; write the adjudication "
                          "to a new file")
     check_output_dir(labels_csv.parent, "--labels")
     trajs = load_trajectories(trajectories, allow_control_tokens=allow_control_tokens)
     full = build_queue(trajs, task)
     compared = tuple(read_annotator_csv(Path(p), fields, trajs) for p in adjudicate) or None
-    queue = disagreement_queue(full, *compared) if compared else full
+    reviewed = read_annotator_csv(Path(review), fields, trajs) if review is not None else None
+    queue = (disagreement_queue(full, *compared) if compared else review_queue(full, reviewed) if reviewed
+             else full)
     if not queue:
         raise ValueError(f"--adjudicate: {adjudicate[0]} and {adjudicate[1]} agree on every item they share; "
-                         "nothing to adjudicate" if compared else f"--trajectories {trajectories}: no item to label")
+                         "nothing to adjudicate" if compared else f"--review {review}: no label of --task {task} "
+                         "to review" if reviewed else f"--trajectories {trajectories}: no item to label")
     start = {"trajectories": {"path": str(trajectories), "sha256": file_sha256(Path(trajectories))},
-             "compared": [str(p) for p in adjudicate]}
-    return Plan(labels_csv, annotator.strip(), task, {t.task_id: t for t in trajs}, queue, full, start, compared)
+             "compared": [str(p) for p in adjudicate], **({"reviewed": str(review)} if review is not None else {})}
+    return Plan(labels_csv, annotator.strip(), task, {t.task_id: t for t in trajs}, queue, full, start, compared,
+                restart_command(Path(trajectories), labels_csv, annotator.strip(), task, adjudicate, review),
+                reviewed)
 
 
-def open_app(p: Plan) -> AnnotationApp:
+def open_app(p: Plan, frame_ancestors: Sequence[str] = (), behind_proxy: bool = False) -> AnnotationApp:
     """The app of a plan: replays (and appends a start to) the journal, rewrites the CSV. Call under the lock."""
-    session = Session(p.queue, p.labels_csv, p.annotator, p.task, p.start, p.compared, p.full_queue)
-    return AnnotationApp(session, p.trajectories)
+    security_headers(frame_ancestors)  # a bad origin is refused before the journal is touched
+    hashes = {task_id: trajectory_sha256(t) for task_id, t in p.trajectories.items()}
+    session = Session(p.queue, p.labels_csv, p.annotator, p.task, p.start, p.compared, p.full_queue, hashes,
+                      p.reviewed)
+    return AnnotationApp(session, p.trajectories, restart=p.restart, frame_ancestors=tuple(frame_ancestors),
+                         behind_proxy=behind_proxy)
 
 
 def session_lock(labels_csv: Path) -> Any:
     """The writer lock of an output CSV's session folder: a second server on the same output is refused."""
     return writer_lock(folder_for(labels_csv), command="annotate")
+
+
+def jupyter_proxy_available() -> bool:
+    """True when jupyter-server-proxy is installed here (a notebook's page is then reachable through Jupyter)."""
+    import importlib.util
+
+    return importlib.util.find_spec("jupyter_server_proxy") is not None
 
 
 @dataclass
@@ -272,12 +419,26 @@ class RunningAnnotation:
     server: Any
     thread: threading.Thread
     lock: ExitStack
+    port: int = 0
 
-    def frame(self, width: str = "100%", height: int = 720) -> Any:
-        """An IFrame of the page for a notebook cell (:func:`interp.annotation.notebook.annotation_iframe`)."""
+    def proxy_url(self, prefix: str | None = None) -> str:
+        """The page's path through jupyter-server-proxy: ``{prefix}proxy/{port}/?token=...``; ``prefix`` is the
+        Jupyter server's base URL (default: ``$JUPYTERHUB_SERVICE_PREFIX`` on JupyterHub, else ``/``)."""
+        import os
+
+        base = prefix if prefix is not None else os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")
+        return f"{base.rstrip('/')}/proxy/{self.port}/?token={self.app.token}"
+
+    def frame(self, width: str = "100%", height: int = 640, via: str = "auto", prefix: str | None = None) -> Any:
+        """An IFrame of the page for a notebook cell: ``via`` ``proxy`` (through jupyter-server-proxy: remote kernels,
+        JupyterHub), ``direct`` (``http://127.0.0.1:PORT``: the browser on this machine or an SSH tunnel of the
+        port) or ``auto`` (proxy when jupyter-server-proxy is installed)."""
         from interp.annotation.notebook import annotation_iframe
 
-        return annotation_iframe(self.url, width, height)
+        if via not in ("auto", "proxy", "direct"):
+            raise ValueError(f"via: {via!r}; use auto, proxy or direct")
+        proxied = via == "proxy" or (via == "auto" and jupyter_proxy_available())
+        return annotation_iframe(self.proxy_url(prefix) if proxied else self.url, width, height)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server, wait for its thread and release the output's writer lock."""
@@ -287,14 +448,18 @@ class RunningAnnotation:
 
 
 def start_annotation(trajectories: Path, labels_csv: Path, annotator: str, task: str = "g", port: int = 0,
-                     adjudicate: Sequence[Path] = (), allow_control_tokens: bool = False) -> RunningAnnotation:
-    """Serve the labelling page from a background thread (a notebook's way of ``interp annotate``)."""
-    p = plan(trajectories, labels_csv, annotator, task, adjudicate, allow_control_tokens)
+                     adjudicate: Sequence[Path] = (), allow_control_tokens: bool = False,
+                     frame_ancestors: Sequence[str] = (), behind_proxy: bool | None = None,
+                     review: Path | None = None) -> RunningAnnotation:
+    """Serve the labelling page from a background thread (a notebook's way of ``interp annotate``);
+    ``behind_proxy`` (default: when jupyter-server-proxy is installed) admits requests forwarded by it."""
+    p = plan(trajectories, labels_csv, annotator, task, adjudicate, allow_control_tokens, review)
+    proxied = jupyter_proxy_available() if behind_proxy is None else behind_proxy
     sock = bind(port)
     lock = ExitStack()
     try:
         lock.enter_context(session_lock(p.labels_csv))
-        app = open_app(p)
+        app = open_app(p, frame_ancestors, proxied)
     except BaseException:
         sock.close()
         lock.close()
@@ -302,4 +467,4 @@ def start_annotation(trajectories: Path, labels_csv: Path, annotator: str, task:
     server = make_server(app)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="interp-annotate", daemon=True)
     thread.start()
-    return RunningAnnotation(url_of(sock, app.token), app, server, thread, lock)
+    return RunningAnnotation(url_of(sock, app.token), app, server, thread, lock, sock.getsockname()[1])

@@ -13,12 +13,29 @@ labelled and labelled differently; the output CSV holds their agreed labels
 (``annotator`` = ``A+B``, ``adjudicated`` = 0) and the adjudicator's decisions
 (``adjudicated`` = 1). Boundaries only one of them labelled are left out.
 
+Review. With another annotator's CSV to review (a model judge's, annotator
+``judge:<model>``), the queue keeps the items it labelled, the page shows its
+label and note (the rationale) beside the question, and the person confirms
+(the same label) or corrects it. The output CSV holds the person's labels and,
+per row, whose labels were reviewed and what they were (``reviewed``,
+``reviewed_<field>``): confirmations and corrections are recorded as such. A
+reviewed file measures how often a person accepts the judge's label, not
+independent agreement (the person saw it); label without ``--review`` for that.
+
 Journal. ``<labels>.annotate/journal.jsonl``: one JSON object per line,
 appended, flushed and fsynced before the page hears that a label is kept; the
 CSV is rewritten atomically from it after every event and when a session
 starts, so killing the server at any moment loses nothing but a line being
 written (a torn last line is dropped on restart). The folder's writer lock
 (:func:`interp.io.writer_lock`) refuses a second server on the same output.
+
+Binding. Every item event carries :func:`trajectory_sha256` of its trajectory
+(what the annotator saw: domain, system prompt, tools, task, steps). On a
+restart, the events of a trajectory whose text changed since are set aside,
+never re-attached: the item is unlabelled again and :attr:`Session.flags` holds
+one line per such item naming task, boundary and label (``interp annotate``
+prints them; the page marks the item). A restart resumes at the first item
+neither labelled nor skipped (then the first unlabelled one).
 Fields of a journal line (``JOURNAL_FIELDS``):
 
 | name | shape | dtype | units | meaning |
@@ -31,7 +48,8 @@ Fields of a journal line (``JOURNAL_FIELDS``):
 | ``value`` | ``[]`` | int | - | label: 0 or 1 |
 | ``suggestions`` | ``[]`` | bool | - | label: whether the rule labelers' evidence was shown when it was given |
 | ``note`` | ``[]`` | str | - | note: the free-text note of the item (empty clears it) |
-| ``session`` | ``{...}`` | object | - | start: annotator, task, mode, trajectories (path and sha256), compared (the two CSVs of adjudication) |
+| ``trajectory_sha256`` | ``[]`` | str | - | every event but start: :func:`trajectory_sha256` of the item's trajectory when it happened |
+| ``session`` | ``{...}`` | object | - | start: annotator, task, mode (label, adjudicate or review), trajectories (path and sha256), compared (the two CSVs of adjudication), reviewed (the CSV of review) |
 
 The labels CSV has one row per boundary with a label; it is the format
 :func:`interp.data.labels.read_labels_csv` reads, so ``interp externalize risk
@@ -46,13 +64,17 @@ The labels CSV has one row per boundary with a label; it is the format
 | ``annotator`` | ``[n_rows]`` | str | - | who gave the row's labels (``A+B`` for an agreement in adjudication) |
 | ``time`` | ``[n_rows]`` | str | UTC | the latest label of the row, ISO 8601 (empty for an agreement) |
 | ``suggestions`` | ``[n_rows]`` | int | - | 1 when the rule evidence was shown for some label of the row |
-| ``note`` | ``[n_rows]`` | str | - | the notes of the row's items (``G: ...; y: ...`` with both) |
+| ``note`` | ``[n_rows]`` | str | - | the notes of the row's items (``G: ...; y: ...`` with both); a skipped item's note has a row with empty labels |
+| ``trajectory_sha256`` | ``[n_rows]`` | str | - | :func:`trajectory_sha256` of the trajectory the row's labels were given on |
 | ``adjudicated`` | ``[n_rows]`` | int | - | adjudication only: 1 when the adjudicator decided a label of the row |
+| ``reviewed`` | ``[n_rows]`` | str | - | review only: the annotator whose labels were reviewed (``judge:<model>``) |
+| ``reviewed_<field>`` | ``[n_rows]`` | int or null | - | review only: that annotator's label of the field, as shown |
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import os
@@ -62,7 +84,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from interp.data.labels import Labels, read_labels_csv, write_labels_csv
+from interp.data.labels import Labels, read_labels_csv, unguard_cell, write_labels_csv
 from interp.data.trajectory import Trajectory
 from interp.io import read_text
 from interp.schema import Field
@@ -77,9 +99,11 @@ JOURNAL_FIELDS = (
     Field("value", "[]", "int", "-", "label: 0 or 1"),
     Field("suggestions", "[]", "bool", "-", "label: whether the rule labelers' evidence was shown when it was given"),
     Field("note", "[]", "str", "-", "note: the free-text note of the item (empty clears it)"),
+    Field("trajectory_sha256", "[]", "str", "-",
+          "every event but start: :func:`trajectory_sha256` of the item's trajectory when it happened"),
     Field("session", "{...}", "object", "-",
-          "start: annotator, task, mode, trajectories (path and sha256), compared (the two CSVs of "
-          "adjudication)"),
+          "start: annotator, task, mode (label, adjudicate or review), trajectories (path and sha256), compared "
+          "(the two CSVs of adjudication), reviewed (the CSV of review)"),
 )
 CSV_FIELDS = (
     Field("task_id", "[n_rows]", "str", "-", "the trajectory"),
@@ -89,9 +113,16 @@ CSV_FIELDS = (
     Field("annotator", "[n_rows]", "str", "-", "who gave the row's labels (``A+B`` for an agreement in adjudication)"),
     Field("time", "[n_rows]", "str", "UTC", "the latest label of the row, ISO 8601 (empty for an agreement)"),
     Field("suggestions", "[n_rows]", "int", "-", "1 when the rule evidence was shown for some label of the row"),
-    Field("note", "[n_rows]", "str", "-", "the notes of the row's items (``G: ...; y: ...`` with both)"),
+    Field("note", "[n_rows]", "str", "-", "the notes of the row's items (``G: ...; y: ...`` with both); a skipped "
+          "item's note has a row with empty labels"),
+    Field("trajectory_sha256", "[n_rows]", "str", "-",
+          ":func:`trajectory_sha256` of the trajectory the row's labels were given on"),
     Field("adjudicated", "[n_rows]", "int", "-",
           "adjudication only: 1 when the adjudicator decided a label of the row"),
+    Field("reviewed", "[n_rows]", "str", "-",
+          "review only: the annotator whose labels were reviewed (``judge:<model>``)"),
+    Field("reviewed_<field>", "[n_rows]", "int or null", "-",
+          "review only: that annotator's label of the field, as shown"),
 )
 TASKS = {"g": ("externalization_gap",), "y": ("future_necessity",),
          "both": ("externalization_gap", "future_necessity")}
@@ -138,6 +169,13 @@ def folder_for(labels_csv: Path) -> Path:
     return labels_csv.parent / f"{labels_csv.name}.annotate"
 
 
+def trajectory_sha256(traj: Trajectory) -> str:
+    """SHA-256 of what an annotator sees of a trajectory (domain, system prompt, tools, task, steps; canonical JSON)."""
+    seen = {"domain": traj.domain, "system_prompt": traj.system_prompt, "tools": [dict(t) for t in traj.tools],
+            "task": traj.task, "steps": [s.to_json() for s in traj.steps]}
+    return hashlib.sha256(json.dumps(seen, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
 def now() -> str:
     """The current UTC time, ISO 8601 to the second."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -162,7 +200,8 @@ def read_annotator_csv(path: Path, fields: Sequence[str], trajectories: Iterable
     labels = {name: read_labels_csv(path, name, trajs) for name in fields}
     names, notes, shown = set(), {}, {}
     with io.StringIO(read_text(Path(path)), newline="") as fh:
-        for row in csv.DictReader(fh):
+        for raw in csv.DictReader(fh):
+            row = {k: unguard_cell(v) if isinstance(v, str) else v for k, v in raw.items()}
             key = ((row.get("task_id") or "").strip(), int((row.get("after_step") or "0").strip()))
             if (row.get("annotator") or "").strip():
                 names.add(row["annotator"].strip())
@@ -170,6 +209,11 @@ def read_annotator_csv(path: Path, fields: Sequence[str], trajectories: Iterable
                 notes[key] = row["note"].strip()
             shown[key] = int((row.get("suggestions") or "0").strip() in ("1", "1.0", "True", "true"))
     return AnnotatorLabels(Path(path), "+".join(sorted(names)) or Path(path).stem, labels, notes, shown)
+
+
+def review_queue(queue: Sequence[Item], reviewed: AnnotatorLabels) -> list[Item]:
+    """The items of ``queue`` the reviewed annotator labelled (its missing labels are not asked)."""
+    return [item for item in queue if reviewed.labels[item.field].get(item.boundary) is not None]
 
 
 def disagreement_queue(queue: Sequence[Item], first: AnnotatorLabels, second: AnnotatorLabels) -> list[Item]:
@@ -226,14 +270,16 @@ class Session:
     """The labels of one output CSV: the queue, the state replayed from the journal, and the rules that change it.
 
     Every change is journaled first, then applied, then the CSV is rewritten; a
-    restart replays the journal and resumes at the item after the last one
-    labelled or skipped (or at the one an undo reopened).
+    restart replays the journal (setting aside the events of trajectories whose
+    ``hashes`` changed) and resumes at the first item neither labelled nor skipped.
     """
 
     def __init__(self, queue: Sequence[Item], labels_csv: Path, annotator: str, task: str,
                  start: Mapping[str, Any], compared: tuple[AnnotatorLabels, AnnotatorLabels] | None = None,
-                 full_queue: Sequence[Item] | None = None):
+                 full_queue: Sequence[Item] | None = None, hashes: Mapping[str, str] | None = None,
+                 reviewed: AnnotatorLabels | None = None):
         self.queue = list(queue)
+        self.hashes = dict(hashes or {})  # task_id -> trajectory_sha256 of the trajectory served now
         self.index = {item: i for i, item in enumerate(self.queue)}
         self.labels_csv = Path(labels_csv)
         self.annotator, self.task, self.fields = annotator.strip(), task, task_fields(task)
@@ -243,10 +289,15 @@ class Session:
         self.values: dict[Item, list[tuple[int, str, bool]]] = {}  # item -> stack of (value, time, suggestions)
         self.order: list[Item] = []  # label events still set, oldest first (undo pops the last)
         self.notes: dict[Item, str] = {}
+        self.skipped: set[Item] = set()
+        self.changed: dict[Item, int] = {}  # item -> journal line of its latest set-aside event (trajectory changed)
+        self.unbound = 0  # replayed events without a trajectory hash (journals of older versions)
         self.position = 0
-        self.mode = "adjudicate" if compared else "label"
+        self.reviewed = reviewed
+        self.mode = "adjudicate" if compared else "review" if reviewed else "label"
         for event in self.journal.read():
             self._replay(event)
+        self.position = self.resume_position()
         self.journal.append({"event": "start", "time": now(),
                              "session": {**start, "annotator": self.annotator, "task": task, "mode": self.mode}})
         self.write_csv()
@@ -273,11 +324,18 @@ class Session:
                                      f"{prior.get(key)!r}, not {mine!r}; use another --labels file")
             return
         item = self._item(event)
+        stamped = event.get("trajectory_sha256")
+        if stamped is None:
+            self.unbound += 1
+        elif item.task_id in self.hashes and stamped != self.hashes[item.task_id]:
+            self.changed[item] = event["_line"]  # labelled on other text: set aside, never re-attached
+            return
         if kind == "label":
             if event.get("value") not in (0, 1):
                 raise ValueError(f"{where}: value: {event.get('value')!r} is not 0 or 1")
             self._set(item, int(event["value"]), str(event.get("time", "")), bool(event.get("suggestions")))
         elif kind == "skip":
+            self.skipped.add(item)
             self.position = self._after(item)
         elif kind == "undo":
             if not self.order or self.order[-1] != item:
@@ -292,6 +350,7 @@ class Session:
 
     def _set(self, item: Item, value: int, when: str, suggestions: bool) -> None:
         self.values.setdefault(item, []).append((value, when, suggestions))
+        self.changed.pop(item, None)
         self.order.append(item)
         self.position = self._after(item)
 
@@ -310,12 +369,32 @@ class Session:
         return self.queue[index]
 
     def _event(self, kind: str, item: Item, **extra: Any) -> dict[str, Any]:
+        stamp = {"trajectory_sha256": self.hashes[item.task_id]} if item.task_id in self.hashes else {}
         return {"event": kind, "time": now(), "task_id": item.task_id, "after_step": item.after_step,
-                "field": item.field, **extra}
+                "field": item.field, **extra, **stamp}
+
+    def resume_position(self) -> int:
+        """Where a restart opens: the first item neither labelled nor skipped, else the first unlabelled, else 0."""
+        open_items = [i for i, item in enumerate(self.queue) if item not in self.values]
+        return next((i for i in open_items if self.queue[i] not in self.skipped), open_items[0] if open_items else 0)
+
+    @property
+    def flags(self) -> list[str]:
+        """One line per item whose earlier labels were set aside because its trajectory changed since."""
+        where = self.journal.path
+        return [f"{item.task_id}@{item.after_step} {SHORT[item.field]}: trajectory {item.task_id!r} changed since "
+                f"it was labelled ({where}:{line}); its earlier label and note are set aside, label it again"
+                for item, line in self.changed.items()]
+
+    def marks(self) -> str:
+        """One character per queue item: its label ``0``/``1``, ``s`` skipped, ``c`` changed, ``.`` open."""
+        return "".join(str(self.value(item)) if item in self.values else "c" if item in self.changed
+                       else "s" if item in self.skipped else "." for item in self.queue)
 
     def label(self, index: int, value: int, suggestions: bool) -> None:
-        """Give ``value`` (0/1) to the item at ``index``: journaled (fsync), applied, CSV rewritten."""
-        if value not in (0, 1) or isinstance(value, bool):
+        """Give ``value`` (the int 0 or 1, not 1.0 or True) to the item at ``index``: journaled (fsync), applied,
+        CSV rewritten."""
+        if type(value) is not int or value not in (0, 1):
             raise ValueError(f"value: {value!r} is not 0 or 1")
         item = self.item_at(index)
         event = self._event("label", item, value=value, suggestions=bool(suggestions))
@@ -327,6 +406,7 @@ class Session:
         """Move past the item at ``index`` without a label (journaled, so a restart resumes after it)."""
         item = self.item_at(index)
         self.journal.append(self._event("skip", item))
+        self.skipped.add(item)
         self.position = self._after(item)
 
     def undo(self) -> int | None:
@@ -356,21 +436,28 @@ class Session:
         return len(self.values)
 
     def others(self, item: Item) -> list[dict[str, Any]]:
-        """The compared annotators' labels and notes of ``item`` (adjudication), else ``[]``."""
+        """The compared annotators' labels and notes of ``item`` (adjudication; review: the reviewed one's), else
+        ``[]``."""
+        shown = [*(self.compared or ()), *((self.reviewed,) if self.reviewed else ())]
         return [{"annotator": c.annotator, "value": c.labels[item.field].get(item.boundary),
-                 "note": c.notes.get(item.boundary, "")} for c in self.compared or ()]
+                 "note": c.notes.get(item.boundary, "")} for c in shown]
 
     def csv_rows(self) -> list[dict[str, Any]]:
         """The CSV rows (``CSV_FIELDS``): one per boundary with a label, in queue order."""
         rows: dict[tuple[str, int], dict[str, Any]] = {}
         for item in self.full_queue:
             value, when, shown, who, decided = self._row_value(item)
-            if value is None:
+            if value is None and not self.notes.get(item):
                 continue
             row = rows.setdefault(item.boundary, {"task_id": item.task_id, "after_step": item.after_step,
-                                                  "annotator": who, "time": "", "suggestions": 0, "notes": [],
-                                                  "adjudicated": 0})
-            row[item.field] = value
+                                                  "annotator": who or self.annotator, "time": "", "suggestions": 0,
+                                                  "notes": [], "adjudicated": 0,
+                                                  "trajectory_sha256": self.hashes.get(item.task_id, "")})
+            if value is not None:
+                row[item.field] = value
+            if self.reviewed:
+                row["reviewed"] = self.reviewed.annotator
+                row[f"reviewed_{item.field}"] = self.reviewed.labels[item.field].get(item.boundary)
             row["time"] = max(row["time"], when)
             row["suggestions"] = max(row["suggestions"], int(shown))
             if decided:
@@ -401,6 +488,7 @@ class Session:
 
     def write_csv(self) -> Path:
         """Rewrite the labels CSV atomically from the state (``CSV_FIELDS``)."""
-        extra = [*self.fields[1:], "annotator", "time", "suggestions", "note"]
+        extra = [*self.fields[1:], "annotator", "time", "suggestions", "note", "trajectory_sha256"]
         extra += ["adjudicated"] if self.compared else []
+        extra += ["reviewed", *(f"reviewed_{f}" for f in self.fields)] if self.reviewed else []
         return write_labels_csv(self.labels_csv, self.csv_rows(), self.fields[0], extra)

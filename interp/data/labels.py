@@ -30,7 +30,9 @@ all problems of a file are reported at once):
 - a missing file raises :class:`FileNotFoundError`.
 
 :func:`write_labels_csv` writes the same format (optionally with more columns
-after the label), atomically. :func:`agreement` compares a predicted label set
+after the label), atomically, every text cell guarded against spreadsheet
+formulas (:func:`guard_cell`: a leading ``'`` before ``=``, ``+``, ``-``,
+``@``, tab or CR); :func:`read_labels_csv` removes the guard. :func:`agreement` compares a predicted label set
 with a reference on their shared boundaries: Cohen's kappa (scikit-learn),
 accuracy, confusion matrix and positive rates.
 
@@ -60,6 +62,21 @@ from interp.io import atomic_write_bytes, read_text
 
 LABEL_FIELDS = ("future_necessity", "externalization_gap")
 Labels = dict[tuple[str, int], int]
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet runs a cell starting so as a formula
+
+
+def guard_cell(value: Any) -> Any:
+    """A CSV cell no spreadsheet runs: a text starting with ``= + - @``, tab or CR gets a leading ``'`` (as does one
+    already starting with ``'`` and then such a character, so :func:`unguard_cell` reverses it exactly); other values
+    are returned as they are."""
+    if isinstance(value, str) and value.lstrip("'").startswith(FORMULA_START):
+        return "'" + value
+    return value
+
+
+def unguard_cell(text: str) -> str:
+    """The text :func:`guard_cell` was given (one leading ``'`` dropped before a formula start), else ``text``."""
+    return text[1:] if text.startswith("'") and text.lstrip("'").startswith(FORMULA_START) else text
 
 
 def final_boundaries(trajectories: Iterable[Trajectory]) -> set[tuple[str, int]]:
@@ -133,7 +150,8 @@ def read_labels_csv(path: str | Path, column: str, trajectories: Iterable[Trajec
             raise ValueError(f"{path}:1: header: missing column(s) {', '.join(absent)}; "
                              f"expected task_id,after_step,{column}")
         for line, row in enumerate(reader, start=2):
-            task_id, raw_b, raw_v = ((row.get(c) or "").strip() for c in ("task_id", "after_step", column))
+            task_id, raw_b, raw_v = (unguard_cell(row.get(c) or "").strip()
+                                     for c in ("task_id", "after_step", column))
             problem = _row_problem(task_id, raw_b, raw_v, column, steps)
             if problem is not None:
                 problems.append(f"{path}:{line}: {problem[0]}: {problem[1]}")
@@ -159,12 +177,13 @@ def write_labels_csv(path: str | Path, rows: Iterable[Mapping[str, Any]], column
     """Write ``task_id,after_step,<column>[,<extra>...]`` rows atomically (``\\n`` line ends); return the path.
 
     Each row maps those column names to values (a missing one is written
-    empty; an empty label cell reads back as "no label").
+    empty; an empty label cell reads back as "no label"); text cells are
+    guarded against spreadsheet formulas (:func:`guard_cell`).
     """
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=["task_id", "after_step", column, *extra], lineterminator="\n")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows({k: guard_cell(v) for k, v in row.items()} for row in rows)
     path = Path(path)
     atomic_write_bytes(path, buf.getvalue().encode())
     return path

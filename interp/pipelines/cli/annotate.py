@@ -29,21 +29,39 @@ def annotate(
         "--adjudicate", help="Two annotators' CSVs (give the option twice): walk only their disagreements; "
                              "--labels gets their agreements plus your decisions.")] = None,
     allow_control_tokens: AllowControlOpt = False,
+    frame_ancestor: Annotated[Optional[list[str]], typer.Option(
+        "--frame-ancestor", help="An origin that may show the page in a frame (https://hub.example.org); "
+                                 "loopback notebooks and the page's own origin always may.")] = None,
+    review: Annotated[Optional[Path], typer.Option(
+        "--review", help="Another annotator's CSV (a judge's: annotator judge:<model>): walk its labels, each "
+                         "shown with its note; confirm or correct them (recorded in reviewed, reviewed_<field>).")]
+    = None,
+    behind_proxy: Annotated[bool, typer.Option(
+        "--behind-proxy", help="Serve through jupyter-server-proxy (open {base_url}proxy/PORT/?token=...): "
+                               "admit its forwarded requests whatever their Host (the token is still checked).")]
+    = False,
 ) -> None:
     """Serve the labelling page on 127.0.0.1 with a per-session token; every label is kept the moment it is given."""
-    from interp.annotation.server import bind, make_server, open_app, plan, session_lock, url_of
+    from interp.annotation.server import bind, make_server, open_app, plan, security_headers, session_lock, url_of
 
     at_least("--port", port, 0)
     if port > 65535:
         raise ValueError(f"--port {port}: must be <= 65535")
-    p = plan(trajectories, labels, annotator, task, adjudicate or (), allow_control_tokens)
+    p = plan(trajectories, labels, annotator, task, adjudicate or (), allow_control_tokens, review)
+    security_headers(frame_ancestor or ())
     sock = bind(port)
     with session_lock(p.labels_csv):
-        web = open_app(p)
+        web = open_app(p, frame_ancestor or (), behind_proxy)
         s = web.session
+        for line in s.flags:  # labels given on text that has changed since: set aside, never re-attached
+            console.print(f"changed: {line}", markup=False, highlight=False)
         console.print(f"{p.labels_csv}: {s.labelled()} of {len(s.queue)} items labelled"
                       + (f" (adjudicating {' vs '.join(c.annotator for c in s.compared)})" if s.compared else "")
+                      + (f" (reviewing {s.reviewed.annotator}'s labels)" if s.reviewed else "")
                       + f"; resuming at item {s.position + 1}", markup=False, highlight=False)
+        if behind_proxy:
+            console.print(f"through Jupyter: {{base_url}}proxy/{sock.getsockname()[1]}/?token={web.token}",
+                          markup=False, highlight=False)
         console.print(f"open {url_of(sock, web.token)}  (Ctrl-C stops; labels are on disk already)",
                       markup=False, highlight=False)
         make_server(web).run(sockets=[sock])
