@@ -202,7 +202,7 @@ def test_claude_code_unknown_text_field_is_counted_and_refused_under_strict(tmp_
     assert report.written and report.dropped["assistant.scratchpad (unknown)"] == 1
     strict = import_runs("auto", source, tmp_path / "b.jsonl", strict=True)
     assert not strict.written and not (tmp_path / "b.jsonl").exists()
-    assert strict.problems == [f"{source}:1: assistant.scratchpad: unknown field holding text, dropped (claude-code "
+    assert strict.problems == [f"{source}:1: assistant.scratchpad: field holding text, dropped (claude-code "
                                "does not map it; 1 such field(s)); --strict refuses a text it would lose"]
 
 
