@@ -84,6 +84,7 @@ from interp.data.render import render
 from interp.data.trajectory import Trajectory
 from interp.io import atomic_write_json, read_json
 from interp.schema import Field, schema_dict
+from patching.config import GateConfig
 from patching.granularity import UNSAFE
 from patching.relations import ALPHAS, capture_plan, captured, projection
 
@@ -95,7 +96,7 @@ MAX_UNSAFE_RATE = 0.100
 MAX_MEAN_HARM = 0.020  # nats/token
 MAX_REMOVAL = 0.20  # fraction of the request's tokens
 MAX_LAYERS = 4
-N_MEMBERS = 8
+N_MEMBERS = GateConfig.n_members
 TAU_POINTS = 256  # thresholds searched on validation: every observed score, or this many observed quantiles
 SCORER_FORMAT = "interp.gate_scorer/1"
 SCORER_FIELDS = (

@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from interp.stats import task_resamples
+from patching.config import DrsrConfig
 
-UNSAFE = 0.020  # nats/token: a deletion whose harm exceeds this is unsafe (DRSR's primary margin)
+UNSAFE = DrsrConfig.unsafe  # nats/token: a deletion whose harm exceeds this is unsafe (one home: patching.config)
 BLOCK_KINDS = ("reasoning", "observation", "tool_exchange")
 
 

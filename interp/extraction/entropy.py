@@ -63,9 +63,10 @@ scores and decisions beside it for comparison. Its columns
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -153,6 +154,37 @@ def block_entropies(sensor: Sensor, traj: Trajectory, max_tokens: int = DEFAULT_
 
 
 CONTEXTS = ("online", "full", "step_only")
+
+
+@dataclass(frozen=True)
+class IclrConfig:
+    """ICLR block entropy (``interp entropy``, the demo's ``iclr`` step): the drop fraction per step (the
+    reference's ``ICLR_RHO``, the condition's own default), the scorer context (online: step t on the history with
+    steps 1..t-1 already compressed, the study; full: the uncompressed trajectory, a departure; step_only: the
+    step's reasoning only), whether full-context scores and drops are added beside (one more forward per
+    trajectory) and the scorer's input limit (over it: the step is not scored, never truncated).
+
+    ``precision``: float32 under ``--dtype auto`` on CUDA too (blocks are ranked by entropies tenths of a bit
+    apart; in bfloat16 2 of 24 drop decisions flipped on the tiny model, benchmarks/RESULTS.md "## Precision")."""
+
+    analysis: ClassVar[str] = "iclr"
+    precision: ClassVar[str] = "float32"
+
+    rho: float = ICLR_RHO
+    context: str = "online"
+    compare_full: bool = True
+    max_tokens: int = DEFAULT_MAX_TOKENS
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rho, bool) or not (isinstance(self.rho, (int, float)) and math.isfinite(self.rho)
+                                              and 0 <= self.rho <= 1):
+            raise ValueError(f"rho must be a fraction in [0, 1], got {self.rho!r}")
+        if self.context not in CONTEXTS:
+            raise ValueError(f"context {self.context!r}: use {', '.join(CONTEXTS[:-1])} or {CONTEXTS[-1]}")
+        if not isinstance(self.compare_full, bool):
+            raise ValueError(f"compare_full must be true or false, got {self.compare_full!r}")
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
 
 
 @dataclass
