@@ -38,13 +38,13 @@ PATCH_METHODS = ("fast", "reference")
 def _count(name: str, value: object, low: int) -> None:
     """ValueError naming ``name`` unless ``value`` is an int >= ``low``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        raise ValueError(f"{name}: must be an integer >= {low}, got {value!r}")
 
 
 def _nonnegative(name: str, value: object, unit: str) -> None:
     """ValueError naming ``name`` unless ``value`` is a finite number >= 0."""
     if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-        raise ValueError(f"{name} must be a finite number >= 0 ({unit}), got {value!r}")
+        raise ValueError(f"{name}: must be a finite number >= 0 ({unit}), got {value!r}")
 
 
 def _names(name: str, value: object) -> tuple[str, ...] | None:
@@ -54,10 +54,10 @@ def _names(name: str, value: object) -> tuple[str, ...] | None:
         return None
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) for v in items):
-        raise ValueError(f"{name} must be a comma list of names, got {value!r}")
+        raise ValueError(f"{name}: must be a comma list of names, got {value!r}")
     names = tuple(v.strip() for v in items if v.strip())
     if not names:
-        raise ValueError(f"{name} must name at least one item, got {value!r}")
+        raise ValueError(f"{name}: must name at least one item, got {value!r}")
     return names
 
 
@@ -106,7 +106,7 @@ class PatchConfig:
         if self.site not in PATCH_SITES:
             raise ValueError(f"site {self.site!r}: use {', '.join(PATCH_SITES[:-1])} or {PATCH_SITES[-1]}")
         if not isinstance(self.layers, str):
-            raise ValueError(f"layers must be a layer spec (all, full_attention, 0,4,8), got {self.layers!r}")
+            raise ValueError(f"layers: must be a layer spec (all, full_attention, 0,4,8), got {self.layers!r}")
         layer_numbers(self.layers, "layers")  # syntax only; the range is checked on the model
         if self.method not in PATCH_METHODS:
             raise ValueError(f"method {self.method!r}: use {' or '.join(PATCH_METHODS)}")

@@ -178,13 +178,13 @@ class IclrConfig:
     def __post_init__(self) -> None:
         if isinstance(self.rho, bool) or not (isinstance(self.rho, (int, float)) and math.isfinite(self.rho)
                                               and 0 <= self.rho <= 1):
-            raise ValueError(f"rho must be a fraction in [0, 1], got {self.rho!r}")
+            raise ValueError(f"rho: must be a fraction in [0, 1], got {self.rho!r}")
         if self.context not in CONTEXTS:
             raise ValueError(f"context {self.context!r}: use {', '.join(CONTEXTS[:-1])} or {CONTEXTS[-1]}")
         if not isinstance(self.compare_full, bool):
-            raise ValueError(f"compare_full must be true or false, got {self.compare_full!r}")
+            raise ValueError(f"compare_full: must be true or false, got {self.compare_full!r}")
         if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+            raise ValueError(f"max_tokens: must be an integer >= 1, got {self.max_tokens!r}")
 
 
 @dataclass
