@@ -219,7 +219,8 @@ def label(trajectories: Path, out: Path, labels: Path | None = None,
     """Rule-based future-necessity targets with evidence, and agreement with reference labels."""
     from probes.targets import TargetLabelerConfig, targets_command
 
-    return targets_command(trajectories, out, labels, config or TargetLabelerConfig())
+    with writer_lock(out, command="label"):
+        return targets_command(trajectories, out, labels, config or TargetLabelerConfig())
 
 
 def probe(store: Path, out: Path, config: ProbeConfig, labels: Path | None = None, condition: str = "full",
@@ -249,8 +250,9 @@ def probe(store: Path, out: Path, config: ProbeConfig, labels: Path | None = Non
             raise ValueError(f"{store}: no features for (layer, pooling) {missing[:5]}")
         fs = replace(fs, features=keep)
     _check_labelled(fs, config, f"--labels {labels}" if labels is not None else f"the annotations in {store}")
-    result = run_probe(fs, config)
-    write_probe_results(result, oof_frame(result), out)
+    with writer_lock(out, command="probe"):
+        result = run_probe(fs, config)
+        write_probe_results(result, oof_frame(result), out)
     return result
 
 
@@ -386,7 +388,8 @@ def externalize(trajectories: Path, out: Path, labels: Path | None = None,
         return {(lab.task_id, lab.after_step): lab.y for lab in label_targets(trajs, cfg)}
 
     others = {"future_necessity": (targets, tuning_configs(), TargetLabelerConfig(), "future_necessity")}
-    return label_command(trajectories, out, labels, config or GapLabelerConfig(), others, seed, n_boot)
+    with writer_lock(out, command="externalize label"):
+        return label_command(trajectories, out, labels, config or GapLabelerConfig(), others, seed, n_boot)
 
 
 def risk(out: Path, labels: Path | None = None, probe_results: Path | None = None,
@@ -395,7 +398,8 @@ def risk(out: Path, labels: Path | None = None, probe_results: Path | None = Non
     """Future behavioural risk by G, within-task and hidden-score gaps (``externalization.json``)."""
     from interp.externalization.risk import risk_command
 
-    return risk_command(out, labels, probe_results, trajectories, targets, condition, g_column, n_boot, seed)
+    with writer_lock(out, command="externalize risk"):
+        return risk_command(out, labels, probe_results, trajectories, targets, condition, g_column, n_boot, seed)
 
 
 def intervene(sensor: Sensor, states: list[State], trajs: list[Trajectory], out: Path, settings: RunSettings,
