@@ -23,9 +23,9 @@ def test_numbers_as_written():
 
 
 def test_no_private_number_formatter_in_reporting():
-    """A module-level ``_num``/``_fmt``/``_pct``/``_ci`` helper is a second formatter that drifts from this one."""
+    """A module-level ``_num``/``_f``/``_pct``/``_ci``... helper is a second formatter that drifts from this one."""
     found = [f"{path.relative_to(REPORTING)}: {node.name}" for path in sorted(REPORTING.rglob("*.py"))
              if str(path.relative_to(REPORTING)) not in PENDING
              for node in ast.parse(path.read_text()).body
-             if isinstance(node, ast.FunctionDef) and node.name in ("_num", "_fmt", "_pct", "_ci", "_format")]
+             if isinstance(node, ast.FunctionDef) and node.name in ("_num", "_fmt", "_f", "_pct", "_p", "_ci", "_format")]
     assert not found, found
