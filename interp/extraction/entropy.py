@@ -139,18 +139,26 @@ def block_entropies(sensor: Sensor, traj: Trajectory, max_tokens: int = DEFAULT_
     rendered = render(traj, traj.n_steps, sensor.tokenizer)
     limit = context_limit(sensor, max_tokens)
     blocks = rendered.spans("reasoning_block")
+    where = {id(s): _step_block(s) for s in blocks}
     ends: dict[int, int] = {}
     for s in blocks:
-        ends[s.step] = max(ends.get(s.step, 0), s.end)
+        ends[where[id(s)][0]] = max(ends.get(where[id(s)][0], 0), s.end)
     inputs = {t: scorer_input_tokens(traj, t, sensor.tokenizer) for t in ends}
-    scored = [s for s in blocks if inputs[s.step] <= limit and s.start >= 1]
-    end = max((ends[s.step] for s in scored), default=0)
+    scored = [s for s in blocks if inputs[where[id(s)][0]] <= limit and s.start >= 1]
+    end = max((ends[where[id(s)][0]] for s in scored), default=0)
     out_entropy: dict[int, float] = {}
     if scored:
         plan = Plan(entropy=entropy_positions(scored))
         out_entropy = run_plan(sensor, rendered.input_ids[:end], plan).entropy
-    return [BlockScore(traj.task_id, s.step, s.block, s.n_tokens,
-                       block_mean_entropy(out_entropy, s) if s in scored else None, inputs[s.step]) for s in blocks]
+    return [BlockScore(traj.task_id, *where[id(s)], s.n_tokens,
+                       block_mean_entropy(out_entropy, s) if s in scored else None, inputs[where[id(s)][0]])
+            for s in blocks]
+
+
+def _step_block(span: Segment) -> tuple[int, int]:
+    """(step, block) of a reasoning-block span (both are set on every such span by the renderer)."""
+    assert span.step is not None and span.block is not None, span
+    return span.step, span.block
 
 
 CONTEXTS = ("online", "full", "step_only")
@@ -230,9 +238,8 @@ class EntropyScorer:
             mine = self.score_step(scored, 1 if self.context == "step_only" else step)
             mine = [replace(s, step=step) for s in mine]
         self.records[(history.task_id, step)] = mine
-        if any(s.mean_entropy_bits is None for s in mine):
-            return None
-        return [s.mean_entropy_bits for s in mine]
+        scores = [s.mean_entropy_bits for s in mine]
+        return None if any(x is None for x in scores) else [x for x in scores if x is not None]
 
     def score_step(self, history: Trajectory, step: int) -> list[BlockScore]:
         """Scores of step ``step``'s blocks with ``history`` as given in context (one forward, prefix reused)."""
@@ -247,7 +254,7 @@ class EntropyScorer:
         if key not in self._memo:
             entropy = self._forward(history.task_id, ids, spans) if whole <= context_limit(self.sensor, self.max_tokens) \
                 else None
-            self._memo[key] = [BlockScore(history.task_id, step, s.block, s.n_tokens,
+            self._memo[key] = [BlockScore(history.task_id, step, _step_block(s)[1], s.n_tokens,
                                           block_mean_entropy(entropy, s) if entropy is not None else None, whole)
                                for s in spans]
         return self._memo[key]

@@ -104,8 +104,9 @@ def sensor(spec: str, model_path: Path | None = None, device: str = "cpu", dtype
 
     check_device(device)
     chosen = model_dtype(dtype, device, config)  # an unknown dtype fails before any fetch
-    if fetch and spec in SPECS and SPECS[spec].fetch and not SPECS[spec].available():
-        SPECS[spec].fetch()
+    fetcher = SPECS[spec].fetch if spec in SPECS else None
+    if fetch and fetcher is not None and not SPECS[spec].available():
+        fetcher()
     return load_model(spec, device=device, dtype=chosen, model_path=model_path)
 
 
@@ -292,7 +293,7 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, config: PatchConfi
     config = config or PatchConfig()
     condition, method, positions, limit = config.condition, config.method, config.positions, config.max_tokens
     by_id = {t.task_id: t for t in trajs}
-    keys = config.check_task_ids(trajs) or list(by_id)
+    keys = list(config.check_task_ids(trajs) or by_id)
     sites = sites or default_sites(sensor.n_layers, config.site, layers=parse_layers(
         config.layers, sensor.n_layers, sensor.full_attention_layers, "layers"))
     tag = f"{condition}.{method}.{positions}.null." + hashlib.sha1(repr(sites).encode()).hexdigest()[:12] + (
@@ -734,4 +735,5 @@ def probe_config(settings: Mapping[str, Any]) -> ProbeConfig:
     tuples; a bad value raises the config's own error."""
     from probes.config import ProbeConfig
 
-    return ProbeConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in settings.items()})
+    values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in settings.items()}
+    return ProbeConfig(**values)
