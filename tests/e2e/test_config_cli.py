@@ -16,8 +16,8 @@ import json
 import re
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
-import click
 import pytest
 import torch
 import typer.main
@@ -139,11 +139,12 @@ FIXED = {  # command -> config fields it does not take, each with why
 }
 
 
-def _command(path: str) -> click.Command:
-    group = typer.main.get_command(app)
+def _command(path: str) -> Any:
+    """The click command behind ``interp PATH`` (``gate train``: a subcommand)."""
+    command: Any = typer.main.get_command(app)
     for name in path.split():
-        group = group.commands[name]  # type: ignore[attr-defined]
-    return group
+        command = command.commands[name]
+    return command
 
 
 @pytest.mark.parametrize("path, cls", [("patch", PatchConfig), ("harm", HarmConfig), ("drsr", DrsrConfig),
