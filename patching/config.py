@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, ClassVar
 
 from interp.data.conditions import check_condition_name
 from interp.data.deletions import DRSR_UNIT_KINDS, UNIT_KINDS, parse_unit_kinds
-from interp.extraction.batch import layer_numbers
 from interp.sensor.limits import DEFAULT_MAX_TOKENS
 
 if TYPE_CHECKING:
@@ -105,9 +104,10 @@ class PatchConfig:
         check_condition_name(self.condition)  # its message names the condition
         if self.site not in PATCH_SITES:
             raise ValueError(f"site {self.site!r}: use {', '.join(PATCH_SITES[:-1])} or {PATCH_SITES[-1]}")
-        if not isinstance(self.layers, str):
+        if not isinstance(self.layers, str) or not self.layers.strip():
             raise ValueError(f"layers: must be a layer spec (all, full_attention, 0,4,8), got {self.layers!r}")
-        layer_numbers(self.layers, "layers")  # syntax only; the range is checked on the model
+        # its syntax and range are checked on the model (interp.extraction.batch.parse_layers, by the stage; the
+        # CLI checks the syntax before the model loads): patching does not import the extraction layer
         if self.method not in PATCH_METHODS:
             raise ValueError(f"method {self.method!r}: use {' or '.join(PATCH_METHODS)}")
         _count("positions", self.positions, 1)

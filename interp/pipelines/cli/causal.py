@@ -64,11 +64,13 @@ def patch(
     gate_scorer: GateScorerOpt = None,
 ) -> None:
     """KL Repair per layer: patch the full run's boundary activation into the deleted run."""
+    from interp.extraction.batch import layer_numbers
     from patching.kl_repair import NOISE_FACTOR
 
     check_output_dir(out, "--out")
     config = build(PatchConfig, condition=condition, site=site, layers=layers, method=method, positions=positions,
                    task_ids=task_ids, max_tokens=max_tokens)
+    layer_numbers(layers, "--layers")  # the syntax, before the model loads
     check_gate_scorer([config.condition], gate_scorer)
     dtype = model_options(device, dtype, PatchConfig)
     runner, load = executor_for(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
