@@ -49,9 +49,11 @@ from typing import Any
 
 from _util import emit, machine_note, markdown_table, run_worker  # the script's folder; it puts the checkout first
 
+from patching.config import HarmConfig
+
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "trajectories.jsonl"
 DTYPES = ("fp32", "bf16", "fp16")
-MARGIN = 0.020  # nats/token: harm's pair-ordering margin (patching.harm.MARGIN)
+MARGIN = HarmConfig.margin  # nats/token: harm's pair-ordering margin (one home: patching.config)
 
 
 def wide_model_path() -> Path:

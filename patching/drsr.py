@@ -44,7 +44,7 @@ from interp.data.trajectory import Trajectory
 from interp.sensor.limits import DEFAULT_MAX_TOKENS
 from interp.schema import Field, schema_dict
 from patching.granularity import UNSAFE, granularity
-from patching.harm import MARGIN, boundary_harm
+from patching.harm import DEFAULT_BUDGET, DRSR_MAX_K, MARGIN, boundary_harm
 from patching.interaction import attention_density, interaction_structure
 from patching.relations import PROJ_DIM, projection, prompt_capture, relations_by_layer
 
@@ -66,7 +66,8 @@ FIELDS = (
 )
 
 
-def boundary_record(sensor: Any, traj: Trajectory, b: int, max_k: int = 3, budget: int = 10, seed: int = 0,
+def boundary_record(sensor: Any, traj: Trajectory, b: int, max_k: int = DRSR_MAX_K, budget: int = DEFAULT_BUDGET,
+                    seed: int = 0,
                     units: Sequence[str] = UNIT_KINDS, max_tokens: int = DEFAULT_MAX_TOKENS,
                     proj_dim: int | None = PROJ_DIM) -> dict[str, Any]:
     """One boundary's harm record plus its candidates' representations and attention from the prompt's forward

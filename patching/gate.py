@@ -97,6 +97,7 @@ from interp.data.render import render
 from interp.data.trajectory import Trajectory
 from interp.io import atomic_write_json, read_json
 from interp.schema import Field, schema_dict
+from patching.config import GATE_SCORERS, N_MEMBERS
 from patching.granularity import UNSAFE
 from patching.relations import ALPHAS, projection, prompt_capture
 
@@ -108,7 +109,6 @@ MAX_UNSAFE_RATE = 0.100
 MAX_MEAN_HARM = 0.020  # nats/token
 MAX_REMOVAL = 0.20  # fraction of the request's tokens
 MAX_LAYERS = 4
-N_MEMBERS = 8
 MAX_SETS = 20_000  # the online gate's candidate cap (decide_view): sets grown at most
 SCORE_CHUNK = 512  # sets scored per vectorised batch (bounds memory; the pruned gate stops between batches)
 MEMO = 4096  # online decisions a SetGate remembers (oldest dropped first)
@@ -663,7 +663,7 @@ def select(sup: Supervision, val: Scored, k_grid: Sequence[int] = K_GRID, beta_g
 
 # ------------------------------------------------------------------ the scorer file and the online gate
 
-SCORERS = ("ridge", "set-mlp")
+SCORERS = GATE_SCORERS
 
 
 def make_scorer(kind: str, n_members: int | None = None, unsafe: float = UNSAFE, seed: int = 0) -> Any:

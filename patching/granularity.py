@@ -21,10 +21,11 @@ from typing import Any
 import numpy as np
 
 from interp.stats import task_resamples
+from patching.config import DrsrConfig
 
 # nats/token: a deletion whose harm exceeds this is unsafe. The toolkit's assumption (DRSR states 0.020 as its
-# pair-ordering margin and mean-harm limit, not as an unsafe cut): interp drsr --unsafe, gate_eval.train(unsafe=)
-UNSAFE = 0.020
+# pair-ordering margin and mean-harm limit, not as an unsafe cut): interp drsr --unsafe; one home: patching.config
+UNSAFE = DrsrConfig.unsafe
 BLOCK_KINDS = ("reasoning", "observation", "tool_exchange")
 
 

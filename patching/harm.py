@@ -91,6 +91,7 @@ from interp.sensor.prefix import Branch, run_branches
 from interp.data.render import Rendered, render
 from interp.data.trajectory import Trajectory
 from interp.sensor.protocol import Sensor
+from patching.config import DrsrConfig
 
 FIELDS = (
     Field("schema", "{...}", "object", "-", "this table: {field: {shape, dtype, units, doc}}"),
@@ -124,9 +125,9 @@ FIELDS = (
           "the DRSR parts folder the boundary records were read from (the demo: harm and DRSR share one set of "
           "forwards); null when harm ran its own forwards"),
 )
-MARGIN = 0.020  # nats/token: the reference study's pair-ordering margin
-DRSR_MAX_K = 4  # DRSR reports sets up to 4 units
-DEFAULT_BUDGET = 10  # sampled sets per cardinality >= 2
+MARGIN = DrsrConfig.margin  # nats/token: the reference study's pair-ordering margin (one home: patching.config)
+DRSR_MAX_K = DrsrConfig.max_k  # DRSR reports sets up to 4 units
+DEFAULT_BUDGET = DrsrConfig.budget  # sampled sets per cardinality >= 2
 AGGREGATORS: dict[str, Callable[[Sequence[float]], float]] = {
     "sum": lambda h: float(np.sum(h)), "mean": lambda h: float(np.mean(h)),
     "max": lambda h: float(np.max(h)), "min": lambda h: float(np.min(h)),

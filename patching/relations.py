@@ -42,11 +42,12 @@ from interp.data.deletions import UNIT_KINDS, Unit
 from interp.data.render import Rendered
 from interp.sensor.forward import Outputs, Plan
 from interp.stats import task_resamples
+from patching.config import DrsrConfig
 from patching.harm import AGGREGATORS, ordered_pairs
 
 FAMILIES = ("relation", "block", "mismatched", "state", "surface")
 ALPHAS = tuple(10.0 ** np.arange(-2, 5))
-PROJ_DIM = 64
+PROJ_DIM = DrsrConfig.proj_dim
 MARGIN_GRID = tuple(float(x) for x in np.round(np.linspace(0.0, 0.1, 11), 3))  # nats/token (Fig 3b)
 
 

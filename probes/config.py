@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import zlib
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 
@@ -44,6 +44,9 @@ class ProbeConfig:
     ``n_boot = 0`` or ``n_perm = 0`` skips the bootstrap or the permutation
     tests; ``n_jobs`` follows joblib (-1: all cores).
     """
+
+    analysis: ClassVar[str] = "probe"
+    precision: ClassVar[str | None] = None  # reads a store; runs no model
 
     outer: Literal["kfold", "loto"] = "kfold"
     n_outer: int = 5

@@ -51,7 +51,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -109,7 +109,12 @@ SCHEMA = schema_dict(FIELDS)
 
 @dataclass(frozen=True)
 class RunSettings:
-    """Generation settings of a run (the cache digest covers all of them and the model)."""
+    """Generation settings of a run (``interp intervene``; the cache digest covers all of them and the model).
+
+    ``precision``: bfloat16 under ``--dtype auto`` on CUDA (text is sampled, in the model's trained precision)."""
+
+    analysis: ClassVar[str] = "interventions"
+    precision: ClassVar[str] = "bfloat16"
 
     conditions: tuple[str, ...] = CONTINUATION_CONDITIONS
     samples: int = 2

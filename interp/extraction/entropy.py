@@ -63,9 +63,10 @@ scores and decisions beside it for comparison. Its columns
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -138,21 +139,60 @@ def block_entropies(sensor: Sensor, traj: Trajectory, max_tokens: int = DEFAULT_
     rendered = render(traj, traj.n_steps, sensor.tokenizer)
     limit = context_limit(sensor, max_tokens)
     blocks = rendered.spans("reasoning_block")
+    where = {id(s): _step_block(s) for s in blocks}
     ends: dict[int, int] = {}
     for s in blocks:
-        ends[s.step] = max(ends.get(s.step, 0), s.end)
+        ends[where[id(s)][0]] = max(ends.get(where[id(s)][0], 0), s.end)
     inputs = {t: scorer_input_tokens(traj, t, sensor.tokenizer) for t in ends}
-    scored = [s for s in blocks if inputs[s.step] <= limit and s.start >= 1]
-    end = max((ends[s.step] for s in scored), default=0)
+    scored = [s for s in blocks if inputs[where[id(s)][0]] <= limit and s.start >= 1]
+    end = max((ends[where[id(s)][0]] for s in scored), default=0)
     out_entropy: dict[int, float] = {}
     if scored:
         plan = Plan(entropy=entropy_positions(scored))
         out_entropy = run_plan(sensor, rendered.input_ids[:end], plan).entropy
-    return [BlockScore(traj.task_id, s.step, s.block, s.n_tokens,
-                       block_mean_entropy(out_entropy, s) if s in scored else None, inputs[s.step]) for s in blocks]
+    return [BlockScore(traj.task_id, *where[id(s)], s.n_tokens,
+                       block_mean_entropy(out_entropy, s) if s in scored else None, inputs[where[id(s)][0]])
+            for s in blocks]
+
+
+def _step_block(span: Segment) -> tuple[int, int]:
+    """(step, block) of a reasoning-block span (both are set on every such span by the renderer)."""
+    assert span.step is not None and span.block is not None, span
+    return span.step, span.block
 
 
 CONTEXTS = ("online", "full", "step_only")
+
+
+@dataclass(frozen=True)
+class IclrConfig:
+    """ICLR block entropy (``interp entropy``, the demo's ``iclr`` step): the drop fraction per step (the
+    reference's ``ICLR_RHO``, the condition's own default), the scorer context (online: step t on the history with
+    steps 1..t-1 already compressed, the study; full: the uncompressed trajectory, a departure; step_only: the
+    step's reasoning only), whether full-context scores and drops are added beside (one more forward per
+    trajectory) and the scorer's input limit (over it: the step is not scored, never truncated).
+
+    ``precision``: float32 under ``--dtype auto`` on CUDA too (blocks are ranked by entropies tenths of a bit
+    apart; in bfloat16 2 of 24 drop decisions flipped on the tiny model, benchmarks/RESULTS.md "## Precision")."""
+
+    analysis: ClassVar[str] = "iclr"
+    precision: ClassVar[str] = "float32"
+
+    rho: float = ICLR_RHO
+    context: str = "online"
+    compare_full: bool = True
+    max_tokens: int = DEFAULT_MAX_TOKENS
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rho, bool) or not (isinstance(self.rho, (int, float)) and math.isfinite(self.rho)
+                                              and 0 <= self.rho <= 1):
+            raise ValueError(f"rho: must be a fraction in [0, 1], got {self.rho!r}")
+        if self.context not in CONTEXTS:
+            raise ValueError(f"context {self.context!r}: use {', '.join(CONTEXTS[:-1])} or {CONTEXTS[-1]}")
+        if not isinstance(self.compare_full, bool):
+            raise ValueError(f"compare_full: must be true or false, got {self.compare_full!r}")
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise ValueError(f"max_tokens: must be an integer >= 1, got {self.max_tokens!r}")
 
 
 @dataclass
@@ -198,9 +238,8 @@ class EntropyScorer:
             mine = self.score_step(scored, 1 if self.context == "step_only" else step)
             mine = [replace(s, step=step) for s in mine]
         self.records[(history.task_id, step)] = mine
-        if any(s.mean_entropy_bits is None for s in mine):
-            return None
-        return [s.mean_entropy_bits for s in mine]
+        scores = [s.mean_entropy_bits for s in mine]
+        return None if any(x is None for x in scores) else [x for x in scores if x is not None]
 
     def score_step(self, history: Trajectory, step: int) -> list[BlockScore]:
         """Scores of step ``step``'s blocks with ``history`` as given in context (one forward, prefix reused)."""
@@ -215,7 +254,7 @@ class EntropyScorer:
         if key not in self._memo:
             entropy = self._forward(history.task_id, ids, spans) if whole <= context_limit(self.sensor, self.max_tokens) \
                 else None
-            self._memo[key] = [BlockScore(history.task_id, step, s.block, s.n_tokens,
+            self._memo[key] = [BlockScore(history.task_id, step, _step_block(s)[1], s.n_tokens,
                                           block_mean_entropy(entropy, s) if entropy is not None else None, whole)
                                for s in spans]
         return self._memo[key]

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -55,7 +55,14 @@ LN2 = math.log(2.0)
 
 @dataclass
 class ExtractConfig:
-    """What to keep at each boundary."""
+    """What to keep at each boundary (``interp extract``; the store the probes, ICLR's full context and the attention
+    summary read).
+
+    ``precision``: bfloat16 under ``--dtype auto`` on CUDA (the model's trained precision; features are read as
+    activations, stored in float32, and the probe's AUROC is the check)."""
+
+    analysis: ClassVar[str] = "extract"  # the store: no result of its own in the registry (interp.reporting)
+    precision: ClassVar[str] = "bfloat16"
 
     layers: list[int]
     sites: list[str] = field(default_factory=lambda: ["resid_pre"])

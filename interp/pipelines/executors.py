@@ -170,6 +170,7 @@ class RayExecutor:
                     inflight[actor.__ray_ready__.remote()] = (actor, None)  # next unit once it has restarted
                     continue
                 except ray.exceptions.RayTaskError as exc:  # the unit raised; the worker is fine
+                    assert key is not None, "a readiness probe runs no unit code"
                     fail(key, exc)
                 else:
                     if key is not None:

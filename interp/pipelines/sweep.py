@@ -247,7 +247,7 @@ def _extract_all(config: dict[str, Any], runner: Any, out: Path) -> tuple[dict[s
                 and not (inside(out, out / "cells" / c["folder"]) / "probe" / "probe_results.json").exists()]
         if not todo:
             continue
-        sensor = stages.sensor(model, device=device, dtype=dtype)  # one model in memory at a time
+        sensor = stages.sensor(model, device=device, dtype=dtype, config=ExtractConfig)  # one model at a time
         for condition in dict.fromkeys(c["condition"] for c in todo):
             mine = [c for c in grid if c["model"] == model and c["condition"] == condition]
             chosen = {c["name"]: parse_layers(c["layers"], sensor.n_layers, sensor.full_attention_layers,

@@ -5,33 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 from interp.reporting import reference as ref
-from interp.reporting.numbers import ci_text, num, pct
-
-
-def _f(x: Any) -> str:
-    return num(x) or "n/a"
-
-
-def _ci(ci: Any) -> str:
-    return ci_text(ci) or "n/a"
-
-
-def _p(x: float | None) -> str:
-    return pct(x) or "n/a"
+from interp.reporting.numbers import ci_text, num, pct, shown
 
 
 def drsr_section(res: dict[str, Any]) -> list[str]:
     """Lines of the section: granularity, relations by depth, accuracy at the margin, interaction, attention."""
     g, rel, inter, dens = res["granularity"], res["relations"], res["interaction"], res["attention_density"]
     rg = ref.DRSR_GRANULARITY
-    lines = [f"{len(res['boundaries'])} boundaries, units {', '.join(res['units'])}; margin {_f(res['margin'])} "
-             f"nats/token; unsafe: harm above {_f(res['unsafe_threshold'])} nats/token. Reference numbers: "
+    lines = [f"{len(res['boundaries'])} boundaries, units {', '.join(res['units'])}; margin {shown(num(res['margin']))} "
+             f"nats/token; unsafe: harm above {shown(num(res['unsafe_threshold']))} nats/token. Reference numbers: "
              f"{ref.MODEL}, 1,698 decision states of 566 trajectories.", "",
              "| history granularity | this run | 95% CI (task bootstrap) | n | reference study |", "|---|---|---|---|---|",
-             f"| median within-state step-harm range | {_f(g['step_range']['median'])} | {_ci(g['step_range']['ci'])} | "
+             f"| median within-state step-harm range | {shown(num(g['step_range']['median']))} | {shown(ci_text(g['step_range']['ci']))} | "
              f"{g['step_range']['n_states']} states | {rg['step_range']} |",
-             f"| median within-state block-harm range | {_f(g['block_range']['median'])} | "
-             f"{_ci(g['block_range']['ci'])} | {g['block_range']['n_states']} states | {rg['block_range']} |",
+             f"| median within-state block-harm range | {shown(num(g['block_range']['median']))} | "
+             f"{shown(ci_text(g['block_range']['ci']))} | {g['block_range']['n_states']} states | {rg['block_range']} |",
              f"| unsafe parent steps holding a safe block | {pct(g['unsafe_parent_safe_child_fraction']) or 'n/a'} | | "
              f"{g['n_unsafe_parents_with_safe_child']} of {g['n_unsafe_parents']} | {pct(rg['unsafe_parent_safe_child'])} |"]
     if rel["families"]:
@@ -47,13 +35,13 @@ def drsr_section(res: dict[str, Any]) -> list[str]:
             fixed = rows[0] if family == "surface" else next((r for r in rows if r["layer"] == chosen), rows[0])
             reference = pct(ref.DRSR_STATE_ONLY) if family == "state" else ""
             lines.append(f"| {family} | {'-' if family == 'surface' or not best else best['layer']} | "
-                         f"{_p(best['pair_accuracy'] if best else None)} | {_p(fixed['pair_accuracy'])} | "
+                         f"{shown(pct(best['pair_accuracy'] if best else None))} | {shown(pct(fixed['pair_accuracy']))} | "
                          f"{ci_text(fixed['ci'], 100, ' %') or 'n/a'} | {fixed['n_pairs']} | {reference} |")
         curve = rel["margin_curve"]
         at = min(range(len(curve["margins"])), key=lambda i: abs(curve["margins"][i] - res["margin"]))
         lines += ["", f"Singleton aggregators at margin {curve['margins'][at]} (the curve over 0..0.1 is figure 9b):", "",
                   "| aggregator | pair-ordering accuracy | reference study |", "|---|---|---|"]
-        lines += [f"| {name} | {_p(curve['accuracy'][name][at])} | {pct(value)} |"
+        lines += [f"| {name} | {shown(pct(curve['accuracy'][name][at]))} | {pct(value)} |"
                   for name, value in ref.DRSR_PAIR_ACCURACY.items()]
     else:
         lines += ["", f"Relations: not computed ({rel['n_tasks']} trajectories; grouped CV needs 2)."]

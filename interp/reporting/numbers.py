@@ -14,9 +14,17 @@ def num(value: float | None, digits: int = 3, signed: bool = False) -> str | Non
     return ("+" if signed else "") + text.lstrip("+-") if float(text) == 0 else text
 
 
-def pct(value: float | None) -> str | None:
-    """A fraction as a percentage with one decimal ("67.3%")."""
-    return None if value is None else f"{100 * value:.1f}%"
+def pct(value: float | None, signed: bool = False) -> str | None:
+    """A fraction as a percentage with one decimal ("67.3%"; ``signed``: always with its sign, a change "+4.1%")."""
+    return None if value is None else f"{100 * value:{'+' if signed else ''}.1f}%"
+
+
+def shown(value: str | None) -> str:
+    """A formatted number as a table cell or label shows it: ``NA`` for a missing one."""
+    return NA if value is None else value
+
+
+NA = "n/a"
 
 
 def ci_text(ci: Sequence[float | None] | None, scale: float = 1.0, unit: str = "", signed: bool = False) -> str | None:

@@ -17,7 +17,7 @@ from interp.io import atomic_write_bytes
 from interp.reporting import reference as ref
 from interp.reporting.analyses import ANALYSES, Analysis, resolve
 from interp.reporting.drsr import drsr_section
-from interp.reporting.numbers import ci_text, num
+from interp.reporting.numbers import ci_text, num, shown
 from interp.reporting.figures import load_result
 from interp.reporting.figures.externalization import externalization_sections
 from interp.reporting.figures.iclr import csv_bool
@@ -51,21 +51,13 @@ def attention_section(res: dict[str, Any], folder: Path) -> list[str]:
     return [f"Boundary attention by segment kind; data in `{folder.name}/attention.json`."]
 
 
-def _ci(ci: Any) -> str:
-    return ci_text(ci) or "n/a"
-
-
-def _fmt(x: Any) -> str:
-    return num(x) or "n/a"
-
-
 def probe_section(res: dict[str, Any], folder: Path) -> list[str]:
     """The probe's gain over the position baseline, its permutation tests and estimates beside the reference."""
     chosen = ", ".join(f"L{f.get('layer')}/{f.get('pooling')}" for f in res.get("folds", []))
     gain, base, both = res.get("gain"), res.get("baseline"), res.get("probe_plus_baseline")
     if gain:
         lead = (f"**Gain of the hidden-state probe over the position baseline: {gain['auroc']:+.3f} AUROC "
-                f"{_ci(gain.get('auroc_ci'))}** (AP {gain['ap']:+.3f} {_ci(gain.get('ap_ci'))}); the baseline is a "
+                f"{shown(ci_text(gain.get('auroc_ci')))}** (AP {gain['ap']:+.3f} {shown(ci_text(gain.get('ap_ci')))}); the baseline is a "
                 f"probe on {', '.join(res.get('nuisance_features', []))} through the same task-level nested CV, the "
                 "CI a paired task bootstrap (both scored on the same resampled tasks). A CI that covers 0 means "
                 "the hidden state adds nothing measurable beyond position.")
@@ -78,9 +70,9 @@ def probe_section(res: dict[str, Any], folder: Path) -> list[str]:
         p_line = (f"Permutation tests of *{res.get('permutation_statistic')}* "
                   f"(`--permutation {res.get('config', {}).get('permutation', 'fixed')}`, "
                   f"{len(res.get('permutation_null', []))} permutations, smallest possible p "
-                  f"{_fmt(res.get('permutation_p_min'))}): "
-                  f"p = {_fmt(res['permutation_p'])} under the across-task null (destroys position structure), "
-                  f"p = {_fmt(res.get('permutation_p_position'))} under the position-keeping null (whole label "
+                  f"{shown(num(res.get('permutation_p_min')))}): "
+                  f"p = {shown(num(res['permutation_p']))} under the across-task null (destroys position structure), "
+                  f"p = {shown(num(res.get('permutation_p_position')))} under the position-keeping null (whole label "
                   f"sequences swapped between tasks of equal length; {fixed} task(s) alone in their length keep "
                   "their labels).")
     rows = [("hidden-state probe (headline)", res["auroc"], res.get("auroc_ci"), res["ap"], res.get("ap_ci"),
@@ -91,10 +83,10 @@ def probe_section(res: dict[str, Any], folder: Path) -> list[str]:
         lead, "",
         f"n = {res['n_samples']} boundaries from {res['n_tasks']} tasks ({res['n_positive']} positive); "
         f"{res.get('n_excluded_final', 0)} final boundaries left out (no later step: target undefined); "
-        f"control-task AUROC = {_fmt(res.get('control_auroc'))}.", "", p_line,
+        f"control-task AUROC = {shown(num(res.get('control_auroc')))}.", "", p_line,
         "", "| estimate | AUROC | 95% CI (task bootstrap) | AP | 95% CI | balanced accuracy | reference study AUROC |",
         "|---|---|---|---|---|---|---|",
-        *(f"| {name} | {_fmt(a)} | {_ci(aci)} | {_fmt(ap)} | {_ci(apci)} | {_fmt(bacc)} | "
+        *(f"| {name} | {shown(num(a))} | {shown(ci_text(aci))} | {shown(num(ap))} | {shown(ci_text(apci))} | {shown(num(bacc))} | "
           f"{'' if r is None else r} |" for name, a, aci, ap, apci, bacc, r in rows),
         "", f"Reference study: AP {ref.PROBE['ap']}, balanced accuracy {ref.PROBE['balanced_accuracy']} (no position "
         f"baseline reported). Layer/pooling chosen per outer fold: {chosen}. Reference setting: {ref.MODEL}, "
@@ -132,8 +124,8 @@ def repair_section(res: dict[str, Any], folder: Path) -> list[str]:
     median, ratio = res.get("repair_median") or [None] * n, res.get("repair_ratio") or [None] * n
     ci = res["repair_ci"] or [None] * n
     for i in picks:
-        lines.append(f"| {res['sites'][i]} | {_fmt(mean[i])} | {_ci(ci[i])} | {_fmt(median[i])} | {_fmt(ratio[i])} "
-                     f"| {_fmt(top1[i])} |")
+        lines.append(f"| {res['sites'][i]} | {shown(num(mean[i]))} | {shown(ci_text(ci[i]))} | "
+                     f"{shown(num(median[i]))} | {shown(num(ratio[i]))} | {shown(num(top1[i]))} |")
     points = ", ".join(f"layer {k}: {v}" for k, v in ref.KL_REPAIR.items())
     return lines + ["", f"Reference study ({ref.MODEL}): {points}."]
 
@@ -178,18 +170,18 @@ def harm_section(res: dict[str, Any], folder: Path) -> list[str]:
     lines = [f"{len(res['boundaries'])} boundaries; units: {', '.join(res['units']) or '-'}; set sizes "
              f"{', '.join(map(str, res['cardinalities'])) or '-'}; recorded next output: "
              f"{min(tokens, default=0)}-{max(tokens, default=0)} tokens. Pairs of sets whose exact harms differ by "
-             f"less than {_fmt(res['margin'])} nats/token are not counted.", "",
+             f"less than {shown(num(res['margin']))} nats/token are not counted.", "",
              "| set size | mean interaction (nats/token) | sets | MAE, singletons + pairwise interactions (triples) |",
              "|---|---|---|---|"]
     for k, row in res["per_cardinality"].items():
-        lines.append(f"| {k} | {_fmt(row['mean_interaction'])} | {row['n_sets']} | "
-                     f"{_fmt(row['mae_pairwise']) if row['n_pairwise'] else ''} |")
+        lines.append(f"| {k} | {shown(num(row['mean_interaction']))} | {row['n_sets']} | "
+                     f"{shown(num(row['mae_pairwise'])) if row['n_pairwise'] else ''} |")
     lines += ["", "| aggregator of singleton harms | set size | sets | pairs counted (tasks) | pair-ordering accuracy | "
               "95% CI (task bootstrap) | MAE (nats/token) |", "|---|---|---|---|---|---|---|"]
     for row in res["aggregates"]:
         lines.append(f"| {row['aggregator']} | {row['cardinality']} | {row['n_sets']} | {row['n_pairs']} "
-                     f"({row.get('n_tasks', '?')}) | {_fmt(row['pair_accuracy'])} | {_ci(row.get('ci'))} | "
-                     f"{_fmt(row['mae'])} |")
+                     f"({row.get('n_tasks', '?')}) | {shown(num(row['pair_accuracy']))} | {shown(ci_text(row.get('ci')))} | "
+                     f"{shown(num(row['mae']))} |")
     return lines
 
 
@@ -214,18 +206,18 @@ def risk_section(res: dict[str, Any], folder: Path) -> list[str]:
     held = []
     for name, report in (labels.get("held_out") or {}).items():
         h, d = report["held_out"], report.get("default_held_out") or {}
-        held.append(f"| {name} | {h.get('kappa')} | {_ci(h.get('kappa_ci'))} | {h.get('n')} boundaries, "
+        held.append(f"| {name} | {h.get('kappa')} | {shown(ci_text(h.get('kappa_ci')))} | {h.get('n')} boundaries, "
                     f"{len(report['eval_tasks'])} tasks | {len(report['tune_tasks'])} tasks | {_tuned(report)} | "
-                    f"{d.get('kappa')} {_ci(d.get('kappa_ci'))} |")
+                    f"{d.get('kappa')} {shown(ci_text(d.get('kappa_ci')))} |")
     if held:
         held = ["", "Held-out agreement: thresholds tuned on some tasks, kappa on the other (disjoint) tasks, "
                 "95% task-bootstrap CI.", "",
                 "| rule labeler | held-out kappa | 95% CI | evaluated on | tuned on | chosen config | "
                 "shipped config, held-out kappa |", "|---|---|---|---|---|---|---|", *held]
     return [kappa, *held, "", "| quantity | this run | 95% CI | n | reference study |", "|---|---|---|---|---|",
-            f"| P(y=1 given G=1) | {_fmt(g1.get('p'))} | {_ci(g1.get('ci'))} | {g1.get('n')} | {ref.RISK['G1']} |",
-            f"| P(y=1 given G=0) | {_fmt(g0.get('p'))} | {_ci(g0.get('ci'))} | {g0.get('n')} | {ref.RISK['G0']} |",
-            f"| within-task gap | {_fmt(within.get('gap'))} | {_ci(within.get('ci'))} | {within.get('n_tasks')} tasks | "
+            f"| P(y=1 given G=1) | {shown(num(g1.get('p')))} | {shown(ci_text(g1.get('ci')))} | {g1.get('n')} | {ref.RISK['G1']} |",
+            f"| P(y=1 given G=0) | {shown(num(g0.get('p')))} | {shown(ci_text(g0.get('ci')))} | {g0.get('n')} | {ref.RISK['G0']} |",
+            f"| within-task gap | {shown(num(within.get('gap')))} | {shown(ci_text(within.get('ci')))} | {within.get('n_tasks')} tasks | "
             f"{ref.WITHIN_TASK_GAP} |",
             *_hidden_rows(res)]
 
@@ -237,7 +229,7 @@ def _hidden_rows(res: dict[str, Any]) -> list[str]:
     for units, reference in (("log-odds", ""), ("probability", ref.HIDDEN_SCORE_GAP)):
         entry = gap.get(units.replace("-", "")) or {}
         if entry.get("estimate") is not None:
-            rows.append(f"| hidden-score gap ({units}) | {_fmt(entry['estimate'])} | {_ci(entry.get('ci'))} | "
+            rows.append(f"| hidden-score gap ({units}) | {shown(num(entry['estimate']))} | {shown(ci_text(entry.get('ci')))} | "
                         f"{entry.get('n_tasks')} tasks | {reference} |")
     return rows
 
@@ -259,9 +251,9 @@ def continuation_section(res: dict[str, Any], folder: Path) -> list[str]:
              "| condition | mean score | 95% CI | n | truncated | parse failures | re-acquisition | reference study |",
              "|---|---|---|---|---|---|---|---|"]
     for name, row in intervention_conditions(res).items():
-        lines.append(f"| {name} | {_fmt(row.get('mean'))} | {_ci(row.get('ci'))} | {row.get('n')} | "
+        lines.append(f"| {name} | {shown(num(row.get('mean')))} | {shown(ci_text(row.get('ci')))} | {row.get('n')} | "
                      f"{row.get('truncated', 0)} of {row.get('n_generations')} | "
-                     f"{row.get('parse_failures')} | {_fmt(row.get('reacquisition_rate'))} | "
+                     f"{row.get('parse_failures')} | {shown(num(row.get('reacquisition_rate')))} | "
                      f"{ref.CONTINUATIONS.get(name, '')} |")
     return lines
 

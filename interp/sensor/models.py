@@ -9,9 +9,9 @@ model's own forwards).
 
 Weights load straight onto ``device`` (``from_pretrained(device_map=device)``:
 safetensors shards are read into device memory, no full host copy of the
-model is made). The default dtype (``auto``) is float32 off CUDA; on CUDA it is
-chosen for the analysis, not the device (:data:`ANALYSIS_DTYPES`, below; bfloat16
-when no analysis is named). The final norm, the unembedding, log-softmax, KL,
+model is made). The default dtype (``auto``) is float32, on CUDA too: an
+analysis that allows bfloat16 says so in its config (``precision``), and its
+stage or command loads the sensor in that dtype (``interp.pipelines.configs``). The final norm, the unembedding, log-softmax, KL,
 entropy and NLL are float32 whatever the model dtype (``interp.sensor.unembed``).
 ``LoadedSensor.kernels`` records which
 Gated-DeltaNet and conv kernels the model's layers call
@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -39,24 +38,11 @@ from interp.sensor.kernels.deltanet import bind_float64_kernels
 from interp.sensor.protocol import Sensor
 from interp.sensor.specs import SPECS, ModelSpec, ModelUnavailable, cache_dir
 
-__all__ = ["ANALYSIS_DTYPES", "DTYPES", "SPECS", "LoadedSensor", "ModelSpec", "ModelUnavailable", "Sensor", "cache_dir",
-           "analysis_dtype", "check_device", "load_model", "load_tokenizer", "resolve_dtype", "resolve_spec", "weights_checksum"]
+__all__ = ["DTYPES", "SPECS", "LoadedSensor", "ModelSpec", "ModelUnavailable", "Sensor", "cache_dir",
+           "check_device", "load_model", "load_tokenizer", "resolve_dtype", "resolve_spec", "weights_checksum"]
 
 DTYPES = {"float64": torch.float64, "fp64": torch.float64, "float32": torch.float32, "fp32": torch.float32,
           "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
-# What ``--dtype auto`` means on CUDA, per analysis (CPU: float32 for all). Chosen from the precision table of
-# benchmarks/RESULTS.md ("## Precision", CPU, float32 as the reference): analyses that read small differences of
-# distributions need float32 weights, since a half-precision layer stack moves them by as much as the effects
-# measured (KL Repair's d of a few hundredths of a nat, its measured bfloat16 noise ~1e-4..1e-3 nats vs ~1e-7 in
-# float32 and per-layer mean Repair moved by up to 0.2 on the tiny model; harm pairs at a margin of 0.02
-# nats/token; ICLR blocks ranked by entropies tenths of a bit apart, 2 of 24 drop decisions flipped in bfloat16);
-# extraction, probes and continuation generation read activations or sample text, where bfloat16 is the model's
-# trained precision and the probe's AUROC is the check. The demo loads one sensor for all its steps: float32.
-ANALYSIS_DTYPES: Mapping[str, torch.dtype] = MappingProxyType({
-    "kl_repair": torch.float32, "harm": torch.float32, "drsr": torch.float32, "iclr": torch.float32,
-    "demo": torch.float32,
-    "extract": torch.bfloat16, "probe": torch.bfloat16, "continuations": torch.bfloat16,
-})
 
 
 @dataclass
@@ -123,29 +109,20 @@ class LoadedSensor:
 
 
 def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device = "cpu",
-                  analysis: str | None = None) -> torch.dtype:
+                  precision: str | torch.dtype | None = None) -> torch.dtype:
     """Map ``fp32``/``bf16``/``fp16``/``fp64`` (or a torch dtype) to a torch dtype; ``auto``: float32 off CUDA, on
-    CUDA ``ANALYSIS_DTYPES[analysis]`` (bfloat16 when no analysis is named)."""
-    if analysis is not None and analysis not in ANALYSIS_DTYPES:
-        raise ValueError(f"unknown analysis {analysis!r} for the dtype table; known: {', '.join(ANALYSIS_DTYPES)}")
+    CUDA ``precision`` (the dtype the caller's analysis allows; none given: float32, correct for every analysis).
+
+    The sensor layer knows no analysis: each analysis's config says its precision (``interp.pipelines.configs``)."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype == "auto":
-        if torch.device(device).type != "cuda":
+        if torch.device(device).type != "cuda" or precision is None:
             return torch.float32
-        return ANALYSIS_DTYPES[analysis] if analysis is not None else torch.bfloat16
+        return precision if isinstance(precision, torch.dtype) else resolve_dtype(precision)
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; use auto or one of {sorted(DTYPES)}")
     return DTYPES[dtype]
-
-
-def analysis_dtype(dtype: str, device: str | torch.device, analysis: str) -> str:
-    """The dtype name a command loads its model in: ``auto`` resolved for ``analysis`` (:data:`ANALYSIS_DTYPES`) on
-    ``device``, any explicit name as given (obeyed; analyses report the noise they measure in it)."""
-    if dtype != "auto":
-        resolve_dtype(dtype)  # an unknown name fails here, naming the choices
-        return dtype
-    return str(resolve_dtype(dtype, device, analysis)).removeprefix("torch.")
 
 
 def resolve_spec(spec: str, model_path: str | Path | None = None, allow_download: bool = False) -> tuple[str, Path | str]:

@@ -9,6 +9,7 @@ import pytest
 from interp.data.deletions import UNIT_KINDS
 from interp.data.trajectory import load_trajectories
 from interp.pipelines import stages
+from patching.config import DrsrConfig, HarmConfig
 from patching.harm import default_boundaries, pooled_ratio_ci, summarize_harm
 
 from tests.drsr.test_drsr_cli import DEMO, TINY
@@ -20,11 +21,12 @@ def test_harm_from_drsr_parts_equals_harm_on_its_own_forwards(tmp_path):
     trajs = sorted(load_trajectories(DEMO), key=lambda t: t.n_steps)
     keys = default_boundaries(trajs)[:3]
     sensor = stages.sensor(TINY)
-    doc = stages.drsr(sensor, trajs, tmp_path / "drsr", keys, max_k=2, budget=1, n_boot=20)
+    doc = stages.drsr(sensor, trajs, tmp_path / "drsr", DrsrConfig(boundaries=keys, max_k=2, budget=1, n_boot=20))
     parts = tmp_path / "drsr" / doc["parts"]  # drsr.json names its parts folder
     assert parts.is_dir() and len(list(parts.glob("*.json"))) == 3
     reused = stages.harm_from_parts(tmp_path / "drsr", tmp_path / "reused", model=sensor.describe())
-    own = stages.harm(sensor, trajs, tmp_path / "own", keys, max_k=2, budget=1, units=list(UNIT_KINDS))
+    own = stages.harm(sensor, trajs, tmp_path / "own", HarmConfig(boundaries=keys, max_k=2, budget=1,
+                                                                  units=list(UNIT_KINDS)))
     assert reused["source"] == str(parts) and own["source"] is None
     assert (tmp_path / "reused" / "harm.json").is_file()
     for a, b in zip(reused["boundaries"], own["boundaries"]):

@@ -27,6 +27,7 @@ from interp.extraction.store import unit_name
 from interp.io import HOLD_ENV, run_units
 from interp.pipelines import stages
 from interp.pipelines.executors import RayExecutor
+from patching.config import HarmConfig, PatchConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 MINI, DEMO = ROOT / "tests" / "data" / "mini.jsonl", ROOT / "data" / "demo" / "trajectories.jsonl"
@@ -151,9 +152,9 @@ def test_harm_and_kl_repair_parts_on_ray_equal_local(ray_cluster, tiny_sensor, t
     boundaries = ["mini-code-1@2", "web-003@1"]
     sites = [("resid_pre", 0), ("resid_pre", 5)]
     for where, executor in (("local", None), ("ray", RayExecutor(workers=2))):
-        stages.harm(tiny_sensor, trajs, tmp_path / where / "harm", boundaries, max_k=2, budget=2, executor=executor,
-                    load=load if executor else None)
-        stages.patch(tiny_sensor, trajs, tmp_path / where / "patch", sites=sites, task_ids=["mini-code-1"],
+        stages.harm(tiny_sensor, trajs, tmp_path / where / "harm", HarmConfig(boundaries=boundaries, max_k=2, budget=2),
+                    executor=executor, load=load if executor else None)
+        stages.patch(tiny_sensor, trajs, tmp_path / where / "patch", PatchConfig(task_ids=["mini-code-1"]), sites=sites,
                      executor=executor, load=load if executor else None)
     _assert_same_files(tmp_path / "ray", tmp_path / "local")
 

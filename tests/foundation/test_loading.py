@@ -41,34 +41,39 @@ def test_load_model_reads_weights_onto_the_device(monkeypatch):
     assert sensor.device == META and sensor.dtype == torch.float32
 
 
-@pytest.mark.parametrize(("device", "expected"), [("cuda", torch.bfloat16), ("cuda:1", torch.bfloat16),
-                                                  ("cpu", torch.float32), ("meta", torch.float32)])
-def test_auto_dtype_is_bf16_on_cuda_only(device, expected):
-    assert resolve_dtype("auto", device) == expected
-    assert resolve_dtype("fp32", device) == torch.float32  # an explicit dtype wins
+@pytest.mark.parametrize("device", ["cuda", "cuda:1", "cpu", "meta"])
+def test_auto_dtype_without_an_analysis_is_float32(device):
+    """The sensor layer knows no analysis: ``auto`` with no precision given is float32 on every device (correct for
+    every analysis; bfloat16 only where an analysis's config allows it), and an explicit dtype wins."""
+    assert resolve_dtype("auto", device) == torch.float32
+    assert resolve_dtype("fp32", device) == torch.float32
+    assert resolve_dtype("bf16", device) == torch.bfloat16
 
 
 @pytest.mark.parametrize("device", ["cuda", "cuda:1", "cpu", "meta"])
 def test_auto_dtype_is_chosen_per_analysis_on_cuda(device):
-    """``--dtype auto`` on CUDA follows the per-analysis table (float32 where small distribution differences are the
-    result, bfloat16 for extraction, probes and generation); off CUDA it is float32 for every analysis; an explicit
-    dtype is obeyed. Strings only: no GPU is needed to resolve the table."""
-    from interp.sensor.models import ANALYSIS_DTYPES, analysis_dtype
+    """``--dtype auto`` on CUDA follows each analysis config's precision (float32 where small distribution
+    differences are the result, bfloat16 for extraction and generation); off CUDA it is float32 for every analysis;
+    an explicit dtype is obeyed. Strings only: no GPU is needed to resolve the table."""
+    from interp.pipelines.configs import CONFIGS, model_dtype
+    from interp.reporting.analyses import ANALYSES
 
     cuda = device.startswith("cuda")
-    precise = ("kl_repair", "harm", "drsr", "iclr", "demo")
-    assert set(precise) | {"extract", "probe", "continuations"} == set(ANALYSIS_DTYPES)
-    for analysis in ANALYSIS_DTYPES:
+    precise = ("kl_repair", "harm", "drsr", "iclr")
+    assert set(CONFIGS) - {"extract"} <= {a.name for a in ANALYSES}  # the registry's names (extract: the store)
+    assert {name for name, cls in CONFIGS.items() if cls.precision == "float32"} == set(precise)
+    assert {name for name, cls in CONFIGS.items() if cls.precision == "bfloat16"} == {"extract", "interventions"}
+    for analysis, cls in CONFIGS.items():
+        if cls.precision is None:  # runs no model
+            continue
         want = torch.float32 if not cuda or analysis in precise else torch.bfloat16
-        assert resolve_dtype("auto", device, analysis) == want
-        assert analysis_dtype("auto", device, analysis) == str(want).removeprefix("torch.")
-        assert resolve_dtype(want, device, analysis) == want
+        assert resolve_dtype("auto", device, cls.precision) == want
+        assert model_dtype("auto", device, cls) == str(want).removeprefix("torch.")
+        assert resolve_dtype(want, device, cls.precision) == want
         for explicit, dt in (("bf16", torch.bfloat16), ("fp16", torch.float16), ("fp32", torch.float32)):
-            assert resolve_dtype(explicit, device, analysis) == dt and analysis_dtype(explicit, device, analysis) == explicit
-    with pytest.raises(ValueError, match="unknown analysis 'patching'"):
-        resolve_dtype("auto", device, "patching")
+            assert resolve_dtype(explicit, device, cls.precision) == dt and model_dtype(explicit, device, cls) == explicit
     with pytest.raises(ValueError, match="unknown dtype"):
-        analysis_dtype("fp8", device, "harm")
+        model_dtype("fp8", device, CONFIGS["harm"])
 
 
 def _stand_in_modeling_module(monkeypatch, with_fla: bool) -> types.ModuleType:

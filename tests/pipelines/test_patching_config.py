@@ -41,7 +41,7 @@ def test_the_stage_gives_the_cli_error_before_any_work(tmp_path):
     from interp.pipelines import stages
 
     with pytest.raises(ValueError, match="method 'slow': use fast or reference"):
-        stages.patch(None, [], tmp_path / "out", method="slow")
+        stages.patch(None, [], tmp_path / "out", PatchConfig(method="slow"))
     with pytest.raises(ValueError, match="units: unknown unit kind"):
-        stages.harm(None, [], tmp_path / "out", units="nope")
+        stages.harm(None, [], tmp_path / "out", HarmConfig(units="nope"))
     assert not (tmp_path / "out").exists()

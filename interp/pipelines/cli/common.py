@@ -4,10 +4,12 @@ any file is read or any model loads."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import fields as dataclass_fields
+from dataclasses import is_dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar
 
 import typer
 from rich.console import Console
@@ -16,6 +18,10 @@ from interp.pipelines import stages
 
 if TYPE_CHECKING:
     from interp.io import Executor
+    from interp.pipelines.configs import AnalysisConfig
+    from interp.sensor.protocol import Sensor
+
+T = TypeVar("T")
 
 app = typer.Typer(
     help="Reasoning persistence in long-horizon agents: validate, render, extract, probe, patch.",
@@ -43,7 +49,7 @@ LAYERS_0_BASED = ("Layers are 0-based (resid_pre of layer l = hidden_states[l]);
                   "for its numbering. `interp models` lists each model's full-attention layers in both.")
 
 DeviceOpt = Annotated[str, typer.Option(help="torch device: cpu, cuda, cuda:1 ...")]
-DtypeOpt = Annotated[str, typer.Option(help="Model dtype: auto (fp32 off CUDA; on CUDA chosen per analysis: fp32 for patch, harm, drsr, entropy and the demo, bf16 for extract and intervene), fp32, bf16, fp16 or fp64 (fp64 for parity checks on small models). An explicit dtype is obeyed. Stored features, the final norm, the unembedding and all log-softmax/KL/entropy/NLL arithmetic are float32.")]
+DtypeOpt = Annotated[str, typer.Option(help="Model dtype: auto (fp32 off CUDA; on CUDA the analysis config's precision: fp32 for patch, harm, drsr, entropy and the demo, bf16 for extract and intervene), fp32, bf16, fp16 or fp64 (fp64 for parity checks on small models). An explicit dtype is obeyed. Stored features, the final norm, the unembedding and all log-softmax/KL/entropy/NLL arithmetic are float32.")]
 
 
 def split_list(value: str) -> list[str]:
@@ -59,7 +65,12 @@ def option(name: str) -> Iterator[None]:
         raise ValueError(f"{name}: {exc}") from None
 
 
-def build(cls: Any, **kwargs: Any) -> Any:
+def option_name(field: str, options: Mapping[str, str] | None = None) -> str:
+    """The command-line option of a config field: ``max_k`` -> ``--max-k`` (``options`` maps the exceptions)."""
+    return (options or {}).get(field) or f"--{field.replace('_', '-')}"
+
+
+def build(cls: Callable[..., T], options: Mapping[str, str] | None = None, **kwargs: Any) -> T:
     """``cls(**kwargs)``; a ValueError names the option of the first field its message mentions (``--n-boot``)."""
     try:
         return cls(**kwargs)
@@ -69,7 +80,26 @@ def build(cls: Any, **kwargs: Any) -> Any:
         if not named:
             raise
         field = named[0][1]
-        raise ValueError(f"--{field.replace('_', '-')}: {msg.removeprefix(f'{field}: ')}") from None
+        raise ValueError(f"{option_name(field, options)}: {msg.removeprefix(f'{field}: ')}") from None
+
+
+def checked(call: Callable[..., T], *args: Any, options: Mapping[str, str] | None = None, **kwargs: Any) -> T:
+    """``call(*args, **kwargs)`` (a stage, a config's check); a ValueError whose message starts with a field of a
+    config among the arguments (``task_ids: ...``, ``relation_layer 9: ...``) names its option instead (the same
+    message the config's own check gives through :func:`build`)."""
+    try:
+        return call(*args, **kwargs)
+    except ValueError as exc:
+        msg = str(exc)
+        owner = getattr(call, "__self__", None)
+        configs = [a for a in (owner, *args, *kwargs.values()) if is_dataclass(a) and not isinstance(a, type)]
+        fields = {f.name for c in configs for f in dataclass_fields(c)}
+        field = next((f for f in sorted(fields, key=len, reverse=True)
+                      if msg.startswith(f) and msg[len(f):len(f) + 1] in (" ", ":")), None)
+        if field is None:
+            raise
+        raise ValueError(f"{option_name(field, options)}: {msg.removeprefix(field).removeprefix(':').strip()}") \
+            from None
 
 
 def at_least(option: str, value: float | None, low: float) -> None:
@@ -78,14 +108,16 @@ def at_least(option: str, value: float | None, low: float) -> None:
         raise ValueError(f"{option} {value}: must be a finite number >= {low}")
 
 
-def model_options(device: str, dtype: str, analysis: str) -> str:
+def model_options(device: str, dtype: str, config: AnalysisConfig | type[AnalysisConfig] | str | None) -> str:
     """Refuse a device this machine lacks and an unknown dtype before anything is read or loaded; return the dtype
-    the command loads its model in (``auto``: chosen for ``analysis``, ``interp.sensor.models.ANALYSIS_DTYPES``)."""
-    from interp.sensor.models import analysis_dtype, check_device
+    the command loads its model in (``auto``: the precision of the analysis's ``config``,
+    ``interp.pipelines.configs.model_dtype``)."""
+    from interp.pipelines.configs import model_dtype
+    from interp.sensor.models import check_device
 
     check_device(device)
     with option("--dtype"):
-        return analysis_dtype(dtype, device, analysis)
+        return model_dtype(dtype, device, config)
 
 
 GateScorerOpt = Annotated[Optional[Path], typer.Option(
@@ -139,7 +171,7 @@ def executor_for(kind: str, address: str | None, workers: int | None, num_gpus: 
     return executor, partial(stages.sensor, model, model_path, device, dtype)
 
 
-def load_sensor(model: str, model_path: Optional[Path], device: str, dtype: str) -> Any:
+def load_sensor(model: str, model_path: Optional[Path], device: str, dtype: str) -> Sensor:
     """Load the sensor and say (stdout, the run log) where it runs and which Gated-DeltaNet and conv kernels it calls."""
     from interp.sensor.kernels.binding import kernels_line
 

@@ -8,7 +8,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from interp.sensor.limits import DEFAULT_MAX_TOKENS
 from interp.io import check_output_dir
 from interp.pipelines import stages
 from interp.pipelines.cli.common import (
@@ -27,15 +26,18 @@ from interp.pipelines.cli.common import (
     TrajectoriesOpt,
     WorkersOpt,
     app,
-    at_least,
+    build,
+    checked,
     console,
     executor_for,
     load_sensor,
     model_options,
-    option,
     shard_option,
-    split_list,
 )
+from patching.config import DrsrConfig
+
+
+OPTIONS = {"relation_layer": "--layer"}  # config field -> option, where the option's name is not the field's
 
 
 @app.command()
@@ -44,56 +46,40 @@ def drsr(
     out: Annotated[Path, typer.Option("--out", help="Directory for drsr.json (and per-boundary parts).")],
     boundaries: Annotated[Optional[str], typer.Option(help="Comma list of task_id@b (default: middle boundary of each).")] = None,
     model: ModelOpt = "smollm2-135m", model_path: ModelPathOpt = None,
-    max_k: Annotated[int, typer.Option("--max-k", help="Largest set cardinality (the reference measured 4).")] = 3,
-    budget: Annotated[int, typer.Option(help="Sampled sets per cardinality >= 2.")] = 10,
-    seed: int = 0,
-    units: Annotated[str, typer.Option(help="Comma list of deletion unit kinds (default: all: reasoning, observation, "
-                                            "tool_exchange, step; granularity needs step and a block kind).")
-                     ] = "reasoning,observation,tool_exchange,step",
-    margin: Annotated[Optional[float], typer.Option(help="Pair-ordering margin in nats/token (default 0.020).")] = None,
-    unsafe: Annotated[Optional[float], typer.Option(help="Unsafe-harm threshold in nats/token (default 0.020).")] = None,
+    max_k: Annotated[int, typer.Option("--max-k", help="Largest set cardinality (DRSR's).")] = DrsrConfig.max_k,
+    budget: Annotated[int, typer.Option(help="Sampled sets per cardinality >= 2.")] = DrsrConfig.budget,
+    seed: Annotated[int, typer.Option(help="Seed of the sampled sets.")] = DrsrConfig.seed,
+    units: Annotated[str, typer.Option(help="Comma list of deletion unit kinds (default: all; granularity needs step "
+                                            "and a block kind).")] = ",".join(DrsrConfig.units),
+    margin: Annotated[float, typer.Option(help="Pair-ordering margin in nats/token.")] = DrsrConfig.margin,
+    unsafe: Annotated[float, typer.Option(help="Unsafe-harm threshold in nats/token.")] = DrsrConfig.unsafe,
     layer: Annotated[Optional[int], typer.Option("--layer", help="Layer of the margin curve and of semantic overlap "
-                                                 "(default: the middle layer). " + LAYERS_0_BASED)] = None,
-    proj_dim: Annotated[Optional[int], typer.Option("--proj-dim", help="Stored representation size (seeded Gaussian "
-                                                    "projection; 0: none; default 64).")] = None,
-    n_boot: Annotated[int, typer.Option("--n-boot", help="Task-bootstrap resamples for the CIs.")] = 1000,
+                                                 "(default: the middle layer). " + LAYERS_0_BASED)
+                     ] = DrsrConfig.relation_layer,
+    proj_dim: Annotated[int, typer.Option("--proj-dim", help="Stored representation size (seeded Gaussian "
+                                          "projection; 0: none).")] = DrsrConfig.proj_dim,
+    n_boot: Annotated[int, typer.Option("--n-boot", help="Task-bootstrap resamples for the CIs.")] = DrsrConfig.n_boot,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "auto",
     allow_control_tokens: AllowControlOpt = False,
     shard: ShardOpt = None,
     executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None, num_gpus: GpusOpt = 0,
     memory_gb: MemoryOpt = None,
-    max_tokens: BoundaryTokensOpt = DEFAULT_MAX_TOKENS,
+    max_tokens: BoundaryTokensOpt = DrsrConfig.max_tokens,
 ) -> None:
     """DRSR's mechanistic appendix: step vs block harm, relations across depth, interaction structure, attention."""
-    from interp.data.deletions import parse_unit_kinds
-    from patching.harm import check_boundaries
-
     check_output_dir(out, "--out")
-    with option("--units"):
-        kinds = parse_unit_kinds(units)
-    at_least("--max-k", max_k, 1)
-    at_least("--budget", budget, 0)
-    at_least("--margin", margin, 0)
-    at_least("--unsafe", unsafe, 0)
-    at_least("--layer", layer, 0)
-    at_least("--proj-dim", proj_dim, 0)
-    at_least("--n-boot", n_boot, 1)
-    dtype = model_options(device, dtype, "drsr")
+    config = build(DrsrConfig, OPTIONS, boundaries=boundaries, max_k=max_k, budget=budget, seed=seed, units=units,
+                   margin=margin, unsafe=unsafe, relation_layer=layer, proj_dim=proj_dim, n_boot=n_boot,
+                   max_tokens=max_tokens)
+    dtype = model_options(device, dtype, DrsrConfig)
     runner, load = executor_for(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
     chosen_shard = shard_option(shard)
-    at_least("--max-tokens", max_tokens, 1)
     trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
-    keys = split_list(boundaries) if boundaries else None
-    if keys is not None:
-        with option("--boundaries"):
-            keys = check_boundaries(keys, trajs)
+    checked(config.boundary_keys, trajs)  # before the model loads
     sensor = load_sensor(model, model_path, device, dtype)
-    with option("--layer"):
-        if layer is not None and layer >= sensor.n_layers:
-            raise ValueError(f"{layer}: the model has layers 0..{sensor.n_layers - 1}")
-    result = stages.drsr(sensor, trajs, out, keys, max_k, budget, seed, kinds, margin, unsafe, layer, proj_dim,
-                         chosen_shard, runner, load, max_tokens, n_boot)
+    result = checked(stages.drsr, sensor, trajs, out, config, shard=chosen_shard, executor=runner, load=load,
+                     options=OPTIONS)
     if "shard" in result:
         console.print(f"{result['parts']}: shard {shard}, {len(result['units'])} boundaries", markup=False)
         return

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from interp.data.conditions import ICLR_RHO
+from interp.extraction.entropy import IclrConfig
 from interp.sensor.limits import DEFAULT_MAX_TOKENS
 from interp.io import check_output_dir
 from interp.pipelines import stages
@@ -28,7 +27,7 @@ from interp.pipelines.cli.common import (
     TrajectoriesOpt,
     WorkersOpt,
     app,
-    at_least,
+    build,
     check_gate_scorer,
     console,
     executor_for,
@@ -91,7 +90,7 @@ def extract(
     check_gate_scorer(split_list(conditions), gate_scorer)
     with option("--shard"):
         chosen_shard = parse_shard(shard)
-    dtype = model_options(device, dtype, "extract")
+    dtype = model_options(device, dtype, ExtractConfig)
     runner, load = executor_for(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
     trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
     chosen_boundaries = parse_boundaries(boundaries, trajs) if boundaries else None
@@ -136,14 +135,16 @@ def entropy(
     trajectories: TrajectoriesOpt,
     out: Annotated[Path, typer.Option("--out", help="CSV of per-block scores to write.")],
     model: ModelOpt = "smollm2-135m", model_path: ModelPathOpt = None,
-    rho: Annotated[float, typer.Option(help="ICLR drop fraction per step.")] = ICLR_RHO,
+    rho: Annotated[float, typer.Option(help="ICLR drop fraction per step.")] = IclrConfig.rho,
     context: Annotated[str, typer.Option(help="Scorer context: online (the study: step t on the history with steps "
                                               "1..t-1 already compressed) | full (departure: the uncompressed "
-                                              "trajectory) | step_only (only the step's reasoning).")] = "online",
+                                              "trajectory) | step_only (only the step's reasoning).")
+                       ] = IclrConfig.context,
     compare_full: Annotated[bool, typer.Option(help="Add full-context scores and drops (one more forward per "
-                                                    "trajectory) for the online-vs-full agreement.")] = True,
+                                                    "trajectory) for the online-vs-full agreement.")
+                            ] = IclrConfig.compare_full,
     max_tokens: Annotated[int, typer.Option(help="Scorer input limit in tokens (over it: step not scored, its "
-                                                 "length recorded; never truncated).")] = DEFAULT_MAX_TOKENS,
+                                                 "length recorded; never truncated).")] = IclrConfig.max_tokens,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "auto",
     allow_control_tokens: AllowControlOpt = False,
@@ -152,15 +153,10 @@ def entropy(
     if out.is_dir():
         raise ValueError(f"--out {out}: is a folder; give the CSV file to write")
     check_output_dir(out.parent, "--out")
-    if not (math.isfinite(rho) and 0 <= rho <= 1):
-        raise ValueError(f"--rho {rho}: must be a fraction in [0, 1]")
-    if context not in ("online", "full", "step_only"):
-        raise ValueError(f"--context {context!r}: use online, full or step_only")
-    at_least("--max-tokens", max_tokens, 1)
-    dtype = model_options(device, dtype, "iclr")
+    config = build(IclrConfig, rho=rho, context=context, compare_full=compare_full, max_tokens=max_tokens)
+    dtype = model_options(device, dtype, IclrConfig)
     trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
-    table = stages.entropy(load_sensor(model, model_path, device, dtype), trajs, out, rho, max_tokens,
-                           context=context, full=compare_full)
+    table = stages.entropy(load_sensor(model, model_path, device, dtype), trajs, out, config)
     steps = table.drop_duplicates(["task_id", "step"])
     line = (f"{out}: {len(table)} blocks, {int(table['dropped'].sum())} dropped at rho={rho} ({context}); "
             f"{int((~steps['scored']).sum())} steps not scored (over {max_tokens} tokens)")

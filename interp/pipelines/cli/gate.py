@@ -10,7 +10,10 @@ import typer
 
 from interp.io import check_output_dir
 from interp.pipelines import stages
-from interp.pipelines.cli.common import app, at_least, console, option
+from interp.pipelines.cli.common import app, build, console
+from patching.config import GATE_SCORERS, N_MEMBERS, GateConfig
+
+OPTIONS = {"n_members": "--members"}  # config field -> option, where the option's name is not the field's
 
 gate_app = typer.Typer(help="DRSR's set-risk gate: train a set-harm scorer on DRSR parts, evaluate it held out.",
                        no_args_is_help=True)
@@ -25,22 +28,20 @@ PartsOpt = Annotated[Optional[Path], typer.Option("--parts", help="The parts/drs
 def gate_train(
     drsr: DrsrOpt,
     out: Annotated[Path, typer.Option("--out", help="Folder for gate_scorer.json.")],
-    seed: Annotated[int, typer.Option(help="Seed of the trajectory split and the bootstrap members.")] = 0,
-    members: Annotated[Optional[int], typer.Option("--members", help="Bootstrap members of the scorer "
-                                                                     "(default 8 ridge, 4 set-mlp).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the trajectory split and the bootstrap members.")
+                    ] = GateConfig.seed,
+    members: Annotated[Optional[int], typer.Option("--members", help=(
+        f"Bootstrap members of the scorer (unset: the scorer's own: {N_MEMBERS} for ridge, "
+        "patching.gate_mlp.N_MEMBERS for set-mlp)."))] = GateConfig.n_members,
     parts: PartsOpt = None,
-    scorer: Annotated[str, typer.Option("--scorer", help="ridge (bootstrap ridge ensemble on pooled set "
-                                                         "features) or set-mlp (DRSR's Table 7 set model, "
-                                                         "torch).")] = "ridge",
+    scorer: Annotated[str, typer.Option("--scorer", help=f"One of {', '.join(GATE_SCORERS)}: ridge (bootstrap "
+                                                         "ridge ensemble on pooled set features) or set-mlp "
+                                                         "(DRSR's Table 7 set model, torch).")] = GateConfig.scorer,
 ) -> None:
     """Fit the set-harm scorer on the train trajectories and select K, beta, tau on validation."""
-    from patching.gate import make_scorer
-
     check_output_dir(out, "--out")
-    at_least("--members", members, 1)
-    with option("--scorer"):
-        make_scorer(scorer)
-    info = stages.gate_train(drsr, out, seed, members, parts, scorer)
+    config = build(GateConfig, OPTIONS, scorer=scorer, seed=seed, n_members=members)
+    info = stages.gate_train(drsr, out, config, parts)
     s = info["setting"]
     console.print(f"{info['scorer']}: {info['n_rows']} sets; split {len(info['split']['train'])}/"
                   f"{len(info['split']['validation'])}/{len(info['split']['test'])} trajectories; selected K {s['k']}, "
@@ -52,13 +53,14 @@ def gate_eval(
     drsr: DrsrOpt,
     scorer: Annotated[Path, typer.Option("--scorer", help="gate_scorer.json of `interp gate train`.")],
     out: Annotated[Path, typer.Option("--out", help="Folder for gate.json.")],
-    n_boot: Annotated[int, typer.Option("--n-boot", help="Task-bootstrap resamples for the CIs.")] = 1000,
+    n_boot: Annotated[int, typer.Option("--n-boot", help="Task-bootstrap resamples for the CIs.")
+                      ] = GateConfig.n_boot,
     parts: PartsOpt = None,
 ) -> None:
     """Evaluate a scorer file's gate on its held-out test trajectories (gate.json)."""
     check_output_dir(out, "--out")
-    at_least("--n-boot", n_boot, 0)
-    doc = stages.gate_eval(drsr, scorer, out, n_boot, parts)
+    config = build(GateConfig, OPTIONS, n_boot=n_boot)
+    doc = stages.gate_eval(drsr, scorer, out, config, parts)
     g, p = doc["gate"], doc["prediction"]
     console.print(f"{Path(out) / 'gate.json'}: test MAE {p['mae']}, Spearman {p['spearman']}; gate coverage "
                   f"{g['coverage']}, removal {g['removal']}, unsafe rate {g['unsafe_rate']}", markup=False)

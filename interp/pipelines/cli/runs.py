@@ -59,7 +59,7 @@ def intervene(
     check_output_dir(out, "--out")
     settings = build(RunSettings, conditions=tuple(split_list(conditions)), samples=samples,
                       max_new_tokens=max_new_tokens, seed=seed, temperature=temperature, max_tokens=max_tokens)
-    dtype = model_options(device, dtype, "continuations")
+    dtype = model_options(device, dtype, RunSettings)
     chosen_shard = shard_option(shard)
     trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
     chosen = load_states(states, trajs)
@@ -107,8 +107,10 @@ def demo(
     from the same inputs and recomputes the others)."""
     from interp.pipelines.demo import DemoConfig, run_demo
 
+    from interp.pipelines.configs import CONFIGS, precision_of
+
     check_output_dir(out, "--out")
-    dtype = model_options(device, dtype, "demo")
+    dtype = model_options(device, dtype, precision_of(CONFIGS.values()))  # one sensor for every analysis
 
     run_demo(DemoConfig(out=out, model=model, model_path=model_path, full=full, png=png, device=device,
                         dtype=dtype), console)

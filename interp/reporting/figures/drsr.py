@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from interp.reporting import reference as ref
+from interp.reporting.numbers import num, shown
 from interp.reporting.figures.theme import (BOTTOM_LEGEND, GREY, PALETTE, TEMPLATE, ci_band, ci_whiskers, note,
                                            reference_markers, rgba, titled)
 
@@ -59,8 +60,8 @@ def granularity_figure(result: dict) -> go.Figure:
     fig.update_yaxes(title_text="lowest harm of one of its blocks (nats/token)", range=[lo, hi], row=1, col=2)
     frac = g["unsafe_parent_safe_child_fraction"]
     sr, br = g["step_range"], g["block_range"]
-    parts = [f"median within-state range: steps {_num(sr['median'])} ({sr['n_states']} states), blocks "
-             f"{_num(br['median'])} ({br['n_states']} states); reference {ref.DRSR_GRANULARITY['step_range']} vs "
+    parts = [f"median within-state range: steps {shown(num(sr['median']))} ({sr['n_states']} states), blocks "
+             f"{shown(num(br['median']))} ({br['n_states']} states); reference {ref.DRSR_GRANULARITY['step_range']} vs "
              f"{ref.DRSR_GRANULARITY['block_range']}",
              f"unsafe parents holding a safe block: {g['n_unsafe_parents_with_safe_child']} of {g['n_unsafe_parents']}"
              + (f" ({frac:.1%})" if frac is not None else "")
@@ -196,5 +197,3 @@ def attention_density_figure(result: dict) -> go.Figure:
     return fig
 
 
-def _num(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.3f}"

@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from interp.reporting.figures.theme import BOTTOM_LEGEND, GREY, PALETTE, TEMPLATE, titled
+from interp.reporting.numbers import pct, shown
 
 
 def tokens_figure(result: dict) -> go.Figure:
@@ -70,10 +71,6 @@ def tokens_figure(result: dict) -> go.Figure:
     return fig
 
 
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:+.1%}"
-
-
 def tokens_section(result: dict, folder: Path | None = None) -> list[str]:
     """The report's lines for tokens.json: per-policy totals and relative changes beside the reference study's,
     the skipped policies, the paired decomposition and the time the accounting took."""
@@ -89,12 +86,12 @@ def tokens_section(result: dict, folder: Path | None = None) -> list[str]:
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in result["totals"]:
         theirs = ref.TOKENS.get(row["policy"])
-        cell = (f"{_pct(theirs['input'])} / {_pct(theirs['cache_read'])} / {_pct(theirs['output'])}"
-                if theirs else "-")
+        cell = " / ".join(shown(pct(theirs[k], signed=True)) for k in ("input", "cache_read", "output")) \
+            if theirs else "-"
+        changes = " | ".join(shown(pct(row[k], signed=True)) for k in ("rel_input", "rel_cache_read", "rel_output"))
         lines.append(f"| {row['policy']} | {row['n_requests']} | {row['input_tokens']:,} | "
                      f"{row['cache_read_tokens']:,} | {row['cache_write_tokens']:,} | {row['output_tokens']:,} | "
-                     f"{row['direct_removal_tokens']:,} | {_pct(row['rel_input'])} | {_pct(row['rel_cache_read'])} | "
-                     f"{_pct(row['rel_output'])} | {cell} |")
+                     f"{row['direct_removal_tokens']:,} | {changes} | {cell} |")
     lines.append("")
     lines += [f"- _{s['policy']} not accounted: {s['reason']}_" for s in result.get("skipped", [])]
     pair = result.get("pair")
