@@ -54,7 +54,7 @@ def model(tau: float | None = None):
     x = set_matrix(v, candidate_features(v, spec), pool, sets, spec)
     rng = np.random.default_rng(0)
     y = 0.015 + 0.01 * (x[:, 0] - x[:, 0].mean()) / x[:, 0].std() + rng.normal(0, 0.003, len(x))
-    scorer = SetRiskScorer(n_members=8).fit(x, y)
+    scorer = SetRiskScorer().fit(x, y)  # the default ensemble (patching.config.N_MEMBERS)
     return GateModel(spec, scorer, GateSetting(k=3, tau=tau), model={"proj_dim": 64})
 
 

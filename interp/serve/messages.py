@@ -164,7 +164,8 @@ def write_back(body: Mapping[str, Any], history: History, edited: Trajectory, lo
                 del msg["tool_calls"]
             messages[src.message] = msg
             drop |= {src.results[k] for k in calls_gone if src.results[k] is not None}  # type: ignore[misc]
-        remaining = [k for k in range(len(src.results)) if k not in calls_gone]
+        # calls still in the turn that have a result (the newest turn's calls may not have one yet)
+        remaining = [k for k in range(len(src.results)) if k not in calls_gone and k < len(old.observations)]
         old_obs = [old.observations[k] for k in remaining] if old.action.calls else list(old.observations)
         for pos, (before, after) in enumerate(zip(old_obs, new.observations)):
             if before == after:

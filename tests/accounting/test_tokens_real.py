@@ -12,7 +12,8 @@ from tests.importers._support import REAL
 
 pytestmark = pytest.mark.unit
 
-SAMPLES = ["tau2_claude-sonnet-4-5_retail.json", "atif_rfc_example", "mini-swe-agent_astropy__astropy-12907.traj.json"]
+SAMPLES = ["tau2/claude-sonnet-4-5_retail.json", "atif/rfc_example",
+           "mini-swe-agent/deepseek_2.3_astropy__astropy-12907.traj.json"]
 POLICIES = ["full", "delete_all_reasoning", "delete_latest_reasoning", "keep_latest_reasoning", "random:r=0.1",
             "sliding_window:k=1", "keep_last_k_reasoning:k=1"]
 

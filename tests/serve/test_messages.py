@@ -130,10 +130,13 @@ def test_a_change_without_a_place_is_refused():
 
 def test_real_runs_of_two_producers():
     """mini-swe-agent (SWE-bench) and tau2-bench (retail) message lists, as their frameworks wrote them."""
-    mini = json.loads((SAMPLES / "mini-swe-agent_astropy__astropy-12907.traj.json").read_text())["messages"]
-    body, out = edit(mini, "observation_masking:m=1")
-    assert out["messages"] == body["messages"]  # one tool step: nothing older to mask
-    tau2 = json.loads((SAMPLES / "tau2_claude-sonnet-4-5_retail.json").read_text())["simulations"][0]["messages"]
+    mini_file = SAMPLES / "mini-swe-agent" / "deepseek_2.3_astropy__astropy-12907.traj.json"
+    body, out = edit(json.loads(mini_file.read_text())["messages"], "observation_masking:m=1")
+    changed = [i for i, (a, b) in enumerate(zip(body["messages"], out["messages"])) if a != b]
+    results = [i for i, m in enumerate(body["messages"]) if m.get("role") == "tool"]
+    assert len(results) > 2 and changed == results[:-1]  # one call per step: every result but the last step's
+    assert all(out["messages"][i] == {**body["messages"][i], "content": OBSERVATION_MASK} for i in changed)
+    tau2 = json.loads((SAMPLES / "tau2" / "claude-sonnet-4-5_retail.json").read_text())["simulations"][0]["messages"]
     body, out = edit(tau2, "observation_masking:m=1")
     changed = [i for i, (a, b) in enumerate(zip(body["messages"], out["messages"])) if a != b]
     assert changed == [5, 7]  # steps 2 and 3's results; step 4 (two parallel results) is the last M = 1
@@ -159,14 +162,15 @@ def test_the_gate_hook_edits_through_the_same_write_back():
         PolicyState(parse_serve_policy("drsr_gate"), "run")
     calls = []
 
-    def gate(history, b):
-        calls.append(b)
-        return [("reasoning", 1, 0), ("observation", 2, 0)]
+    def gate(history, t):  # online with memory: asked after every step t, deletes only at the newest (t = 4)
+        calls.append(t)
+        return [("reasoning", 1, 0), ("observation", 2, 0)] if t == 4 else None
 
     state = PolicyState(parse_serve_policy("drsr_gate"), "run", gate=gate)
     h = history_of(body, "run")
     edited, log = state.apply(h.trajectory)
     got = write_back(body, h, edited, log)["messages"]
-    assert calls == [4] and log.params["units"] == [["observation", 2, 0], ["reasoning", 1, 0]]
+    assert calls == [1, 2, 3, 4] and log.params["units"] == {"1": [], "2": [], "3": [],
+                                                "4": [["observation", 2, 0], ["reasoning", 1, 0]]}
     assert got[2]["reasoning_content"] == "A two." and got[5]["content"] == ""
     assert [i for i, (a, b) in enumerate(zip(body["messages"], got)) if a != b] == [2, 5]
