@@ -1,11 +1,12 @@
-"""The labelling rules the page shows, cut from the one place they are written: the labelers' docstrings.
+"""The labelling rules the page shows, cut from the one place they are written: the labelling guideline.
 
-G (externalization gap): the *Definitions* section of
-:mod:`interp.externalization.labeler` (derived state, carriers, when G = 1).
-y (future necessity): the opening of :mod:`probes.targets` (what the later
-trajectory must contain) and its three rules (re-derivation, extra reasoning,
-re-planning) with the replanning cues (``probes.targets.REPLAN_CUES``).
-Nothing here restates a rule; a change to a docstring changes the page.
+G (externalization gap): the guideline's sections *Derived state*, *Carriers*
+and *G: externalization gap* (:mod:`interp.annotation.guideline`).
+y (future necessity): its sections *Re-derivation*, *Added reasoning*,
+*Re-planning* and *y: future necessity*, then the rule labeler's reading of
+them (the three rules of :mod:`probes.targets` with its replanning cues,
+``probes.targets.REPLAN_CUES``), marked as a proxy.
+Nothing here restates a rule; a change to the guideline or a docstring changes the page.
 """
 
 from __future__ import annotations
@@ -22,18 +23,21 @@ def _section(doc: str | None, start: str, end: str) -> str:
 
 
 def _plain(rst: str) -> str:
-    """reStructuredText markup a reader does not need dropped (double backquotes, ``::`` literal markers, emphasis)."""
-    text = rst.replace("``", "").replace("::\n", ":\n")
+    """reST and Markdown markup a reader does not need dropped (backquotes, ``::`` literal markers, emphasis)."""
+    text = rst.replace("`", "").replace("::\n", ":\n")
     return re.sub(r"(?<!\w)\*{1,2}([^*\n]+)\*{1,2}(?!\w)", r"\1", text)
 
 
 def labelling_rules() -> dict[str, str]:
-    """``{field: plain text}``: what counts for each label, for the page (G from the labeler, y from the targets)."""
-    from interp.externalization import labeler
+    """``{field: plain text}``: what counts for each label, for the page (the guideline's sections; y adds the rule labeler)."""
+    from interp.annotation.guideline import section
     from probes import targets
 
-    g = _section(labeler.__doc__, "Definitions (the reference study's):", "Labels come from")
-    y = (_section(targets.__doc__, "``y = 1`` at boundary b", "**Undefined boundaries.**")
+    def parts(*titles: str) -> str:
+        return "\n\n".join(f"{t}:\n\n{section(t)}" for t in titles)
+
+    g = parts("Derived state", "Carriers", "G: externalization gap")
+    y = (parts("Re-derivation", "Added reasoning", "Re-planning", "y: future necessity")
          + "\n\nThe rule labeler's reading of it (a transparent proxy, not the definition):\n\n"
          + _section(targets.__doc__, "The three rules", "A step without reasoning")
          + "\n\nReplanning cues: " + ", ".join(repr(c) for c in targets.REPLAN_CUES))

@@ -136,20 +136,19 @@ def test_a_g_view_holds_no_later_step_and_a_y_view_holds_them(runs):
         (g_ev["only_in_reasoning"] or [{"kind": 0, "text": 0, "step": 0}])[0])
 
 
-def test_the_rules_on_the_page_are_the_labelers_own_definitions():
-    from interp.externalization import labeler
+def test_the_rules_on_the_page_are_the_guidelines_definitions():
+    from interp.annotation.guideline import section
     from probes import targets
 
     rules = rules_mod.labelling_rules()
     g, y = rules["externalization_gap"], rules["future_necessity"]
-    # every definition line of the labeler's docstring is on the page (markup dropped), and nothing after it
-    definitions = labeler.__doc__.split("Definitions (the reference study's):")[1].split("Labels come from")[0]
-    for line in filter(None, (x.strip() for x in rules_mod._plain(definitions).splitlines())):
-        assert line in g
-    assert "tool_output    the observation of a tool-call step" in g
-    assert "Derived state" in g and "Carriers" in g and "rule-based labeler" not in g
+    # every line of the guideline's G sections is on the page (markup dropped), and none of y's definitions
+    for title in ("Derived state", "Carriers", "G: externalization gap"):
+        for line in filter(None, (x.strip() for x in rules_mod._plain(section(title)).splitlines())):
+            assert line in g
+    assert "Derived state" in g and "Carriers" in g and "rule-based labeler" not in g and "Re-planning" not in g
     assert "re-derives, adds" in y and "rederivation" in y and "reasoning_surge" in y and "replanning" in y
-    assert all(repr(c) in y for c in targets.REPLAN_CUES) and "``" not in g + y
+    assert all(repr(c) in y for c in targets.REPLAN_CUES) and "`" not in g + y
 
 
 def test_the_notebook_frame_is_an_escaped_iframe_of_a_loopback_page():
