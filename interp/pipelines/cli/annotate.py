@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from interp.io import atomic_write_json, check_output_dir
 from interp.pipelines.cli.common import AllowControlOpt, TrajectoriesOpt, app, at_least, console
 
-labels_app = typer.Typer(help="Hand labels: agreement of two annotators.", no_args_is_help=True)
+labels_app = typer.Typer(help="Labels: agreement, progress, and model-assisted (judge) labelling.", no_args_is_help=True)
 app.add_typer(labels_app, name="labels")
 
 
@@ -99,3 +99,52 @@ def labels_agree(
         atomic_write_json(out, {"first": str(first), "second": str(second), "n_boot": n_boot, "seed": seed,
                                 "fields": report})
         console.print(f"-> {out}", markup=False)
+
+
+@labels_app.command("judge")
+def labels_judge(
+    trajectories: TrajectoriesOpt,
+    labels: Annotated[Path, typer.Option("--labels", help="Output CSV (task_id,after_step,<labels>,annotator,model,"
+                                                          "prompt_sha256,time,rationale,missing); its journal "
+                                                          "(the cache) and lock live in <labels>.judge/ beside it.")],
+    base_url: Annotated[str, typer.Option("--base-url", envvar="OPENAI_BASE_URL", show_envvar=True,
+                                          help="OpenAI-compatible API root, e.g. http://127.0.0.1:8000/v1 "
+                                               "(vLLM), http://127.0.0.1:11434/v1 (Ollama).")],
+    model: Annotated[str, typer.Option("--model", envvar="OPENAI_MODEL", show_envvar=True,
+                                       help="Model name the endpoint serves; labels get annotator judge:<model>.")],
+    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True,
+                                                   show_default=False,
+                                                   help="Bearer key (sent, never written or printed).")] = None,
+    task: Annotated[str, typer.Option("--task", help="g (G: history up to b only), y (y: the later steps too) "
+                                                     "or both.")] = "both",
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per request.")] = 120.0,
+    retries: Annotated[int, typer.Option("--retries", help="Retries on 429, 5xx, timeouts, connection errors.")] = 4,
+    backoff: Annotated[float, typer.Option("--backoff", help="First retry wait in seconds, doubling (a "
+                                                             "Retry-After header wins).")] = 2.0,
+    min_interval: Annotated[float, typer.Option("--min-interval", help="Rate limit: seconds between request "
+                                                                       "starts.")] = 0.0,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Answer token limit.")] = 200,
+    temperature: float = 0.0,
+    max_chars: Annotated[int, typer.Option("--max-chars", help="Longest text (reasoning, argument, observation) "
+                                                               "sent whole; longer ones are cut in the middle.")] = 4000,
+    allow_control_tokens: AllowControlOpt = False,
+) -> None:
+    """Label G and y with an OpenAI-compatible chat model, the labelling guideline as its rubric; cached, resumable."""
+    from interp.annotation.judge import JudgeConfig, run_judge
+
+    check_output_dir(labels.parent, "--labels")
+    config = JudgeConfig(base_url, model, api_key, timeout, retries, backoff, min_interval, max_tokens, temperature,
+                         max_chars)
+
+    def show(i: int, n: int, item: Any, rec: Any, cached: bool) -> None:
+        value = "missing (" + rec["problem"] + ")" if rec["label"] is None else rec["label"]
+        console.print(f"[{i + 1}/{n}] {item.task_id}@{item.after_step} {item.field}: {value}"
+                      + (" (cached)" if cached else ""), markup=False, highlight=False)
+
+    summary = run_judge(trajectories, labels, config, task, allow_control_tokens=allow_control_tokens,
+                        on_answer=show)
+    for name, c in summary["fields"].items():
+        console.print(f"{name}: {c['labelled']} labelled ({c['positive']} positive), {c['missing']} missing",
+                      markup=False)
+    console.print(f"{summary['n_asked']} asked, {summary['n_cached']} cached; rubric sha256 "
+                  f"{summary['prompt_sha256'][:12]}; -> {labels}", markup=False)
