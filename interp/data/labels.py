@@ -27,7 +27,9 @@ all problems of a file are reported at once):
 - a label is ``0``, ``1``, ``0.0`` or ``1.0``; ``after_step`` an integer >= 1;
 - a boundary may appear once (a second row is an error naming the first line);
 - with ``trajectories``, the task must be in them and ``after_step`` <= its step count;
-- a missing file raises :class:`FileNotFoundError`.
+- a missing file raises :class:`FileNotFoundError`;
+- a cell starting with ``'`` loses it (:func:`write_labels_csv` guards text
+  cells against spreadsheet formulas that way, :func:`guard_cell`).
 
 :func:`write_labels_csv` writes the same format (optionally with more columns
 after the label), atomically. :func:`agreement` compares a predicted label set
@@ -62,6 +64,7 @@ from interp.data.trajectory import Trajectory
 from interp.io import atomic_write_bytes, read_text
 
 LABEL_FIELDS = ("future_necessity", "externalization_gap")
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")  # cells written with a leading ' (CSV formula injection)
 Labels = dict[tuple[str, int], int]
 
 
@@ -137,6 +140,7 @@ def read_labels_csv(path: str | Path, column: str, trajectories: Iterable[Trajec
                              f"expected task_id,after_step,{column}")
         for line, row in enumerate(reader, start=2):
             task_id, raw_b, raw_v = ((row.get(c) or "").strip() for c in ("task_id", "after_step", column))
+            task_id = unguard_cell(task_id)
             problem = _row_problem(task_id, raw_b, raw_v, column, steps)
             if problem is not None:
                 problems.append(f"{path}:{line}: {problem[0]}: {problem[1]}")
@@ -157,17 +161,31 @@ def read_labels_csv(path: str | Path, column: str, trajectories: Iterable[Trajec
     return out
 
 
+def guard_cell(value: Any) -> Any:
+    """A text cell a spreadsheet would run as a formula (starting ``= + - @``, tab or CR) with ``'`` put before it;
+    a cell already starting with ``'`` gets one too, so :func:`unguard_cell` restores every text exactly."""
+    if isinstance(value, str) and value[:1] in FORMULA_START:
+        return "'" + value
+    return value
+
+
+def unguard_cell(text: str) -> str:
+    """The text :func:`guard_cell` wrote: one leading ``'`` removed."""
+    return text[1:] if text.startswith("'") else text
+
+
 def write_labels_csv(path: str | Path, rows: Iterable[Mapping[str, Any]], column: str,
                      extra: Sequence[str] = ()) -> Path:
     """Write ``task_id,after_step,<column>[,<extra>...]`` rows atomically (``\\n`` line ends); return the path.
 
     Each row maps those column names to values (a missing one is written
-    empty; an empty label cell reads back as "no label").
+    empty; an empty label cell reads back as "no label"). Text cells are
+    guarded against spreadsheet formula injection (:func:`guard_cell`).
     """
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=["task_id", "after_step", column, *extra], lineterminator="\n")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows({k: guard_cell(v) for k, v in row.items()} for row in rows)
     path = Path(path)
     atomic_write_bytes(path, buf.getvalue().encode())
     return path
@@ -373,7 +391,7 @@ def annotator_counts(path: str | Path, fields: Sequence[str]) -> dict[str, dict[
     out: dict[str, dict[str, int]] = {}
     with io.StringIO(read_text(path), newline="") as fh:
         for row in csv.DictReader(fh):
-            who = (row.get("annotator") or "").strip() or path.stem
+            who = unguard_cell((row.get("annotator") or "").strip()) or path.stem
             for name in fields:
                 if (row.get(name) or "").strip() not in ("", "-1"):
                     counts = out.setdefault(who, {f: 0 for f in fields})
