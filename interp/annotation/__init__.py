@@ -3,8 +3,9 @@
 The reference study annotated G_i (externalization gap) and y (future
 necessity) by hand at every compression boundary. ``interp annotate`` serves a
 page for that on 127.0.0.1 (:mod:`interp.annotation.server`), one label per
-key press, with the rules of what counts taken from the labelers' own
-definitions (:mod:`interp.annotation.rules`):
+key press, with the rules of what counts taken from the labelling guideline
+(:mod:`interp.annotation.guideline`, its one home; :mod:`interp.annotation.rules`
+cuts the page's summary from it):
 
 - a G item shows the history up to b only (system prompt, tools, task, steps
   1..b), never a later step; a y item adds the steps b+1..n
@@ -18,6 +19,11 @@ definitions (:mod:`interp.annotation.rules`):
 - two annotators: ``interp labels agree A.csv B.csv``
   (:func:`interp.data.labels.pair_agreement`) and ``interp annotate
   --adjudicate A.csv --adjudicate B.csv`` walks only their disagreements.
+
+Model-assisted labels: ``interp labels judge`` (:mod:`interp.annotation.judge`)
+asks an OpenAI-compatible chat model for G and y with the guideline as its
+rubric; ``interp labels agree`` measures it against people and ``interp labels
+status`` shows who labelled what.
 
 In a notebook: :func:`interp.annotation.server.start_annotation` and
 :func:`interp.annotation.notebook.annotation_iframe` (``interp.start_annotation``,
