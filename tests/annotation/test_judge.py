@@ -247,3 +247,18 @@ def test_run_judge_refuses_a_second_judge_on_the_same_output(trajs_path, tmp_pat
     with writer_lock(folder_for(out), command="other"):
         with pytest.raises(WriterLocked, match="another run is writing here"):
             run_judge(trajs_path, out, JudgeConfig("http://127.0.0.1:9/v1", "m"), "g")
+
+
+def test_long_texts_are_cut_in_the_middle_with_a_marker(trajs_path):
+    from interp.annotation.judge import _cut, item_prompt
+    from interp.annotation.session import Item
+
+    text = "A" * 300 + "B" * 400 + "C" * 300
+    cut = _cut(text, 200)
+    assert cut == "A" * 100 + "\n[... 800 characters cut ...]\n" + "C" * 100 and _cut("short", 200) == "short"
+    traj = next(t for t in load_trajectories(trajs_path) if t.task_id == "security-002")
+    whole, short = (item_prompt(traj, Item("security-002", 7, "externalization_gap"), n) for n in (100_000, 200))
+    longest = max(len(o) for s in traj.steps for o in s.observations)
+    assert longest > 200 and "characters cut" not in whole and "characters cut" in short and len(short) < len(whole)
+    for t, step in enumerate(traj.steps, start=1):  # every step keeps its head and its tail
+        assert f"### Step {t}\n" in short and step.observations[0][-50:] in short
