@@ -29,9 +29,11 @@ start at least ``min_interval_s`` apart (rate limit). Each request has a
 Cache and resume. ``<labels>.judge/journal.jsonl`` beside the output CSV
 gets one line per answer, flushed and fsynced before the next request; the
 CSV is rewritten atomically after each. A re-run (also after a kill) reads the
-journal and asks only the items without a label for the same request (same
-model, rubric, item text and settings: ``request_sha256``); items recorded
-missing are asked again. The folder's writer lock refuses a second judge on
+journal and asks only the items without an answer for the same request (same
+model, rubric, item text and settings: ``request_sha256``): a failed request
+(HTTP error, timeout, malformed response) is asked again, an unusable reply
+the model gave (no JSON label, a label not 0/1) only with ``retry_missing``
+(``--retry-missing``; at temperature 0 the same prompt gives the same reply). The folder's writer lock refuses a second judge on
 the same output. The API key is sent, never written.
 
 Fields of a journal line (``JOURNAL_FIELDS``):
@@ -52,6 +54,7 @@ Fields of a journal line (``JOURNAL_FIELDS``):
 | ``rationale`` | ``[]`` | str | - | answer: the model's short reason (at most 500 characters) |
 | ``problem`` | ``[]`` | str | - | answer: why the label is missing (empty when there is one) |
 | ``attempts`` | ``[]`` | int | requests | answer: requests sent for this answer (1 + retries) |
+| ``answered`` | ``[]`` | bool | - | answer: the model replied (a missing label then means an unusable reply, not a failed request) |
 
 The labels CSV is the project's format (:func:`interp.data.labels.write_labels_csv`;
 ``interp probe --labels``, ``interp externalize risk --labels`` and ``interp
@@ -111,6 +114,8 @@ JOURNAL_FIELDS = (
     Field("rationale", "[]", "str", "-", "answer: the model's short reason (at most 500 characters)"),
     Field("problem", "[]", "str", "-", "answer: why the label is missing (empty when there is one)"),
     Field("attempts", "[]", "int", "requests", "answer: requests sent for this answer (1 + retries)"),
+    Field("answered", "[]", "bool", "-", "answer: the model replied (a missing label then means an unusable reply, "
+          "not a failed request)"),
 )
 CSV_FIELDS = (
     Field("task_id", "[n_rows]", "str", "-", "the trajectory"),
@@ -189,6 +194,7 @@ class Answer:
     problem: str
     attempts: int
     served_model: str = ""
+    answered: bool = False
 
 
 def _cut(text: str, limit: int) -> str:
@@ -327,7 +333,7 @@ class JudgeClient:
             else:
                 if status == 200:
                     return self._answer(raw, attempt + 1)
-                problem = f"HTTP {status}: {' '.join(raw.decode('utf-8', 'replace').split())[:120]}"
+                problem = f"HTTP {status}: {' '.join(raw.decode('utf-8', 'replace').split())[:120]!r}"
                 if status != 429 and status < 500:
                     return Answer(None, "", problem, attempt + 1)
             if attempt < c.max_retries:
@@ -346,7 +352,7 @@ class JudgeClient:
             return Answer(None, "", f"malformed response ({type(exc).__name__}: {exc}): {snippet!r}", attempts)
         label, rationale, problem = parse_answer(content)
         served = doc.get("model") if isinstance(doc.get("model"), str) else ""
-        return Answer(label, rationale, problem, attempts, served)
+        return Answer(label, rationale, problem, attempts, served, answered=True)
 
 
 def folder_for(labels_csv: Path) -> Path:
@@ -413,7 +419,7 @@ def csv_rows(queue: Sequence[Item], answers: Mapping[Item, Mapping[str, Any]], m
 
 
 def run_judge(trajectories: Path, labels_csv: Path, config: JudgeConfig, task: str = "both",
-              client: JudgeClient | None = None, allow_control_tokens: bool = False,
+              client: JudgeClient | None = None, allow_control_tokens: bool = False, retry_missing: bool = False,
               on_answer: Callable[[int, int, Item, Mapping[str, Any], bool], None] | None = None) -> dict[str, Any]:
     """Label every item of ``task`` with the judge, resuming from the journal; returns counts per field.
 
@@ -445,13 +451,14 @@ def run_judge(trajectories: Path, labels_csv: Path, config: JudgeConfig, task: s
                         {"role": "user", "content": item_prompt(by_id[item.task_id], item, config.max_chars)}]
             key = sha256_text(json.dumps([config.model, messages, config.temperature, config.max_tokens]))
             rec = cached.get(key)
-            hit = rec is not None and rec["label"] is not None
+            hit = rec is not None and (rec["label"] is not None or (rec.get("answered", False) and not retry_missing))
             if not hit:
                 answer = client.ask(messages)
                 rec = {"event": "answer", "time": now(), "task_id": item.task_id, "after_step": item.after_step,
                        "field": item.field, "model": config.model, "served_model": answer.served_model,
                        "prompt_sha256": rubric, "request_sha256": key, "label": answer.label,
-                       "rationale": answer.rationale, "problem": answer.problem, "attempts": answer.attempts}
+                       "rationale": answer.rationale, "problem": answer.problem, "attempts": answer.attempts,
+                       "answered": answer.answered}
                 append_line(journal, rec)
                 n_asked += 1
             else:

@@ -117,8 +117,14 @@ def test_a_failure_or_an_unusable_answer_is_missing_never_zero(trajs_path, tmp_p
     rec = next(e for e in journal if e["event"] == "answer" and e["after_step"] == 2 and e["task_id"] == "web-002")
     assert rec["label"] is None and reason in rec["problem"]
 
+    answered = reply[0] == "answer"  # the model replied, unusably: kept unless --retry-missing
+    assert rec["answered"] is answered
+    if answered:
+        with StubLLM(answering(labels)) as again:
+            assert judge_cli(again, trajs_path, out, "--task", "g").exit_code == 0
+            assert again.asked() == []
     with StubLLM(answering(labels)) as again:  # a re-run asks only the missing item again
-        assert judge_cli(again, trajs_path, out, "--task", "g").exit_code == 0
+        assert judge_cli(again, trajs_path, out, "--task", "g", "--retry-missing").exit_code == 0
         assert again.asked() == [target]
     assert read_labels_csv(out, "externalization_gap")[("web-002", 2)] == 1
 

@@ -209,6 +209,8 @@ def labels_judge(
     temperature: float = 0.0,
     max_chars: Annotated[int, typer.Option("--max-chars", help="Longest text (reasoning, argument, observation) "
                                                                "sent whole; longer ones are cut in the middle.")] = 4000,
+    retry_missing: Annotated[bool, typer.Option("--retry-missing", help="Ask again the items whose earlier reply "
+                                                "was unusable (failed requests are always asked again).")] = False,
     allow_control_tokens: AllowControlOpt = False,
 ) -> None:
     """Label G and y with an OpenAI-compatible chat model, the labelling guideline as its rubric; cached, resumable."""
@@ -224,7 +226,7 @@ def labels_judge(
                       + (" (cached)" if cached else ""), markup=False, highlight=False)
 
     summary = run_judge(trajectories, labels, config, task, allow_control_tokens=allow_control_tokens,
-                        on_answer=show)
+                        retry_missing=retry_missing, on_answer=show)
     for name, c in summary["fields"].items():
         console.print(f"{name}: {c['labelled']} labelled ({c['positive']} positive), {c['missing']} missing",
                       markup=False)
