@@ -76,8 +76,10 @@ labels agree`` read it). Its columns (``CSV_FIELDS``):
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import http.client
+import io
 import json
 import os
 import re
@@ -476,3 +478,20 @@ def run_judge(trajectories: Path, labels_csv: Path, config: JudgeConfig, task: s
     return {"n_items": len(queue), "n_asked": n_asked, "n_cached": n_cached, "fields": counts,
             "prompt_sha256": rubric, "csv": str(labels_csv)}
 
+
+def missing_counts(labels_csv: Path) -> dict[str, int]:
+    """``{field: items}`` a judge's CSV records as missing (its ``missing`` column); ``{}`` for a CSV without one."""
+    from interp.io import read_text
+
+    names = {short: name for name, short in SHORT.items()}
+    out: dict[str, int] = {}
+    with io.StringIO(read_text(Path(labels_csv)), newline="") as fh:
+        reader = csv.DictReader(fh)
+        if "missing" not in (reader.fieldnames or []):
+            return {}
+        for row in reader:
+            for part in filter(None, (row.get("missing") or "").split("; ")):
+                field = names.get(part.split(":", 1)[0].lstrip("'"))
+                if field:
+                    out[field] = out.get(field, 0) + 1
+    return out

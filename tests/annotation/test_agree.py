@@ -145,12 +145,22 @@ def test_a_judge_against_the_demo_annotations_and_the_status_of_three_sources(tm
     assert f"Cohen's kappa {kappa}, 95% CI [" in result.output and "rows: judge.csv, columns: annotations" in result.output
     assert result.output.count("disagree ") == sum(judge[k] != truth[k] for k in shared)
 
+    lost = [k for i, k in enumerate(keys) if not i % 7]  # the judge's missing items: an empty cell and the reason
+    write_labels_csv(tmp_path / "judge.csv", [
+        *({"task_id": k[0], "after_step": k[1], "externalization_gap": v, "annotator": "judge:m", "missing": ""}
+          for k, v in judge.items()),
+        *({"task_id": k[0], "after_step": k[1], "externalization_gap": "", "annotator": "judge:m",
+           "missing": "G: timeout after 60 s after 5 attempts"} for k in lost)], "externalization_gap",
+        ["annotator", "missing"])
     status = CliRunner().invoke(app, ["labels", "status", str(tmp_path / "judge.csv"), str(tmp_path / "ann.csv"),
                                       "--trajectories", str(demo), "--annotations"])
     assert status.exit_code == 0, status.output
     n = len(keys)
     assert f"judge.csv: G {len(judge)}/{n}, y 0/{n - 25} labelled, 25 tasks of 25" in status.output
     assert f"  judge:m: G {len(judge)}/{n}, y 0/{n - 25}" in status.output
+    assert f"  missing (the judge's failed or unusable answers): G {len(lost)}, y 0" in status.output
+    assert "annotations: 25 y labels at final boundaries (undefined there) not counted" in status.output
+    assert f"annotations: G {n}/{n}, y {n - 25}/{n - 25} labelled" in status.output
     assert f"ann.csv: G 40/{n}" in status.output and f"annotations: G {n}/{n}" in status.output
     assert f"judge.csv & ann.csv: G {len(set(judge) & set(person))}, y 0" in status.output
     assert f"judge.csv & annotations: G {len(shared)}" in status.output

@@ -157,8 +157,17 @@ def labels_status(
 
     fields = sorted(LABEL_FIELDS)  # G first
     sources, trajs = _label_sources(files, trajectories, fields, annotations, False)
+    from interp.annotation.judge import missing_counts
+
     totals: dict[str, int] = {}
-    if trajs is not None:
+    if trajs is not None:  # y is undefined at a final boundary: a label given there is not counted (nor compared)
+        finals = final_boundaries(trajs)
+        for name, sets in sources.items():
+            dropped = {k: v for k, v in sets["future_necessity"].items() if k in finals}
+            if dropped:
+                sets["future_necessity"] = {k: v for k, v in sets["future_necessity"].items() if k not in finals}
+                console.print(f"{name}: {len(dropped)} y labels at final boundaries (undefined there) not counted",
+                              markup=False, highlight=False)
         n_boundaries = sum(t.n_steps for t in trajs)
         totals = {"externalization_gap": n_boundaries,
                   "future_necessity": n_boundaries - len(final_boundaries(trajs))}
@@ -175,6 +184,10 @@ def labels_status(
             for who, counts in annotator_counts(path, fields).items():
                 console.print(f"  {who}: " + ", ".join(count(f, counts[f]) for f in fields), markup=False,
                               highlight=False)
+            missing = missing_counts(path)
+            if missing:
+                console.print("  missing (the judge's failed or unusable answers): "
+                              + ", ".join(f"{short[f]} {missing.get(f, 0)}" for f in fields), markup=False)
     if len(sources) > 1:
         console.print("overlap (boundaries labelled by both, per label):", markup=False)
         shared = {f: overlap({n: s[f] for n, s in sources.items()}) for f in fields}
