@@ -71,7 +71,7 @@ labels agree`` read it). Its columns (``CSV_FIELDS``):
 | ``prompt_sha256`` | ``[n_rows]`` | str | - | the rubric's sha256 (journal ``prompt_sha256``) |
 | ``time`` | ``[n_rows]`` | str | UTC | the row's latest answer, ISO 8601 |
 | ``rationale`` | ``[n_rows]`` | str | - | the model's reasons (``G: ...; y: ...`` with both) |
-| ``missing`` | ``[n_rows]`` | str | - | the row's missing labels with why (``G: HTTP 500 after 5 attempts``), else empty |
+| ``missing`` | ``[n_rows]`` | str | - | the row's missing labels with why (``G: timeout after 120 s after 5 attempts``), else empty |
 """
 
 from __future__ import annotations
@@ -129,8 +129,8 @@ CSV_FIELDS = (
     Field("prompt_sha256", "[n_rows]", "str", "-", "the rubric's sha256 (journal ``prompt_sha256``)"),
     Field("time", "[n_rows]", "str", "UTC", "the row's latest answer, ISO 8601"),
     Field("rationale", "[n_rows]", "str", "-", "the model's reasons (``G: ...; y: ...`` with both)"),
-    Field("missing", "[n_rows]", "str", "-", "the row's missing labels with why (``G: HTTP 500 after 5 attempts``), "
-          "else empty"),
+    Field("missing", "[n_rows]", "str", "-", "the row's missing labels with why "
+          "(``G: timeout after 120 s after 5 attempts``), else empty"),
 )
 JOURNAL_NAME = "journal.jsonl"
 RATIONALE_CHARS = 500

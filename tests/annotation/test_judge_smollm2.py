@@ -66,8 +66,9 @@ def test_smollm2_judges_demo_boundaries_end_to_end(tmp_path, capsys):
             assert labels[key] == rec["label"] and not rec["problem"]
     truth = annotation_labels(trajs, "externalization_gap")
     report = pair_agreement(labels, truth, n_boot=200, names=("smollm2-135m", "annotations"))
+    reasons = sorted({a["problem"][:40] for a in answers.values() if a["problem"]})[:3]
     with capsys.disabled():
         print(f"\nSmolLM2-135M judge, G on {','.join(tasks)}: {len(labels)} of {n_items} items labelled "
-              f"({n_items - len(labels)} missing: {sorted({a['problem'][:40] for a in answers.values() if a['problem']})[:3]}); "
+              f"({n_items - len(labels)} missing: {reasons}); "
               f"vs annotations kappa {report['kappa']} {report['kappa_note']} accuracy {report['accuracy']} "
               f"on {report['n']} shared")

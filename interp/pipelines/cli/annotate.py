@@ -11,7 +11,8 @@ import typer
 from interp.io import atomic_write_json, check_output_dir
 from interp.pipelines.cli.common import AllowControlOpt, TrajectoriesOpt, app, at_least, console
 
-labels_app = typer.Typer(help="Labels: agreement, progress, and model-assisted (judge) labelling.", no_args_is_help=True)
+labels_app = typer.Typer(help="Labels: agreement, progress, and model-assisted (judge) labelling.",
+                         no_args_is_help=True)
 app.add_typer(labels_app, name="labels")
 
 
@@ -220,8 +221,8 @@ def labels_judge(
                                                                        "starts.")] = 0.0,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Answer token limit.")] = 200,
     temperature: float = 0.0,
-    max_chars: Annotated[int, typer.Option("--max-chars", help="Longest text (reasoning, argument, observation) "
-                                                               "sent whole; longer ones are cut in the middle.")] = 4000,
+    max_chars: Annotated[int, typer.Option("--max-chars", help="Longest text (reasoning, argument, observation) sent "
+                                                               "whole; longer ones are cut in the middle.")] = 4000,
     retry_missing: Annotated[bool, typer.Option("--retry-missing", help="Ask again the items whose earlier reply "
                                                 "was unusable (failed requests are always asked again).")] = False,
     allow_control_tokens: AllowControlOpt = False,
