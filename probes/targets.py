@@ -2,8 +2,11 @@
 
 ``y = 1`` at boundary b when the trajectory *after* b re-derives, adds
 reasoning or re-plans (the reference study's target: "the later trajectory
-contains re-derivation, additional reasoning or explicit replanning"). The
-steps inspected are b+1 .. n (the whole rest of the trajectory) by default,
+contains re-derivation, additional reasoning or explicit replanning"); the
+definitions of the three are the labelling guideline's
+(``interp/annotation/guideline.md``, sections *Re-derivation*, *Added
+reasoning*, *Re-planning*, *y: future necessity*), and the rules below are
+this labeler's lexical proxy of them. The steps inspected are b+1 .. n (the whole rest of the trajectory) by default,
 or b+1 .. b+window with ``TargetLabelerConfig(window=N)`` (``interp label
 --window N``).
 

@@ -21,6 +21,11 @@ key press or button click, with the written guideline on the page
   (:func:`interp.data.labels.pair_agreement`) and ``interp annotate
   --adjudicate A.csv --adjudicate B.csv`` walks only their disagreements.
 
+Model-assisted labels: ``interp labels judge`` (:mod:`interp.annotation.judge`)
+asks an OpenAI-compatible chat model for G and y with the guideline as its
+rubric; ``interp labels agree`` measures it against people and ``interp labels
+status`` shows who labelled what.
+
 In a notebook: :func:`interp.annotation.server.start_annotation` and
 :func:`interp.annotation.notebook.annotation_iframe` (``interp.start_annotation``,
 ``interp.annotation_iframe``).

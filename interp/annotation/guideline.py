@@ -1,27 +1,45 @@
-"""The written labelling guideline (a placeholder: the judge helper's module replaces this stub at merge).
+"""The labelling guideline of G and y: its one home (``guideline.md`` beside this module), as Markdown or HTML.
 
-One home of the labelling definitions of G and y, rendered on the labelling
-page (:func:`guideline_html`) and in the docs (:func:`guideline_markdown`).
+The guideline defines derived state, carriers, re-derivation, added reasoning
+and re-planning, says what G = 0/1 and y = 0/1 mean, works examples from the
+demo set and lists edge cases. Everything that states the rules reads it from
+here: the labelling page (:func:`guideline_html`), the judge's rubric
+(:mod:`interp.annotation.judge`, :func:`guideline_markdown`), one section at a
+time (:func:`section`) and the docs
+(README, "Labelling guideline", which links the file). The rule labelers'
+docstrings (:mod:`interp.externalization.labeler`, :mod:`probes.targets`)
+cite its definitions by section name instead of restating them.
 """
 
 from __future__ import annotations
 
-import html
+import re
+from importlib import resources
 
-_TEXT = (
-    "# Labelling guideline (placeholder)\n\n"
-    "G (externalization gap) at boundary b: 1 when derived state the agent needs lives only in its reasoning "
-    "up to step b, not in any action, observation or given text; else 0.\n\n"
-    "y (future necessity) at boundary b: 1 when the steps after b re-derive, add reasoning for, or re-plan "
-    "what was already worked out before b; else 0.\n"
-)
+GUIDELINE_FILE = "guideline.md"
 
 
 def guideline_markdown() -> str:
-    """The guideline as Markdown (for the docs and the judge's rubric)."""
-    return _TEXT
+    """The guideline as Markdown (the package-data file ``interp/annotation/guideline.md``, read each call)."""
+    return resources.files("interp.annotation").joinpath(GUIDELINE_FILE).read_text(encoding="utf-8")
 
 
 def guideline_html() -> str:
-    """The guideline as an HTML fragment (for the labelling page); the text is escaped, no markup is passed through."""
-    return "".join(f"<p>{html.escape(p.lstrip('# '))}</p>" for p in _TEXT.split("\n\n") if p.strip())
+    """The guideline as an HTML fragment (CommonMark via markdown-it-py; raw HTML in the source is escaped)."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": False}).render(guideline_markdown())
+
+
+def section(title: str) -> str:
+    """The Markdown of the guideline's ``##``/``###`` section ``title`` (heading excluded), up to the next heading
+    of the same or a higher level; ``KeyError`` naming the known titles when there is none."""
+    text = guideline_markdown()
+    headings = list(re.finditer(r"^(#{2,3}) (.+)$", text, re.M))
+    for i, h in enumerate(headings):
+        if h.group(2).strip() != title:
+            continue
+        level = len(h.group(1))
+        end = next((n.start() for n in headings[i + 1:] if len(n.group(1)) <= level), len(text))
+        return text[h.end():end].strip()
+    raise KeyError(f"guideline: no section {title!r}; sections: {', '.join(h.group(2) for h in headings)}")

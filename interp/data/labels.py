@@ -27,7 +27,10 @@ all problems of a file are reported at once):
 - a label is ``0``, ``1``, ``0.0`` or ``1.0``; ``after_step`` an integer >= 1;
 - a boundary may appear once (a second row is an error naming the first line);
 - with ``trajectories``, the task must be in them and ``after_step`` <= its step count;
-- a missing file raises :class:`FileNotFoundError`.
+- a missing file raises :class:`FileNotFoundError`;
+- a cell starting with ``'`` before a formula character loses that ``'``
+  (:func:`write_labels_csv` guards text cells against spreadsheet formulas that
+  way, :func:`guard_cell`).
 
 :func:`write_labels_csv` writes the same format (optionally with more columns
 after the label), atomically, every text cell guarded against spreadsheet
@@ -45,7 +48,10 @@ resampling rule of ``interp.stats``).
 
 Two annotators: :func:`pair_agreement` is the report of ``interp labels
 agree`` (kappa with a task-bootstrap CI, the confusion table with rows = the
-first annotator, and :func:`disagreements`, the boundaries where they differ).
+first annotator, :func:`disagreements`, the boundaries where they differ, and
+:func:`kappa_note`, why kappa is undefined or 0 when an annotator used one
+class). Many annotators: :func:`annotator_counts` (who labelled what) and
+:func:`overlap` (boundaries each pair shares) are ``interp labels status``.
 """
 
 from __future__ import annotations
@@ -340,14 +346,65 @@ def disagreements(first: Mapping[tuple[str, int], int],
             for k in sorted(set(first) & set(second)) if int(first[k]) != int(second[k])]
 
 
+def kappa_note(first: Mapping[tuple[str, int], int], second: Mapping[tuple[str, int], int],
+               names: tuple[str, str] = ("first", "second")) -> str:
+    """Why Cohen's kappa of two label sets says little or nothing, in one sentence; empty when it is informative.
+
+    On the shared boundaries kappa = (p_o - p_e) / (1 - p_e), p_e the agreement
+    expected from the two annotators' class rates. Both used one and the same
+    class: p_e = 1, kappa is 0/0, undefined. One used a single class: p_e = p_o,
+    kappa is 0 whatever the other did (no agreement beyond chance can be shown).
+    """
+    keys = set(first) & set(second)
+    if not keys:
+        return "kappa undefined: no boundary labelled by both"
+    used = [sorted({int(labels[k]) for k in keys}) for labels in (first, second)]
+    n = len(keys)
+    if len(used[0]) == 1 and used[0] == used[1]:
+        return (f"kappa undefined: {names[0]} and {names[1]} both used only class {used[0][0]} on the {n} shared "
+                f"boundaries, so chance agreement is 1 and kappa is 0/0 (accuracy {n}/{n} says nothing either)")
+    single = [(name, u[0]) for name, u in zip(names, used) if len(u) == 1]
+    if single:
+        name, cls = single[0]
+        return (f"kappa is 0 by construction: {name} used only class {cls} on the {n} shared boundaries, so "
+                f"observed agreement equals chance agreement")
+    return ""
+
+
 def pair_agreement(first: Mapping[tuple[str, int], int], second: Mapping[tuple[str, int], int],
-                   n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
-    """Agreement of two annotators: :func:`kappa_ci` (confusion rows = ``first``, columns = ``second``) plus
-    ``only_first``/``only_second`` (boundaries one of them labelled) and ``disagreements``."""
-    out = kappa_ci(predicted=second, reference=first, n_boot=n_boot, seed=seed)
+                   n_boot: int = 1000, seed: int = 0, level: float = 0.95,
+                   names: tuple[str, str] = ("first", "second")) -> dict[str, Any]:
+    """Agreement of two annotators: :func:`kappa_ci` at ``level`` (confusion rows = ``first``, columns =
+    ``second``) plus ``only_first``/``only_second`` (boundaries one of them labelled), ``disagreements``,
+    ``level`` and ``kappa_note`` (:func:`kappa_note`: why kappa is undefined or 0 by construction, else empty)."""
+    out = kappa_ci(predicted=second, reference=first, n_boot=n_boot, seed=seed, level=level)
+    out["level"] = level
     out["first_positive_rate"] = out.pop("reference_positive_rate")
     out["second_positive_rate"] = out.pop("predicted_positive_rate")
     out["only_first"] = len(set(first) - set(second))
     out["only_second"] = len(set(second) - set(first))
     out["disagreements"] = disagreements(first, second)
+    out["kappa_note"] = kappa_note(first, second, names)
     return out
+
+
+def annotator_counts(path: str | Path, fields: Sequence[str]) -> dict[str, dict[str, int]]:
+    """``{annotator: {field: labels}}`` of a labels CSV (the ``annotator`` column, else the file's stem), counting
+    the cells :func:`read_labels_csv` reads as labels; call that first to validate the file."""
+    path = Path(path)
+    out: dict[str, dict[str, int]] = {}
+    with io.StringIO(read_text(path), newline="") as fh:
+        for row in csv.DictReader(fh):
+            who = unguard_cell((row.get("annotator") or "").strip()) or path.stem
+            for name in fields:
+                if (row.get(name) or "").strip() not in ("", "-1"):
+                    counts = out.setdefault(who, {f: 0 for f in fields})
+                    counts[name] += 1
+    return out
+
+
+def overlap(sets: Mapping[str, Mapping[tuple[str, int], int]]) -> dict[tuple[str, str], int]:
+    """``{(a, b): shared boundaries}`` for every pair of named label sets (a before b in ``sets``' order): the
+    boundaries on which their agreement can be measured."""
+    names = list(sets)
+    return {(a, b): len(set(sets[a]) & set(sets[b])) for i, a in enumerate(names) for b in names[i + 1:]}

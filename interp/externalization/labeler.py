@@ -1,24 +1,21 @@
 """Externalization labels G_i: does derived state live only in reasoning at boundary b?
 
-Definitions (the reference study's):
-
-- *Derived state* at boundary b: task-specific plans, relations, constraints,
-  syntheses or conclusions in the reasoning of steps 1..b, not copies of the
-  task text or of raw observations.
-- *Carriers*: where state is materialized outside reasoning, at steps 1..b.
-  The study's list, used by default (``STUDY_CARRIERS``)::
+Definitions: the labelling guideline's (``interp/annotation/guideline.md``,
+read by :mod:`interp.annotation.guideline`), sections *Derived state*,
+*Carriers* and *G: externalization gap*; they are not restated here. This
+labeler's reading of the carriers, one kind per carrier of the guideline
+(``CARRIER_KINDS``). The study's list, used by default (``STUDY_CARRIERS``)::
 
       written_file   content-like arguments of write-like tools (``interp.data.actions.writes_code``): code, files
       tool_output    the observation of a tool-call step
       feedback       the observation after a plain-text action (environment / user feedback)
 
-  and two opt-in kinds (``GapLabelerConfig.carriers``, ``interp externalize label
-  --carriers``), which the study does not count as externalization::
+and two opt-in kinds (``GapLabelerConfig.carriers``, ``interp externalize label
+--carriers``), which the study does not count as externalization (the
+guideline counts a tool call's arguments once the call ran)::
 
       tool_argument  every other tool-call argument (one carrier per leaf value)
       text_action    the text of a plain-text action
-
-- ``G_i = 1`` when some derived state is not externalized (in no carrier at or before b).
 
 Labels come from annotations (``annotations.boundaries[].externalization_gap``),
 from a CSV ``task_id,after_step,externalization_gap`` (both read by
@@ -121,7 +118,7 @@ SCOPE_NOTES = {
     "since_code": "PROXY: steps k..b after the latest code/file write k, not the study's definition",
 }
 CARRIER_KINDS = ("written_file", "tool_output", "feedback", "tool_argument", "text_action")
-STUDY_CARRIERS = ("written_file", "tool_output", "feedback")  # the study's list: code and files, tool output, feedback
+STUDY_CARRIERS = ("written_file", "tool_output", "feedback")  # the study's list (guideline, "Carriers")
 TUNING_GRID = {"min_overlap": (0.2, 0.34, 0.5, 0.75), "min_novel_words": (2, 3, 5, 8)}
 
 _EXT = (r"py|pyi|js|ts|tsx|jsx|go|rs|java|rb|php|c|h|cpp|md|rst|txt|csv|tsv|json|jsonl|ya?ml|toml|ini|cfg|env|"

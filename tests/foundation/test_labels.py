@@ -104,3 +104,20 @@ def test_agreement_without_overlap_or_variation():
     constant = agreement({("a", 1): 1, ("a", 2): 1}, {("a", 1): 1, ("a", 2): 1})
     assert constant["kappa"] is None and constant["accuracy"] == 1.0 and constant["confusion"] == [[0, 0], [0, 2]]
     assert set(constant) == set(empty)
+
+
+def test_the_writer_guards_formula_cells_and_the_reader_restores_them(tmp_path):
+    """Cells a spreadsheet would run (= + - @ tab CR) get a leading ' (a plain leading ' is left as written); ids
+    round-trip."""
+    import csv
+
+    ids = ["=HYPERLINK(\"http://x\",\"y\")", "+1", "-2", "@SUM(A1)", "\tx", "'quoted", "plain", "a=b"]
+    rows = [{"task_id": t, "after_step": 1, "future_necessity": i % 2, "note": f"=cmd|' /C calc'!A{i}"}
+            for i, t in enumerate(ids)]
+    path = write_labels_csv(tmp_path / "g.csv", rows, "future_necessity", ["note"])
+    cells = list(csv.DictReader(path.open(newline="")))
+    for row, cell in zip(rows, cells):
+        first = row["task_id"][0]
+        assert cell["task_id"] == ("'" + row["task_id"] if first in "=+-@\t" else row["task_id"])
+        assert cell["note"].startswith("'=") and cell["future_necessity"] in ("0", "1")  # labels stay numbers
+    assert read_labels_csv(path, "future_necessity") == {(t, 1): i % 2 for i, t in enumerate(ids)}

@@ -1,16 +1,18 @@
-"""``interp annotate`` (the labelling page) and ``interp labels agree`` (two annotators' agreement)."""
+"""``interp annotate`` (the labelling page) and ``interp labels`` (agree, status, judge: agreement, progress,
+model-assisted labels)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from interp.io import atomic_write_json, check_output_dir
 from interp.pipelines.cli.common import AllowControlOpt, TrajectoriesOpt, app, at_least, console
 
-labels_app = typer.Typer(help="Hand labels: agreement of two annotators.", no_args_is_help=True)
+labels_app = typer.Typer(help="Labels: agreement, progress, and model-assisted (judge) labelling.",
+                         no_args_is_help=True)
 app.add_typer(labels_app, name="labels")
 
 
@@ -67,53 +69,198 @@ def annotate(
         make_server(web).run(sockets=[sock])
 
 
+ANNOTATIONS = "annotations"  # the name of the trajectories' own hand annotations as a label source
+
+
+def _label_sources(files: list[Path], trajectories: Optional[Path], fields: list[str], with_annotations: bool,
+                   required: bool) -> tuple[dict[str, dict[str, Any]], Any]:
+    """``({name: {field: labels}}, trajectories)``: each CSV (named by its file name) and, when asked, the
+    trajectories' annotations (named ``annotations``)."""
+    from interp.data.labels import annotation_labels, read_labels_csv
+    from interp.data.trajectory import load_trajectories
+
+    if with_annotations and trajectories is None:
+        raise ValueError("--trajectories: needed to compare with the trajectories' annotations")
+    trajs = load_trajectories(trajectories, allow_control_tokens=True) if trajectories is not None else None
+    names = [p.name for p in files]
+    if len(set(names)) < len(names) or (with_annotations and ANNOTATIONS in names):
+        names = [str(p) for p in files]
+    sources = {n: {f: read_labels_csv(p, f, trajs, required=required) for f in fields} for n, p in zip(names, files)}
+    if with_annotations:
+        assert trajs is not None
+        sources[ANNOTATIONS] = {f: annotation_labels(trajs, f) for f in fields}
+    return sources, trajs
+
+
 @labels_app.command("agree")
 def labels_agree(
-    first: Annotated[Path, typer.Argument(help="First annotator's CSV.")],
-    second: Annotated[Path, typer.Argument(help="Second annotator's CSV.")],
+    first: Annotated[Path, typer.Argument(help="First annotator's CSV (rows of the confusion table).")],
+    second: Annotated[Optional[Path], typer.Argument(help="Second annotator's CSV (columns); omitted: the "
+                                                           "trajectories' own annotations (needs --trajectories).",
+                                                     show_default=False)] = None,
     field: Annotated[Optional[str], typer.Option("--field", help="externalization_gap or future_necessity "
-                                                 "(default: every label column both files hold).")] = None,
+                                                 "(default: every label column both hold).")] = None,
     trajectories: Annotated[Optional[Path], typer.Option("--trajectories", help="Check task ids and boundaries "
-                                                         "against this trajectory file.")] = None,
+                                                         "against this trajectory file (and take its "
+                                                         "annotations when SECOND is omitted).")] = None,
     n_boot: Annotated[int, typer.Option("--n-boot", help="Task-bootstrap resamples of the kappa CI.")] = 1000,
+    level: Annotated[float, typer.Option("--level", help="Confidence level of the kappa CI.")] = 0.95,
     seed: int = 0,
     out: Annotated[Optional[Path], typer.Option("--out", help="Also write the report as JSON here.")] = None,
     show: Annotated[int, typer.Option("--show", help="Disagreements listed (all are in --out).")] = 50,
 ) -> None:
-    """Cohen's kappa of two annotators with a task-bootstrap CI, the confusion table and the disagreements."""
-    from interp.data.labels import LABEL_FIELDS, pair_agreement, read_labels_csv
-    from interp.data.trajectory import load_trajectories
+    """Cohen's kappa of two annotators (or a judge and people) with a task-bootstrap CI, the confusion table and
+    the disagreements."""
+    from interp.data.labels import LABEL_FIELDS, pair_agreement
 
     at_least("--n-boot", n_boot, 0)
+    if not 0 < level < 1:
+        raise ValueError(f"--level {level}: must be in (0, 1), e.g. 0.95")
     if field is not None and field not in LABEL_FIELDS:
         raise ValueError(f"--field: unknown label {field!r}; use one of {', '.join(LABEL_FIELDS)}")
     if out is not None:
         check_output_dir(out.parent, "--out")
-    trajs = load_trajectories(trajectories) if trajectories is not None else None
     fields = [field] if field else list(LABEL_FIELDS)
-    sets = {f: [read_labels_csv(p, f, trajs, required=field is not None) for p in (first, second)] for f in fields}
+    sources, _ = _label_sources([first] + ([second] if second else []), trajectories, fields, second is None,
+                                field is not None)
+    (name_a, a_sets), (name_b, b_sets) = sources.items()
+    sets = {f: (a_sets[f], b_sets[f]) for f in fields}
     if field is None:
         sets = {f: pair for f, pair in sets.items() if pair[0] and pair[1]}
         if not sets:
-            raise ValueError(f"{first}, {second}: no label column ({', '.join(LABEL_FIELDS)}) labelled in both")
+            raise ValueError(f"{name_a}, {name_b}: no label column ({', '.join(LABEL_FIELDS)}) labelled in both")
     report = {}
+    pct = f"{level * 100:g}%"
     for name, (a, b) in sets.items():
-        r = report[name] = pair_agreement(a, b, n_boot, seed)
+        r = report[name] = pair_agreement(a, b, n_boot, seed, level, (name_a, name_b))
         ci = r["kappa_ci"]
-        console.print(f"{name}: {r['n']} shared boundaries of {r['n_tasks']} tasks (only {first.name}: "
-                      f"{r['only_first']}, only {second.name}: {r['only_second']}); Cohen's kappa {r['kappa']} "
-                      f"[{ci[0] if ci else '-'}, {ci[1] if ci else '-'}] (task bootstrap, {r['n_boot_defined']} "
-                      f"of {n_boot} resamples defined); accuracy {r['accuracy']}", markup=False, highlight=False)
+        console.print(f"{name}: {r['n']} shared boundaries of {r['n_tasks']} tasks (only {name_a}: "
+                      f"{r['only_first']}, only {name_b}: {r['only_second']}); Cohen's kappa {r['kappa']}, "
+                      f"{pct} CI [{ci[0] if ci else '-'}, {ci[1] if ci else '-'}] (task bootstrap, "
+                      f"{r['n_boot_defined']} of {n_boot} resamples defined); accuracy {r['accuracy']}",
+                      markup=False, highlight=False)
+        if r["kappa_note"]:
+            console.print(f"  {r['kappa_note']}", markup=False, highlight=False)
         if r["confusion"]:
             (n00, n01), (n10, n11) = r["confusion"]
-            console.print(f"  confusion (rows {first.name}, columns {second.name}):  0: {n00:>5} {n01:>5}   "
-                          f"1: {n10:>5} {n11:>5}", markup=False, highlight=False)
+            width = max(len(name_a), 8) + 4
+            console.print(f"  confusion (rows: {name_a}, columns: {name_b}; boundaries)", markup=False,
+                          highlight=False)
+            console.print(f"  {'':<{width}}{name_b + ' 0':>{len(name_b) + 4}}  {name_b + ' 1':>{len(name_b) + 4}}",
+                          markup=False, highlight=False)
+            for cls, (x, y) in (("0", (n00, n01)), ("1", (n10, n11))):
+                console.print(f"  {name_a + ' ' + cls:<{width}}{x:>{len(name_b) + 4}}  {y:>{len(name_b) + 4}}",
+                              markup=False, highlight=False)
         for d in r["disagreements"][:show]:
-            console.print(f"  disagree {d['task_id']}@{d['after_step']}: {first.name} {d['first']}, "
-                          f"{second.name} {d['second']}", markup=False, highlight=False)
+            console.print(f"  disagree {d['task_id']}@{d['after_step']}: {name_a} {d['first']}, "
+                          f"{name_b} {d['second']}", markup=False, highlight=False)
         if len(r["disagreements"]) > show:
             console.print(f"  ... {len(r['disagreements']) - show} more", markup=False)
     if out is not None:
-        atomic_write_json(out, {"first": str(first), "second": str(second), "n_boot": n_boot, "seed": seed,
-                                "fields": report})
+        atomic_write_json(out, {"first": str(first), "second": str(second) if second else ANNOTATIONS,
+                                "n_boot": n_boot, "level": level, "seed": seed, "fields": report})
         console.print(f"-> {out}", markup=False)
+
+
+@labels_app.command("status")
+def labels_status(
+    files: Annotated[list[Path], typer.Argument(help="Labels CSVs (people's, a judge's, an adjudicated one).")],
+    trajectories: Annotated[Optional[Path], typer.Option("--trajectories", help="Count against every item of "
+                                                         "this trajectory file (G at b = 1..n, y at 1..n-1).")] = None,
+    annotations: Annotated[bool, typer.Option("--annotations", help="Also count the trajectories' own "
+                                              "annotations as a source.")] = False,
+) -> None:
+    """Who labelled what (per file and annotator, per label, against the items to label) and the overlap of every
+    pair of sources (the boundaries their agreement is measured on)."""
+    from interp.data.labels import LABEL_FIELDS, annotator_counts, final_boundaries, overlap
+
+    fields = sorted(LABEL_FIELDS)  # G first
+    sources, trajs = _label_sources(files, trajectories, fields, annotations, False)
+    from interp.annotation.judge import missing_counts
+
+    totals: dict[str, int] = {}
+    if trajs is not None:  # y is undefined at a final boundary: a label given there is not counted (nor compared)
+        finals = final_boundaries(trajs)
+        for name, sets in sources.items():
+            dropped = {k: v for k, v in sets["future_necessity"].items() if k in finals}
+            if dropped:
+                sets["future_necessity"] = {k: v for k, v in sets["future_necessity"].items() if k not in finals}
+                console.print(f"{name}: {len(dropped)} y labels at final boundaries (undefined there) not counted",
+                              markup=False, highlight=False)
+        n_boundaries = sum(t.n_steps for t in trajs)
+        totals = {"externalization_gap": n_boundaries,
+                  "future_necessity": n_boundaries - len(final_boundaries(trajs))}
+    short = {"externalization_gap": "G", "future_necessity": "y"}
+
+    def count(name: str, n: int) -> str:
+        return f"{short[name]} {n}" + (f"/{totals[name]}" if totals else "")
+
+    for (name, sets), path in zip(sources.items(), [*files, None]):
+        tasks = {k[0] for labels in sets.values() for k in labels}
+        console.print(f"{name}: " + ", ".join(count(f, len(sets[f])) for f in fields) + f" labelled, {len(tasks)} "
+                      "tasks" + (f" of {len(trajs)}" if trajs is not None else ""), markup=False, highlight=False)
+        if path is not None:
+            for who, counts in annotator_counts(path, fields).items():
+                console.print(f"  {who}: " + ", ".join(count(f, counts[f]) for f in fields), markup=False,
+                              highlight=False)
+            missing = missing_counts(path)
+            if missing:
+                console.print("  missing (the judge's failed or unusable answers): "
+                              + ", ".join(f"{short[f]} {missing.get(f, 0)}" for f in fields), markup=False)
+    if len(sources) > 1:
+        console.print("overlap (boundaries labelled by both, per label):", markup=False)
+        shared = {f: overlap({n: s[f] for n, s in sources.items()}) for f in fields}
+        for pair in shared[fields[0]]:
+            console.print(f"  {pair[0]} & {pair[1]}: " + ", ".join(f"{short[f]} {shared[f][pair]}" for f in fields),
+                          markup=False, highlight=False)
+
+
+@labels_app.command("judge")
+def labels_judge(
+    trajectories: TrajectoriesOpt,
+    labels: Annotated[Path, typer.Option("--labels", help="Output CSV (task_id,after_step,<labels>,annotator,model,"
+                                                          "prompt_sha256,time,rationale,missing); its journal "
+                                                          "(the cache) and lock live in <labels>.judge/ beside it.")],
+    base_url: Annotated[str, typer.Option("--base-url", envvar="OPENAI_BASE_URL", show_envvar=True,
+                                          help="OpenAI-compatible API root, e.g. http://127.0.0.1:8000/v1 "
+                                               "(vLLM), http://127.0.0.1:11434/v1 (Ollama).")],
+    model: Annotated[str, typer.Option("--model", envvar="OPENAI_MODEL", show_envvar=True,
+                                       help="Model name the endpoint serves; labels get annotator judge:<model>.")],
+    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True,
+                                                   show_default=False,
+                                                   help="Bearer key (sent, never written or printed).")] = None,
+    task: Annotated[str, typer.Option("--task", help="g (G: history up to b only), y (y: the later steps too) "
+                                                     "or both.")] = "both",
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per request.")] = 120.0,
+    retries: Annotated[int, typer.Option("--retries", help="Retries on 429, 5xx, timeouts, connection errors.")] = 4,
+    backoff: Annotated[float, typer.Option("--backoff", help="First retry wait in seconds, doubling (a "
+                                                             "Retry-After header wins).")] = 2.0,
+    min_interval: Annotated[float, typer.Option("--min-interval", help="Rate limit: seconds between request "
+                                                                       "starts.")] = 0.0,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Answer token limit.")] = 200,
+    temperature: float = 0.0,
+    max_chars: Annotated[int, typer.Option("--max-chars", help="Longest text (reasoning, argument, observation) sent "
+                                                               "whole; longer ones are cut in the middle.")] = 4000,
+    retry_missing: Annotated[bool, typer.Option("--retry-missing", help="Ask again the items whose earlier reply "
+                                                "was unusable (failed requests are always asked again).")] = False,
+    allow_control_tokens: AllowControlOpt = False,
+) -> None:
+    """Label G and y with an OpenAI-compatible chat model, the labelling guideline as its rubric; cached, resumable."""
+    from interp.annotation.judge import JudgeConfig, run_judge
+
+    check_output_dir(labels.parent, "--labels")
+    config = JudgeConfig(base_url, model, api_key, timeout, retries, backoff, min_interval, max_tokens, temperature,
+                         max_chars)
+
+    def show(i: int, n: int, item: Any, rec: Any, cached: bool) -> None:
+        value = "missing (" + rec["problem"] + ")" if rec["label"] is None else rec["label"]
+        console.print(f"[{i + 1}/{n}] {item.task_id}@{item.after_step} {item.field}: {value}"
+                      + (" (cached)" if cached else ""), markup=False, highlight=False)
+
+    summary = run_judge(trajectories, labels, config, task, allow_control_tokens=allow_control_tokens,
+                        retry_missing=retry_missing, on_answer=show)
+    for name, c in summary["fields"].items():
+        console.print(f"{name}: {c['labelled']} labelled ({c['positive']} positive), {c['missing']} missing",
+                      markup=False)
+    console.print(f"{summary['n_asked']} asked, {summary['n_cached']} cached; rubric sha256 "
+                  f"{summary['prompt_sha256'][:12]}; -> {labels}", markup=False)

@@ -1,0 +1,497 @@
+"""Model-assisted labels: an OpenAI-compatible chat model labels G and y per boundary, with the guideline as rubric.
+
+``interp labels judge`` (:func:`run_judge`) sends one chat-completions request
+per item (``task_id, after_step, field``, the queue of ``interp annotate``:
+G at b = 1..n, y at b = 1..n-1) to any OpenAI-compatible endpoint (a local
+vLLM, Ollama or llama.cpp server, a hosted API): ``POST {base_url}/chat/completions``
+with the standard library's HTTP client (:mod:`urllib.request`, no SDK).
+
+The request. The system message is the labelling guideline
+(:func:`interp.annotation.guideline.guideline_markdown`) and the answer
+format (:data:`ANSWER_FORMAT`); the user message is the item
+(:func:`item_prompt`): the task, the agent's system prompt and tools, steps
+1..b and, for y only, the later steps b+1..n (a G request never holds a
+later step, as on the page). Every text longer than ``max_chars`` is cut in
+the middle with a marker. ``temperature`` 0 by default.
+
+The answer must hold a JSON object ``{"label": 0 or 1, "rationale": "..."}``
+(code fences and text around it are tolerated; a reply cut off by the token
+limit after ``"label": 1`` still counts); anything else (no label, a label
+other than 0/1, an empty or malformed response, an HTTP error, a timeout) is
+recorded as **missing** with the reason, never as 0.
+
+Retries and pacing. HTTP 429, 5xx, timeouts and connection errors are retried
+up to ``max_retries`` times, waiting ``Retry-After`` when the server sends
+it, else ``backoff_s * 2**attempt``; other 4xx are not retried. Requests
+start at least ``min_interval_s`` apart (rate limit). Each request has a
+``timeout_s``.
+
+Cache and resume. ``<labels>.judge/journal.jsonl`` beside the output CSV
+gets one line per answer, flushed and fsynced before the next request; the
+CSV is rewritten atomically after each. A re-run (also after a kill) reads the
+journal and asks only the items without an answer for the same request (same
+model, rubric, item text and settings: ``request_sha256``): a failed request
+(HTTP error, timeout, malformed response) is asked again, an unusable reply
+the model gave (no JSON label, a label not 0/1) only with ``retry_missing``
+(``--retry-missing``; at temperature 0 the same prompt gives the same reply). The folder's writer lock refuses a second judge on
+the same output. The API key is sent, never written.
+
+Fields of a journal line (``JOURNAL_FIELDS``):
+
+| name | shape | dtype | units | meaning |
+|---|---|---|---|---|
+| ``event`` | ``[]`` | str | - | start (a run began) or answer (one item's outcome) |
+| ``time`` | ``[]`` | str | UTC | when, ISO 8601 |
+| ``settings`` | ``{...}`` | object | - | start: base_url, model, trajectories (path, sha256), task, the request settings (never the key) |
+| ``task_id`` | ``[]`` | str | - | answer: the item's trajectory |
+| ``after_step`` | ``[]`` | int | steps | answer: the boundary b |
+| ``field`` | ``[]`` | str | - | answer: externalization_gap or future_necessity |
+| ``model`` | ``[]`` | str | - | answer: the model asked for |
+| ``served_model`` | ``[]`` | str | - | answer: the model the server says answered (empty when it did not say) |
+| ``prompt_sha256`` | ``[]`` | str | - | answer: sha256 of the system message (guideline + answer format): the rubric's version |
+| ``request_sha256`` | ``[]`` | str | - | answer: sha256 of model, messages and settings: the cache key |
+| ``label`` | ``[]`` | int or null | - | answer: 0 or 1; null = missing |
+| ``rationale`` | ``[]`` | str | - | answer: the model's short reason (at most 500 characters) |
+| ``problem`` | ``[]`` | str | - | answer: why the label is missing (empty when there is one) |
+| ``attempts`` | ``[]`` | int | requests | answer: requests sent for this answer (1 + retries) |
+| ``answered`` | ``[]`` | bool | - | answer: the model replied (a missing label then means an unusable reply, not a failed request) |
+
+The labels CSV is the project's format (:func:`interp.data.labels.write_labels_csv`;
+``interp probe --labels``, ``interp externalize risk --labels`` and ``interp
+labels agree`` read it). Its columns (``CSV_FIELDS``):
+
+| name | shape | dtype | units | meaning |
+|---|---|---|---|---|
+| ``task_id`` | ``[n_rows]`` | str | - | the trajectory |
+| ``after_step`` | ``[n_rows]`` | int | steps | the boundary b |
+| ``externalization_gap`` | ``[n_rows]`` | int or null | - | G (task g or both); empty = missing or not asked |
+| ``future_necessity`` | ``[n_rows]`` | int or null | - | y (task y or both); empty = missing or not asked |
+| ``annotator`` | ``[n_rows]`` | str | - | ``judge:<model>`` |
+| ``model`` | ``[n_rows]`` | str | - | the model the server says answered (else the one asked for) |
+| ``prompt_sha256`` | ``[n_rows]`` | str | - | the rubric's sha256 (journal ``prompt_sha256``) |
+| ``time`` | ``[n_rows]`` | str | UTC | the row's latest answer, ISO 8601 |
+| ``rationale`` | ``[n_rows]`` | str | - | the model's reasons (``G: ...; y: ...`` with both) |
+| ``missing`` | ``[n_rows]`` | str | - | the row's missing labels with why (``G: timeout after 120 s after 5 attempts``), else empty |
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import http.client
+import io
+import json
+import os
+import re
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from interp.annotation.guideline import guideline_markdown
+from interp.annotation.session import SHORT, Item, build_queue, task_fields
+from interp.data.labels import write_labels_csv
+from interp.data.trajectory import Step, Trajectory, load_trajectories
+from interp.io import file_sha256, writer_lock
+from interp.schema import Field
+
+JOURNAL_FIELDS = (
+    Field("event", "[]", "str", "-", "start (a run began) or answer (one item's outcome)"),
+    Field("time", "[]", "str", "UTC", "when, ISO 8601"),
+    Field("settings", "{...}", "object", "-", "start: base_url, model, trajectories (path, sha256), task, the "
+          "request settings (never the key)"),
+    Field("task_id", "[]", "str", "-", "answer: the item's trajectory"),
+    Field("after_step", "[]", "int", "steps", "answer: the boundary b"),
+    Field("field", "[]", "str", "-", "answer: externalization_gap or future_necessity"),
+    Field("model", "[]", "str", "-", "answer: the model asked for"),
+    Field("served_model", "[]", "str", "-", "answer: the model the server says answered (empty when it did not say)"),
+    Field("prompt_sha256", "[]", "str", "-", "answer: sha256 of the system message (guideline + answer format): "
+          "the rubric's version"),
+    Field("request_sha256", "[]", "str", "-", "answer: sha256 of model, messages and settings: the cache key"),
+    Field("label", "[]", "int or null", "-", "answer: 0 or 1; null = missing"),
+    Field("rationale", "[]", "str", "-", "answer: the model's short reason (at most 500 characters)"),
+    Field("problem", "[]", "str", "-", "answer: why the label is missing (empty when there is one)"),
+    Field("attempts", "[]", "int", "requests", "answer: requests sent for this answer (1 + retries)"),
+    Field("answered", "[]", "bool", "-", "answer: the model replied (a missing label then means an unusable reply, "
+          "not a failed request)"),
+)
+CSV_FIELDS = (
+    Field("task_id", "[n_rows]", "str", "-", "the trajectory"),
+    Field("after_step", "[n_rows]", "int", "steps", "the boundary b"),
+    Field("externalization_gap", "[n_rows]", "int or null", "-", "G (task g or both); empty = missing or not asked"),
+    Field("future_necessity", "[n_rows]", "int or null", "-", "y (task y or both); empty = missing or not asked"),
+    Field("annotator", "[n_rows]", "str", "-", "``judge:<model>``"),
+    Field("model", "[n_rows]", "str", "-", "the model the server says answered (else the one asked for)"),
+    Field("prompt_sha256", "[n_rows]", "str", "-", "the rubric's sha256 (journal ``prompt_sha256``)"),
+    Field("time", "[n_rows]", "str", "UTC", "the row's latest answer, ISO 8601"),
+    Field("rationale", "[n_rows]", "str", "-", "the model's reasons (``G: ...; y: ...`` with both)"),
+    Field("missing", "[n_rows]", "str", "-", "the row's missing labels with why "
+          "(``G: timeout after 120 s after 5 attempts``), else empty"),
+)
+JOURNAL_NAME = "journal.jsonl"
+RATIONALE_CHARS = 500
+QUESTIONS = {
+    "externalization_gap": "Is some live derived state at this boundary held only in the agent's reasoning "
+                           "(G = 1), or is every live derived state in a carrier at or before b (G = 0)?",
+    "future_necessity": "Do the later steps re-derive, add reasoning to, or re-plan state the agent had at this "
+                        "boundary (y = 1), or not (y = 0)?",
+}
+ANSWER_FORMAT = (
+    "You are an annotator applying the labelling guideline above to one boundary of an agent trajectory. "
+    "Judge only the label you are asked for, by the guideline's definitions. Reply with one JSON object and "
+    'nothing else: {"label": 0 or 1, "rationale": "one or two sentences naming the state and where it is"}'
+)
+Post = Callable[[str, bytes, Mapping[str, str], float], tuple[int, Mapping[str, str], bytes]]
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    """Where to ask and how: endpoint, model, key (never written), timeouts, retries, pacing, prompt limits."""
+
+    base_url: str
+    model: str
+    api_key: str | None = None
+    timeout_s: float = 120.0
+    max_retries: int = 4
+    backoff_s: float = 2.0
+    min_interval_s: float = 0.0
+    max_tokens: int = 200
+    temperature: float = 0.0
+    max_chars: int = 4000
+
+    def __post_init__(self) -> None:
+        if not re.match(r"^https?://[^/\s]+", self.base_url):
+            raise ValueError(f"--base-url: {self.base_url!r} is not an http(s) URL "
+                             "(e.g. http://127.0.0.1:8000/v1; or set OPENAI_BASE_URL)")
+        if not self.model.strip():
+            raise ValueError("--model: empty (name the model the endpoint serves; or set OPENAI_MODEL)")
+        for name in ("timeout_s", "backoff_s", "min_interval_s", "temperature"):
+            value = getattr(self, name)
+            if not value >= 0 or (name == "timeout_s" and value == 0):
+                raise ValueError(f"{name}: must be {'> 0' if name == 'timeout_s' else '>= 0'}, got {value!r}")
+        for name, low in (("max_retries", 0), ("max_tokens", 1), ("max_chars", 200)):
+            if getattr(self, name) < low:
+                raise ValueError(f"{name}: must be >= {low}, got {getattr(self, name)!r}")
+
+    @property
+    def endpoint(self) -> str:
+        """The chat-completions URL of ``base_url``."""
+        return self.base_url.rstrip("/") + "/chat/completions"
+
+    def settings(self) -> dict[str, Any]:
+        """Every setting but the key (what the journal records)."""
+        return {k: v for k, v in asdict(self).items() if k != "api_key"}
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One item's outcome: ``label`` 0/1 or None (missing, with ``problem``), the rationale, requests sent."""
+
+    label: int | None
+    rationale: str
+    problem: str
+    attempts: int
+    served_model: str = ""
+    answered: bool = False
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` cut in the middle to at most about ``limit`` characters, with a marker saying how much went."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
+
+
+def _step_text(step: Step, t: int, limit: int) -> str:
+    """Step ``t`` as text: reasoning, action (each argument on its own, code as written) and observations."""
+    parts = [f"### Step {t}", "Reasoning:", _cut(step.reasoning.strip() or "(none)", limit), "Action:"]
+    if step.action.is_text:
+        parts.append(_cut(step.action.text or "", limit))
+    for call in step.action.calls:
+        parts.append(f"tool call {call.tool}")
+        for key, value in dict(call.arguments).items():
+            shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            parts.append(f"  {key}: " + _cut(shown, limit).replace("\n", "\n    "))
+    for obs in step.observations:
+        parts += ["Observation:", _cut(obs, limit)]
+    return "\n".join(parts)
+
+
+def item_prompt(traj: Trajectory, item: Item, max_chars: int = 4000) -> str:
+    """The user message of one item: header, task, agent setup, steps 1..b, and steps b+1..n for y only."""
+    b, name = item.after_step, SHORT[item.field]
+    tools = "\n".join(f"- {t.get('name', '?')}: {t.get('description', '')}" for t in traj.tools) or "(none)"
+    parts = [f"Label {name} ({item.field}) at boundary b = {b} of trajectory {traj.task_id} ({traj.n_steps} steps).",
+             "## Task", _cut(traj.task, max_chars), "## The agent's system prompt", _cut(traj.system_prompt, max_chars),
+             "## The agent's tools", _cut(tools, max_chars), "## Steps 1..b"]
+    parts += [_step_text(s, t, max_chars) for t, s in enumerate(traj.steps[:b], start=1)]
+    if item.field == "future_necessity":
+        parts.append(f"===== BOUNDARY b = {b}: the steps above are the history; the later steps follow =====")
+        parts += [_step_text(s, t, max_chars) for t, s in enumerate(traj.steps[b:], start=b + 1)]
+    else:
+        parts.append(f"===== BOUNDARY b = {b}: the history ends here (later steps are not shown for G) =====")
+    parts.append(f"Question ({name} at b = {b}): {QUESTIONS[item.field]}\n"
+                 'Answer with JSON only: {"label": 0 or 1, "rationale": "..."}')
+    return "\n\n".join(parts)
+
+
+def system_prompt() -> str:
+    """The system message: the guideline, then the answer format."""
+    return guideline_markdown() + "\n\n" + ANSWER_FORMAT
+
+
+def sha256_text(text: str) -> str:
+    """Hex sha256 of a text's UTF-8 bytes."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def request_body(config: JudgeConfig, messages: Sequence[Mapping[str, str]]) -> dict[str, Any]:
+    """The chat-completions request (OpenAI's fields only, so every compatible server takes it)."""
+    return {"model": config.model, "messages": list(messages), "temperature": config.temperature,
+            "max_tokens": config.max_tokens, "stream": False}
+
+
+def parse_answer(content: str) -> tuple[int | None, str, str]:
+    """``(label, rationale, problem)`` from a reply: the first JSON object with a ``label`` (or, in a reply cut
+    short, a ``"label": 0|1`` pair); label None with the problem when there is none or it is not 0 or 1."""
+    decoder = json.JSONDecoder()
+    for start in (m.start() for m in re.finditer(r"\{", content)):
+        try:
+            obj, _ = decoder.raw_decode(content, start)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict) and "label" in obj:
+            label, why = obj["label"], obj.get("rationale", "")
+            rationale = (why if isinstance(why, str) else json.dumps(why))[:RATIONALE_CHARS]
+            if isinstance(label, bool) or label not in (0, 1, "0", "1"):
+                return None, rationale, f"label {json.dumps(label)[:40]} is not 0 or 1"
+            return int(label), rationale, ""
+    cut = re.search(r'"label"\s*:\s*"?([01])"?\s*[,}\n]?', content)
+    if cut:
+        why = re.search(r'"rationale"\s*:\s*"((?:[^"\\]|\\.)*)', content)
+        return int(cut.group(1)), (why.group(1) if why else "")[:RATIONALE_CHARS], ""
+    snippet = " ".join(content.split())[:80]
+    return None, "", f"unparseable answer (no JSON label): {snippet!r}" if snippet else "empty answer"
+
+
+def urllib_post(url: str, body: bytes, headers: Mapping[str, str], timeout: float
+                ) -> tuple[int, Mapping[str, str], bytes]:
+    """POST with :mod:`urllib.request`: ``(status, headers, body)`` for every HTTP status; timeouts and
+    connection failures raise (``TimeoutError``, ``OSError``, ``http.client.HTTPException``)."""
+    request = urllib.request.Request(url, data=body, headers=dict(headers), method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers or {}), exc.read() if exc.fp else b""
+
+
+class JudgeClient:
+    """Asks the endpoint one item at a time: pacing, retries with backoff, timeouts, strict answer parsing."""
+
+    def __init__(self, config: JudgeConfig, post: Post = urllib_post, sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic):
+        self.config, self.post, self.sleep, self.clock = config, post, sleep, clock
+        self.last_start: float | None = None
+
+    def _pace(self) -> None:
+        """Wait until ``min_interval_s`` has passed since the previous request began."""
+        if self.last_start is not None:
+            wait = self.config.min_interval_s - (self.clock() - self.last_start)
+            if wait > 0:
+                self.sleep(wait)
+        self.last_start = self.clock()
+
+    def _wait(self, headers: Mapping[str, str], attempt: int) -> float:
+        """Seconds before retry ``attempt + 1``: the server's Retry-After (seconds) if given, else the backoff."""
+        retry_after = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
+        try:
+            return max(0.0, float(retry_after)) if retry_after is not None else self.config.backoff_s * 2 ** attempt
+        except ValueError:
+            return self.config.backoff_s * 2 ** attempt
+
+    def ask(self, messages: Sequence[Mapping[str, str]]) -> Answer:
+        """One item's answer; a failure after every retry or an unusable reply is missing (label None), never 0."""
+        c = self.config
+        body = json.dumps(request_body(c, messages)).encode()
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if c.api_key:
+            headers["Authorization"] = f"Bearer {c.api_key}"
+        problem = ""
+        for attempt in range(c.max_retries + 1):
+            self._pace()
+            reply: Mapping[str, str] = {}
+            try:
+                status, reply, raw = self.post(c.endpoint, body, headers, c.timeout_s)
+            except (TimeoutError, socket.timeout):
+                problem = f"timeout after {c.timeout_s:g} s"
+            except (OSError, http.client.HTTPException) as exc:
+                problem = f"connection failed: {getattr(exc, 'reason', None) or exc}"
+            else:
+                if status == 200:
+                    return self._answer(raw, attempt + 1)
+                problem = f"HTTP {status}: {' '.join(raw.decode('utf-8', 'replace').split())[:120]!r}"
+                if status != 429 and status < 500:
+                    return Answer(None, "", problem, attempt + 1)
+            if attempt < c.max_retries:
+                self.sleep(self._wait(reply, attempt))
+        return Answer(None, "", f"{problem} after {c.max_retries + 1} attempts", c.max_retries + 1)
+
+    def _answer(self, raw: bytes, attempts: int) -> Answer:
+        """The answer in a 200 response body; a body that is not a chat completion is missing with the reason."""
+        try:
+            doc = json.loads(raw)
+            content = doc["choices"][0]["message"]["content"]
+            if not isinstance(content, str):
+                raise TypeError("content is not a string")
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            snippet = " ".join(raw.decode("utf-8", "replace").split())[:80]
+            return Answer(None, "", f"malformed response ({type(exc).__name__}: {exc}): {snippet!r}", attempts)
+        label, rationale, problem = parse_answer(content)
+        served = doc.get("model") if isinstance(doc.get("model"), str) else ""
+        return Answer(label, rationale, problem, attempts, served, answered=True)
+
+
+def folder_for(labels_csv: Path) -> Path:
+    """The judge's folder of an output CSV (journal and writer lock): ``<labels>.judge`` beside it."""
+    labels_csv = Path(labels_csv)
+    return labels_csv.parent / f"{labels_csv.name}.judge"
+
+
+def now() -> str:
+    """The current UTC time, ISO 8601 to the second."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def read_journal(path: Path) -> list[dict[str, Any]]:
+    """The journal's lines; a torn last line (a kill while writing) is cut off; other bad lines are errors."""
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    keep = raw.rfind(b"\n") + 1
+    if keep < len(raw):
+        with open(path, "r+b") as fh:
+            fh.truncate(keep)
+    out = []
+    for line, text in enumerate(raw[:keep].decode("utf-8", "replace").splitlines(), start=1):
+        try:
+            event = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{line}: not JSON ({exc.msg}); the journal was edited by hand?") from None
+        if not isinstance(event, dict) or event.get("event") not in ("start", "answer"):
+            raise ValueError(f"{path}:{line}: event: expected start or answer")
+        out.append(event)
+    return out
+
+
+def append_line(path: Path, event: Mapping[str, Any]) -> None:
+    """Append one JSON line and force it to disk (flush + fsync) before returning."""
+    with open(path, "ab") as fh:
+        fh.write((json.dumps(dict(event), ensure_ascii=False, separators=(",", ":")) + "\n").encode())
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def csv_rows(queue: Sequence[Item], answers: Mapping[Item, Mapping[str, Any]], model: str) -> list[dict[str, Any]]:
+    """The CSV rows (``CSV_FIELDS``): one per boundary with an answer (a label or a missing one), in queue order."""
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    for item in queue:
+        rec = answers.get(item)
+        if rec is None:
+            continue
+        row = rows.setdefault(item.boundary, {"task_id": item.task_id, "after_step": item.after_step,
+                                              "annotator": f"judge:{model}", "model": rec["served_model"] or model,
+                                              "prompt_sha256": rec["prompt_sha256"], "time": "", "_why": [],
+                                              "_missing": []})
+        row[item.field] = "" if rec["label"] is None else rec["label"]
+        row["time"] = max(row["time"], rec["time"])
+        if rec["rationale"]:
+            row["_why"].append(f"{SHORT[item.field]}: {rec['rationale']}")
+        if rec["label"] is None:
+            row["_missing"].append(f"{SHORT[item.field]}: {rec['problem']}")
+    for row in rows.values():
+        row["rationale"] = "; ".join(row.pop("_why"))
+        row["missing"] = "; ".join(row.pop("_missing"))
+    return list(rows.values())
+
+
+def run_judge(trajectories: Path, labels_csv: Path, config: JudgeConfig, task: str = "both",
+              client: JudgeClient | None = None, allow_control_tokens: bool = False, retry_missing: bool = False,
+              on_answer: Callable[[int, int, Item, Mapping[str, Any], bool], None] | None = None) -> dict[str, Any]:
+    """Label every item of ``task`` with the judge, resuming from the journal; returns counts per field.
+
+    ``on_answer(i, n, item, record, cached)`` is called after each item. Returns
+    ``{n_items, n_asked, n_cached, fields: {field: {labelled, positive, missing}}, prompt_sha256, csv}``.
+    """
+    trajectories, labels_csv = Path(trajectories), Path(labels_csv)
+    trajs = load_trajectories(trajectories, allow_control_tokens=allow_control_tokens)
+    fields = task_fields(task)
+    queue = build_queue(trajs, task)
+    by_id = {t.task_id: t for t in trajs}
+    client = client or JudgeClient(config)
+    system = system_prompt()
+    rubric = sha256_text(system)
+    folder = folder_for(labels_csv)
+    with writer_lock(folder, command="labels judge"):
+        journal = folder / JOURNAL_NAME
+        cached: dict[str, dict[str, Any]] = {}
+        for event in read_journal(journal):
+            if event["event"] == "answer":
+                cached[event["request_sha256"]] = event
+        append_line(journal, {"event": "start", "time": now(), "settings": {
+            **config.settings(), "task": task, "trajectories": {"path": str(trajectories),
+                                                                "sha256": file_sha256(trajectories)}}})
+        answers: dict[Item, dict[str, Any]] = {}
+        n_asked = n_cached = 0
+        for i, item in enumerate(queue):
+            messages = [{"role": "system", "content": system},
+                        {"role": "user", "content": item_prompt(by_id[item.task_id], item, config.max_chars)}]
+            key = sha256_text(json.dumps([config.model, messages, config.temperature, config.max_tokens]))
+            rec = cached.get(key)
+            hit = rec is not None and (rec["label"] is not None or (rec.get("answered", False) and not retry_missing))
+            if not hit:
+                answer = client.ask(messages)
+                rec = {"event": "answer", "time": now(), "task_id": item.task_id, "after_step": item.after_step,
+                       "field": item.field, "model": config.model, "served_model": answer.served_model,
+                       "prompt_sha256": rubric, "request_sha256": key, "label": answer.label,
+                       "rationale": answer.rationale, "problem": answer.problem, "attempts": answer.attempts,
+                       "answered": answer.answered}
+                append_line(journal, rec)
+                n_asked += 1
+            else:
+                n_cached += 1
+            assert rec is not None
+            answers[item] = rec
+            write_labels_csv(labels_csv, csv_rows(queue, answers, config.model), fields[0],
+                             [*fields[1:], "annotator", "model", "prompt_sha256", "time", "rationale", "missing"])
+            if on_answer is not None:
+                on_answer(i, len(queue), item, rec, hit)
+    counts = {f: {"labelled": sum(1 for it, r in answers.items() if it.field == f and r["label"] is not None),
+                  "positive": sum(1 for it, r in answers.items() if it.field == f and r["label"] == 1),
+                  "missing": sum(1 for it, r in answers.items() if it.field == f and r["label"] is None)}
+              for f in fields}
+    return {"n_items": len(queue), "n_asked": n_asked, "n_cached": n_cached, "fields": counts,
+            "prompt_sha256": rubric, "csv": str(labels_csv)}
+
+
+def missing_counts(labels_csv: Path) -> dict[str, int]:
+    """``{field: items}`` a judge's CSV records as missing (its ``missing`` column); ``{}`` for a CSV without one."""
+    from interp.io import read_text
+
+    names = {short: name for name, short in SHORT.items()}
+    out: dict[str, int] = {}
+    with io.StringIO(read_text(Path(labels_csv)), newline="") as fh:
+        reader = csv.DictReader(fh)
+        if "missing" not in (reader.fieldnames or []):
+            return {}
+        for row in reader:
+            for part in filter(None, (row.get("missing") or "").split("; ")):
+                field = names.get(part.split(":", 1)[0].lstrip("'"))
+                if field:
+                    out[field] = out.get(field, 0) + 1
+    return out

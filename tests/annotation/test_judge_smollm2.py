@@ -1,0 +1,74 @@
+"""The judge end to end against a real local model: SmolLM2-135M behind a minimal OpenAI-compatible endpoint.
+
+The endpoint (``tests/annotation/_local_chat.py``) is written here, not a
+server package: ``load_model("smollm2-135m")``, the chat template, greedy
+decoding. The judge labels G on a demo trajectory through ``interp labels
+judge``; whatever the model answers, every item ends as a label the model
+gave or as missing with the reason (never a 0 it did not give), and its
+agreement with the demo annotations is printed as measured, not asserted.
+``JUDGE_E2E_TASKS`` (comma-separated task ids) widens the slice; the whole
+demo set takes hours on two CPU cores.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from interp.annotation.judge import folder_for
+from interp.data.labels import annotation_labels, pair_agreement, read_labels_csv
+from interp.data.trajectory import load_trajectories
+from interp.pipelines.cli import app
+from interp.sensor.models import ModelUnavailable, resolve_spec
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_smollm2_judges_demo_boundaries_end_to_end(tmp_path, capsys):
+    try:
+        resolve_spec("smollm2-135m")
+    except ModelUnavailable as exc:
+        pytest.skip(str(exc))
+    from tests.annotation._local_chat import LocalChat
+
+    tasks = os.environ.get("JUDGE_E2E_TASKS", "web-002").split(",")
+    lines = [ln for ln in (ROOT / "data/demo/trajectories.jsonl").read_text().splitlines()
+             if json.loads(ln)["task_id"] in tasks]
+    trajs_path = tmp_path / "trajs.jsonl"
+    trajs_path.write_text("\n".join(lines) + "\n")
+    trajs = load_trajectories(trajs_path)
+    out = tmp_path / "judge.csv"
+    with LocalChat("smollm2-135m") as chat:
+        result = CliRunner().invoke(app, ["labels", "judge", "--trajectories", str(trajs_path), "--labels", str(out),
+                                          "--base-url", chat.base_url, "--model", "smollm2-135m", "--task", "g",
+                                          "--max-chars", "300", "--max-tokens", "32", "--timeout", "1800"])
+        assert result.exit_code == 0, result.output
+        n_items = sum(t.n_steps for t in trajs)
+        assert chat.served == n_items  # one request per item, no retries needed on a healthy endpoint
+    journal = [json.loads(x) for x in (folder_for(out) / "journal.jsonl").read_text().splitlines()]
+    answers = {(e["task_id"], e["after_step"]): e for e in journal if e["event"] == "answer"}
+    assert len(answers) == n_items
+    labels = read_labels_csv(out, "externalization_gap")
+    rows = {(r["task_id"], int(r["after_step"])): r for r in csv.DictReader(out.open())}
+    for key, rec in answers.items():
+        assert rec["served_model"] == "smollm2-135m" and rows[key]["annotator"] == "judge:smollm2-135m"
+        if rec["label"] is None:  # missing: an empty cell and the reason, never a 0
+            assert key not in labels and rec["problem"] and rows[key]["externalization_gap"] == ""
+            assert rows[key]["missing"].startswith("G: ")
+        else:
+            assert labels[key] == rec["label"] and not rec["problem"]
+    truth = annotation_labels(trajs, "externalization_gap")
+    report = pair_agreement(labels, truth, n_boot=200, names=("smollm2-135m", "annotations"))
+    reasons = sorted({a["problem"][:40] for a in answers.values() if a["problem"]})[:3]
+    with capsys.disabled():
+        print(f"\nSmolLM2-135M judge, G on {','.join(tasks)}: {len(labels)} of {n_items} items labelled "
+              f"({n_items - len(labels)} missing: {reasons}); "
+              f"vs annotations kappa {report['kappa']} {report['kappa_note']} accuracy {report['accuracy']} "
+              f"on {report['n']} shared")
