@@ -27,7 +27,7 @@ from datetime import timedelta
 from typing import TextIO
 
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
 
 LOGGER = "interp.progress"
@@ -57,7 +57,7 @@ class Tracker:
     """The handle ``track`` yields: ``advance`` after each finished step."""
 
     def __init__(self, label: str, total: int, unit: str, every: float, stream: TextIO,
-                 bar: tuple[Progress, int] | None, silent: bool = False) -> None:
+                 bar: tuple[Progress, TaskID] | None, silent: bool = False) -> None:
         self.label, self.total, self.unit, self.every, self.stream, self.bar = label, total, unit, every, stream, bar
         self.silent = silent
         self.done = self.tokens = 0

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -127,7 +127,7 @@ def patch_pairs(sensor: Sensor, pairs: Sequence[Pair], groups: Sequence[Sequence
     sources: dict[Hashable, Any] = {}
     waiting: dict[Hashable, Any] = {}  # target caches whose source is not done yet (a source off the base)
     for res in run_branches(sensor, branches, base, hold=True):  # hold: the sources first, then the targets
-        role, key = res.key
+        role, key = cast("tuple[str, Hashable]", res.key)  # the branches' keys are (role, pair key)
         if role == "source":
             sources[key] = res.outputs
             acts.setdefault(key, res.outputs.captures)

@@ -192,8 +192,8 @@ def _inner_scores(
             continue
         for params, score in span_scores(X[train], y[train], X[test], configs).items():
             oof[params][test] = score
-            if ok:
-                aurocs[params].append(auroc(y[test], score))
+            if ok and (value := auroc(y[test], score)) is not None:  # ok: two classes in test, so never None
+                aurocs[params].append(value)
     return {params: _InnerScores(float(np.mean(aurocs[params])), oof[params]) for params in configs}
 
 

@@ -200,7 +200,9 @@ def run_probe(fs: FeatureSet, config: ProbeConfig | None = None) -> dict:
     lap("nested_cv")
     boot = task_bootstrap(
         oof["y"].to_numpy(), oof["score"].to_numpy(), oof["task_id"].to_numpy(),
-        {"auroc": auroc, "ap": average_precision_score}, config.n_boot, config.rng("bootstrap"),
+        # auroc is None only on one class, and task_bootstrap skips one-class resamples before scoring
+        {"auroc": auroc, "ap": average_precision_score},  # type: ignore[dict-item]
+        config.n_boot, config.rng("bootstrap"),
     ) if config.n_boot else None
     lap("bootstrap")
     comparison = compare_baselines(labelled, cv, config) if config.baselines and labelled.nuisance else None

@@ -95,7 +95,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from interp.data.labels import agreement, annotation_labels, final_boundaries, read_labels_csv, write_labels_csv
 from interp.data.trajectory import Trajectory, load_trajectories
@@ -232,7 +232,13 @@ def undefined_boundaries(trajs: list[Trajectory]) -> list[dict[str, Any]]:
 
 
 # Threshold grid of the held-out evaluation of this labeler (tuned on some tasks, kappa on the others)
-TUNING_GRID = {"window": (None, 1, 2, 3, 5), "surge_factor": (1.4, 1.8, 2.2, 3.0)}
+class TuningGrid(TypedDict):
+    """Candidate values of each threshold of :class:`TargetLabelerConfig` tuned on held-out tasks."""
+    window: tuple[int | None, ...]
+    surge_factor: tuple[float, ...]
+
+
+TUNING_GRID: TuningGrid = {"window": (None, 1, 2, 3, 5), "surge_factor": (1.4, 1.8, 2.2, 3.0)}
 
 
 def tuning_configs() -> list[TargetLabelerConfig]:

@@ -169,6 +169,8 @@ def continue_states(sensor: Sensor, states: Sequence[State], trajectories: Seque
     if settings.max_new_tokens is None:
         limit, how = measured_max_new_tokens(trajectories, sensor.tokenizer)
         settings = replace(settings, max_new_tokens=limit, max_new_tokens_source=how)
+    max_new_tokens = settings.max_new_tokens
+    assert max_new_tokens is not None  # given, or measured just above
     by_id = {t.task_id: t for t in trajectories}
     limit = context_limit(sensor, settings.max_tokens)
     units: dict[str, tuple[State, str, Rendered, dict[str, Any]]] = {}
@@ -176,7 +178,7 @@ def continue_states(sensor: Sensor, states: Sequence[State], trajectories: Seque
     for state in states:
         traj = by_id[state.task_id]
         for condition in settings.conditions:
-            params = {"step": state.hidden_step} if condition in HIDING_CONDITIONS else {}
+            params: dict[str, Any] = {"step": state.hidden_step} if condition in HIDING_CONDITIONS else {}
             edited, log = apply_condition(condition, traj, state.after_step, **params)
             rendered = render(edited, state.after_step, sensor.tokenizer)
             reason = over_limit(rendered.n_tokens, limit)
@@ -190,10 +192,10 @@ def continue_states(sensor: Sensor, states: Sequence[State], trajectories: Seque
     def compute(key: str) -> dict[str, Any]:
         state, condition, rendered, _ = units[key]
         gens = [{"sample": "greedy", "seed": None,
-                 **generate_turn(sensor, rendered.input_ids, settings.max_new_tokens)}]
+                 **generate_turn(sensor, rendered.input_ids, max_new_tokens)}]
         for i in range(settings.samples):
             s = sample_seed(settings.seed, state.state_id, condition, i)
-            gens.append({"sample": i, "seed": s, **generate_turn(sensor, rendered.input_ids, settings.max_new_tokens,
+            gens.append({"sample": i, "seed": s, **generate_turn(sensor, rendered.input_ids, max_new_tokens,
                                                                   s, settings.temperature, settings.top_p)})
         return {"state_id": state.state_id, "condition": condition, "generations": gens}
 

@@ -127,7 +127,10 @@ def _parse_rubric(raw: Any, tools: set[str], where: str, problems: list[str]) ->
         problems.append(f"{where}.writes_code: expected true or false, got {json.dumps(marker)[:40]}")
     if len(problems) > n0:
         return None
-    rubric = Rubric(tuple(next_tool), patterns["args_match"], patterns["args_not_match"], tuple(rules), marker)
+    # no problem was added, so every pattern compiled (the filters only narrow the type)
+    args_match, args_not_match = ([p for p in patterns[key] if p is not None]
+                                  for key in ("args_match", "args_not_match"))
+    rubric = Rubric(tuple(next_tool), tuple(args_match), tuple(args_not_match), tuple(rules), marker)
     if rubric.n_checks == 0:
         problems.append(f"{where}: the rubric has no checks (give next_tool, args_match, args_not_match, "
                         "no_repeat or writes_code)")
@@ -158,7 +161,8 @@ def load_states(path: str | Path, trajectories: Sequence[Trajectory]) -> list[St
         for key in ("task_id", "after_step", "rubric"):
             if key not in raw:
                 found.append(f"{key}: missing")
-        traj = by_id.get(raw.get("task_id")) if isinstance(raw.get("task_id"), str) else None
+        task_id = raw.get("task_id")
+        traj = by_id.get(task_id) if isinstance(task_id, str) else None
         if "task_id" in raw and traj is None:
             found.append(f"task_id: unknown task {raw['task_id']!r} (not in the trajectory file)")
         b = raw.get("after_step")
@@ -182,6 +186,7 @@ def load_states(path: str | Path, trajectories: Sequence[Trajectory]) -> list[St
         if found:
             problems.extend(f"{path}:{lineno}: {msg}" for msg in found)
             continue
+        assert isinstance(b, int) and rubric is not None  # no problem found: both were present and valid
         states.append(State(state_id, raw["task_id"], b, rubric, hide, raw.get("note", "")))
     if problems:
         raise StatesError(problems)

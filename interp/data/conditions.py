@@ -288,6 +288,7 @@ def _iclr_online(traj: Trajectory, after_step: int, log: EditLog, counter: Token
                  scorer: BlockScorer | None, rho: float, step_only: bool) -> Trajectory:
     """Steps 1..b in order: score step t on the history so far, drop, write back (the one ICLR loop)."""
     _check_iclr(scorer=scorer, rho=rho)
+    assert scorer is not None  # _check_iclr raised otherwise
     log.params["rho"] = rho
     history = traj
     for t in range(1, after_step + 1):

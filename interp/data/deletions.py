@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from typing import cast
 
 from interp.data.conditions import Edit, EditLog, TokenCounter
 from interp.data.trajectory import Action, Step, Trajectory, join_blocks
@@ -135,9 +136,10 @@ def _count(counter: TokenCounter | None, text: str) -> int | None:
 
 def _edit_step(t: int, step: Step, units: set[Unit], log: EditLog, counter: TokenCounter | None) -> Step | None:
     """Step t with its units deleted, or None when nothing is left of it."""
-    blocks = {k for kind, _, k in units if kind == "reasoning"}
-    calls = {k for kind, _, k in units if kind == "tool_exchange"}
-    emptied = {k for kind, _, k in units if kind == "observation"} - calls
+    # _check gave every reasoning, observation and tool_exchange unit an index (k is not None only narrows)
+    blocks = {k for kind, _, k in units if kind == "reasoning" and k is not None}
+    calls = {k for kind, _, k in units if kind == "tool_exchange" and k is not None}
+    emptied = {k for kind, _, k in units if kind == "observation" and k is not None} - calls
     kept_blocks = []
     for k, blk in enumerate(step.blocks):
         if k in blocks:
@@ -177,14 +179,14 @@ def _edit_step(t: int, step: Step, units: set[Unit], log: EditLog, counter: Toke
 def delete_units(traj: Trajectory, after_step: int, units: Iterable[Unit],
                  counter: TokenCounter | None = None) -> tuple[Trajectory, int, EditLog]:
     """Delete ``units`` (their union) from the history at ``after_step``; return (trajectory, its boundary, edit log)."""
-    units = {tuple(u) for u in units}
-    for u in sorted(units, key=lambda u: (u[1], UNIT_KINDS.index(u[0]) if u[0] in UNIT_KINDS else -1, u[2] or 0)):
+    unique = cast("set[Unit]", {tuple(u) for u in units})  # units read from JSON are lists
+    for u in sorted(unique, key=lambda u: (u[1], UNIT_KINDS.index(u[0]) if u[0] in UNIT_KINDS else -1, u[2] or 0)):
         _check(traj, after_step, u)
-    log = EditLog("delete_units", after_step, params={"units": sorted([list(u) for u in units], key=str)})
+    log = EditLog("delete_units", after_step, params={"units": sorted([list(u) for u in unique], key=str)})
     steps: list[Step] = []
     removed: list[int] = []
     for t, step in enumerate(traj.steps, start=1):
-        mine = {u for u in units if u[1] == t}
+        mine = {u for u in unique if u[1] == t}
         if ("step", t, None) in mine:
             text = step.reasoning + "".join(step.observations) + str(step.action.to_json())
             log.edits.append(Edit(t, None, "step", "removed", len(text), None))

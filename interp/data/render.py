@@ -287,14 +287,15 @@ def render_text(traj: Trajectory, after_step: int, tokenizer: Any) -> tuple[str,
     return text, spans, mode, "inline" if inline else "field"
 
 
-def _native_spans(text: str, traj: Trajectory, steps: tuple[Step, ...], spans, names) -> list:
+def _native_spans(text: str, traj: Trajectory, steps: tuple[Step, ...], spans,
+                  names) -> list[tuple[str, int, int, int | None, int | None]]:
     """Spans of template-rendered tool definitions and tool calls (``<tools>``/``<tool_call>`` regions).
 
     Call k of step t starts at the last ``<tool_call>`` before its rendered name
     and ends at the last ``</tool_call>`` before the next call's start (or the
     step's first observation), so arguments that quote the tags cannot cut it.
     """
-    extra = []
+    extra: list[tuple[str, int, int, int | None, int | None]] = []
     first_task = next(s for s in spans if s[0] == "task")
     if traj.tools:
         # The last </tools> before the task closes the definitions (instructions may quote the tags).

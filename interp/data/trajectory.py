@@ -142,8 +142,8 @@ def replace_blocks(reasoning: str, new: Mapping[int, str | None]) -> str:
         k = block_of.index(i) if i in block_of else None
         if k is None or k not in new:
             out.append(piece)
-        elif new[k] is not None:
-            out.append(new[k])
+        elif (replacement := new[k]) is not None:
+            out.append(replacement)
     text = BLOCK_SEPARATOR.join(out)
     return text if text.strip() else ""
 

@@ -95,7 +95,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from interp.data.actions import CODE_ARG_KEYS, argument_leaves, writes_code
 from interp.data.labels import (
@@ -119,7 +119,15 @@ SCOPE_NOTES = {
 }
 CARRIER_KINDS = ("written_file", "tool_output", "feedback", "tool_argument", "text_action")
 STUDY_CARRIERS = ("written_file", "tool_output", "feedback")  # the study's list (guideline, "Carriers")
-TUNING_GRID = {"min_overlap": (0.2, 0.34, 0.5, 0.75), "min_novel_words": (2, 3, 5, 8)}
+
+
+class TuningGrid(TypedDict):
+    """Candidate values of each threshold of :class:`GapLabelerConfig` tuned on held-out tasks."""
+    min_overlap: tuple[float, ...]
+    min_novel_words: tuple[int, ...]
+
+
+TUNING_GRID: TuningGrid = {"min_overlap": (0.2, 0.34, 0.5, 0.75), "min_novel_words": (2, 3, 5, 8)}
 
 _EXT = (r"py|pyi|js|ts|tsx|jsx|go|rs|java|rb|php|c|h|cpp|md|rst|txt|csv|tsv|json|jsonl|ya?ml|toml|ini|cfg|env|"
         r"html?|j2|sql|sh|xlsx|xls|docx|pdf|log|lock|xml|conf")
@@ -446,7 +454,7 @@ def label_gap(traj: Trajectory, after_step: int, config: GapLabelerConfig = GapL
 def label_gaps(trajectories: Iterable[Trajectory],
                config: GapLabelerConfig = GapLabelerConfig()) -> list[BoundaryLabel]:
     """Rule labels of every boundary 1..n_steps of every trajectory."""
-    out = []
+    out: list[BoundaryLabel] = []
     for traj in trajectories:
         sources = Sources.of(traj, config.carriers)
         out.extend(label_gap(traj, b, config, sources) for b in range(1, traj.n_steps + 1))

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 
@@ -233,7 +233,8 @@ def _run(sensor: Sensor, renders: dict[int, Rendered], results: dict[int, Bounda
     if config.block_entropy:
         branches[list(renders).index(base_b)].plan.entropy = entropy_positions(blocks)
     for res in run_branches(sensor, branches, renders[base_b].input_ids, share=config.share_prefix):
-        _collect(res.outputs, {res.key: renders[res.key]}, results, config, res.forward, sensor.d_model)
+        b = cast(int, res.key)  # the branches' keys are the boundaries of renders
+        _collect(res.outputs, {b: renders[b]}, results, config, res.forward, sensor.d_model)
         if config.block_entropy and res.key == base_b:
             # The score of interp.extraction.entropy.block_entropies, from this forward.
             results[base_b].block_entropy = [

@@ -75,6 +75,7 @@ def probe_section(res: dict[str, Any], folder: Path) -> list[str]:
                   f"p = {shown(num(res.get('permutation_p_position')))} under the position-keeping null (whole label "
                   f"sequences swapped between tasks of equal length; {fixed} task(s) alone in their length keep "
                   "their labels).")
+    rows: list[tuple[str, float, list[float] | None, float, list[float] | None, float, float | None]]
     rows = [("hidden-state probe (headline)", res["auroc"], res.get("auroc_ci"), res["ap"], res.get("ap_ci"),
              res["balanced_accuracy"], ref.PROBE["auroc"])]
     rows += [(name, e["auroc"], e.get("auroc_ci"), e["ap"], e.get("ap_ci"), e["balanced_accuracy"], None)

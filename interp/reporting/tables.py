@@ -34,7 +34,7 @@ def probe_table(result: dict) -> pd.DataFrame:
     """Gain over the position baseline first, then AUROCs, AP (task-bootstrap CIs), balanced accuracy, counts, p."""
     ref = reference.PROBE
     gain, base, both = result.get("gain"), result.get("baseline"), result.get("probe_plus_baseline")
-    rows = []
+    rows: list[tuple[str, str | None, str | None, str | None]] = []
     if gain:
         rows.append(("AUROC gain over position baseline", _signed(gain["auroc"]), _ci(gain.get("auroc_ci")), None))
     rows.append(("AUROC", _num(result["auroc"]), _ci(result.get("auroc_ci")), _num(ref["auroc"])))
@@ -60,7 +60,8 @@ def probe_table(result: dict) -> pd.DataFrame:
 
 def _signed(value: float | None) -> str | None:
     """value with three decimals and an explicit sign (a gain)."""
-    return None if value is None else ("+" if value >= 0 else "") + _num(value)
+    text = _num(value)
+    return None if value is None or text is None else ("+" if value >= 0 else "") + text
 
 
 def kl_repair_table(result: dict) -> pd.DataFrame:
@@ -68,7 +69,7 @@ def kl_repair_table(result: dict) -> pd.DataFrame:
     sites, layers = result["sites"], result["layers"]
     n_layers = (result.get("model") or {}).get("n_layers") or max(layers) + 1
     resid = [i for i, site in enumerate(sites) if site.startswith("resid_pre")] or list(range(len(sites)))
-    chosen: dict[int, str] = {}
+    chosen: dict[int, str | None] = {}
     for ref_layer, value in reference.KL_REPAIR.items():
         target = ref_layer / (reference.N_LAYERS - 1) * (n_layers - 1)
         i = min(resid, key=lambda j: abs(layers[j] - target))
@@ -123,6 +124,7 @@ def interventions_table(result: dict) -> pd.DataFrame:
 def harm_table(result: dict) -> pd.DataFrame:
     """Per aggregator of singleton harms and set size: pair-ordering accuracy at the margin (task-bootstrap CI),
     pairs counted, MAE."""
+    rows: list[tuple[str, object, str, str | None, str | None, str | None, str | None]]
     rows = [(row["aggregator"], row["cardinality"], str(row["n_sets"]), str(row["n_pairs"]),
              _num(row["pair_accuracy"]), _ci(row.get("ci")), _num(row["mae"], 4)) for row in result["aggregates"]]
     rows += [("sum + pairwise interactions", k, str(entry["n_pairwise"]), None, None, None,

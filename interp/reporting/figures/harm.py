@@ -10,6 +10,8 @@ otherwise (or with fewer than ``MIN_TASKS`` tasks) no conclusion is drawn.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -28,7 +30,7 @@ def additivity_test(result: dict, n_boot: int = 2000) -> dict:
     rows = [(b.get("task_id"), s["interaction"]) for b in result["boundaries"] for s in b["sets"]
             if len(s["members"]) > 1 and s.get("interaction") is not None]
     margin = result.get("margin") or 0.0
-    out = {"verdict": None, "mean": None, "ci": None, "n_sets": len(rows), "margin": margin,
+    out: dict[str, Any] = {"verdict": None, "mean": None, "ci": None, "n_sets": len(rows), "margin": margin,
            "n_tasks": len({t for t, _ in rows})}
     if not rows:
         return {**out, "why": "no set of 2+ units"}
