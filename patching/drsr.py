@@ -43,6 +43,7 @@ from interp.data.trajectory import Trajectory
 from interp.sensor.limits import DEFAULT_MAX_TOKENS
 from interp.schema import Field, schema_dict
 from interp.sensor.forward import Outputs, Plan
+from interp.sensor.prefix import DEFAULT_BATCH_BYTES
 from patching.granularity import UNSAFE, granularity
 from patching.harm import MARGIN, boundary_harm
 from patching.interaction import attention_density, interaction_structure
@@ -68,9 +69,9 @@ FIELDS = (
 
 def boundary_record(sensor: Any, traj: Trajectory, b: int, max_k: int = 3, budget: int = 10, seed: int = 0,
                     units: Sequence[str] = UNIT_KINDS, max_tokens: int = DEFAULT_MAX_TOKENS,
-                    proj_dim: int | None = PROJ_DIM) -> dict[str, Any]:
+                    proj_dim: int | None = PROJ_DIM, batch_bytes: int = DEFAULT_BATCH_BYTES) -> dict[str, Any]:
     """One boundary's harm record plus its candidates' representations and attention (``relations.captured``),
-    from the harm forwards themselves."""
+    from the harm forwards themselves (``batch_bytes``: the sets' padded batches, ``patching.harm.set_harms``)."""
     kinds = parse_unit_kinds(units)
     layers = list(range(sensor.n_layers))
     holder: list[Capture] = []
@@ -80,7 +81,8 @@ def boundary_record(sensor: Any, traj: Trajectory, b: int, max_k: int = 3, budge
                                    sensor.full_attention_layers))
         return holder[0].plan, holder[0].outputs
 
-    record = boundary_harm(sensor, traj, b, max_k, budget, seed, kinds, max_tokens, capture=capture)
+    record = boundary_harm(sensor, traj, b, max_k, budget, seed, kinds, max_tokens, capture=capture,
+                           batch_bytes=batch_bytes)
     if record.get("skipped"):
         return record
     proj = projection(sensor.d_model, proj_dim) if proj_dim else None

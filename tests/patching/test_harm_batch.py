@@ -50,24 +50,25 @@ def _compare(sensor, traj, b, sets, batch_bytes, monkeypatch, rel, abs_):
     return calls
 
 
-@pytest.mark.parametrize("model", ["tiny_sensor_fp64", "llama_fp64"])
-def test_batched_harm_equals_one_set_per_forward_fp64(model, request, mini_trajectory, monkeypatch):
+@pytest.mark.parametrize("model,b,budget", [("tiny_sensor_fp64", 2, 2), ("llama_fp64", 3, 4)])
+def test_batched_harm_equals_one_set_per_forward_fp64(model, b, budget, request, mini_trajectory, monkeypatch):
+    """The hybrid (Gated-DeltaNet recurrence and conv, attention) and plain attention; singletons, pairs, triples."""
     sensor = request.getfixturevalue(model)
-    sets = candidate_sets(mini_trajectory, 3, max_k=3, budget=4, seed=0, units=UNIT_KINDS)
-    calls = _compare(sensor, mini_trajectory, 3, sets, DEFAULT_BATCH_BYTES, monkeypatch, 1e-6, 1e-12)
+    sets = candidate_sets(mini_trajectory, b, max_k=3, budget=budget, seed=0, units=UNIT_KINDS)
+    calls = _compare(sensor, mini_trajectory, b, sets, DEFAULT_BATCH_BYTES, monkeypatch, 1e-6, 1e-12)
     batched = sum(len(rows) for _, rows in calls)
     assert max(len(rows) for _, rows in calls) >= 3 and batched >= len(sets) // 2, calls
 
 
-def test_batches_stay_within_the_budget(tiny_sensor_fp64, mini_trajectory, monkeypatch):
+def test_batches_stay_within_the_budget(llama_fp64, mini_trajectory, monkeypatch):
     """A budget of about three rows: several batches, each within it, and the same harms."""
     traj, b = mini_trajectory, 3
     sets = candidate_sets(traj, b, max_k=3, budget=4, seed=1, units=UNIT_KINDS)
-    budget = 3 * batch_row_bytes(tiny_sensor_fp64, 200, 200)
-    calls = _compare(tiny_sensor_fp64, traj, b, sets, budget, monkeypatch, 1e-6, 1e-12)
+    budget = 3 * batch_row_bytes(llama_fp64, 200, 200)
+    calls = _compare(llama_fp64, traj, b, sets, budget, monkeypatch, 1e-6, 1e-12)
     assert len(calls) >= 2
     for start, rows in calls:
-        assert 2 <= len(rows) and len(rows) * batch_row_bytes(tiny_sensor_fp64, start, max(rows)) <= budget
+        assert 2 <= len(rows) <= 3 and len(rows) * batch_row_bytes(llama_fp64, start, max(rows)) <= budget
 
 
 def test_batched_harm_float32(tiny_sensor, mini_trajectory, monkeypatch):
