@@ -69,9 +69,10 @@ FIELDS = (
 
 def boundary_record(sensor: Any, traj: Trajectory, b: int, max_k: int = 3, budget: int = 10, seed: int = 0,
                     units: Sequence[str] = UNIT_KINDS, max_tokens: int = DEFAULT_MAX_TOKENS,
-                    proj_dim: int | None = PROJ_DIM, batch_bytes: int = DEFAULT_BATCH_BYTES) -> dict[str, Any]:
+                    proj_dim: int | None = PROJ_DIM, batch_bytes: int = DEFAULT_BATCH_BYTES,
+                    nest: bool = True) -> dict[str, Any]:
     """One boundary's harm record plus its candidates' representations and attention (``relations.captured``),
-    from the harm forwards themselves (``batch_bytes``: the sets' padded batches, ``patching.harm.set_harms``)."""
+    from the harm forwards themselves (``batch_bytes``, ``nest``: how they share, ``patching.harm.set_harms``)."""
     kinds = parse_unit_kinds(units)
     layers = list(range(sensor.n_layers))
     holder: list[Capture] = []
@@ -82,7 +83,7 @@ def boundary_record(sensor: Any, traj: Trajectory, b: int, max_k: int = 3, budge
         return holder[0].plan, holder[0].outputs
 
     record = boundary_harm(sensor, traj, b, max_k, budget, seed, kinds, max_tokens, capture=capture,
-                           batch_bytes=batch_bytes)
+                           batch_bytes=batch_bytes, nest=nest)
     if record.get("skipped"):
         return record
     proj = projection(sensor.d_model, proj_dim) if proj_dim else None

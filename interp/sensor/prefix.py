@@ -82,10 +82,13 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from interp.sensor.forward import Outputs, Plan, Snapshot, batch_row_bytes, batch_supported, run_batch, run_plan
 from interp.sensor.protocol import ForwardSensor
 
 DEFAULT_BATCH_BYTES = 512 * 2 ** 20  # working memory of one padded batch of suffixes (module docstring, batches)
+NEST_MIN = 32  # tokens two departing suffixes must share past their point for one to ride on the other's forward
 
 
 def lcp(a: Sequence[int], b: Sequence[int]) -> int:
@@ -223,14 +226,15 @@ def _groups(branches: list[Branch], deps: list[int], rest: list[int]) -> list[_G
 
 def run_branches(sensor: ForwardSensor, branches: Iterable[Branch], base: Sequence[int] | None = None, *,
                  share: bool = True, hold: bool = False, start: Snapshot | None = None,
-                 batch_bytes: int = 0) -> Iterator[BranchOutput]:
+                 batch_bytes: int = 0, nest: bool = False) -> Iterator[BranchOutput]:
     """Each branch's outputs, the shared base run once (module docstring); ``share=False``: one forward each.
 
     ``base`` defaults to the longest branch; ``start`` continues the base from
     a snapshot (every branch then shares its first ``start.length`` tokens).
     ``batch_bytes`` > 0: suffixes that leave at one point run as padded batches
     within that working-memory budget (module docstring, batches); 0: one
-    forward per suffix.
+    forward per suffix. ``nest``: such suffixes first ride on one another's
+    forward where they share ``NEST_MIN`` tokens or more (module docstring).
     """
     branches = list(branches)
     if len({b.key for b in branches}) != len(branches):
@@ -245,11 +249,11 @@ def run_branches(sensor: ForwardSensor, branches: Iterable[Branch], base: Sequen
         budget = batch_bytes if batch_bytes > 0 and batch_supported(sensor) else 0
         yield from _run(sensor, branches, list(base if base is not None else
                                                max(branches, key=lambda b: len(b.tokens)).tokens), hold, start,
-                        budget)
+                        budget, NEST_MIN if nest else 0)
 
 
 def _run(sensor: ForwardSensor, branches: list[Branch], base: list[int], hold: bool,
-         start: Snapshot | None, budget: int = 0) -> Iterator[BranchOutput]:
+         start: Snapshot | None, budget: int = 0, nest: int = 0) -> Iterator[BranchOutput]:
     offset = start.length if start is not None else 0
     deps = [departure(b.tokens, base, b.plan) for b in branches]
     if any(d < offset for d in deps):
@@ -277,20 +281,20 @@ def _run(sensor: ForwardSensor, branches: list[Branch], base: list[int], hold: b
             yield done(i, out, snap_at(len(branches[i].tokens), out.snapshots))
         for p in sorted({g.start for g in groups}):  # a snapshot is dropped after the groups leaving there
             yield from _leave(sensor, branches, [g for g in groups if g.start == p], snap_at(p, out.snapshots), out,
-                              parts, budget)
+                              parts, budget, nest)
             out.snapshots.pop(p, None)
         return
     acc, snap, pos = Outputs(), start, offset
     pending = sorted(served, key=lambda i: len(branches[i].tokens))
     while pending and len(branches[pending[0]].tokens) <= offset:  # served by the start snapshot itself
         yield done(pending.pop(0), acc, start)
-    yield from _leave(sensor, branches, [g for g in groups if g.start == offset], start, acc, parts, budget)
+    yield from _leave(sensor, branches, [g for g in groups if g.start == offset], start, acc, parts, budget, nest)
     for p in sorted(set(points) | ({end} if end > offset else set())):
         run_plan(sensor, base[pos:p], replace(plan, snapshots=[p] if p in points else []), start=snap, out=acc)
         snap, pos = acc.snapshots.pop(p, None), p
         while pending and len(branches[pending[0]].tokens) <= p:
             yield done(pending.pop(0), acc, snap)
-        yield from _leave(sensor, branches, [g for g in groups if g.start == p], snap, acc, parts, budget)
+        yield from _leave(sensor, branches, [g for g in groups if g.start == p], snap, acc, parts, budget, nest)
 
 
 def _batchable(b: Branch, start: int) -> bool:
@@ -313,17 +317,47 @@ def _batches(sensor: ForwardSensor, branches: list[Branch], rows: list[int], sta
     return out
 
 
+def _shared(a: np.ndarray, b: np.ndarray) -> int:
+    """Length of the longest common prefix of two token arrays."""
+    n = min(len(a), len(b))
+    diff = np.flatnonzero(a[:n] != b[:n])
+    return int(diff[0]) if len(diff) else n
+
+
+def _nest(branches: list[Branch], rows: list[int], start: int, least: int) -> tuple[int, list[int]]:
+    """The row that most others share ``least`` tokens or more with past ``start`` (by the tokens they share),
+    and those others; ``(-1, [])`` when no two rows share that much."""
+    tokens = {i: np.asarray(branches[i].tokens) for i in rows}
+    best, chosen, saved = -1, [], 0
+    for i in rows:
+        shared = {j: _shared(tokens[i], tokens[j]) - start for j in rows if j != i}
+        members = [j for j in rows if j != i and shared[j] >= least and len(branches[j].tokens) > start + shared[j]]
+        if sum(shared[j] for j in members) > saved:
+            best, chosen, saved = i, members, sum(shared[j] for j in members)
+    return best, chosen
+
+
 def _leave(sensor: ForwardSensor, branches: list[Branch], groups: list[_Group], snap: Snapshot | None,
-           base_out: Outputs, parts: dict[int, Plan], budget: int) -> Iterator[BranchOutput]:
-    """The groups leaving the base at one point (``snap``): lone branches that keep only log-probs, entropies and
-    targets in padded batches within ``budget`` bytes (none when 0), every other group by :func:`_depart`."""
-    lone = [g.lead for g in groups if budget and len(g.members) == 1 and _batchable(branches[g.lead], g.start)]
+           base_out: Outputs, parts: dict[int, Plan], budget: int, nest: int = 0) -> Iterator[BranchOutput]:
+    """The groups leaving the base at one point (``snap``). Lone branches that keep only log-probs, entropies and
+    targets: with ``nest`` > 0, those sharing ``nest`` tokens or more past the point with another ride on its
+    forward (a group of :func:`_depart`, nested again inside), the rest in padded batches within ``budget``
+    bytes (one forward each when 0); every other group by :func:`_depart`."""
+    lone = [g.lead for g in groups
+            if (budget or nest) and len(g.members) == 1 and _batchable(branches[g.lead], g.start)]
     for g in groups:
         if g.lead not in lone:
-            yield from _depart(sensor, branches, g, snap, base_out, parts, budget)
+            yield from _depart(sensor, branches, g, snap, base_out, parts, budget, nest)
     if not lone:
         return
     start = groups[0].start
+    while nest and len(lone) > 1:
+        lead, members = _nest(branches, lone, start, nest)
+        if not members:
+            break
+        yield from _depart(sensor, branches, _Group(start, lead, [lead, *members]), snap, base_out, parts, budget,
+                           nest)
+        lone = [i for i in lone if i != lead and i not in members]
     for rows in _batches(sensor, branches, lone, start, budget):
         plans = [_part(branches[i].plan, start, None) for i in rows]
         outs = run_batch(sensor, [list(branches[i].tokens[start:]) for i in rows], plans, start=snap) \
@@ -333,7 +367,7 @@ def _leave(sensor: ForwardSensor, branches: list[Branch], groups: list[_Group], 
 
 
 def _depart(sensor: ForwardSensor, branches: list[Branch], g: _Group, snap: Snapshot | None, base_out: Outputs,
-            parts: dict[int, Plan], budget: int = 0) -> Iterator[BranchOutput]:
+            parts: dict[int, Plan], budget: int = 0, nest: int = 0) -> Iterator[BranchOutput]:
     """The branches of group ``g`` from ``snap`` (the base's cache at ``g.start``; None at 0), base parts added."""
     if len(g.members) == 1:
         b = branches[g.lead]
@@ -345,7 +379,7 @@ def _depart(sensor: ForwardSensor, branches: list[Branch], g: _Group, snap: Snap
         return
     subs = [Branch(i, branches[i].tokens, _part(branches[i].plan, g.start, None), branches[i].keep_cache)
             for i in g.members]
-    for res in _run(sensor, subs, list(branches[g.lead].tokens), False, snap, budget):
+    for res in _run(sensor, subs, list(branches[g.lead].tokens), False, snap, budget, nest):
         i = res.key
         yield BranchOutput(branches[i].key, _add(res.outputs, _take(base_out, i, parts[i])), g.start, False,
                            res.cache)
