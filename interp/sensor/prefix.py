@@ -94,10 +94,8 @@ NEST_MIN = 32  # tokens two departing suffixes must share past their point for o
 def lcp(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common token prefix."""
     n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
+    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(diff[0]) if len(diff) else n
 
 
 @dataclass
@@ -317,20 +315,13 @@ def _batches(sensor: ForwardSensor, branches: list[Branch], rows: list[int], sta
     return out
 
 
-def _shared(a: np.ndarray, b: np.ndarray) -> int:
-    """Length of the longest common prefix of two token arrays."""
-    n = min(len(a), len(b))
-    diff = np.flatnonzero(a[:n] != b[:n])
-    return int(diff[0]) if len(diff) else n
-
-
 def _nest(branches: list[Branch], rows: list[int], start: int, least: int) -> tuple[int, list[int]]:
     """The row that most others share ``least`` tokens or more with past ``start`` (by the tokens they share),
     and those others; ``(-1, [])`` when no two rows share that much."""
     tokens = {i: np.asarray(branches[i].tokens) for i in rows}
     best, chosen, saved = -1, [], 0
     for i in rows:
-        shared = {j: _shared(tokens[i], tokens[j]) - start for j in rows if j != i}
+        shared = {j: lcp(tokens[i], tokens[j]) - start for j in rows if j != i}
         members = [j for j in rows if j != i and shared[j] >= least and len(branches[j].tokens) > start + shared[j]]
         if sum(shared[j] for j in members) > saved:
             best, chosen, saved = i, members, sum(shared[j] for j in members)
