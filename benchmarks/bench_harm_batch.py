@@ -20,7 +20,7 @@ Both paths compute the same harms (checked here: the largest difference of any s
 at start and end (``/proc/loadavg``): other processes share the CPUs, so compare the two columns of one run.
 
 Run: python benchmarks/bench_harm_batch.py [--model smollm2-135m] [--threads 1] [--units 8 32] [--budget 4]
-     [--repeats 3] [--drsr] [--no-sets] [--no-warmup]
+     [--repeats 3] [--drsr] [--drsr-boundaries N] [--no-sets] [--no-warmup]
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def _sets(sensor: Any, trajs: list[Any], n_units: int, budget: int, repeats: int
              f"{w0 / w1:.2f}", f"{c0:.1f}", f"{c1:.1f}", f"{c0 / c1:.2f}", f"{diff:.1e}"]]
 
 
-def _drsr(sensor: Any, trajs: list[Any], repeats: int, warmup: bool) -> list[list[Any]]:
+def _drsr(sensor: Any, trajs: list[Any], repeats: int, warmup: bool, limit: int | None) -> list[list[Any]]:
     from interp.data.deletions import UNIT_KINDS
     from interp.pipelines.demo import DemoConfig
     from interp.sensor.prefix import DEFAULT_BATCH_BYTES
@@ -83,7 +83,7 @@ def _drsr(sensor: Any, trajs: list[Any], repeats: int, warmup: bool) -> list[lis
 
     config = DemoConfig()
     b = config.harm_after_step
-    chosen = [t for t in sorted(trajs, key=lambda t: t.n_steps) if t.n_steps > b][: config.harm_boundaries]
+    chosen = [t for t in sorted(trajs, key=lambda t: t.n_steps) if t.n_steps > b][: config.harm_boundaries][:limit]
 
     def run(batch_bytes: int, nest: bool) -> list[dict[str, Any]]:
         return [boundary_record(sensor, t, b, 3, config.harm_budget, 0, UNIT_KINDS, batch_bytes=batch_bytes,
@@ -96,7 +96,8 @@ def _drsr(sensor: Any, trajs: list[Any], repeats: int, warmup: bool) -> list[lis
     n = len(chosen)
     (w0, c0), (w1, c1) = med["one per set"], med["batched"]
     n_sets = sum(len(r["sets"]) for r in last["batched"])
-    return [[f"{n} boundaries after step {b}", n_sets, f"{w0 / n:.2f}", f"{w1 / n:.2f}", f"{w0 / w1:.2f}",
+    return [[f"{n} boundaries after step {b} ({', '.join(t.task_id for t in chosen)})", n_sets, f"{w0 / n:.2f}",
+             f"{w1 / n:.2f}", f"{w0 / w1:.2f}",
              f"{c0 / n:.2f}", f"{c1 / n:.2f}", f"{c0 / c1:.2f}", f"{diff:.1e}"]]
 
 
@@ -110,6 +111,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--drsr", action="store_true", help="also the demo's DRSR subset, per boundary")
     parser.add_argument("--no-sets", action="store_true", help="skip the sets/s measurement")
+    parser.add_argument("--drsr-boundaries", type=int, default=None,
+                        help="only the first N of the subset's boundaries (default: all of them)")
     parser.add_argument("--no-warmup", action="store_true", help="time the first calls too (long forwards)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -124,7 +127,8 @@ def main() -> None:
     load0, start = load_average(), _loadavg()
     print(f"{model}, {machine_note(args.threads)}; /proc/loadavg at start {start}")
     if not args.no_sets:
-        rows = [row for n in args.units for row in _sets(sensor, trajs, n, args.budget, args.repeats, not args.no_warmup)]
+        rows = [row for n in args.units
+                for row in _sets(sensor, trajs, n, args.budget, args.repeats, not args.no_warmup)]
         print(f"\nsets/s, median of {args.repeats} interleaved calls (max_k 3, budget {args.budget}):")
         print(markdown_table(["boundary", "units", "sets", "tokens at b+1", "sets/s one per set", "sets/s batched",
                               "wall ratio", "CPU s one per set", "CPU s batched", "CPU ratio", "max |harm diff|"],
@@ -133,7 +137,8 @@ def main() -> None:
         print(f"\nthe demo's DRSR subset, per boundary, median of {args.repeats} interleaved runs:")
         print(markdown_table(["subset", "sets", "wall s/boundary one per set", "wall s/boundary batched",
                               "wall ratio", "CPU s/boundary one per set", "CPU s/boundary batched", "CPU ratio",
-                              "max |harm diff|"], _drsr(sensor, trajs, args.repeats, not args.no_warmup)))
+                              "max |harm diff|"], _drsr(sensor, trajs, args.repeats, not args.no_warmup,
+                                                     args.drsr_boundaries)))
     print(f"\n/proc/loadavg at end {_loadavg()} (1-min at start {load0:.2f})")
 
 

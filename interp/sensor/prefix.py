@@ -302,7 +302,8 @@ def _batchable(b: Branch, start: int) -> bool:
                 or any(start < c < len(b.tokens) for c in plan.cuts))
 
 
-def _batches(sensor: ForwardSensor, branches: list[Branch], rows: list[int], start: int, budget: int) -> list[list[int]]:
+def _batches(sensor: ForwardSensor, branches: list[Branch], rows: list[int], start: int,
+             budget: int) -> list[list[int]]:
     """``rows`` (branch indices) by suffix length, cut into consecutive batches whose padded working memory
     (rows x ``batch_row_bytes`` of the longest) stays within ``budget``; a batch holds at least one row."""
     out: list[list[int]] = []
