@@ -43,6 +43,7 @@ from interp.data.deletions import UNIT_KINDS, history_units, parse_unit_kinds, s
 from interp.data.trajectory import Trajectory
 from interp.sensor.limits import DEFAULT_MAX_TOKENS
 from interp.schema import Field, schema_dict
+from interp.sensor.prefix import DEFAULT_BATCH_BYTES
 from patching.granularity import UNSAFE, granularity
 from patching.harm import DEFAULT_BUDGET, DRSR_MAX_K, MARGIN, boundary_harm
 from patching.interaction import attention_density, interaction_structure
@@ -69,11 +70,14 @@ FIELDS = (
 def boundary_record(sensor: Any, traj: Trajectory, b: int, max_k: int = DRSR_MAX_K, budget: int = DEFAULT_BUDGET,
                     seed: int = 0,
                     units: Sequence[str] = UNIT_KINDS, max_tokens: int = DEFAULT_MAX_TOKENS,
-                    proj_dim: int | None = PROJ_DIM) -> dict[str, Any]:
-    """One boundary's harm record plus its candidates' representations and attention from the prompt's forward
+                    proj_dim: int | None = PROJ_DIM, batch_bytes: int = DEFAULT_BATCH_BYTES,
+                    nest: bool = True) -> dict[str, Any]:
+    """One boundary's harm record (its forwards sharing as ``batch_bytes`` and ``nest`` say,
+    ``patching.harm.set_harms``) plus its candidates' representations and attention from the prompt's forward
     (``relations.prompt_capture``) and the history's step shapes."""
     kinds = parse_unit_kinds(units)
-    record = boundary_harm(sensor, traj, b, max_k, budget, seed, kinds, max_tokens)
+    record = boundary_harm(sensor, traj, b, max_k, budget, seed, kinds, max_tokens, batch_bytes=batch_bytes,
+                           nest=nest)
     if record.get("skipped"):
         return record
     proj = projection(sensor.d_model, proj_dim) if proj_dim else None

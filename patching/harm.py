@@ -25,9 +25,20 @@ before the earliest deleted unit with the full render, so one forward of the
 full render, advanced from one such point to the next, snapshots the cache
 there and each set only runs its suffix from it (the prefix scheduler,
 ``interp.sensor.prefix``; exact; tested against recomputation from scratch
-with ``share_prefix=False``). Memory is bounded in the number of sets: one
-snapshot is held at a time, and a set is kept only as int32 tokens until it
-runs.
+with ``share_prefix=False``). The sets leaving at one point share more than
+that point: a set ``{a, b}`` reads like ``{a}`` up to ``b``, and ``{a, b, c}``
+like ``{a, b}`` up to ``c``; with ``nest`` (default) such a set rides on the
+forward of the set it shares 32 tokens or more with and leaves it where they
+differ (the scheduler's nesting, the same rule applied again from there), so
+a triple costs only the tokens after its last deleted unit when its pairs are
+measured. The sets still leaving at one point run as padded batches from its
+snapshot, sized to ``batch_bytes`` of working memory (default
+``DEFAULT_BATCH_BYTES``, 512 MiB; 0: one forward each; the scheduler's
+batches). ``batch_bytes=0, nest=False`` is the one-set-per-forward path;
+every path gives the same harms within float rounding
+(``tests/patching/test_harm_batch.py``). Memory is bounded in the number of
+sets: one snapshot per nesting level (at most ``max_k``) and one batch are held
+at a time, and a set is kept only as int32 tokens until it runs.
 
 A boundary whose teacher-forced render (history and y, the longest forward:
 deletions only remove) exceeds ``max_tokens`` or the model's positions is not
@@ -87,7 +98,7 @@ from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit, 
 from interp.schema import Field, schema_dict
 from interp.stats import percentile_ci, task_resamples
 from interp.sensor.forward import Outputs, Plan
-from interp.sensor.prefix import Branch, run_branches
+from interp.sensor.prefix import DEFAULT_BATCH_BYTES, Branch, run_branches
 from interp.data.render import Rendered, render
 from interp.data.trajectory import Trajectory
 from interp.sensor.protocol import Sensor
@@ -231,7 +242,8 @@ def candidate_sets(traj: Trajectory, b: int, max_k: int = DRSR_MAX_K, budget: in
 
 def set_harms(sensor: Sensor, traj: Trajectory, b: int, sets: list[tuple[Unit, ...]],
               share_prefix: bool = True, target: tuple[Any, int, int] | None = None,
-              capture: tuple[Plan, Outputs] | None = None) -> tuple[float, list[SetHarm]]:
+              capture: tuple[Plan, Outputs] | None = None,
+              batch_bytes: int = DEFAULT_BATCH_BYTES, nest: bool = True) -> tuple[float, list[SetHarm]]:
     """``NLL(y | H)`` and the harm of every set at boundary ``b`` (b < n_steps).
 
     Each set is one branch of the prefix scheduler (``interp.sensor.prefix``)
@@ -239,7 +251,9 @@ def set_harms(sensor: Sensor, traj: Trajectory, b: int, sets: list[tuple[Unit, .
     tokens, so it departs at its first changed token or at y's first target
     position, whichever is earlier. Memory stays bounded in the number of sets:
     the full run advances from one departure point to the next holding one
-    cache snapshot at a time, and a set's render is held as int32 tokens.
+    cache snapshot at a time, and a set's render is held as int32 tokens. ``nest``: sets ride on the forward of a
+    set they share tokens with past their point; the rest leaving at one point run as padded batches within
+    ``batch_bytes`` (module docstring; ``batch_bytes=0, nest=False``: one forward per set).
 
     ``capture = (plan, outputs)``: the full render's own branch (the base forward) also keeps ``plan.pooled`` and
     ``plan.rows`` (absolute positions of the full render), written into ``outputs``, so an analysis of the
@@ -266,7 +280,7 @@ def set_harms(sensor: Sensor, traj: Trajectory, b: int, sets: list[tuple[Unit, .
             spans[s] = (e0, e1)
     # A set whose render is a prefix of the full one (e.g. the empty set) is served by the full run: harm 0.
     nll = {}
-    for res in run_branches(sensor, branches, base_ids, share=share_prefix):
+    for res in run_branches(sensor, branches, base_ids, share=share_prefix, batch_bytes=batch_bytes, nest=nest):
         nll[res.key] = _nll(res.outputs.target_logprob, *spans[res.key])
         if capture and res.key is None:
             capture[1].sums.update(res.outputs.sums)
@@ -284,18 +298,20 @@ def set_harms(sensor: Sensor, traj: Trajectory, b: int, sets: list[tuple[Unit, .
 def boundary_harm(sensor: Sensor, traj: Trajectory, b: int, max_k: int = DRSR_MAX_K, budget: int = DEFAULT_BUDGET,
                   seed: int = 0, units: Sequence[str] = DRSR_UNIT_KINDS,
                   max_tokens: int = DEFAULT_MAX_TOKENS,
-                  capture: Callable[[Rendered, int], tuple[Plan, Outputs]] | None = None) -> dict[str, Any]:
+                  capture: Callable[[Rendered, int], tuple[Plan, Outputs]] | None = None,
+                  batch_bytes: int = DEFAULT_BATCH_BYTES, nest: bool = True) -> dict[str, Any]:
     """One boundary's ``harm.json`` record: the recorded next output, its NLL and every candidate set's harm
     (or, over ``max_tokens``, a ``skipped`` record: task_id, after_step, n_tokens, reason).
 
-    ``capture(full_render, prompt_length)`` returns what the full render's forward also keeps (``set_harms``)."""
+    ``capture(full_render, prompt_length)`` returns what the full render's forward also keeps (``set_harms``);
+    ``batch_bytes``, ``nest``: how the sets' forwards share (``set_harms``)."""
     kinds = parse_unit_kinds(units)
     full, y0, y1 = _target(traj, b, (), sensor.tokenizer)
     reason = over_limit(y1, context_limit(sensor, max_tokens))
     if reason:
         return {**skip_record(traj.task_id, b, y1, reason), "skipped": True}
     nll, sets = set_harms(sensor, traj, b, candidate_sets(traj, b, max_k, budget, seed, kinds), target=(full, y0, y1),
-                          capture=capture(full, y0) if capture else None)
+                          capture=capture(full, y0) if capture else None, batch_bytes=batch_bytes, nest=nest)
     return {"task_id": traj.task_id, "after_step": b, "units": list(kinds),
             "target": full.text[full.offsets[y0][0]:full.offsets[y1 - 1][1]], "target_tokens": y1 - y0,
             "nll_full": nll,

@@ -1,4 +1,4 @@
-"""Shared, session-scoped, read-only fixtures: tiny models by default, real SmolLM2 where marked.
+"""Shared, session-scoped, read-only fixtures: tiny models by default (random GPT-2- and Llama-shaped checkpoints too), real SmolLM2 where marked.
 
 The model cache is the user's ``$INTERP_CACHE`` (default ``~/.cache/interp``):
 ``tiny-qwen3.5`` is built locally on first use, ``smollm2-135m`` is fetched
@@ -107,3 +107,48 @@ def tiny_sensor_fp64():
     from interp.sensor.models import load_model
 
     return load_model("tiny-qwen3.5", dtype="fp64")
+
+
+def _save_random(path, config, seed: int):
+    """A seeded random-init causal LM of ``config`` with the tiny-qwen3.5 tokenizer, saved to ``path``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from interp.sensor.specs import SPECS
+
+    tokenizer = AutoTokenizer.from_pretrained(SPECS["tiny-qwen3.5"].fetch())
+    config.vocab_size = len(tokenizer)
+    config.eos_token_id = config.bos_token_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    torch.manual_seed(seed)
+    AutoModelForCausalLM.from_config(config).eval().save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def gpt2_sensor(tmp_path_factory):
+    """A 3-layer GPT-2 (fused qkv Conv1D, LayerNorm, learned positions), loaded with ``load_model(path)``."""
+    from transformers import GPT2Config
+
+    from interp.sensor.models import load_model
+
+    config = GPT2Config(n_layer=3, n_embd=48, n_head=4, n_positions=512, initializer_range=0.2)
+    return load_model(str(_save_random(tmp_path_factory.mktemp("gpt2"), config, seed=5)))
+
+
+@pytest.fixture(scope="session")
+def llama_path(tmp_path_factory):
+    """A saved 3-layer Llama (GQA 4 heads / 2 KV heads, gated MLP, RMSNorm, rotary): plain attention only."""
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(hidden_size=48, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+                         num_key_value_heads=2, max_position_embeddings=512, initializer_range=0.2)
+    return _save_random(tmp_path_factory.mktemp("llama"), config, seed=6)
+
+
+@pytest.fixture(scope="session")
+def llama_sensor(llama_path):
+    """The random Llama (``llama_path``), loaded with ``load_model(path)``."""
+    from interp.sensor.models import load_model
+
+    return load_model(str(llama_path))

@@ -29,6 +29,27 @@ computed:
 ``start`` continues from a snapshot: ``ids`` are then the suffix tokens and
 positions stay absolute (``offset`` = snapshot length).
 
+:func:`run_batch` runs several suffixes that continue one snapshot as one
+right-padded batch, for plans that keep only log-probs, entropies and target
+log-probs (set-level harm's branches). Right padding is neutral by causality,
+for every layer kind: a row's real tokens come first, and softmax attention
+(causal mask), the Gated-DeltaNet causal conv and its recurrence (chunked or
+sequential) compute position i from positions <= i only, so the padding after
+a row's last real token changes none of its outputs (the state after the
+padding is wrong, and is dropped: a batch keeps no cache). Every row has the
+positions it has alone (offset + i) and the same causal mask, so no attention
+mask is needed. The pad token is the row's own last token (a real token:
+finite activations, so a multiplicative causal mask inside a kernel, 0 x pad,
+stays 0). The snapshot's attention KV is not copied per row: each
+full-attention layer sees it broadcast and concatenates it with the batch's
+new keys for that layer only, keeping nothing (``_Passing``), so the KV held
+at once is one layer's ``[rows, past + q]``; Gated-DeltaNet conv and
+recurrent states (small, mutated in place) are copied per row. Cache layers of
+other kinds (sliding window, quantized, static) are refused
+(:func:`batch_supported`; the scheduler then runs one suffix per forward).
+:func:`batch_row_bytes` estimates one row's working memory, from which the
+scheduler sizes batches to a memory budget.
+
 Tensors stay on the sensor's device: ``sums``, ``rows`` and ``logprobs`` are
 returned there, never moved to the host mid-run (a caller that combines them
 with another run's, e.g. KL Repair's ``P_full`` with ``P_del``, needs them on
@@ -43,13 +64,15 @@ import copy
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
+from transformers.cache_utils import DynamicLayer, LinearAttentionLayer
 
 from interp.sensor.kernels.attention_rows import capture_rows
 from interp.sensor.hooks import attention_implementation, hook_name, hooks
 from interp.sensor.kernels.chunk_attention import IMPLEMENTATION as CHUNKED
+from interp.sensor.kernels.chunk_attention import Q_BLOCK
 from interp.sensor.kernels.chunk_attention import chunk_attention
 from interp.sensor.protocol import ForwardSensor
 from interp.sensor.unembed import float_final_norm, log_probs
@@ -104,8 +127,6 @@ def snapshot_cache(cache: Any) -> Any:
     taken now keep their length; Gated-DeltaNet conv/recurrent states are
     updated in place and are deep-copied.
     """
-    from transformers.cache_utils import DynamicLayer
-
     snap = copy.copy(cache)
     snap.layers = [copy.copy(layer) if type(layer) is DynamicLayer else copy.deepcopy(layer) for layer in cache.layers]
     return snap
@@ -116,6 +137,99 @@ def new_cache(sensor: ForwardSensor) -> Any:
     from transformers import DynamicCache
 
     return DynamicCache(config=sensor.hf_model.config)
+
+
+def batch_supported(sensor: ForwardSensor) -> bool:
+    """Whether :func:`run_batch` can expand the model's cache (plain attention and Gated-DeltaNet layers only)."""
+    return all(type(layer) in (DynamicLayer, LinearAttentionLayer) for layer in new_cache(sensor).layers)
+
+
+def batch_row_bytes(sensor: ForwardSensor, past: int, length: int) -> int:
+    """Estimated bytes one row of :func:`run_batch` adds: ``length`` tokens after a ``past``-token snapshot.
+
+    The terms (model dtype, float32 where the kernels compute in it): one full-attention layer's keys and values
+    over ``past + length`` positions, twice (the concatenation and sdpa's per-head expansion); one block of at most
+    ``chunk_attention.Q_BLOCK`` attention scores per head over ``past + length`` keys; the residual, attention and
+    MLP activations of one layer over ``length`` positions (6 x d_model + 3 x intermediate per token); a
+    Gated-DeltaNet layer's float32 working set (8 x heads x (d_k + d_v) per token) and its copied states.
+    """
+    cfg = sensor.hf_model.config
+    elem = max(next(sensor.hf_model.parameters()).element_size(), 4)
+    heads = cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    kv = 2 * 2 * (past + length) * heads * head_dim * elem
+    scores = min(length, Q_BLOCK) * (past + length) * heads * elem
+    acts = length * (6 * cfg.hidden_size + 3 * cfg.intermediate_size) * elem
+    linear = 0
+    n_linear = sum(kind == "linear_attention" for kind in getattr(cfg, "layer_types", None) or [])
+    if n_linear:
+        v_heads, dk, dv = cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim
+        conv_dim = 2 * cfg.linear_num_key_heads * dk + v_heads * dv
+        states = n_linear * (v_heads * dk * dv + conv_dim * cfg.linear_conv_kernel_dim)
+        linear = 8 * length * v_heads * (dk + dv) * 4 + states * elem
+    return int(kv + scores + acts + linear)
+
+
+def _batch_cache(sensor: ForwardSensor, start: Snapshot | None, rows: int) -> Any:
+    """A cache for ``rows`` rows continuing ``start``: attention KV broadcast (``_Passing``), linear states copied."""
+    if start is None:
+        return new_cache(sensor)
+    cache = copy.copy(start.cache)
+    layers: list[Any] = []
+    for layer in start.cache.layers:
+        if type(layer) is DynamicLayer:
+            layers.append(_Passing(layer, rows))
+        elif type(layer) is LinearAttentionLayer:
+            mine = copy.deepcopy(layer)
+            mine.reorder_cache(cast(torch.LongTensor, torch.zeros(rows, dtype=torch.long)))  # row 0, rows times
+            layers.append(mine)
+        else:
+            raise ValueError(f"run_batch: cannot batch a {type(layer).__name__} cache layer")
+    cache.layers = layers
+    return cache
+
+
+class _Passing(DynamicLayer):
+    """A snapshot's KV seen by ``rows`` rows at once: ``update`` returns past + new keys and keeps nothing."""
+
+    def __init__(self, layer: DynamicLayer, rows: int) -> None:
+        super().__init__()
+        if layer.keys is None or layer.values is None:
+            raise ValueError("run_batch: the snapshot has an attention layer without keys")
+        self.device, self.is_initialized = layer.device, layer.is_initialized
+        shape = (rows, *layer.keys.shape[1:])
+        self.past = layer.keys.expand(shape), layer.values.expand(shape)
+        self.keys, self.values = self.past
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """The snapshot's keys and values followed by this forward's (the layer itself is left as it was)."""
+        keys, values = self.past
+        return torch.cat([keys, key_states], dim=-2), torch.cat([values, value_states], dim=-2)
+
+
+def run_batch(sensor: ForwardSensor, suffixes: list[list[int]], plans: list[Plan],
+              start: Snapshot | None = None) -> list[Outputs]:
+    """Each suffix's outputs of its plan (log-probs, entropies, targets), all rows as one right-padded forward
+    continuing ``start`` (module docstring); equal to :func:`run_plan` per row within float rounding."""
+    if len(suffixes) != len(plans) or not suffixes or any(not ids for ids in suffixes):
+        raise ValueError("run_batch: one non-empty suffix per plan expected")
+    for plan in plans:
+        if plan.pooled or plan.captures or plan.rows or plan.snapshots:
+            raise ValueError("run_batch: a batched row keeps only log-probs, entropies and targets")
+    model = sensor.hf_model
+    offset = start.length if start is not None else 0
+    width = max(len(ids) for ids in suffixes)
+    ids_t = torch.tensor([list(ids) + [ids[-1]] * (width - len(ids)) for ids in suffixes], dtype=torch.long,
+                         device=sensor.device)
+    cache = _batch_cache(sensor, start, len(suffixes))
+    outs = [Outputs() for _ in suffixes]
+    with torch.inference_mode(), attention_implementation(model, CHUNKED, chunk_attention), float_final_norm(sensor):
+        hidden = model.base_model(input_ids=ids_t, cache=cache, use_cache=True).last_hidden_state
+        for row, (ids, plan, out) in enumerate(zip(suffixes, plans, outs)):
+            _unembed(sensor, hidden[row], offset, offset + len(ids), set(plan.logprobs), set(plan.entropy),
+                     plan.targets, out)
+    return outs
 
 
 def _cut_points(n_total: int, offset: int, plan: Plan) -> list[int]:

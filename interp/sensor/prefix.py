@@ -56,6 +56,22 @@ the served branches' outputs before any departing one (KL Repair scores a
 deleted branch against the full branch of the same boundary). Outputs stay on
 the sensor's device; pooled sums are float32 [d_model] per key.
 
+**Batches.** With ``batch_bytes`` > 0, the branches that leave the base at
+one point, each alone in its group and keeping only log-probs, entropies and
+target log-probs (set-level harm's deletion sets), run as right-padded batches
+from that point's snapshot (``interp.sensor.forward.run_batch``: padding after
+a row's real tokens is neutral by causality for attention and Gated-DeltaNet
+alike, and the snapshot's KV is broadcast, not copied per row). Rows are
+sorted by suffix length and cut into consecutive batches whose estimated
+working memory, rows x ``batch_row_bytes(longest suffix)``, stays within
+``batch_bytes``; a row over the budget runs alone. ``DEFAULT_BATCH_BYTES``
+(512 MiB) is the default of the callers that batch (``patching.harm``): it
+fits a 2-core laptop's spare memory with SmolLM2 at thousands of tokens of
+history; raise it on a GPU. A model whose cache has other layer kinds
+(sliding window, quantized) runs one suffix per forward. Results equal the
+unbatched path within float rounding (exactly in float64 on the tiny hybrid,
+``tests/patching/test_harm_batch.py``).
+
 :class:`Resume` is the same rule across calls, for sequences that arrive one
 at a time (online ICLR): it keeps snapshots of the last sequence at chosen
 marks and continues the next sequence from the latest usable one.
@@ -66,17 +82,20 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
-from interp.sensor.forward import Outputs, Plan, Snapshot, run_plan
+import numpy as np
+
+from interp.sensor.forward import Outputs, Plan, Snapshot, batch_row_bytes, batch_supported, run_batch, run_plan
 from interp.sensor.protocol import ForwardSensor
+
+DEFAULT_BATCH_BYTES = 512 * 2 ** 20  # working memory of one padded batch of suffixes (module docstring, batches)
+NEST_MIN = 32  # tokens two departing suffixes must share past their point for one to ride on the other's forward
 
 
 def lcp(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common token prefix."""
     n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
+    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(diff[0]) if len(diff) else n
 
 
 @dataclass
@@ -204,11 +223,16 @@ def _groups(branches: list[Branch], deps: list[int], rest: list[int]) -> list[_G
 
 
 def run_branches(sensor: ForwardSensor, branches: Iterable[Branch], base: Sequence[int] | None = None, *,
-                 share: bool = True, hold: bool = False, start: Snapshot | None = None) -> Iterator[BranchOutput]:
+                 share: bool = True, hold: bool = False, start: Snapshot | None = None,
+                 batch_bytes: int = 0, nest: bool = False) -> Iterator[BranchOutput]:
     """Each branch's outputs, the shared base run once (module docstring); ``share=False``: one forward each.
 
     ``base`` defaults to the longest branch; ``start`` continues the base from
     a snapshot (every branch then shares its first ``start.length`` tokens).
+    ``batch_bytes`` > 0: suffixes that leave at one point run as padded batches
+    within that working-memory budget (module docstring, batches); 0: one
+    forward per suffix. ``nest``: such suffixes first ride on one another's
+    forward where they share ``NEST_MIN`` tokens or more (module docstring).
     """
     branches = list(branches)
     if len({b.key for b in branches}) != len(branches):
@@ -220,12 +244,14 @@ def run_branches(sensor: ForwardSensor, branches: Iterable[Branch], base: Sequen
             yield BranchOutput(b.key, out, 0, False, out.snapshots.pop(len(b.tokens), None))
         return
     if branches:
+        budget = batch_bytes if batch_bytes > 0 and batch_supported(sensor) else 0
         yield from _run(sensor, branches, list(base if base is not None else
-                                               max(branches, key=lambda b: len(b.tokens)).tokens), hold, start)
+                                               max(branches, key=lambda b: len(b.tokens)).tokens), hold, start,
+                        budget, NEST_MIN if nest else 0)
 
 
 def _run(sensor: ForwardSensor, branches: list[Branch], base: list[int], hold: bool,
-         start: Snapshot | None) -> Iterator[BranchOutput]:
+         start: Snapshot | None, budget: int = 0, nest: int = 0) -> Iterator[BranchOutput]:
     offset = start.length if start is not None else 0
     deps = [departure(b.tokens, base, b.plan) for b in branches]
     if any(d < offset for d in deps):
@@ -251,28 +277,89 @@ def _run(sensor: ForwardSensor, branches: list[Branch], base: list[int], hold: b
             else Outputs()
         for i in served:
             yield done(i, out, snap_at(len(branches[i].tokens), out.snapshots))
-        for j, g in enumerate(groups):  # sorted by start: a snapshot is dropped after the last group leaving there
-            yield from _depart(sensor, branches, g, snap_at(g.start, out.snapshots), out, parts)
-            if j + 1 == len(groups) or groups[j + 1].start != g.start:
-                out.snapshots.pop(g.start, None)
+        for p in sorted({g.start for g in groups}):  # a snapshot is dropped after the groups leaving there
+            yield from _leave(sensor, branches, [g for g in groups if g.start == p], snap_at(p, out.snapshots), out,
+                              parts, budget, nest)
+            out.snapshots.pop(p, None)
         return
     acc, snap, pos = Outputs(), start, offset
     pending = sorted(served, key=lambda i: len(branches[i].tokens))
     while pending and len(branches[pending[0]].tokens) <= offset:  # served by the start snapshot itself
         yield done(pending.pop(0), acc, start)
-    for g in (g for g in groups if g.start == offset):
-        yield from _depart(sensor, branches, g, start, acc, parts)
+    yield from _leave(sensor, branches, [g for g in groups if g.start == offset], start, acc, parts, budget, nest)
     for p in sorted(set(points) | ({end} if end > offset else set())):
         run_plan(sensor, base[pos:p], replace(plan, snapshots=[p] if p in points else []), start=snap, out=acc)
         snap, pos = acc.snapshots.pop(p, None), p
         while pending and len(branches[pending[0]].tokens) <= p:
             yield done(pending.pop(0), acc, snap)
-        for g in (g for g in groups if g.start == p):
-            yield from _depart(sensor, branches, g, snap, acc, parts)
+        yield from _leave(sensor, branches, [g for g in groups if g.start == p], snap, acc, parts, budget, nest)
+
+
+def _batchable(b: Branch, start: int) -> bool:
+    """Whether a lone departing branch can ride in a padded batch (it keeps only log-probs, entropies, targets)."""
+    plan = _part(b.plan, start, None)
+    return not (b.keep_cache or plan.pooled or plan.captures or plan.rows
+                or any(start < c < len(b.tokens) for c in plan.cuts))
+
+
+def _batches(sensor: ForwardSensor, branches: list[Branch], rows: list[int], start: int,
+             budget: int) -> list[list[int]]:
+    """``rows`` (branch indices) by suffix length, cut into consecutive batches whose padded working memory
+    (rows x ``batch_row_bytes`` of the longest) stays within ``budget``; a batch holds at least one row."""
+    out: list[list[int]] = []
+    for i in sorted(rows, key=lambda i: len(branches[i].tokens)):
+        n = len(branches[i].tokens) - start  # the longest so far: rows are sorted
+        if out and (len(out[-1]) + 1) * batch_row_bytes(sensor, start, n) <= budget:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
+def _nest(branches: list[Branch], rows: list[int], start: int, least: int) -> tuple[int, list[int]]:
+    """The row that most others share ``least`` tokens or more with past ``start`` (by the tokens they share),
+    and those others; ``(-1, [])`` when no two rows share that much."""
+    tokens = {i: np.asarray(branches[i].tokens) for i in rows}
+    best, chosen, saved = -1, [], 0
+    for i in rows:
+        shared = {j: lcp(tokens[i], tokens[j]) - start for j in rows if j != i}
+        members = [j for j in rows if j != i and shared[j] >= least and len(branches[j].tokens) > start + shared[j]]
+        if sum(shared[j] for j in members) > saved:
+            best, chosen, saved = i, members, sum(shared[j] for j in members)
+    return best, chosen
+
+
+def _leave(sensor: ForwardSensor, branches: list[Branch], groups: list[_Group], snap: Snapshot | None,
+           base_out: Outputs, parts: dict[int, Plan], budget: int, nest: int = 0) -> Iterator[BranchOutput]:
+    """The groups leaving the base at one point (``snap``). Lone branches that keep only log-probs, entropies and
+    targets: with ``nest`` > 0, those sharing ``nest`` tokens or more past the point with another ride on its
+    forward (a group of :func:`_depart`, nested again inside), the rest in padded batches within ``budget``
+    bytes (one forward each when 0); every other group by :func:`_depart`."""
+    lone = [g.lead for g in groups
+            if (budget or nest) and len(g.members) == 1 and _batchable(branches[g.lead], g.start)]
+    for g in groups:
+        if g.lead not in lone:
+            yield from _depart(sensor, branches, g, snap, base_out, parts, budget, nest)
+    if not lone:
+        return
+    start = groups[0].start
+    while nest and len(lone) > 1:
+        lead, members = _nest(branches, lone, start, nest)
+        if not members:
+            break
+        yield from _depart(sensor, branches, _Group(start, lead, [lead, *members]), snap, base_out, parts, budget,
+                           nest)
+        lone = [i for i in lone if i != lead and i not in members]
+    for rows in _batches(sensor, branches, lone, start, budget):
+        plans = [_part(branches[i].plan, start, None) for i in rows]
+        outs = run_batch(sensor, [list(branches[i].tokens[start:]) for i in rows], plans, start=snap) \
+            if len(rows) > 1 else [run_plan(sensor, list(branches[rows[0]].tokens[start:]), plans[0], start=snap)]
+        for i, out in zip(rows, outs):
+            yield BranchOutput(branches[i].key, _add(out, _take(base_out, i, parts[i])), start, False)
 
 
 def _depart(sensor: ForwardSensor, branches: list[Branch], g: _Group, snap: Snapshot | None, base_out: Outputs,
-            parts: dict[int, Plan]) -> Iterator[BranchOutput]:
+            parts: dict[int, Plan], budget: int = 0, nest: int = 0) -> Iterator[BranchOutput]:
     """The branches of group ``g`` from ``snap`` (the base's cache at ``g.start``; None at 0), base parts added."""
     if len(g.members) == 1:
         b = branches[g.lead]
@@ -284,7 +371,7 @@ def _depart(sensor: ForwardSensor, branches: list[Branch], g: _Group, snap: Snap
         return
     subs = [Branch(i, branches[i].tokens, _part(branches[i].plan, g.start, None), branches[i].keep_cache)
             for i in g.members]
-    for res in _run(sensor, subs, list(branches[g.lead].tokens), False, snap):
+    for res in _run(sensor, subs, list(branches[g.lead].tokens), False, snap, budget, nest):
         i = res.key
         yield BranchOutput(branches[i].key, _add(res.outputs, _take(base_out, i, parts[i])), g.start, False,
                            res.cache)

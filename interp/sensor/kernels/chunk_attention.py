@@ -10,7 +10,10 @@ after a 100-token snapshot took 30 s where the whole 4.3K sequence took 21.5 s
 :func:`chunk_attention` is the attention implementation ``interp_chunked``,
 registered only for the duration of a forward by
 ``interp.sensor.hooks.attention_implementation`` (``run_plan`` does this; no
-mask is built for it; every run here is one unpadded sequence):
+mask is built for it; every run here is one unpadded sequence, or a batch of
+right-padded rows that share their positions and their cache's length,
+``interp.sensor.forward.run_batch``: every row gets the same causal mask, and a
+row's real queries never see the padding after them):
 
 - no past: sdpa with ``is_causal``, as a whole forward;
 - a past no longer than ``PAD_LIMIT`` x q: the queries are left-padded with
@@ -46,12 +49,12 @@ Q_BLOCK = 1024  # queries per masked sdpa call when the past is longer (bounds t
 
 def chunk_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                     attention_mask: Any, **kwargs: Any) -> tuple[torch.Tensor, None]:
-    """Attention of a chunk's queries ``[1, h, q, hd]`` to ``[1, kvh, past + q, hd]`` keys, causal (see module doc)."""
+    """Attention of a chunk's queries ``[b, h, q, hd]`` to ``[b, kvh, past + q, hd]`` keys, causal (see module doc)."""
     q_len, kv_len = query.shape[2], key.shape[2]
     past = kv_len - q_len
     kwargs.pop("is_causal", None)
-    if query.shape[0] != 1 or attention_mask is not None:
-        raise ValueError("interp_chunked attention serves one unpadded sequence without a mask")
+    if attention_mask is not None:
+        raise ValueError("interp_chunked attention serves right-padded rows without a mask")
     if q_len == 1:  # one query sees every key
         return sdpa_attention_forward(module, query, key, value, None, is_causal=False, **kwargs)
     if past <= PAD_LIMIT * q_len:
