@@ -156,8 +156,8 @@ def read_labels_csv(path: str | Path, column: str, trajectories: Iterable[Trajec
             raise ValueError(f"{path}:1: header: missing column(s) {', '.join(absent)}; "
                              f"expected task_id,after_step,{column}")
         for line, row in enumerate(reader, start=2):
-            task_id, raw_b, raw_v = (unguard_cell(row.get(c) or "").strip()
-                                     for c in ("task_id", "after_step", column))
+            task_id, raw_b, raw_v = ((row.get(c) or "").strip() for c in ("task_id", "after_step", column))
+            task_id = unguard_cell(task_id)  # after the strip: a guarded tab-led id keeps its tab
             problem = _row_problem(task_id, raw_b, raw_v, column, steps)
             if problem is not None:
                 problems.append(f"{path}:{line}: {problem[0]}: {problem[1]}")

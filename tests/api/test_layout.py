@@ -34,7 +34,7 @@ def test_load_model_refuses_a_family_without_an_adapter(tmp_path):
 
     from interp.sensor.models import load_model
 
-    from .conftest import _save_random
+    from tests.conftest import _save_random
 
     config = BioGptConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
     path = _save_random(tmp_path / "biogpt", config, seed=1)

@@ -63,8 +63,11 @@ def test_each_study_default_is_written_once(setting):
 
 
 def test_the_scan_finds_a_copy():
-    """The scan is not blind: the demo's DRSR subset (max_k 3, budget 2) is found as what it is."""
-    assert [f.split(":")[0] for f in _numbers_given_to(("max_k",), 3)] == ["interp/pipelines/demo.py"]
+    """The scan is not blind: the demo's DRSR subset (max_k 3, budget 2) is found as what it is (a benchmark's own
+    setting may be found beside it)."""
+    found = [f.split(":")[0] for f in _numbers_given_to(("max_k",), 3)]
+    assert "interp/pipelines/demo.py" in found and all(f.startswith(("interp/pipelines/demo.py", "benchmarks/"))
+                                                       for f in found), found
 
 
 def test_configs_are_keyed_by_the_registry_and_carry_their_precision():
