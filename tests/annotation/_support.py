@@ -118,3 +118,19 @@ def chromium_or_skip():
     driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
     driver.set_page_load_timeout(30)
     return driver, profile
+
+
+def wait_for(driver, script: str, expected, timeout: float = 120):
+    """Poll ``script`` (JS returning a value) until it equals ``expected`` (the deadline only turns a hang into a
+    failure; the message holds the last value)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, timeout).until(lambda d: d.execute_script(script) == expected,
+                                         message=f"{script} != {expected!r}: {driver.execute_script(script)!r}")
+
+
+def press(driver, key: str) -> None:
+    """Send one key press to the focused page."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    ActionChains(driver).send_keys(key).perform()

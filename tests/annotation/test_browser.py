@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from interp.data.labels import read_labels_csv
-from tests.annotation._support import Server, chromium_or_skip, free_port, record, step, write_jsonl
+from tests.annotation._support import Server, chromium_or_skip, free_port, press, record, step, wait_for, write_jsonl
 
 pytestmark = pytest.mark.e2e
 
@@ -21,19 +21,6 @@ def browser():
     driver.quit()
     shutil.rmtree(profile, ignore_errors=True)
 
-
-def wait_for(driver, script: str, expected, timeout: float = 20):
-    """Poll ``script`` (JS returning a value) until it equals ``expected``; the last value on timeout."""
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    WebDriverWait(driver, timeout).until(lambda d: d.execute_script(script) == expected,
-                                         message=f"{script} != {expected!r}: {driver.execute_script(script)!r}")
-
-
-def press(driver, key: str) -> None:
-    from selenium.webdriver.common.action_chains import ActionChains
-
-    ActionChains(driver).send_keys(key).perform()
 
 
 PROGRESS = "return document.getElementById('progress').textContent"
