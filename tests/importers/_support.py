@@ -46,3 +46,20 @@ def empty_reasoning_valid() -> bool:
 
 needs_empty_reasoning = pytest.mark.skipif(
     not empty_reasoning_valid(), reason="steps with empty reasoning are valid only with #15's validator (branch i15)")
+
+
+def cli(*args: Any, code: int = 0) -> Any:
+    """``interp ARGS`` in-process (typer's CliRunner); fails the test with the output unless the exit code is
+    ``code``."""
+    import traceback
+
+    from typer.testing import CliRunner
+
+    from interp.pipelines.cli import app
+
+    argv = [str(a) for a in args]
+    result = CliRunner().invoke(app, argv)
+    if result.exit_code != code:
+        detail = "".join(traceback.format_exception(*result.exc_info)) if result.exc_info else ""
+        pytest.fail(f"interp {' '.join(argv)} -> exit {result.exit_code}\n{result.output}\n{detail}", pytrace=False)
+    return result

@@ -16,17 +16,15 @@ import importlib.util
 import json
 import math
 import sys
-import traceback
 from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
 
 from interp.data.trajectory import load_trajectories
-from interp.pipelines.cli import app, main
+from interp.pipelines.cli import main
 
-from ._support import EMPTY_REASONING_RUNS, REAL, SAMPLES, empty_reasoning_valid, needs_empty_reasoning
+from ._support import EMPTY_REASONING_RUNS, REAL, SAMPLES, cli, empty_reasoning_valid, needs_empty_reasoning
 
 pytestmark = pytest.mark.e2e
 
@@ -46,17 +44,6 @@ IMPORTS = {  # name: (FORMAT, INPUT, extra options)
     "swe-agent-real": ("auto", REAL / "swe-agent" / "gpt-4o_6e44b9__sweagenttestrepo-1c2844.traj", []),
     **({"inspect": ("auto", REAL / "inspect" / "popularity_log-read-sample.json", [])} if HAS_INSPECT else {}),
 }
-RUNNER = CliRunner()
-
-
-def cli(*args, code: int = 0):
-    """``interp ARGS`` in-process; fails the test with the output unless the exit code is ``code``."""
-    args = [str(a) for a in args]
-    result = RUNNER.invoke(app, args)
-    if result.exit_code != code:
-        detail = "".join(traceback.format_exception(*result.exc_info)) if result.exc_info else ""
-        pytest.fail(f"interp {' '.join(args)} -> exit {result.exit_code}\n{result.output}\n{detail}", pytrace=False)
-    return result
 
 
 @pytest.fixture(scope="module")

@@ -8,16 +8,13 @@ One real sample per new format (tests/importers/samples/claude-code,
 from __future__ import annotations
 
 import json
-import traceback
 
 import pytest
-from typer.testing import CliRunner
 
 from interp.data.importers.registry import FORMATS
 from interp.data.trajectory import load_trajectories
-from interp.pipelines.cli import app
 
-from ._support import REAL
+from ._support import REAL, cli
 
 pytestmark = pytest.mark.e2e
 
@@ -26,16 +23,6 @@ SAMPLES = {"claude-code": REAL / "claude-code" / "d-kimuson_1af7fc5e-8455-4414-9
            "codex": REAL / "codex" / "acidicsoil_rollout-2025-11-17T15-30-28-019a93b9-f380-7600-98ff-940e6b99603c.jsonl",
            "openhands": REAL / "openhands" / "openhands-runtime-tests_wrong_initial_state.json",
            "gemini": REAL / "gemini" / "kvsankar_session-dcbe78d3.json"}
-RUNNER = CliRunner()
-
-
-def cli(*args, code: int = 0):
-    args = [str(a) for a in args]
-    result = RUNNER.invoke(app, args)
-    if result.exit_code != code:
-        detail = "".join(traceback.format_exception(*result.exc_info)) if result.exc_info else ""
-        pytest.fail(f"interp {' '.join(args)} -> exit {result.exit_code}\n{result.output}\n{detail}", pytrace=False)
-    return result
 
 
 @pytest.fixture(scope="module")
