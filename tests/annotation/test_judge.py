@@ -86,6 +86,28 @@ def test_the_judge_labels_every_item_with_the_guideline_as_rubric(trajs_path, tm
     assert "24 asked, 0 cached" in result.output
 
 
+def test_interp_label_judge_is_labels_judge(trajs_path, tmp_path):
+    """``interp label --judge`` runs ``interp labels judge`` (the issue's name for it): same options, same labels."""
+    labels = truth(trajs_path)
+    rows = {}
+    for command in (["labels", "judge"], ["label", "--judge"]):
+        out = tmp_path / f"{command[0]}.csv"
+        with StubLLM(answering(labels)) as stub:
+            result = CliRunner().invoke(app, [*command, "--trajectories", str(trajs_path), "--labels", str(out),
+                                              "--base-url", stub.base_url, "--model", "stub-model", "--task", "g"])
+        assert result.exit_code == 0, result.output
+        assert len(stub.requests) == 13 and "13 asked, 0 cached" in result.output
+        assert read_labels_csv(out, "externalization_gap") == labels["externalization_gap"]
+        rows[command[0]] = [{k: v for k, v in r.items() if k != "time"} for r in csv.DictReader(out.open())]
+    assert rows["label"] == rows["labels"]
+    runner = CliRunner()
+    assert "--base-url" in runner.invoke(app, ["label", "--judge", "--help"]).output
+    assert "--judge" in runner.invoke(app, ["label", "--help"]).output
+    plain = runner.invoke(app, ["label", "--trajectories", str(trajs_path), "--out", str(tmp_path / "rule"),
+                                "--base-url", "http://x/v1"])
+    assert plain.exit_code == 2 and "--base-url" in plain.output  # without --judge: the rule labeller's options only
+
+
 @pytest.mark.parametrize("reply, reason", [
     (("raw", b"<html>gateway</html>"), "malformed response"),
     (("answer", "Yes, I think the state is only in reasoning."), "unparseable answer"),

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from interp.io import check_output_dir
 from interp.pipelines import stages
@@ -13,7 +14,27 @@ from interp.pipelines.cli.common import TrajectoriesOpt, app, build, console
 from interp.reporting.numbers import ci_text, num
 
 
-@app.command()
+class _JudgeSwitch(TyperCommand):
+    """``interp label --judge ...`` runs ``interp labels judge ...``: one command, its options declared there only."""
+
+    # contexts are Any: typer >= 0.12 takes click's Context, newer typer its own vendored copy of it
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        """The judge's context when ``--judge`` is among the options (before ``--``), else ``label``'s own."""
+        head = args[:args.index("--")] if "--" in args else args
+        if "--judge" not in head:
+            return super().make_context(info_name, args, parent, **extra)
+        from interp.pipelines.cli.annotate import labels_app
+
+        group = typer.main.get_command(labels_app)
+        assert isinstance(group, TyperGroup)
+        rest = list(args)
+        rest.remove("--judge")
+        return group.commands["judge"].make_context(f"{info_name} --judge", rest, parent, **extra)
+
+
+@app.command(cls=_JudgeSwitch, epilog="With --judge: G and y labels from an OpenAI-compatible chat model instead, "
+             "the guideline as its rubric; the options are those of `interp labels judge` (interp label --judge "
+             "--help).")
 def label(
     trajectories: TrajectoriesOpt,
     out: Annotated[Path, typer.Option("--out", help="Directory for future_necessity_labels.json and .csv.")],
