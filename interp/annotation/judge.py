@@ -14,11 +14,14 @@ format (:data:`ANSWER_FORMAT`); the user message is the item
 later step, as on the page). Every text longer than ``max_chars`` is cut in
 the middle with a marker. ``temperature`` 0 by default.
 
-The answer must hold a JSON object ``{"label": 0 or 1, "rationale": "..."}``
-(code fences and text around it are tolerated; a reply cut off by the token
-limit after ``"label": 1`` still counts); anything else (no label, a label
-other than 0/1, an empty or malformed response, an HTTP error, a timeout) is
-recorded as **missing** with the reason, never as 0.
+The answer states the label first, alone on its first line (``G: 0`` or
+``G: 1``; ``y: 0`` or ``y: 1``), then the rationale (:func:`parse_answer`).
+Label first, because a small model follows that far better than a JSON
+object (SmolLM2-135M gave prose for every JSON request), and because a reply
+cut off by the token limit still holds its label. Anything else (a first line
+that is not exactly one such label, a reply that also states the other label,
+an empty or malformed response, an HTTP error, a timeout) is recorded as
+**missing** with the reason, never as 0.
 
 Retries and pacing. HTTP 429, 5xx, timeouts and connection errors are retried
 up to ``max_retries`` times, waiting ``Retry-After`` when the server sends
@@ -142,8 +145,9 @@ QUESTIONS = {
 }
 ANSWER_FORMAT = (
     "You are an annotator applying the labelling guideline above to one boundary of an agent trajectory. "
-    "Judge only the label you are asked for, by the guideline's definitions. Reply with one JSON object and "
-    'nothing else: {"label": 0 or 1, "rationale": "one or two sentences naming the state and where it is"}'
+    "Judge only the label you are asked for, by the guideline's definitions. Reply with the label first, alone on "
+    "the first line: exactly G: 0 or G: 1 (y: 0 or y: 1 when asked for y). Then, on the next line, one or two "
+    "sentences naming the state and where it is."
 )
 Post = Callable[[str, bytes, Mapping[str, str], float], tuple[int, Mapping[str, str], bytes]]
 
@@ -236,7 +240,7 @@ def item_prompt(traj: Trajectory, item: Item, max_chars: int = 4000) -> str:
     else:
         parts.append(f"===== BOUNDARY b = {b}: the history ends here (later steps are not shown for G) =====")
     parts.append(f"Question ({name} at b = {b}): {QUESTIONS[item.field]}\n"
-                 'Answer with JSON only: {"label": 0 or 1, "rationale": "..."}')
+                 f"Reply with {name}: 0 or {name}: 1 on the first line, then why.")
     return "\n\n".join(parts)
 
 
@@ -256,27 +260,22 @@ def request_body(config: JudgeConfig, messages: Sequence[Mapping[str, str]]) -> 
             "max_tokens": config.max_tokens, "stream": False}
 
 
-def parse_answer(content: str) -> tuple[int | None, str, str]:
-    """``(label, rationale, problem)`` from a reply: the first JSON object with a ``label`` (or, in a reply cut
-    short, a ``"label": 0|1`` pair); label None with the problem when there is none or it is not 0 or 1."""
-    decoder = json.JSONDecoder()
-    for start in (m.start() for m in re.finditer(r"\{", content)):
-        try:
-            obj, _ = decoder.raw_decode(content, start)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict) and "label" in obj:
-            label, why = obj["label"], obj.get("rationale", "")
-            rationale = (why if isinstance(why, str) else json.dumps(why))[:RATIONALE_CHARS]
-            if isinstance(label, bool) or label not in (0, 1, "0", "1"):
-                return None, rationale, f"label {json.dumps(label)[:40]} is not 0 or 1"
-            return int(label), rationale, ""
-    cut = re.search(r'"label"\s*:\s*"?([01])"?\s*[,}\n]?', content)
-    if cut:
-        why = re.search(r'"rationale"\s*:\s*"((?:[^"\\]|\\.)*)', content)
-        return int(cut.group(1)), (why.group(1) if why else "")[:RATIONALE_CHARS], ""
-    snippet = " ".join(content.split())[:80]
-    return None, "", f"unparseable answer (no JSON label): {snippet!r}" if snippet else "empty answer"
+def parse_answer(content: str, name: str) -> tuple[int | None, str, str]:
+    """``(label, rationale, problem)`` from a reply whose first line is the label (``G: 1``) and whose rest is the
+    rationale; label None with the problem when the first line is not exactly one ``<name>: 0|1`` or the reply
+    states both values (an answer that does not state exactly one label is missing, never 0)."""
+    lines = content.strip().splitlines()
+    if not lines:
+        return None, "", "empty answer"
+    rationale = " ".join(" ".join(lines[1:]).split())[:RATIONALE_CHARS]
+    first = re.fullmatch(rf"[\s*`_]*{re.escape(name)}\s*:\s*([01])[\s*`_.]*", lines[0], re.IGNORECASE)
+    if first is None:
+        snippet = " ".join(content.split())[:80]
+        return None, rationale, f"unparseable answer (first line is not {name}: 0 or {name}: 1): {snippet!r}"
+    stated = set(re.findall(rf"(?<![\w]){re.escape(name)}\s*[:=]\s*([01])(?![\w.])", content, re.IGNORECASE))
+    if len(stated) > 1:
+        return None, rationale, f"the answer states both {name}: 0 and {name}: 1"
+    return int(first.group(1)), rationale, ""
 
 
 def urllib_post(url: str, body: bytes, headers: Mapping[str, str], timeout: float
@@ -315,8 +314,9 @@ class JudgeClient:
         except ValueError:
             return self.config.backoff_s * 2 ** attempt
 
-    def ask(self, messages: Sequence[Mapping[str, str]]) -> Answer:
-        """One item's answer; a failure after every retry or an unusable reply is missing (label None), never 0."""
+    def ask(self, messages: Sequence[Mapping[str, str]], name: str) -> Answer:
+        """One item's answer to label ``name`` (G or y); a failure after every retry or an unusable reply is
+        missing (label None), never 0."""
         c = self.config
         body = json.dumps(request_body(c, messages)).encode()
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -334,7 +334,7 @@ class JudgeClient:
                 problem = f"connection failed: {getattr(exc, 'reason', None) or exc}"
             else:
                 if status == 200:
-                    return self._answer(raw, attempt + 1)
+                    return self._answer(raw, attempt + 1, name)
                 problem = f"HTTP {status}: {' '.join(raw.decode('utf-8', 'replace').split())[:120]!r}"
                 if status != 429 and status < 500:
                     return Answer(None, "", problem, attempt + 1)
@@ -342,7 +342,7 @@ class JudgeClient:
                 self.sleep(self._wait(reply, attempt))
         return Answer(None, "", f"{problem} after {c.max_retries + 1} attempts", c.max_retries + 1)
 
-    def _answer(self, raw: bytes, attempts: int) -> Answer:
+    def _answer(self, raw: bytes, attempts: int, name: str) -> Answer:
         """The answer in a 200 response body; a body that is not a chat completion is missing with the reason."""
         try:
             doc = json.loads(raw)
@@ -352,7 +352,7 @@ class JudgeClient:
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             snippet = " ".join(raw.decode("utf-8", "replace").split())[:80]
             return Answer(None, "", f"malformed response ({type(exc).__name__}: {exc}): {snippet!r}", attempts)
-        label, rationale, problem = parse_answer(content)
+        label, rationale, problem = parse_answer(content, name)
         served = doc.get("model") if isinstance(doc.get("model"), str) else ""
         return Answer(label, rationale, problem, attempts, served, answered=True)
 
@@ -422,17 +422,26 @@ def csv_rows(queue: Sequence[Item], answers: Mapping[Item, Mapping[str, Any]], m
 
 def run_judge(trajectories: Path, labels_csv: Path, config: JudgeConfig, task: str = "both",
               client: JudgeClient | None = None, allow_control_tokens: bool = False, retry_missing: bool = False,
-              on_answer: Callable[[int, int, Item, Mapping[str, Any], bool], None] | None = None) -> dict[str, Any]:
+              on_answer: Callable[[int, int, Item, Mapping[str, Any], bool], None] | None = None,
+              max_items: int | None = None) -> dict[str, Any]:
     """Label every item of ``task`` with the judge, resuming from the journal; returns counts per field.
 
+    ``max_items`` (a pilot, or a test on a slow model): only that many items,
+    those with the shortest prompts, shortest first; a later run without it
+    asks the rest (the answers are cached).
     ``on_answer(i, n, item, record, cached)`` is called after each item. Returns
     ``{n_items, n_asked, n_cached, fields: {field: {labelled, positive, missing}}, prompt_sha256, csv}``.
     """
     trajectories, labels_csv = Path(trajectories), Path(labels_csv)
     trajs = load_trajectories(trajectories, allow_control_tokens=allow_control_tokens)
     fields = task_fields(task)
+    if max_items is not None and max_items < 1:
+        raise ValueError(f"--max-items: must be >= 1, got {max_items}")
     queue = build_queue(trajs, task)
     by_id = {t.task_id: t for t in trajs}
+    prompts = {item: item_prompt(by_id[item.task_id], item, config.max_chars) for item in queue}
+    asked = (queue if max_items is None else
+             sorted(queue, key=lambda it: len(prompts[it]))[:max_items])  # stable: ties keep queue order
     client = client or JudgeClient(config)
     system = system_prompt()
     rubric = sha256_text(system)
@@ -448,14 +457,13 @@ def run_judge(trajectories: Path, labels_csv: Path, config: JudgeConfig, task: s
                                                                 "sha256": file_sha256(trajectories)}}})
         answers: dict[Item, dict[str, Any]] = {}
         n_asked = n_cached = 0
-        for i, item in enumerate(queue):
-            messages = [{"role": "system", "content": system},
-                        {"role": "user", "content": item_prompt(by_id[item.task_id], item, config.max_chars)}]
+        for i, item in enumerate(asked):
+            messages = [{"role": "system", "content": system}, {"role": "user", "content": prompts[item]}]
             key = sha256_text(json.dumps([config.model, messages, config.temperature, config.max_tokens]))
             rec = cached.get(key)
             hit = rec is not None and (rec["label"] is not None or (rec.get("answered", False) and not retry_missing))
             if not hit:
-                answer = client.ask(messages)
+                answer = client.ask(messages, SHORT[item.field])
                 rec = {"event": "answer", "time": now(), "task_id": item.task_id, "after_step": item.after_step,
                        "field": item.field, "model": config.model, "served_model": answer.served_model,
                        "prompt_sha256": rubric, "request_sha256": key, "label": answer.label,
@@ -470,12 +478,12 @@ def run_judge(trajectories: Path, labels_csv: Path, config: JudgeConfig, task: s
             write_labels_csv(labels_csv, csv_rows(queue, answers, config.model), fields[0],
                              [*fields[1:], "annotator", "model", "prompt_sha256", "time", "rationale", "missing"])
             if on_answer is not None:
-                on_answer(i, len(queue), item, rec, hit)
+                on_answer(i, len(asked), item, rec, hit)
     counts = {f: {"labelled": sum(1 for it, r in answers.items() if it.field == f and r["label"] is not None),
                   "positive": sum(1 for it, r in answers.items() if it.field == f and r["label"] == 1),
                   "missing": sum(1 for it, r in answers.items() if it.field == f and r["label"] is None)}
               for f in fields}
-    return {"n_items": len(queue), "n_asked": n_asked, "n_cached": n_cached, "fields": counts,
+    return {"n_items": len(asked), "n_asked": n_asked, "n_cached": n_cached, "fields": counts,
             "prompt_sha256": rubric, "csv": str(labels_csv)}
 
 

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from interp.annotation.judge import JudgeClient, JudgeConfig, folder_for, parse_answer, run_judge, system_prompt
-from interp.annotation.session import build_queue
+from interp.annotation.session import SHORT, build_queue
 from interp.data.labels import annotation_labels, read_labels_csv
 from interp.data.trajectory import load_trajectories
 from interp.pipelines.cli import app
@@ -42,10 +42,10 @@ def truth(path: Path) -> dict[str, dict[tuple[str, int], int]]:
 
 
 def answering(labels: dict[str, dict[tuple[str, int], int]]):
-    """A script answering each item with its annotation, as a fenced JSON reply with a rationale."""
+    """A script answering each item with its annotation: the label line first (``G: 1``), then a rationale."""
     def script(item, attempt):
         task, b, field = item
-        return ("answer", f'```json\n{{"label": {labels[field][(task, b)]}, "rationale": "={task} at {b}"}}\n```')
+        return ("answer", f"{SHORT[field]}: {labels[field][(task, b)]}\n={task} at {b}")
     return script
 
 
@@ -108,11 +108,29 @@ def test_interp_label_judge_is_labels_judge(trajs_path, tmp_path):
     assert plain.exit_code == 2 and "--base-url" in plain.output  # without --judge: the rule labeller's options only
 
 
+def test_max_items_asks_the_shortest_prompts_first_and_a_later_run_the_rest(trajs_path, tmp_path):
+    labels = truth(trajs_path)
+    out = tmp_path / "judge.csv"
+    with StubLLM(answering(labels)) as stub:
+        assert judge_cli(stub, trajs_path, out, "--task", "g", "--max-items", "3").exit_code == 0
+        sizes = [len(r["user"]) for r in stub.requests]
+    queue = build_queue(load_trajectories(trajs_path), "g")
+    assert len(sizes) == 3 and sizes == sorted(sizes)
+    with StubLLM(answering(labels)) as rest:
+        result = judge_cli(rest, trajs_path, out, "--task", "g")
+        assert result.exit_code == 0 and "10 asked, 3 cached" in result.output
+        assert max(sizes) <= min(len(r["user"]) for r in rest.requests)  # the three were the shortest
+    assert len(stub.requests) + len(rest.requests) == len(queue)
+    assert read_labels_csv(out, "externalization_gap") == labels["externalization_gap"]
+    assert "--max-items: must be >= 1" in str(judge_cli(rest, trajs_path, out, "--max-items", "0").exception)
+
+
 @pytest.mark.parametrize("reply, reason", [
     (("raw", b"<html>gateway</html>"), "malformed response"),
     (("answer", "Yes, I think the state is only in reasoning."), "unparseable answer"),
-    (("answer", '{"label": 2, "rationale": "x"}'), "label 2 is not 0 or 1"),
-    (("answer", '{"label": true}'), "label true is not 0 or 1"),
+    (("answer", "G: 2\nx"), "first line is not G: 0 or G: 1"),
+    (("answer", '{"label": 1, "rationale": "JSON is not the format asked for"}'), "unparseable answer"),
+    (("answer", "G: 1\nor, reading it again, G: 0"), "states both G: 0 and G: 1"),
     (("answer", ""), "empty answer"),
     (("status", 401), "HTTP 401"),
     (("status", 503), "HTTP 503"),
@@ -153,17 +171,17 @@ def test_a_failure_or_an_unusable_answer_is_missing_never_zero(trajs_path, tmp_p
 
 def test_429_and_5xx_are_retried_with_backoff_and_retry_after(trajs_path):
     waits: list[float] = []
-    seq = {1: ("status", 429), 2: ("status", 502), 3: ("status", 500), 4: ("answer", '{"label": 1}')}
+    seq = {1: ("status", 429), 2: ("status", 502), 3: ("status", 500), 4: ("answer", "G: 1")}
     with StubLLM(lambda item, attempt: seq[attempt]) as stub:
         client = JudgeClient(JudgeConfig(stub.base_url, "m", backoff_s=0.25, max_retries=3), sleep=waits.append)
         answer = client.ask([{"role": "user", "content": "Label G (externalization_gap) at boundary b = 1 of "
-                                                         "trajectory t (2 steps)."}])
+                                                         "trajectory t (2 steps)."}], "G")
     assert (answer.label, answer.attempts, answer.problem) == (1, 4, "")
     assert waits == [0.0, 0.25 * 2, 0.25 * 4]  # Retry-After: 0 on the 429, then the doubling backoff
     with StubLLM(lambda item, attempt: ("status", 503)) as stub:
         client = JudgeClient(JudgeConfig(stub.base_url, "m", backoff_s=0, max_retries=2), sleep=waits.append)
         answer = client.ask([{"role": "user", "content": "Label y (future_necessity) at boundary b = 1 of "
-                                                         "trajectory t (2 steps)."}])
+                                                         "trajectory t (2 steps)."}], "y")
         assert len(stub.requests) == 3
     assert answer.label is None and answer.problem.endswith("after 3 attempts") and "HTTP 503" in answer.problem
 
@@ -177,7 +195,7 @@ def test_a_refused_connection_is_retried_then_missing():
         port = s.getsockname()[1]
     client = JudgeClient(JudgeConfig(f"http://127.0.0.1:{port}/v1", "m", backoff_s=1, max_retries=2),
                          sleep=waits.append)
-    answer = client.ask([{"role": "user", "content": "x"}])
+    answer = client.ask([{"role": "user", "content": "x"}], "G")
     assert answer.label is None and "connection failed" in answer.problem and waits == [1, 2]
 
 
@@ -188,7 +206,7 @@ def test_requests_are_paced_by_the_rate_limit():
 
     def post(url, body, headers, timeout):
         now[0] += 0.4  # each request takes 0.4 s of the fake clock
-        return 200, {}, json.dumps({"choices": [{"message": {"content": '{"label": 0}'}}]}).encode()
+        return 200, {}, json.dumps({"choices": [{"message": {"content": "G: 0"}}]}).encode()
 
     def sleep(s):
         slept.append(round(s, 6))
@@ -197,23 +215,28 @@ def test_requests_are_paced_by_the_rate_limit():
     client = JudgeClient(JudgeConfig("http://x/v1", "m", min_interval_s=1.5), post=post, sleep=sleep,
                          clock=lambda: now[0])
     for _ in range(3):
-        assert client.ask([{"role": "user", "content": "x"}]).label == 0
+        assert client.ask([{"role": "user", "content": "x"}], "G").label == 0
     assert slept == [1.1, 1.1]
 
 
-@pytest.mark.parametrize("text, label, rationale", [
-    ('{"label": 1, "rationale": "plan only in reasoning"}', 1, "plan only in reasoning"),
-    ('Sure.\n```json\n{"label": "0", "rationale": "in the report"}\n```', 0, "in the report"),
-    ('{"note": {"a": 1}} then {"label": 0}', 0, ""),
-    ('{"label": 1, "rationale": "the window 14:00-16:00 is only in reas', 1, "the window 14:00-16:00 is only in reas"),
+@pytest.mark.parametrize("text, name, label, rationale", [
+    ("G: 1\nThe plan is only in the reasoning.", "G", 1, "The plan is only in the reasoning."),
+    ("**y: 0**\n\nNothing later re-derives it.", "y", 0, "Nothing later re-derives it."),
+    ("  g:1", "G", 1, ""),
+    ("G: 0.\nG: 0 since the report holds it", "G", 0, "G: 0 since the report holds it"),
+    ("G: 1\nThe window 14:00-16:00 is only in reas", "G", 1, "The window 14:00-16:00 is only in reas"),  # cut short
 ])
-def test_parse_answer_accepts_json_labels(text, label, rationale):
-    assert parse_answer(text) == (label, rationale, "")
+def test_parse_answer_takes_the_label_line_first(text, name, label, rationale):
+    assert parse_answer(text, name) == (label, rationale, "")
 
 
-@pytest.mark.parametrize("text", ["label: 1", "1", "{label: 1}", '{"label": [1]}', '{"label": 1.5}', "G = 1"])
-def test_parse_answer_refuses_anything_else(text):
-    label, _, problem = parse_answer(text)
+@pytest.mark.parametrize("text, name", [
+    ("label: 1", "G"), ("1", "G"), ("G = 1", "G"), ("G: 1.5", "G"), ("G: 10", "G"), ("G: 0 or G: 1", "G"),
+    ("G: 1\nactually G: 0", "G"), ('{"label": 1, "rationale": "x"}', "G"), ("y: 1", "G"),
+    ("The answer is G: 1", "G"), ("", "y"), ("\n  \n", "y"),
+])
+def test_parse_answer_refuses_anything_but_exactly_one_label(text, name):
+    label, _, problem = parse_answer(text, name)
     assert label is None and problem
 
 

@@ -243,6 +243,9 @@ def labels_judge(
                                                                "whole; longer ones are cut in the middle.")] = 4000,
     retry_missing: Annotated[bool, typer.Option("--retry-missing", help="Ask again the items whose earlier reply "
                                                 "was unusable (failed requests are always asked again).")] = False,
+    max_items: Annotated[Optional[int], typer.Option("--max-items", help="A pilot: only this many items, those "
+                                                     "with the shortest prompts, shortest first (a later run asks "
+                                                     "the rest).")] = None,
     allow_control_tokens: AllowControlOpt = False,
 ) -> None:
     """Label G and y with an OpenAI-compatible chat model, the labelling guideline as its rubric; cached, resumable."""
@@ -258,7 +261,7 @@ def labels_judge(
                       + (" (cached)" if cached else ""), markup=False, highlight=False)
 
     summary = run_judge(trajectories, labels, config, task, allow_control_tokens=allow_control_tokens,
-                        retry_missing=retry_missing, on_answer=show)
+                        retry_missing=retry_missing, on_answer=show, max_items=max_items)
     for name, c in summary["fields"].items():
         console.print(f"{name}: {c['labelled']} labelled ({c['positive']} positive), {c['missing']} missing",
                       markup=False)
