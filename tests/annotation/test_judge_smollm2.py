@@ -8,7 +8,7 @@ shortest prompts (``--max-items``), 12 answer tokens (the label line comes
 first); whatever the model answers, every item ends as a label the model gave
 or as missing with the reason (never a 0 it did not give), and its agreement
 with the demo annotations is printed as measured, not asserted. A few minutes
-on two loaded CPU cores; the whole demo set (177 G items) takes hours there.
+on two loaded CPU cores; the whole demo set (193 G items) takes hours there.
 """
 
 from __future__ import annotations

@@ -158,7 +158,7 @@ def test_frames_through_jupyter_server_proxy_and_frame_origins(monkeypatch):
     run.app = type("A", (), {"token": "t"})()  # type: ignore[assignment]
     monkeypatch.setenv("JUPYTERHUB_SERVICE_PREFIX", "/user/alice/")
     assert run.proxy_url() == "/user/alice/proxy/8123/?token=t" and run.proxy_url("/") == "/proxy/8123/?token=t"
-    assert run.frame(via="proxy")._repr_html_().startswith('<iframe src="/user/alice/proxy/8123/?token=t"')
+    assert '<iframe src="/user/alice/proxy/8123/?token=t"' in run.frame(via="proxy")._repr_html_()
     assert run.frame(via="direct").url == "http://127.0.0.1:8123/?token=t"
     for url in ("/proxy/8123/", "//evil.example/proxy/1/?token=x", "/proxy/x/?token=t", "javascript:1/proxy/1/?token"):
         with pytest.raises(ValueError, match="labelling page URL"):

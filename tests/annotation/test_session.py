@@ -141,7 +141,7 @@ def test_the_notebook_frame_is_an_escaped_iframe_of_a_loopback_page():
 
     frame = interp.annotation_iframe('http://127.0.0.1:8001/?token=a"b', height=300)
     assert isinstance(frame, AnnotationFrame)
-    assert frame._repr_html_().startswith('<iframe src="http://127.0.0.1:8001/?token=a&quot;b"')
+    assert '<iframe src="http://127.0.0.1:8001/?token=a&quot;b"' in frame._repr_html_()
     for url in ("http://example.com:8001/?token=x", "http://127.0.0.1:8001/", "file:///etc/passwd?token=x"):
         with pytest.raises(ValueError, match="labelling page URL"):
             interp.annotation_iframe(url)
