@@ -1,6 +1,6 @@
 """Model-assisted labels: an OpenAI-compatible chat model labels G and y per boundary, with the guideline as rubric.
 
-``interp labels judge`` (:func:`run_judge`) sends one chat-completions request
+``interp labels judge`` (also ``interp label --judge``; :func:`run_judge`) sends one chat-completions request
 per item (``task_id, after_step, field``, the queue of ``interp annotate``:
 G at b = 1..n, y at b = 1..n-1) to any OpenAI-compatible endpoint (a local
 vLLM, Ollama or llama.cpp server, a hosted API): ``POST {base_url}/chat/completions``
