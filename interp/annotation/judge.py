@@ -35,7 +35,7 @@ CSV is rewritten atomically after each. A re-run (also after a kill) reads the
 journal and asks only the items without an answer for the same request (same
 model, rubric, item text and settings: ``request_sha256``): a failed request
 (HTTP error, timeout, malformed response) is asked again, an unusable reply
-the model gave (no JSON label, a label not 0/1) only with ``retry_missing``
+the model gave (no label line, both labels) only with ``retry_missing``
 (``--retry-missing``; at temperature 0 the same prompt gives the same reply). The folder's writer lock refuses a second judge on
 the same output. The API key is sent, never written.
 
