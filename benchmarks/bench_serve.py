@@ -64,8 +64,9 @@ def turn(k: int) -> tuple[dict[str, Any], dict[str, Any]]:
             {"role": "tool", "tool_call_id": f"call_{k}", "content": result})
 
 
-def slice_seconds(lengths: list[int], n_new: int) -> dict[int, float]:
-    """Seconds of the 9B-shaped slice's forward of ``n_new`` tokens after a cache of each length (docstring)."""
+def slice_seconds(lengths: list[int], n_new: int) -> dict[int, tuple[float, float]]:
+    """Wall and CPU seconds of the 9B-shaped slice's forward of ``n_new`` tokens after a cache of each length
+    (module docstring); on a shared machine the CPU seconds of this one-thread process are the figure to read."""
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
     from interp.sensor.hooks import attention_implementation
@@ -87,16 +88,16 @@ def slice_seconds(lengths: list[int], n_new: int) -> dict[int, float]:
             layer.keys, layer.values = (torch.randn(1, config.num_key_value_heads, length, config.head_dim)
                                         for _ in range(2))
             ids = torch.randint(0, 1024, (1, n_new))
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             model(ids, past_key_values=cache, use_cache=True)
-            out[length] = time.perf_counter() - start
-            print(f"9B-shaped slice: {n_new} new tokens after {length}: {out[length]:.2f} s "
-                  f"(load {load_average():.2f})", flush=True)
+            out[length] = (time.perf_counter() - start, time.process_time() - cpu)
+            print(f"9B-shaped slice: {n_new} new tokens after {length}: {out[length][0]:.2f} s wall, "
+                  f"{out[length][1]:.2f} s CPU (load {load_average():.2f})", flush=True)
     return out
 
 
 def run(model: str, sensor: Any, lengths: list[int], no_cache_max: int) -> tuple[list[list[Any]], dict[Any, Any]]:
-    """One agent run through the proxy; a table row per (length, mode), and the timings by (length, mode)."""
+    """One agent run through the proxy; a table row per (length, mode), and (wall, CPU) seconds by (length, mode)."""
     from interp.accounting.tokens import parse_policy
     from interp.data.render import Renderer, render
     from interp.serve.app import Proxy
@@ -134,14 +135,14 @@ def run(model: str, sensor: Any, lengths: list[int], no_cache_max: int) -> tuple
                     scorer._memo.popitem()
                     scorer.reuse, scorer.renderer, state.counts, state.counted = False, render, {}, {}
                 run_before, tokenized_before = scorer.tokens_run, renderer.tokenized
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), time.process_time()
                 out = proxy.edit(raw, body, session, "run")
-                wall = time.perf_counter() - start
+                wall, cpu = time.perf_counter() - start, time.process_time() - cpu
                 assert out.failure is None, out.failure
                 tokenized = (renderer.tokenized - tokenized_before if mode == "cache" else n)
                 scorer.reuse, scorer.renderer = True, renderer
-                sent[mode], seen[(target, mode)] = out.content, wall
-                rows.append([model, target, n, len(messages) // 2 - 1, mode, f"{wall:.3f}",
+                sent[mode], seen[(target, mode)] = out.content, (wall, cpu)
+                rows.append([model, target, n, len(messages) // 2 - 1, mode, f"{wall:.3f}", f"{cpu:.3f}",
                              f"{out.sensor_seconds:.3f}", scorer.tokens_run - run_before, tokenized,
                              f"{state.cache_bytes() / 2**20:.1f}"])
                 print(" | ".join(str(c) for c in rows[-1]), f"(load {load_average():.2f})", flush=True)
@@ -173,14 +174,16 @@ def main() -> None:
         for mode in ("cache", "no cache"):
             measured = [x for x in lengths if (x, mode) in seen]
             if len(measured) > 1:
+                hi, lo = seen[(measured[-1], mode)], seen[(measured[0], mode)]
                 print(f"{model}, {mode}: latency at {measured[-1]} / at {measured[0]} tokens = "
-                      f"{seen[(measured[-1], mode)] / seen[(measured[0], mode)]:.2f}x", flush=True)
+                      f"{hi[0] / lo[0]:.2f}x wall, {hi[1] / lo[1]:.2f}x CPU", flush=True)
     if args.slice:
         forward = slice_seconds(lengths, args.slice_new)
         print(f"9B-shaped slice, cached request's forward: at {lengths[-1]} / at {lengths[0]} tokens = "
-              f"{forward[lengths[-1]] / forward[lengths[0]]:.2f}x", flush=True)
+              f"{forward[lengths[-1]][0] / forward[lengths[0]][0]:.2f}x wall, "
+              f"{forward[lengths[-1]][1] / forward[lengths[0]][1]:.2f}x CPU", flush=True)
     print(markdown_table(["model", "target tokens", "history tokens", "steps", "mode", "added latency s",
-                          "sensor s", "tokens run", "tokens tokenized", "cache MiB"], rows))
+                          "CPU s", "sensor s", "tokens run", "tokens tokenized", "cache MiB"], rows))
     print(f"load average at end {load_average():.2f}; CPU time of this process {time.process_time() - cpu0:.0f} s")
 
 
