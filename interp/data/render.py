@@ -15,7 +15,13 @@ mis-spanning. Tool definitions and tool calls are rendered by the template
 itself (as JSON or its own tags); their spans are the template's
 ``<tools>...</tools>`` and ``<tool_call>...</tool_call>`` regions. Character
 ranges become token ranges through the tokenizer's offsets of the whole
-prompt (never by tokenizing pieces separately). Everything not covered is
+prompt (never by tokenizing pieces separately). The one exception gives the
+same tokens: :class:`Renderer` (successive prompts of one conversation) takes
+over the previous prompt's tokens before a special token where the new text
+repeats it byte for byte, and tokenizes from there; the tokenizer splits its
+input at special tokens first, so the tokens before one do not depend on what
+follows it (``tests/serve/test_incremental.py`` checks equality with whole
+renders). Everything not covered is
 ``glue`` (role headers, tags, separators), so spans tile the whole prompt.
 
 Reasoning is rendered exactly as recorded (blocks are a literal split on
