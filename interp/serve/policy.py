@@ -14,7 +14,11 @@ the offline condition edits a recorded trajectory at b.
   run over the whole history at each request, as offline; steps scored at an earlier request are answered from
   that memory (their decisions persist, no forward), so only the newest step's blocks reach the sensor, and the
   scorer's ``Resume`` continues that forward from its KV-cache snapshot of the already-compressed prefix
-  (``interp.sensor.prefix.Resume``): a request costs the sensor its new tokens, not the history.
+  (``interp.sensor.prefix.Resume``): a request costs the sensor its new tokens, not the history. The scorer's
+  prompts go through a :class:`interp.data.render.Renderer` (each tokenized from where it departs from the
+  last), and a step's digest is computed once per request.
+- every policy: token counts of the texts of the session's last request are remembered
+  (:meth:`PolicyState.counter`), so a request tokenizes its new texts, not the history.
 - ``drsr_gate``: the gate is a hook, ``gate_factory(session) -> SetGate`` (``interp.data.conditions.SetGate``),
   given by the caller of :class:`~interp.serve.app.Proxy` (``patching.gate`` is being reworked; the CLI does not
   build one yet). Its decisions at each request are the gate's; a stateful gate keeps its state in the object the
