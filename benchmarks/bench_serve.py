@@ -1,20 +1,39 @@
-"""Benchmark: the added latency of ``interp serve`` per request, with the session's sensor cache vs without.
+"""Benchmark: the added latency of ``interp serve`` per request, with the session's cache vs without.
 
-An agent run under ``iclr`` grows its history to about 2K, 8K and 32K tokens (steps of four reasoning blocks,
-one tool call and a tool result: about 1,100 tokens of the tiny model). The proxy serves every request of the run in
-order (``Proxy.edit``: mapping, policy, sensor, write-back; no network), and the last request, whose history
-has the target length, is timed:
+An agent run under ``iclr`` grows its history request by request; each step is four reasoning blocks, one tool
+call and an 18-line tool result: about 1,100 new tokens per request (the tiny tokenizer; both models below use
+it). The proxy serves every request of the run in order (``Proxy.edit``: mapping, policy, sensor, write-back;
+no network); the first request whose history reaches each target length (2K, 8K, 32K tokens) is timed:
 
-- **cache**: the session as the proxy keeps it: earlier steps' decisions from memory, the newest step's blocks
-  scored by a forward that continues from the KV-cache snapshot of the already-compressed prefix;
-- **no cache**: the same session with its sensor cache dropped and prefix reuse off before the last request
-  (``EntropyScorer(reuse=False)``): the newest step is scored by a forward over the whole history.
+- **cache**: the session as the proxy keeps it: earlier steps' decisions from memory, the prompt tokenized from
+  where it departs from the last request's (``interp.data.render.Renderer``), token counts of texts already
+  seen remembered, and the newest step's blocks scored by a forward that continues from the KV-cache snapshot
+  of the already-compressed prefix;
+- **no cache**: the same request served again with all of that set aside: its step's score forgotten, the
+  prompt rendered and tokenized whole, every text counted anew, and the newest step scored by a forward over
+  the whole history (``EntropyScorer(reuse=False)``); the session's cache is restored afterwards.
 
 Both must send the same history (checked). Reported per length: the history's tokens, steps, the proxy's
-added latency, the sensor's part, the tokens the sensor ran, the cache held, and the ratios 32K / 2K of each
-mode. One thread unless ``--threads``; the load average is printed before and after.
+added latency, the sensor's part, the tokens the sensor ran, the tokens the tokenizer ran, the cache held.
 
-Run: python benchmarks/bench_serve.py [--model tiny-qwen3.5] [--lengths 2048,8192,32768] [--threads 1]
+``--model``: ``tiny-qwen3.5`` (default), the tiny random hybrid (width 64: attention over the prefix dominates its
+forward).
+
+``--slice``: the sensor the study targets is Qwen3.5-9B, whose forward is mostly dense work per new token. A
+**9B-shaped slice** has its shape (``Qwen3_5TextConfig`` defaults: hidden 4096, MLP 12288, full attention with
+16 query / 4 KV heads of 256, Gated-DeltaNet with 16 key / 32 value heads of 128) and one period of its layer
+mix (3 Gated-DeltaNet layers, 1 full-attention layer) instead of 32 layers, random init in memory, vocabulary
+1,024 (the 9B's LM head, more work per new token, is left out: conservative); the ratio of dense work to
+attention work per request is the 9B's at any depth. At about 1.6 GFLOP a token its full run to 32K (52
+TFLOP) does not fit a shared CPU, so the slice times what a cached request costs the sensor: a forward of
+``--slice-new`` new tokens continuing a cache whose full-attention layer holds L random keys and values
+(L = each target length; Gated-DeltaNet states are fixed-size, so their work does not depend on L), with the
+sensor's attention kernel (``interp_chunked``). The proxy's own work besides the forward is the tiny rows'
+``added latency`` minus ``sensor s`` plus the render inside the sensor's part: milliseconds. ``--slice``
+without ``--model`` times the slice only.
+
+Run: python benchmarks/bench_serve.py [--model tiny-qwen3.5] [--lengths 2048,8192,32768] [--no-cache-max 32768]
+     [--slice] [--slice-new 256] [--threads 1]
 """
 
 from __future__ import annotations
@@ -32,6 +51,8 @@ from _util import load_average, machine_note, markdown_table
 
 WORDS = ("check the file list then open config and count lines maybe grep for errors in logs next step is "
          "clear so read the output again before writing").split()
+TOOLS = [{"type": "function", "function": {"name": "bash", "description": "Run a command.",
+                                           "parameters": {"type": "object", "properties": {}}}}]
 
 
 def turn(k: int) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -43,71 +64,127 @@ def turn(k: int) -> tuple[dict[str, Any], dict[str, Any]]:
             {"role": "tool", "tool_call_id": f"call_{k}", "content": result})
 
 
-def run(model: str, lengths: list[int]) -> list[list[Any]]:
-    """One table row per (length, mode)."""
+def slice_seconds(lengths: list[int], n_new: int) -> dict[int, tuple[float, float]]:
+    """Wall and CPU seconds of the 9B-shaped slice's forward of ``n_new`` tokens after a cache of each length
+    (module docstring); on a shared machine the CPU seconds of this one-thread process are the figure to read."""
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    from interp.sensor.hooks import attention_implementation
+    from interp.sensor.kernels.chunk_attention import IMPLEMENTATION, chunk_attention
+
+    config = Qwen3_5TextConfig(vocab_size=1024, num_hidden_layers=4,  # type: ignore[call-arg]
+                               max_position_embeddings=65536, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = Qwen3_5ForCausalLM(config).eval()
+    print(f"9B-shaped slice: {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters, layers "
+          f"{config.layer_types}, hidden {config.hidden_size}, heads {config.num_attention_heads}/"
+          f"{config.num_key_value_heads} x {config.head_dim}", flush=True)
+    full = config.layer_types.index("full_attention")
+    out = {}
+    with torch.inference_mode(), attention_implementation(model, IMPLEMENTATION, chunk_attention):
+        for length in lengths:
+            cache = model(torch.randint(0, 1024, (1, 16)), use_cache=True).past_key_values
+            layer = cache.layers[full]
+            layer.keys, layer.values = (torch.randn(1, config.num_key_value_heads, length, config.head_dim)
+                                        for _ in range(2))
+            ids = torch.randint(0, 1024, (1, n_new))
+            start, cpu = time.perf_counter(), time.process_time()
+            model(ids, past_key_values=cache, use_cache=True)
+            out[length] = (time.perf_counter() - start, time.process_time() - cpu)
+            print(f"9B-shaped slice: {n_new} new tokens after {length}: {out[length][0]:.2f} s wall, "
+                  f"{out[length][1]:.2f} s CPU (load {load_average():.2f})", flush=True)
+    return out
+
+
+def run(model: str, sensor: Any, lengths: list[int], no_cache_max: int) -> tuple[list[list[Any]], dict[Any, Any]]:
+    """One agent run through the proxy; a table row per (length, mode), and (wall, CPU) seconds by (length, mode)."""
     from interp.accounting.tokens import parse_policy
-    from interp.data.render import render
+    from interp.data.render import Renderer, render
     from interp.serve.app import Proxy
     from interp.serve.messages import history_of
-    from interp.sensor.models import SPECS, load_model
 
-    if SPECS[model].fetch and not SPECS[model].available():
-        SPECS[model].fetch()
-    sensor = load_model(model)
-    tools = [{"type": "function", "function": {"name": "bash", "description": "Run a command.",
-                                               "parameters": {"type": "object", "properties": {}}}}]
-    rows, seconds = [], {}
-    for target in lengths:
+    rows, seen = [], {}
+    measure = Renderer()  # finds where the history reaches each target (not part of the timed work)
+    with tempfile.TemporaryDirectory() as tmp:
+        proxy = Proxy("http://127.0.0.1:9/v1", parse_policy("iclr"), Path(tmp), sensor=sensor,
+                      max_tokens=max(lengths) * 2)
+        session = proxy.session("run")
+        state = session.state
+        assert state.scorer is not None
+        scorer = state.scorer.scorer
         messages = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Fix the bug."}]
-        bodies = []
-        while True:
-            a, r = turn(len(bodies) + 1)
+        targets = list(lengths)
+        while targets:
+            a, r = turn(len(messages) // 2)
             messages = [*messages, a, r]
-            body = {"model": "m", "messages": messages, "tools": tools}
-            bodies.append(body)
-            n = render(history_of(body, "b").trajectory, len(bodies), sensor.tokenizer).n_tokens
-            if n >= target:
-                break
-        sent = {}
-        for mode in ("cache", "no cache"):
-            with tempfile.TemporaryDirectory() as tmp:
-                proxy = Proxy("http://127.0.0.1:9/v1", parse_policy("iclr"), Path(tmp), sensor=sensor,
-                              max_tokens=max(lengths) * 2)
-                session = proxy.session("run")
-                for body in bodies[:-1]:
-                    proxy.edit(json.dumps(body).encode(), body, session, "run")
-                scorer = session.state.scorer
-                if mode == "no cache":
-                    scorer.scorer.reuse, scorer.scorer._resume = False, None
-                before = scorer.scorer.tokens_run
-                start = time.perf_counter()
-                out = proxy.edit(json.dumps(bodies[-1]).encode(), bodies[-1], session, "run")
-                wall = time.perf_counter() - start
+            body = {"model": "m", "messages": messages, "tools": TOOLS}
+            history = history_of(body, "b")
+            assert history is not None
+            n = measure(history.trajectory, history.trajectory.n_steps, sensor.tokenizer).n_tokens
+            raw = json.dumps(body).encode()
+            if n < targets[0]:
+                out = proxy.edit(raw, body, session, "run")
                 assert out.failure is None, out.failure
-                sent[mode] = out.content
-                seconds[(target, mode)] = wall
-                rows.append([model, target, n, len(bodies), mode, f"{wall:.3f}", f"{out.sensor_seconds:.3f}",
-                             scorer.scorer.tokens_run - before, f"{session.state.cache_bytes() / 2**20:.1f}"])
-        assert sent["cache"] == sent["no cache"], "the sensor cache changed what the proxy sends"
-    for mode in ("cache", "no cache"):
-        ratio = seconds[(lengths[-1], mode)] / seconds[(lengths[0], mode)]
-        print(f"{model}, {mode}: latency at {lengths[-1]} / at {lengths[0]} tokens = {ratio:.2f}x")
-    return rows
+                continue
+            target = targets.pop(0)
+            sent = {}
+            for mode in ("cache", "no cache") if target <= no_cache_max else ("cache",):
+                renderer = scorer.renderer
+                if mode == "no cache":  # the request again, its step's score and every session cache set aside
+                    state.scorer.memory.popitem()
+                    scorer._memo.popitem()
+                    scorer.reuse, scorer.renderer, state.counts, state.counted = False, render, {}, {}
+                run_before, tokenized_before = scorer.tokens_run, renderer.tokenized
+                start, cpu = time.perf_counter(), time.process_time()
+                out = proxy.edit(raw, body, session, "run")
+                wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+                assert out.failure is None, out.failure
+                tokenized = (renderer.tokenized - tokenized_before if mode == "cache" else n)
+                scorer.reuse, scorer.renderer = True, renderer
+                sent[mode], seen[(target, mode)] = out.content, (wall, cpu)
+                rows.append([model, target, n, len(messages) // 2 - 1, mode, f"{wall:.3f}", f"{cpu:.3f}",
+                             f"{out.sensor_seconds:.3f}", scorer.tokens_run - run_before, tokenized,
+                             f"{state.cache_bytes() / 2**20:.1f}"])
+                print(" | ".join(str(c) for c in rows[-1]), f"(load {load_average():.2f})", flush=True)
+            assert len(set(sent.values())) == 1, "the session cache changed what the proxy sends"
+    return rows, seen
 
 
 def main() -> None:
-    """Parse arguments, run, print a Markdown table with the load."""
+    """Parse arguments, run, print Markdown tables with the load."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", default="tiny-qwen3.5")
+    parser.add_argument("--model", action="append", help="a model spec (default tiny-qwen3.5); repeatable")
     parser.add_argument("--lengths", default="2048,8192,32768")
+    parser.add_argument("--no-cache-max", type=int, default=32768, help="longest length also run without cache")
+    parser.add_argument("--slice", action="store_true", help="also time the 9B-shaped slice's cached forward")
+    parser.add_argument("--slice-new", type=int, default=256, help="new tokens of the slice's request")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(machine_note(args.threads), f"load average at start {load_average():.2f}")
-    rows = run(args.model, [int(x) for x in args.lengths.split(",")])
+    lengths = [int(x) for x in args.lengths.split(",")]
+    print(machine_note(args.threads), flush=True)
+    from interp.sensor.models import SPECS, load_model
+
+    cpu0, rows = time.process_time(), []
+    for model in args.model if args.model is not None else ([] if args.slice else ["tiny-qwen3.5"]):
+        if SPECS[model].fetch and not SPECS[model].available():
+            SPECS[model].fetch()
+        found, seen = run(model, load_model(model), lengths, args.no_cache_max)
+        rows += found
+        for mode in ("cache", "no cache"):
+            measured = [x for x in lengths if (x, mode) in seen]
+            if len(measured) > 1:
+                hi, lo = seen[(measured[-1], mode)], seen[(measured[0], mode)]
+                print(f"{model}, {mode}: latency at {measured[-1]} / at {measured[0]} tokens = "
+                      f"{hi[0] / lo[0]:.2f}x wall, {hi[1] / lo[1]:.2f}x CPU", flush=True)
+    if args.slice:
+        forward = slice_seconds(lengths, args.slice_new)
+        print(f"9B-shaped slice, cached request's forward: at {lengths[-1]} / at {lengths[0]} tokens = "
+              f"{forward[lengths[-1]][0] / forward[lengths[0]][0]:.2f}x wall, "
+              f"{forward[lengths[-1]][1] / forward[lengths[0]][1]:.2f}x CPU", flush=True)
     print(markdown_table(["model", "target tokens", "history tokens", "steps", "mode", "added latency s",
-                          "sensor s", "tokens run", "cache MiB"], rows))
-    print(f"load average at end {load_average():.2f}")
+                          "CPU s", "sensor s", "tokens run", "tokens tokenized", "cache MiB"], rows))
+    print(f"load average at end {load_average():.2f}; CPU time of this process {time.process_time() - cpu0:.0f} s")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,13 @@ mis-spanning. Tool definitions and tool calls are rendered by the template
 itself (as JSON or its own tags); their spans are the template's
 ``<tools>...</tools>`` and ``<tool_call>...</tool_call>`` regions. Character
 ranges become token ranges through the tokenizer's offsets of the whole
-prompt (never by tokenizing pieces separately). Everything not covered is
+prompt (never by tokenizing pieces separately). The one exception gives the
+same tokens: :class:`Renderer` (successive prompts of one conversation) takes
+over the previous prompt's tokens before a special token where the new text
+repeats it byte for byte, and tokenizes from there; the tokenizer splits its
+input at special tokens first, so the tokens before one do not depend on what
+follows it (``tests/serve/test_incremental.py`` checks equality with whole
+renders). Everything not covered is
 ``glue`` (role headers, tags, separators), so spans tile the whole prompt.
 
 Reasoning is rendered exactly as recorded (blocks are a literal split on
@@ -321,17 +327,37 @@ def _native_spans(text: str, traj: Trajectory, steps: tuple[Step, ...], spans,
     return extra
 
 
-def render(traj: Trajectory, after_step: int, tokenizer: Any) -> Rendered:
-    """Render the prompt at boundary ``after_step`` with exact token spans (see module docstring)."""
+def render(traj: Trajectory, after_step: int, tokenizer: Any, reuse: Rendered | None = None) -> Rendered:
+    """Render the prompt at boundary ``after_step`` with exact token spans (see module docstring).
+
+    ``reuse``: an earlier prompt of the same conversation under the same tokenizer (:class:`Renderer`); the
+    tokens and spans of its longest part that the new prompt repeats byte for byte are taken over, and only the
+    rest is tokenized (the result is the same as without it).
+    """
+    return _render(traj, after_step, tokenizer, reuse)[0]
+
+
+def _render(traj: Trajectory, after_step: int, tokenizer: Any, reuse: Rendered | None) -> tuple[Rendered, int]:
+    """:func:`render`, and how many of its tokens were taken over from ``reuse``."""
     text, char_spans, mode, reasoning_mode = render_text(traj, after_step, tokenizer)
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    ids: list[int] = list(enc["input_ids"])
-    offsets: list[tuple[int, int]] = [tuple(o) for o in enc["offset_mapping"]]
-    segments: list[Segment] = []
-    tok = 0
-    for kind, cs, ce, step, block in char_spans:
-        if ce <= cs:
-            continue
+    pieces = [p for p in char_spans if p[2] > p[1]]
+    cut = _reusable(reuse, text, pieces, tokenizer) if reuse is not None else None
+    if cut is None:
+        tok = char_cut = done = 0
+        ids: list[int] = []
+        offsets: list[tuple[int, int]] = []
+        segments: list[Segment] = []
+    else:
+        assert reuse is not None
+        tok, done = cut
+        char_cut = reuse.offsets[tok][0]
+        ids, offsets = reuse.input_ids[:tok], reuse.offsets[:tok]
+        segments = [s for s in reuse.segments if s.kind != "glue"][:done]
+    kept = tok
+    enc = tokenizer(text[char_cut:], add_special_tokens=False, return_offsets_mapping=True)
+    ids = ids + list(enc["input_ids"])
+    offsets = offsets + [(a + char_cut, b + char_cut) for a, b in enc["offset_mapping"]]
+    for kind, cs, ce, step, block in pieces[done:]:
         while tok < len(ids) and offsets[tok][1] <= cs:
             tok += 1
         first = tok
@@ -349,4 +375,55 @@ def render(traj: Trajectory, after_step: int, tokenizer: Any) -> Rendered:
         cursor = s.end
     if cursor < len(ids):
         tiled.append(Segment("glue", cursor, len(ids), offsets[cursor][0], len(text)))
-    return Rendered(text, ids, offsets, tiled, after_step, mode, reasoning_mode)
+    return Rendered(text, ids, offsets, tiled, after_step, mode, reasoning_mode), kept
+
+
+def _split_tokens(tokenizer: Any) -> frozenset[int]:
+    """Ids of the special tokens the tokenizer splits its input at before anything else (no ``lstrip``/``rstrip``:
+    the text before such a token tokenizes the same whatever follows it)."""
+    return frozenset(i for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items()
+                     if getattr(t, "special", False) and not getattr(t, "lstrip", True)
+                     and not getattr(t, "rstrip", True))
+
+
+def _reusable(prev: Rendered, text: str, pieces: list[tuple[str, int, int, int | None, int | None]],
+              tokenizer: Any) -> tuple[int, int] | None:
+    """Where ``text`` can continue ``prev``: (tokens of ``prev`` kept, its pieces kept), or None.
+
+    The cut is the start of a special token of ``prev`` (the latest that works) such that ``text`` repeats
+    ``prev.text`` before it byte for byte, no piece of either prompt crosses it, and the pieces before it are the
+    same (kind, characters, step, block): the tokens before a split token do not depend on what follows it.
+    """
+    split = _split_tokens(tokenizer)
+    if not split:
+        return None
+    old = [(s.kind, s.char_start, s.char_end, s.step, s.block) for s in prev.segments if s.kind != "glue"]
+    for tok in reversed([i for i, t in enumerate(prev.input_ids) if t in split]):
+        char = prev.offsets[tok][0]
+        if char > len(text) or not text.startswith(prev.text[:char]):
+            continue
+        done = sum(1 for p in pieces if p[2] <= char)
+        if any(p[1] < char < p[2] for p in (*pieces, *old)) or pieces[:done] != old[:done] or \
+                any(p[2] > char for p in old[:done]) or (done < len(old) and old[done][1] < char):
+            continue
+        return tok, done
+    return None
+
+
+class Renderer:
+    """:func:`render` for the successive prompts of one conversation (an agent run's requests): each reuses the
+    previous prompt's tokens up to where the new one departs from it (``render(..., reuse=)``), so a request
+    tokenizes its new messages, not the history. ``reused`` / ``tokenized`` count tokens taken over / run
+    through the tokenizer."""
+
+    def __init__(self) -> None:
+        self.last: Rendered | None = None
+        self.reused = 0
+        self.tokenized = 0
+
+    def __call__(self, traj: Trajectory, after_step: int, tokenizer: Any) -> Rendered:
+        """The prompt at boundary ``after_step``, as :func:`render` gives it."""
+        out, kept = _render(traj, after_step, tokenizer, self.last)
+        self.reused, self.tokenized = self.reused + kept, self.tokenized + out.n_tokens - kept
+        self.last = out
+        return out

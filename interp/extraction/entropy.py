@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -72,7 +72,7 @@ import numpy as np
 import pandas as pd
 
 from interp.data.conditions import ICLR_RHO, apply_condition, iclr_dropped, step_only_history
-from interp.data.render import Segment, render
+from interp.data.render import Rendered, Segment, render
 from interp.data.trajectory import Trajectory
 from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit
 from interp.progress import track
@@ -207,6 +207,7 @@ class EntropyScorer:
     max_tokens: int = DEFAULT_MAX_TOKENS
     context: str = "online"
     reuse: bool = True
+    renderer: Callable[[Trajectory, int, Any], Rendered] = render  # e.g. a Renderer: one conversation's prompts
     records: dict[tuple[str, int], list[BlockScore]] = field(default_factory=dict)
     forwards: int = 0
     tokens_run: int = 0
@@ -243,7 +244,7 @@ class EntropyScorer:
 
     def score_step(self, history: Trajectory, step: int) -> list[BlockScore]:
         """Scores of step ``step``'s blocks with ``history`` as given in context (one forward, prefix reused)."""
-        rendered = render(history, step, self.sensor.tokenizer)
+        rendered = self.renderer(history, step, self.sensor.tokenizer)
         spans = rendered.spans("reasoning_block", step=step)
         if not spans:
             return []  # a step without reasoning: nothing to score, no forward

@@ -178,10 +178,6 @@ class Proxy:
     def _gate(self, session: str) -> Any:
         return self.gate_factory(session) if self.gate_factory is not None else None
 
-    def count(self, text: str) -> int:
-        """Tokens of ``text`` under the proxy's tokenizer."""
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
     def session(self, key: str) -> Session:
         """The session ``key`` (made when new), expired and least-recently-used sessions dropped."""
         now = self.clock()
@@ -207,6 +203,7 @@ class Proxy:
         before = scorer.seconds if scorer is not None else 0.0
         try:
             with session.lock, self.sensor_lock:
+                session.state.begin()
                 out.history = history_of(body, key)
                 if out.history is None:
                     return out
@@ -217,9 +214,10 @@ class Proxy:
                 out.content, out.edited = json.dumps(new_body, ensure_ascii=False).encode(), True
             if self.tokenizer is not None:  # the strings of the messages changed or dropped, before minus after
                 received, sent = {id(m) for m in body["messages"]}, {id(m) for m in new_body["messages"]}
-                out.removed_tokens = sum(self.count(s) for m in body["messages"] if id(m) not in sent
+                count = session.state.counter  # remembers the texts of the session's last request
+                out.removed_tokens = sum(count(s) for m in body["messages"] if id(m) not in sent
                                          for s in _strings(m)) \
-                    - sum(self.count(s) for m in new_body["messages"] if id(m) not in received for s in _strings(m))
+                    - sum(count(s) for m in new_body["messages"] if id(m) not in received for s in _strings(m))
         except Exception as exc:  # fail safe: never a broken agent
             LOG.warning("session %s: forwarded unedited: %s: %s", key, type(exc).__name__, exc)
             out = Edited(raw, out.history, failure=f"{type(exc).__name__}: {exc}", removed_tokens=nothing)

@@ -14,7 +14,11 @@ the offline condition edits a recorded trajectory at b.
   run over the whole history at each request, as offline; steps scored at an earlier request are answered from
   that memory (their decisions persist, no forward), so only the newest step's blocks reach the sensor, and the
   scorer's ``Resume`` continues that forward from its KV-cache snapshot of the already-compressed prefix
-  (``interp.sensor.prefix.Resume``): a request costs the sensor its new tokens, not the history.
+  (``interp.sensor.prefix.Resume``): a request costs the sensor its new tokens, not the history. The scorer's
+  prompts go through a :class:`interp.data.render.Renderer` (each tokenized from where it departs from the
+  last), and a step's digest is computed once per request.
+- every policy: token counts of the texts of the session's last request are remembered
+  (:meth:`PolicyState.counter`), so a request tokenizes its new texts, not the history.
 - ``drsr_gate``: the gate is a hook, ``gate_factory(session) -> SetGate`` (``interp.data.conditions.SetGate``),
   given by the caller of :class:`~interp.serve.app.Proxy` (``patching.gate`` is being reworked; the CLI does not
   build one yet). Its decisions at each request are the gate's; a stateful gate keeps its state in the object the
@@ -34,7 +38,8 @@ from typing import Any
 
 from interp.accounting.tokens import ICLR_CONTEXT, Policy, parse_policy
 from interp.data.conditions import STEP_POLICIES, EditLog, SetGate, TokenCounter, apply_condition
-from interp.data.trajectory import Trajectory
+from interp.data.render import Renderer, render
+from interp.data.trajectory import Step, Trajectory
 from interp.extraction.entropy import EntropyScorer
 from interp.sensor.limits import DEFAULT_MAX_TOKENS
 
@@ -59,11 +64,14 @@ def parse_serve_policy(spec: str) -> Policy:
     return policy
 
 
-def _digest(traj: Trajectory, step: int) -> str:
-    """Digest of what a scorer of step ``step`` reads: the header and steps 1..step of ``traj``."""
+def _digest(traj: Trajectory, step: int, seen: dict[int, tuple[Step, str]]) -> str:
+    """Digest of what a scorer of step ``step`` reads: the header and steps 1..step of ``traj``. ``seen`` holds
+    each step object's own digest (and the object, so its id stays its own), so a request serializes a step once."""
     h = hashlib.sha256(json.dumps([traj.system_prompt, traj.tools, traj.task], default=str).encode())
     for s in traj.steps[:step]:
-        h.update(json.dumps(s.to_json(), sort_keys=True).encode())
+        if id(s) not in seen:
+            seen[id(s)] = (s, hashlib.sha256(json.dumps(s.to_json(), sort_keys=True).encode()).hexdigest())
+        h.update(seen[id(s)][1].encode())
     return h.hexdigest()
 
 
@@ -75,10 +83,11 @@ class SessionScorer:
     memory: dict[str, "Sequence[float] | None"] = field(default_factory=dict)
     scored: int = 0  # steps sent to the sensor (not answered from memory)
     seconds: float = 0.0  # time in the sensor
+    steps: dict[int, tuple[Step, str]] = field(default_factory=dict)  # step digests of the current request
 
     def __call__(self, history: Trajectory, step: int) -> Sequence[float] | None:
         """Scores of ``step``'s blocks (``interp.data.conditions.BlockScorer``)."""
-        key = _digest(history, step)
+        key = _digest(history, step, self.steps)
         if key not in self.memory:
             start = time.perf_counter()
             self.memory[key] = self.scorer(history, step)
@@ -126,19 +135,34 @@ class PolicyState:
     gate: SetGate | None = None
     max_tokens: int = DEFAULT_MAX_TOKENS
     scorer: SessionScorer | None = None
+    counts: dict[str, int] = field(default_factory=dict)  # token counts of this request's texts
+    counted: dict[str, int] = field(default_factory=dict)  # ... and of the previous request's
 
     def __post_init__(self) -> None:
         if self.policy.condition in ICLR_CONTEXT:
             if self.sensor is None:
                 raise ValueError(f"policy {self.policy.label}: needs a sensor (--model) to score blocks")
-            self.scorer = SessionScorer(EntropyScorer(self.sensor, self.max_tokens,
-                                                      context=ICLR_CONTEXT[self.policy.condition]))
+            context = ICLR_CONTEXT[self.policy.condition]
+            # online: each request's scorer inputs continue the previous one's (step-only inputs do not)
+            self.scorer = SessionScorer(EntropyScorer(self.sensor, self.max_tokens, context=context,
+                                                      renderer=Renderer() if context == "online" else render))
         if self.policy.condition == "drsr_gate" and self.gate is None:
             raise ValueError("policy drsr_gate: needs a gate (Proxy(gate_factory=...); the CLI builds none yet)")
 
     def counter(self, text: str) -> int:
-        """Tokens of ``text`` under the tokenizer."""
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        """Tokens of ``text`` under the tokenizer (remembered from this request or the last: a history's texts
+        recur at every request, so a request tokenizes its new texts, not the history)."""
+        if text not in self.counts:
+            self.counts[text] = self.counted[text] if text in self.counted else \
+                len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return self.counts[text]
+
+    def begin(self) -> None:
+        """Start a request: the last request's token counts are kept for it, older ones dropped (memory stays that
+        of two histories); the scorer's per-request digests are dropped."""
+        self.counted, self.counts = self.counts, {}
+        if self.scorer is not None:
+            self.scorer.steps.clear()
 
     def apply(self, traj: Trajectory) -> tuple[Trajectory, EditLog]:
         """The history of the request after the policy at its last step (boundary = n_steps), and the edit log."""
