@@ -438,6 +438,7 @@ def _messages(span: Span, side: str) -> list[Message]:
     return found + _event_messages(span, side)
 
 
+EVENT_USED = frozenset({"content", "tool_calls", "id", "role", "message"})
 EVENT_ROLES = {"gen_ai.system.message": "system", "gen_ai.user.message": "user",
                "gen_ai.assistant.message": "assistant", "gen_ai.tool.message": "tool"}
 
@@ -446,6 +447,9 @@ def _event_messages(span: Span, side: str) -> list[Message]:
     """Messages written as span events (the OTel GenAI event convention)."""
     out = []
     for i, (name, attrs) in enumerate(span.events):
+        if (side == "input" and name in EVENT_ROLES) or (side == "output" and name == "gen_ai.choice"):
+            span.dropped += [f"span event attributes.{k} ({name})" for k, v in attrs.items()
+                             if k not in EVENT_USED and v not in (None, "", [], {})]
         if side == "input" and name in EVENT_ROLES:
             body = dict(attrs)
             body.setdefault("role", EVENT_ROLES[name])
@@ -455,9 +459,9 @@ def _event_messages(span: Span, side: str) -> list[Message]:
             out.append(_parts_message(body, span, f"{span.name}.events[{i}]"))
         elif side == "output" and name == "gen_ai.choice":
             message = _json(attrs.get("message", attrs), span, f"events[{i}].message")
-            out.append(_parts_message({"role": "assistant", **(message if isinstance(message, Mapping) else
-                                                               {"content": str(message)})},
-                                      span, f"{span.name}.events[{i}]"))
+            choice = dict(message) if isinstance(message, Mapping) else {
+                "content": message if isinstance(message, list) else str(message)}  # a content list (Bedrock)
+            out.append(_parts_message({"role": "assistant", **choice}, span, f"{span.name}.events[{i}]"))
     return out
 
 

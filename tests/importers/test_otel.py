@@ -1,0 +1,238 @@
+"""OpenTelemetry GenAI and OpenInference spans (``interp import otel``/``auto``).
+
+The span attributes are real public ones: the fixtures of Arize's
+``openinference-genai`` converter (tests/importers/samples/otel/, sources in
+its SOURCES.md): one chat span of an OpenAI tool-calling exchange written in
+the OTel GenAI convention, the same span in the deprecated ``gen_ai.prompt``
+convention and in OpenInference's, and an ``execute_tool`` span. Those files
+are single spans' attribute maps, not exported traces, so each test wraps
+them in the envelope an exporter writes (OTLP JSON, the SDK's span JSON,
+flat span lines) and says which. Expected steps come from an independent
+reading of the raw attributes below (json.loads of the message attributes),
+or are written out by hand for the hand-made spans of the older conventions.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from interp.data.importers.registry import import_runs
+from interp.data.trajectory import validate_file
+
+from ._support import REAL
+
+pytestmark = pytest.mark.unit
+
+FIXTURES = REAL / "otel" / "arize-openinference-genai"
+
+
+def attrs(name: str) -> dict[str, Any]:
+    """One fixture's attribute map, as published."""
+    return json.loads((FIXTURES / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def otlp_value(v: Any) -> dict[str, Any]:
+    """A JSON value as an OTLP ``AnyValue`` (what the collector's file exporter writes)."""
+    if isinstance(v, bool):
+        return {"boolValue": v}
+    if isinstance(v, int):
+        return {"intValue": str(v)}
+    if isinstance(v, float):
+        return {"doubleValue": v}
+    if isinstance(v, list):
+        return {"arrayValue": {"values": [otlp_value(x) for x in v]}}
+    return {"stringValue": v}
+
+
+def otlp(spans: list[tuple[str, str, str, int, dict[str, Any]]]) -> dict[str, Any]:
+    """An OTLP JSON export of ``(trace_id, span_id, name, start_ns, attributes)`` spans."""
+    return {"resourceSpans": [{
+        "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "weather-agent"}}]},
+        "scopeSpans": [{"scope": {"name": "test"}, "spans": [
+            {"traceId": t, "spanId": s, "name": n, "kind": 3, "startTimeUnixNano": str(start),
+             "endTimeUnixNano": str(start + 1), "status": {"code": 1},
+             "attributes": [{"key": k, "value": otlp_value(v)} for k, v in a.items()]}
+            for t, s, n, start, a in spans]}]}]}
+
+
+def imported(tmp_path: Path, name: str, content: str, strict: bool = True, fmt: str = "auto"):
+    source = tmp_path / name
+    source.write_text(content, encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    report = import_runs(fmt, source, out, strict=strict)
+    return report, ([json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()] if report.written else [])
+
+
+# ---- the independent reading of the GenAI attributes
+
+
+def read_genai_chat(a: dict[str, Any]) -> tuple[str, list[tuple]]:
+    """``(task, [(reasoning, action, observation)])`` of a GenAI chat span's message attributes."""
+    inputs = json.loads(a["gen_ai.input.messages"])
+    outputs = json.loads(a["gen_ai.output.messages"])
+    task = "\n".join(p["content"] for p in inputs[0]["parts"] if p["type"] == "text")
+    results = {p["id"]: p["response"] for m in inputs for p in m["parts"] if p["type"] == "tool_call_response"}
+    steps = []
+    for m in inputs[1:] + outputs:
+        if m["role"] != "assistant":
+            continue
+        text = "\n".join(p["content"] for p in m["parts"] if p["type"] == "text")
+        calls = [p for p in m["parts"] if p["type"] == "tool_call"]
+        if calls:
+            (c,) = calls
+            steps.append((text, {"tool": c["name"], "arguments": c["arguments"]}, results[c["id"]]))
+        else:
+            steps.append(("", {"text": text}, None))
+    return task, steps
+
+
+def read_tool_span(a: dict[str, Any]) -> tuple:
+    return ("", {"tool": a["gen_ai.tool.name"], "arguments": json.loads(a["input"])}, a["output"])
+
+
+def steps_of(traj) -> list[tuple]:
+    return [(s["reasoning"], s["action"], s["observation"]) for s in traj["steps"]]
+
+
+# ---- the conventions
+
+
+def test_an_otlp_json_trace_of_genai_spans_equals_an_independent_reading(tmp_path):
+    """A chat span then its ``execute_tool`` span (a call the model made in an earlier turn), in one OTLP JSON
+    export: the chat's history and answer are steps, the tool span is a step of its own (no open call)."""
+    chat, tool = attrs("otel_genai_client_span_tool_calls"), attrs("otel_genai_tool_execution_span")
+    doc = otlp([("t1", "a", "chat gpt-4", 10, chat), ("t1", "b", "execute_tool get_weather", 20, tool)])
+    report, (traj,) = imported(tmp_path, "trace.json", json.dumps(doc))
+    task, expected = read_genai_chat(chat)
+    assert report.formats["otel"] == 1 and not report.problems
+    assert traj["task"] == task and traj["task_id"] == "t1"
+    assert steps_of(traj) == expected + [read_tool_span(tool)]
+    assert [t["name"] for t in traj["tools"]] == [tool["gen_ai.tool.name"]]  # declared by the tool span
+    assert traj["tools"][0]["description"] == tool["gen_ai.tool.description"]
+    assert traj["metadata"]["models"] == [chat["gen_ai.response.model"]] and traj["metadata"]["service"] == "weather-agent"
+    assert report.dropped["llm span attributes.gen_ai.usage.input_tokens"] == 1  # counted, by name
+    assert not any("(unknown)" in k for k in report.dropped)
+    assert not validate_file(tmp_path / "out.jsonl", strict=True).problems
+
+
+def test_the_tool_span_answers_the_open_call_it_names(tmp_path):
+    """The first turn of the same exchange (the model's call, no result yet) then the tool span with that call's
+    id: the span's result is that call's observation, not a step of its own."""
+    chat, tool = attrs("otel_genai_client_span_tool_calls"), attrs("otel_genai_tool_execution_span")
+    inputs = json.loads(chat["gen_ai.input.messages"])
+    first = {**chat, "gen_ai.input.messages": json.dumps(inputs[:1]),
+             "gen_ai.output.messages": json.dumps(inputs[1:2])}  # the user's question -> the assistant's call
+    doc = otlp([("t1", "a", "chat", 10, first), ("t1", "b", "execute_tool", 20, tool)])
+    _, (traj,) = imported(tmp_path, "trace.json", json.dumps(doc))
+    (step,) = traj["steps"]
+    assert step["action"] == {"tool": "get_weather", "arguments": {"location": "Paris"}}
+    assert step["observation"] == tool["output"]  # matched by gen_ai.tool.call.id "1234"
+
+
+def test_openinference_attributes_read_as_the_same_chat(tmp_path):
+    """Arize publishes its OpenInference span as the conversion of the GenAI one: both read to the same steps
+    (here in the SDK's span JSON, one span per line)."""
+    oi, genai = attrs("openinference_client_span_tool_calls"), attrs("otel_genai_client_span_tool_calls")
+    line = {"name": "ChatCompletion", "context": {"trace_id": "0x5b8a", "span_id": "0x01"}, "parent_id": None,
+            "start_time": "2025-10-14T09:00:00Z", "status": {"status_code": "OK"}, "attributes": oi, "events": []}
+    report, (traj,) = imported(tmp_path, "spans.jsonl", json.dumps(line) + "\n")
+    task, expected = read_genai_chat(genai)
+    assert (traj["task"], steps_of(traj)) == (task, expected)
+    assert traj["final_answer"] == json.loads(oi["output.value"])["text"]
+    assert report.dropped["llm span attributes.llm.token_count.total"] == 1
+
+
+def test_the_deprecated_json_prompt_and_completion_read_as_the_same_chat(tmp_path):
+    old, genai = attrs("otel_genai_deprecated_client_span_tool_calls"), attrs("otel_genai_client_span_tool_calls")
+    lines = [{"type": "span", "traceId": "c0ffee", "spanId": "01", "name": "chat gpt-4", "startTime": [1760432400, 0],
+              "attributes": old}]  # flat span lines, as agent CLIs' file exporters write them
+    _, (traj,) = imported(tmp_path, "spans.json", json.dumps(lines))
+    assert (traj["task"], steps_of(traj)) == read_genai_chat(genai)
+
+
+def test_flattened_openllmetry_messages_and_repeated_history(tmp_path):
+    """The older flattened ``gen_ai.prompt.N.*`` convention (hand-made spans): the second model call repeats the
+    first one's messages, which are read once; the tool result comes from the prompt's tool message."""
+    first = {"gen_ai.system": "openai", "gen_ai.prompt.0.role": "system", "gen_ai.prompt.0.content": "Be brief.",
+             "gen_ai.prompt.1.role": "user", "gen_ai.prompt.1.content": "2+2?",
+             "gen_ai.completion.0.role": "assistant", "gen_ai.completion.0.content": "I'll compute it.",
+             "gen_ai.completion.0.tool_calls.0.id": "c1", "gen_ai.completion.0.tool_calls.0.name": "calc",
+             "gen_ai.completion.0.tool_calls.0.arguments": '{"expr": "2+2"}'}
+    second = {k: v for k, v in first.items() if k.startswith("gen_ai.prompt") or k == "gen_ai.system"}
+    second |= {"gen_ai.prompt.2.role": "assistant", "gen_ai.prompt.2.content": "I'll compute it.",
+               "gen_ai.prompt.2.tool_calls.0.id": "c1", "gen_ai.prompt.2.tool_calls.0.name": "calc",
+               "gen_ai.prompt.2.tool_calls.0.arguments": '{"expr": "2+2"}',
+               "gen_ai.prompt.3.role": "tool", "gen_ai.prompt.3.content": "4", "gen_ai.prompt.3.tool_call_id": "c1",
+               "gen_ai.completion.0.role": "assistant", "gen_ai.completion.0.content": "4."}
+    doc = otlp([("t", "2", "openai.chat", 20, second), ("t", "1", "openai.chat", 10, first)])  # out of order
+    _, (traj,) = imported(tmp_path, "trace.json", json.dumps(doc))
+    assert traj["system_prompt"] == "Be brief." and traj["task"] == "2+2?"
+    assert steps_of(traj) == [("I'll compute it.", {"tool": "calc", "arguments": {"expr": "2+2"}}, "4"),
+                              ("", {"text": "4."}, None)]
+
+
+def test_span_events_with_bedrock_content_as_strands_writes_them(tmp_path):
+    """The event convention (``gen_ai.user.message``, ``gen_ai.choice``) with Bedrock Converse content, the
+    shape Strands agents write (hand-made after AWS's published example span)."""
+    call = {"toolUse": {"toolUseId": "tu1", "name": "web_search", "input": {"query": "Beijing temples"}}}
+    span = {"name": "chat", "context": {"trace_id": "0x68", "span_id": "0x4f"}, "parent_id": "0xbc",
+            "start_time": "2025-07-29T09:09:33.427326Z", "status": {"status_code": "OK"},
+            "attributes": {"gen_ai.system": "strands-agents", "gen_ai.operation.name": "chat"},
+            "events": [{"name": "gen_ai.user.message",
+                        "attributes": {"content": json.dumps([{"text": "Find temples in Beijing."}])}},
+                       {"name": "gen_ai.choice", "attributes": {
+                           "finish_reason": "tool_use",
+                           "message": json.dumps([{"text": "I'll search."}, call])}}]}
+    tool = {"name": "execute_tool web_search", "context": {"trace_id": "0x68", "span_id": "0x50"},
+            "parent_id": "0xbc", "start_time": "2025-07-29T09:09:35Z", "status": {"status_code": "OK"},
+            "attributes": {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "web_search",
+                           "gen_ai.tool.call.id": "tu1", "gen_ai.tool.call.result": "Temple of Heaven"}}
+    text = "\n".join(json.dumps(s) for s in (span, tool)) + "\n"
+    report, (traj,) = imported(tmp_path, "strands.jsonl", text)
+    assert traj["task"] == "Find temples in Beijing."
+    assert steps_of(traj) == [("I'll search.", {"tool": "web_search", "arguments": {"query": "Beijing temples"}},
+                               "Temple of Heaven")]
+    assert report.dropped["span events gen_ai.choice"] == 0  # read, not dropped
+    assert report.dropped["span event attributes.finish_reason (gen_ai.choice)"] == 1
+
+
+# ---- runs, drops and errors
+
+
+def test_each_trace_of_a_file_is_one_run(tmp_path):
+    chat = attrs("otel_genai_client_span_tool_calls")
+    doc = otlp([("t1", "a", "chat", 10, chat), ("t2", "b", "chat", 20, chat)])
+    report, trajs = imported(tmp_path, "two.json", json.dumps(doc))
+    assert [t["task_id"] for t in trajs] == ["t1", "t2"] and report.converted == 2
+
+
+def test_an_unknown_attribute_holding_text_is_reported_and_refused_under_strict(tmp_path):
+    chat = {**attrs("otel_genai_client_span_tool_calls"), "my.prompt_note": "the planner's hidden note"}
+    doc = json.dumps(otlp([("t1", "a", "chat", 10, chat)]))
+    report, _ = imported(tmp_path, "trace.json", doc, strict=False)
+    assert report.dropped["llm span attributes.my.prompt_note (unknown)"] == 1 and report.written
+    report, _ = imported(tmp_path, "trace.json", doc, strict=True)
+    assert not report.written and "llm span attributes.my.prompt_note" in report.problems[0]
+
+
+def test_a_bad_span_names_its_file_line_and_field(tmp_path):
+    good = {"name": "chat", "context": {"trace_id": "1", "span_id": "a"}, "attributes": {}}
+    bad = {"name": "chat", "context": {"trace_id": "1", "span_id": "b"},
+           "attributes": {"gen_ai.input.messages": "[{not json"}}
+    report, _ = imported(tmp_path, "s.jsonl", json.dumps(good) + "\n" + json.dumps(bad) + "\n", strict=False)
+    (problem,) = report.problems
+    assert problem.startswith(f"{tmp_path / 's.jsonl'}:2: chat.attributes.gen_ai.input.messages: invalid JSON")
+
+
+def test_span_files_are_claimed_whole_and_other_json_lines_are_not(tmp_path):
+    chat = attrs("otel_genai_client_span_tool_calls")
+    lines = [json.dumps(otlp([("t1", "a", "chat", 10, chat)])), json.dumps(otlp([("t1", "b", "x", 5, {})]))]
+    report, (traj,) = imported(tmp_path, "collector.jsonl", "\n".join(lines) + "\n")  # the file exporter's lines
+    assert report.formats == {"otel": 1} and report.dropped["x spans"] == 0 and report.dropped["other spans"] == 1
+    chat_line = json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})
+    report, _ = imported(tmp_path, "chats.jsonl", chat_line + "\n", strict=False)
+    assert "otel" not in report.formats
