@@ -137,7 +137,7 @@ def test_openinference_attributes_read_as_the_same_chat(tmp_path):
     """Arize publishes its OpenInference span as the conversion of the GenAI one: both read to the same steps
     (here in the SDK's span JSON, one span per line)."""
     oi, genai = attrs("openinference_client_span_tool_calls"), attrs("otel_genai_client_span_tool_calls")
-    line = {"name": "ChatCompletion", "context": {"trace_id": "0x5b8a", "span_id": "0x01"}, "parent_id": None,
+    line: dict[str, Any] = {"name": "ChatCompletion", "context": {"trace_id": "0x5b8a", "span_id": "0x01"}, "parent_id": None,
             "start_time": "2025-10-14T09:00:00Z", "status": {"status_code": "OK"}, "attributes": oi, "events": []}
     report, (traj,) = imported(tmp_path, "spans.jsonl", json.dumps(line) + "\n")
     task, expected = read_genai_chat(genai)

@@ -35,7 +35,7 @@ What is mapped (``data/README.md`` lists it with what is dropped):
   ``user`` messages the task, ``reasoning``/``thinking`` parts the reasoning;
 * a tool span (``openinference.span.kind: TOOL``, ``gen_ai.operation.name:
   execute_tool``): the result of the open call with its id
-  (``gen_ai.tool.call.id``, ``tool_call.id``), else of the first open call of
+  (``gen_ai.tool.call.id``, OpenInference's ``tool_call.id``), else of the first open call of
   its tool, else a step of its own; arguments from
   ``gen_ai.tool.call.arguments`` or ``input.value``, the result from
   ``gen_ai.tool.call.result`` or ``output.value``; an ``ERROR`` status marks
@@ -80,6 +80,7 @@ KNOWN = ("gen_ai.usage.", "llm.token_count.", "gen_ai.request.", "gen_ai.respons
          "output.mime_type", "input.value", "output.value", "input", "output", "gen_ai.conversation.id",
          "session.id", "user.id", "gen_ai.agent.", "gen_ai.tool.type", "llm.is_streaming", "llm.headers",
          "llm.request.type", "metadata", "tag.tags", "gen_ai.output.type")
+CALL_ID_KEYS = ("gen_ai.tool.call.id", "tool_call.id", "tool.call_id", "tool.call.id")  # a tool span's call id
 INDEX = re.compile(r"\.\d+(?=\.|$)")
 
 
@@ -575,10 +576,10 @@ def _tool_span(span: Span, t: _Trace, ctx: RunContext) -> None:
     """A tool execution: the result of the open call it answers, or a step of its own."""
     a = span.attributes
     name = next((a[k] for k in ("gen_ai.tool.name", "tool.name") if isinstance(a.get(k), str)), span.name)
-    call_id = next((a[k] for k in ("gen_ai.tool.call.id", "tool_call.id") if isinstance(a.get(k), str)), None)
+    call_id = next((a[k] for k in CALL_ID_KEYS if isinstance(a.get(k), str)), None)
     args_key = next((k for k in ("gen_ai.tool.call.arguments", "input.value", "input") if a.get(k) is not None), None)
     result_key = next((k for k in ("gen_ai.tool.call.result", "output.value", "output") if a.get(k) is not None), None)
-    span.used |= {"gen_ai.tool.name", "tool.name", "gen_ai.tool.call.id", "tool_call.id"}
+    span.used |= {"gen_ai.tool.name", "tool.name", *CALL_ID_KEYS}
     if args_key:
         span.used.add(args_key)
     if result_key:
