@@ -28,6 +28,7 @@ from ._support import REAL
 pytestmark = pytest.mark.unit
 
 FIXTURES = REAL / "otel" / "arize-openinference-genai"
+MAF = REAL / "otel" / "microsoft-agent-framework" / "traces.jsonl"  # a real console-exporter file (SOURCES.md)
 
 
 def attrs(name: str) -> dict[str, Any]:
@@ -113,7 +114,8 @@ def test_an_otlp_json_trace_of_genai_spans_equals_an_independent_reading(tmp_pat
     assert steps_of(traj) == expected + [read_tool_span(tool)]
     assert [t["name"] for t in traj["tools"]] == [tool["gen_ai.tool.name"]]  # declared by the tool span
     assert traj["tools"][0]["description"] == tool["gen_ai.tool.description"]
-    assert traj["metadata"]["models"] == [chat["gen_ai.response.model"]] and traj["metadata"]["service"] == "weather-agent"
+    assert traj["metadata"]["models"] == [chat["gen_ai.response.model"]]
+    assert traj["metadata"]["service"] == "weather-agent"
     assert report.dropped["llm span attributes.gen_ai.usage.input_tokens"] == 1  # counted, by name
     assert not any("(unknown)" in k for k in report.dropped)
     assert not validate_file(tmp_path / "out.jsonl", strict=True).problems
@@ -137,7 +139,8 @@ def test_openinference_attributes_read_as_the_same_chat(tmp_path):
     """Arize publishes its OpenInference span as the conversion of the GenAI one: both read to the same steps
     (here in the SDK's span JSON, one span per line)."""
     oi, genai = attrs("openinference_client_span_tool_calls"), attrs("otel_genai_client_span_tool_calls")
-    line: dict[str, Any] = {"name": "ChatCompletion", "context": {"trace_id": "0x5b8a", "span_id": "0x01"}, "parent_id": None,
+    line: dict[str, Any] = {"name": "ChatCompletion", "context": {"trace_id": "0x5b8a", "span_id": "0x01"},
+                            "parent_id": None,
             "start_time": "2025-10-14T09:00:00Z", "status": {"status_code": "OK"}, "attributes": oi, "events": []}
     report, (traj,) = imported(tmp_path, "spans.jsonl", json.dumps(line) + "\n")
     task, expected = read_genai_chat(genai)
@@ -236,3 +239,42 @@ def test_span_files_are_claimed_whole_and_other_json_lines_are_not(tmp_path):
     chat_line = json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})
     report, _ = imported(tmp_path, "chats.jsonl", chat_line + "\n", strict=False)
     assert "otel" not in report.formats
+
+
+# ---- a real exported file: Microsoft Agent Framework, console exporter, message content not recorded
+
+
+def independent_spans(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """``(line, span)`` of a file of indented JSON values one after another, read here with raw_decode."""
+    text, decoder, pos = path.read_text(encoding="utf-8"), json.JSONDecoder(), 0
+    out: list[tuple[int, dict[str, Any]]] = []
+    while True:
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        if pos == len(text):
+            return out
+        line = text.count("\n", 0, pos) + 1
+        value, pos = decoder.raw_decode(text, pos)
+        out.append((line, value))
+
+
+def test_a_real_trace_without_message_content_is_refused_with_the_reason(tmp_path):
+    """The framework's console exporter prints each span when it starts and again when it ends, as indented
+    JSON; its chat spans hold no prompt or completion (content capture off). Every trace is refused, naming
+    the trace's first line and why, and the repeated prints are counted."""
+    spans = independent_spans(MAF)
+    first_line: dict[str, int] = {}
+    for line, span in spans:
+        first_line.setdefault(span["context"]["trace_id"], line)
+    distinct = {(s["context"]["trace_id"], s["context"]["span_id"]) for _, s in spans}
+    out = tmp_path / "out.jsonl"
+    report = import_runs("auto", MAF, out)
+    assert not report.written and report.skipped == len(first_line) == 2
+    assert report.problems == [f"{MAF}:{line}: trace {trace}: no prompt or completion in any span "
+                               "(the instrumentation recorded no message content: turn on its content capture, "
+                               "e.g. OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT or the framework's "
+                               "sensitive-data option)" for trace, line in first_line.items()]
+    assert report.dropped["span records repeated (the last kept)"] == len(spans) - len(distinct)
+    agents = {s["context"]["span_id"] for _, s in spans
+              if s["attributes"].get("gen_ai.operation.name") == "invoke_agent"}
+    assert report.dropped["invoke_agent spans"] == len(agents) == 2

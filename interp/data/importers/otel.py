@@ -130,9 +130,14 @@ def convert_all(record: Any, ctx: RunContext) -> list[dict[str, Any] | RunProble
             raise RunProblem("(record)", "not OpenTelemetry spans: expected OTLP JSON (resourceSpans) or span "
                                          "objects with a trace id, span id, name and attributes")
         entries = [Entry(ctx.line, record)]
-    spans = [s for e in entries for s in _spans(e)]
+    latest: dict[tuple[str, str], Span] = {}
+    for span in (s for e in entries for s in _spans(e)):
+        if (span.trace_id, span.span_id) in latest:  # printed when started and when ended: the last is whole
+            ctx.drop("span records repeated (the last kept)")
+            span.line = latest[(span.trace_id, span.span_id)].line  # reported where the span first appears
+        latest[(span.trace_id, span.span_id)] = span
     traces: dict[str, list[Span]] = {}
-    for s in spans:
+    for s in latest.values():
         traces.setdefault(s.trace_id, []).append(s)
     runs: list[dict[str, Any] | RunProblem] = []
     for trace_id, members in traces.items():
@@ -488,6 +493,7 @@ class _Trace:
     last_input: list[Message] = field(default_factory=list)
     tools: dict[str, dict[str, Any]] = field(default_factory=dict)
     models: list[str] = field(default_factory=list)
+    content: bool = False  # whether any span held a message or a tool result
 
 
 def _trace(trace_id: str, spans: list[Span], ctx: RunContext) -> dict[str, Any]:
@@ -516,7 +522,11 @@ def _trace(trace_id: str, spans: list[Span], ctx: RunContext) -> dict[str, Any]:
     try:
         body = t.chat.trajectory("(trace)")
     except RunProblem as exc:
-        raise LineProblem(first.line, f"trace {trace_id}", exc.message) from None
+        message = exc.message if t.content else (
+            "no prompt or completion in any span (the instrumentation recorded no message content: turn on its "
+            "content capture, e.g. OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT or the framework's "
+            "sensitive-data option)")
+        raise LineProblem(min(s.line for s in spans), f"trace {trace_id}", message) from None
     root = next((s for s in spans if not s.parent_id), first)
     meta: dict[str, Any] = {"trace_id": trace_id, "root_span": root.name}
     if root.service:
@@ -532,6 +542,7 @@ def _model_call(span: Span, t: _Trace, ctx: RunContext) -> None:
     """One model call: the input messages the chat has not seen, then the output turn."""
     inputs = _messages(span, "input")
     outputs = _messages(span, "output")
+    t.content = t.content or bool(inputs or outputs)
     for part in span.dropped:
         ctx.drop(part)
     start = t.shown if _same_prefix(t.last_input, inputs, t.shown) else 0
@@ -585,6 +596,7 @@ def _tool_span(span: Span, t: _Trace, ctx: RunContext) -> None:
     if result_key:
         span.used.add(result_key)
     raw = a.get(result_key) if result_key else None
+    t.content = t.content or raw is not None
     result = raw if isinstance(raw, str) else "" if raw is None else json.dumps(raw, ensure_ascii=False)
     where = f"{span.name}.attributes"
     open_calls = [c for c in (t.chat.steps[-1].calls if t.chat.steps else []) if c.result is None]
