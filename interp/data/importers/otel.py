@@ -79,7 +79,7 @@ KNOWN = ("gen_ai.usage.", "llm.token_count.", "gen_ai.request.", "gen_ai.respons
          "gen_ai.provider.name", "gen_ai.operation.name", "openinference.span.kind", "input.mime_type",
          "output.mime_type", "input.value", "output.value", "input", "output", "gen_ai.conversation.id",
          "session.id", "user.id", "gen_ai.agent.", "gen_ai.tool.type", "llm.is_streaming", "llm.headers",
-         "llm.request.type", "metadata", "tag.tags", "gen_ai.output.type")
+         "llm.request.type", "metadata", "tag.tags", "gen_ai.output.type", "server.address", "server.port")
 CALL_ID_KEYS = ("gen_ai.tool.call.id", "tool_call.id", "tool.call_id", "tool.call.id")  # a tool span's call id
 INDEX = re.compile(r"\.\d+(?=\.|$)")
 
