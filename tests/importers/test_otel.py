@@ -264,17 +264,35 @@ def test_a_real_trace_without_message_content_is_refused_with_the_reason(tmp_pat
     the trace's first line and why, and the repeated prints are counted."""
     spans = independent_spans(MAF)
     first_line: dict[str, int] = {}
-    for line, span in spans:
+    for line, span in spans:  # its chat spans are siblings of invoke_agent, not under it: one run per trace
         first_line.setdefault(span["context"]["trace_id"], line)
     distinct = {(s["context"]["trace_id"], s["context"]["span_id"]) for _, s in spans}
     out = tmp_path / "out.jsonl"
     report = import_runs("auto", MAF, out)
     assert not report.written and report.skipped == len(first_line) == 2
-    assert report.problems == [f"{MAF}:{line}: trace {trace}: no prompt or completion in any span "
-                               "(the instrumentation recorded no message content: turn on its content capture, "
-                               "e.g. OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT or the framework's "
-                               "sensitive-data option)" for trace, line in first_line.items()]
+    assert sorted(report.problems) == sorted(
+        f"{MAF}:{line}: trace {run}: no prompt or completion in any span (the instrumentation recorded no message "
+        "content: turn on its content capture, e.g. OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT or the "
+        "framework's sensitive-data option)" for run, line in first_line.items())
     assert report.dropped["span records repeated (the last kept)"] == len(spans) - len(distinct)
     agents = {s["context"]["span_id"] for _, s in spans
               if s["attributes"].get("gen_ai.operation.name") == "invoke_agent"}
     assert report.dropped["invoke_agent spans"] == len(agents) == 2
+
+
+def test_each_agent_invocation_of_a_trace_is_a_run_of_its_own(tmp_path):
+    """Two ``invoke_agent`` spans in one trace (a workflow of two agents, as the Microsoft Agent Framework file
+    shapes it), each with its own chat: one run per invocation, each with the chat under it."""
+    chat = attrs("otel_genai_client_span_tool_calls")
+    agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "weather"}
+    lines = [{"name": n, "context": {"trace_id": "0x7", "span_id": sid}, "parent_id": parent,
+              "start_time": f"2026-03-01T20:47:1{k}Z", "attributes": a}
+             for k, (n, sid, parent, a) in enumerate([("invoke_agent A", "0xa", None, agent),
+                                                      ("chat", "0xa1", "0xa", chat),
+                                                      ("invoke_agent B", "0xb", None, agent),
+                                                      ("chat", "0xb1", "0xb", chat)])]
+    report, trajs = imported(tmp_path, "two_agents.jsonl", "".join(json.dumps(x) + "\n" for x in lines))
+    task, expected = read_genai_chat(chat)
+    assert [t["task_id"] for t in trajs] == ["0x7/0xa", "0x7/0xb"]
+    assert all((t["task"], steps_of(t)) == (task, expected) for t in trajs)  # neither chat read into the other
+    assert report.dropped["invoke_agent spans"] == 2

@@ -15,7 +15,11 @@ shapes exporters write:
 * flat span lines ``{traceId, spanId, parentSpanId, name, attributes: {...}}``
   (file exporters of agent CLIs).
 
-Spans are grouped by trace id, each trace one run, ordered by start time.
+Spans are grouped by trace id, each trace one run (a trace with several agent
+invocations, ``invoke_agent`` or OpenInference ``AGENT`` spans, is one run per
+invocation with model calls or tools under it: the spans under it, task id
+``TRACE/SPAN``; the workflow spans around them are counted), ordered by start
+time.
 What is mapped (``data/README.md`` lists it with what is dropped):
 
 * a model-call span (OpenInference ``openinference.span.kind: LLM``; OTel
@@ -136,17 +140,40 @@ def convert_all(record: Any, ctx: RunContext) -> list[dict[str, Any] | RunProble
             ctx.drop("span records repeated (the last kept)")
             span.line = latest[(span.trace_id, span.span_id)].line  # reported where the span first appears
         latest[(span.trace_id, span.span_id)] = span
-    traces: dict[str, list[Span]] = {}
+    groups: dict[tuple[str, str], list[Span]] = {}
     for s in latest.values():
-        traces.setdefault(s.trace_id, []).append(s)
+        groups.setdefault((s.trace_id, _agent_of(s, latest)), []).append(s)
+    for trace_id, agent in list(groups):  # an agent span with no model call or tool under it is structure
+        if agent and all(_kind(m) not in ("llm", "tool") for m in groups[(trace_id, agent)]):
+            groups.setdefault((trace_id, ""), []).extend(groups.pop((trace_id, agent)))
     runs: list[dict[str, Any] | RunProblem] = []
-    for trace_id, members in traces.items():
+    for (trace_id, agent), members in groups.items():
         members.sort(key=lambda s: (s.start, s.line))
+        agents = {a for t, a in groups if t == trace_id}
+        if not agent and len(agents) > 1 and all(_kind(m) not in ("llm", "tool") for m in members):
+            for m in members:  # the workflow around the agents: structure, counted
+                ctx.drop(f"{_kind(m)} spans")
+                _count_unused(m, _kind(m), ctx)
+            continue
+        run_id = f"{trace_id}/{agent}" if agent and len(agents) > 1 else trace_id
         try:
-            runs.append(_trace(trace_id, members, ctx))
+            runs.append(_trace(run_id, members, ctx))
         except LineProblem as exc:
             runs.append(exc)
     return runs
+
+
+def _agent_of(span: Span, spans: Mapping[tuple[str, str], Span]) -> str:
+    """The span id of the nearest agent invocation at or above ``span`` (``""`` when none): a trace with several
+    agent invocations is one run per invocation, each agent's model calls one conversation."""
+    seen: set[str] = set()
+    node: Span | None = span
+    while node is not None and node.span_id not in seen:
+        seen.add(node.span_id)
+        if _kind(node) in ("agent", "invoke_agent"):
+            return node.span_id
+        node = spans.get((node.trace_id, node.parent_id))
+    return ""
 
 
 # --- reading spans -------------------------------------------------------------------------------------------
@@ -545,10 +572,9 @@ def _model_call(span: Span, t: _Trace, ctx: RunContext) -> None:
     t.content = t.content or bool(inputs or outputs)
     for part in span.dropped:
         ctx.drop(part)
-    start = t.shown if _same_prefix(t.last_input, inputs, t.shown) else 0
-    if start == 0 and t.chat.steps:
-        ctx.drop("model calls whose input does not extend the earlier chat (read from its first new message)")
-        start = min(len(inputs), t.shown)
+    start = _common_prefix(t.last_input, inputs)
+    if start < t.shown:
+        ctx.drop("model calls whose input rewrites the earlier chat (read from the first message that differs)")
     for i, msg in enumerate(inputs[start:], start=start):
         _feed(msg, t, span, f"{span.name}.input[{i}]")
     for i, msg in enumerate(outputs):
@@ -557,8 +583,12 @@ def _model_call(span: Span, t: _Trace, ctx: RunContext) -> None:
     t.shown = len(t.last_input)
 
 
-def _same_prefix(before: list[Message], now: list[Message], n: int) -> bool:
-    return n <= len(now) and all(b.role == a.role and b.text == a.text for b, a in zip(before[:n], now[:n]))
+def _common_prefix(before: list[Message], now: list[Message]) -> int:
+    """How many leading messages of ``now`` the chat already holds (same role and text as ``before``)."""
+    n = 0
+    while n < min(len(before), len(now)) and (before[n].role, before[n].text) == (now[n].role, now[n].text):
+        n += 1
+    return n
 
 
 def _feed(msg: Message, t: _Trace, span: Span, where: str) -> None:
