@@ -29,6 +29,7 @@ CODEX = REAL / "codex"
 CC_INIT = CC / "d-kimuson_1af7fc5e-8455-4414-9ccd-011d40f70b2a.jsonl"  # 1.0.98: parallel calls over entries
 CC_TASKS = CC / "d-kimuson_5c0375b4-57a5-4f26-b12d-d022ee4e51b7.jsonl"  # 1.0.108: Task subagents as sidechains
 CC_NEW = CC / "kvsankar_06090cb1-3e64-433a-bc7e-a621c0f596d2.jsonl"  # 2.1.152
+CC_THINK = CC / "yoavf_claude-code-pomodoro-timer.jsonl"  # 2.0.24, extended thinking on
 CX_CALLS = CODEX / "acidicsoil_rollout-2025-11-17T15-30-28-019a93b9-f380-7600-98ff-940e6b99603c.jsonl"  # 0.58.0
 CX_NEW = CODEX / "kvsankar_rollout-019e9625-802f-7e91-840a-cfe88d14117a.jsonl"  # 0.135.0
 CX_NO_TURN = CODEX / "simonw_rollout-019b64e5-57fa-7463-b644-fba7e456f905.jsonl"  # 0.77.0, cut before the answer
@@ -128,6 +129,16 @@ def test_claude_code_sessions_equal_the_raw_files(path, tmp_path):
     with_result_copy = sum(1 for d in lines if d.get("type") == "user" and "toolUseResult" in d)
     assert report.dropped["user.toolUseResult"] == with_result_copy  # the structured copy, counted per entry
     assert report.dropped["assistant.message.usage"] == sum(1 for d in lines if d.get("type") == "assistant")
+
+
+def test_claude_code_thinking_blocks_of_a_real_session_are_the_reasoning(tmp_path):
+    lines = raw(CC_THINK)
+    thinking = [b["thinking"] for d in lines if d.get("type") == "assistant" for b in d["message"]["content"]
+                if b.get("type") == "thinking"]
+    report, (traj,) = imported("auto", CC_THINK, tmp_path)
+    assert len(thinking) == 31
+    assert all(any(t in s.reasoning for s in traj.steps) for t in thinking)
+    assert report.dropped["assistant.message.content[].signature"] == len(thinking)  # counted, never text
 
 
 def test_claude_code_one_message_over_several_entries_is_one_step_with_parallel_calls(tmp_path):
@@ -414,6 +425,52 @@ def test_openhands_calls_of_one_response_are_one_step_and_plain_actions_are_call
 # ---- Gemini CLI ---------------------------------------------------------------------------------------------------
 
 GEMINI = REAL / "gemini" / "kvsankar_session-dcbe78d3.json"
+
+
+def gemini_reference(doc: dict) -> tuple[str, list[tuple]]:
+    """(task, [(reasoning, action, observation)]) of a recording, read from Gemini CLI's message types."""
+    def text(content) -> str:
+        if isinstance(content, str):
+            return content
+        return "\n".join(p["text"] for p in content or [] if "text" in p)
+
+    def output(call) -> str:
+        parts = []
+        for part in call.get("result") or []:
+            body = part["functionResponse"]["response"]
+            parts.append(body["output"] if isinstance(body.get("output"), str) else
+                         body["error"] if isinstance(body.get("error"), str) else json.dumps(body, ensure_ascii=False))
+        return "\n".join(parts)
+
+    msgs = [m for m in doc["messages"] if m["type"] in ("user", "gemini")]
+    first = next(i for i, m in enumerate(msgs) if m["type"] == "gemini")
+    task = "\n\n".join(text(m["content"]) for m in msgs[:first] if text(m["content"]).strip())
+    steps: list[tuple] = []
+    for i, m in enumerate(msgs[first:], start=first):
+        if m["type"] == "user":
+            continue
+        thoughts = "\n\n".join("\n".join(p for p in (t.get("subject", ""), t.get("description", "")) if p)
+                                for t in m.get("thoughts") or [])
+        calls = m.get("toolCalls") or []
+        if calls:
+            obs = [output(c) for c in calls]
+            steps.append((thoughts or text(m["content"]), [(c["name"], c["args"]) for c in calls],
+                          obs[0] if len(obs) == 1 else obs))
+        else:
+            nxt = msgs[i + 1] if i + 1 < len(msgs) else None
+            steps.append((thoughts, text(m["content"]), text(nxt["content"]) if nxt and nxt["type"] == "user" else None))
+    return task, steps
+
+
+@pytest.mark.parametrize("path", sorted((REAL / "gemini").glob("*.json")), ids=lambda p: p.stem)
+def test_gemini_recordings_equal_an_independent_reading(path, tmp_path):
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    report, (traj,) = imported("auto", path, tmp_path)
+    assert report.formats == {"gemini": 1} and traj.task_id == doc["sessionId"]
+    assert (traj.task, actual(traj)) == gemini_reference(doc)
+    assert not [d for d in report.dropped if "(unknown)" in d]  # every field of the real files is documented
+    for kind in ("info", "error", "warning"):
+        assert report.dropped[f"{kind} messages"] == sum(m["type"] == kind for m in doc["messages"])
 
 
 def test_gemini_recording_equals_the_raw_file(tmp_path):

@@ -7,11 +7,12 @@
 * ``.eval`` (Inspect AI's binary log): one record naming the file, which the
   ``inspect`` importer reads with ``inspect_ai``'s own reader;
 * ``.jsonl``/``.ndjson``: one run per line, streamed line by line (a huge file
-  is never held whole);
+  is never held whole); a file whose first line is a lone ``{`` holds indented
+  JSON values one after another (OpenTelemetry's console exporter), read whole;
 * ``.json``/``.traj``: one JSON value: an array of runs (each item with the line
   it starts on), or one run (an object, or an array of chat messages);
 * another suffix: JSON Lines when its first non-blank line is a JSON value on
-  its own, else one JSON value.
+  its own, else one JSON value (or several, one after another).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def read_records(path: Path) -> Iterator[Record]:
     elif path.suffix == EVAL_SUFFIX:
         yield Record(path, 1, {EVAL_FILE: str(path)}, single=True)
     elif path.suffix in LINE_SUFFIXES or (path.suffix not in WHOLE_SUFFIXES and _first_line_is_json(path)):
-        yield from _lines(path)
+        yield from _sequence(path) if _opens_an_object(path) else _lines(path)
     else:
         yield from _whole(path)
 
@@ -88,6 +89,36 @@ def _first_line_is_json(path: Path) -> bool:
     return True
 
 
+def _opens_an_object(path: Path) -> bool:
+    """Whether the first non-blank line is a lone ``{``: pretty-printed JSON values one after another."""
+    with path.open("rb") as fh:
+        return next((raw.strip() == b"{" for raw in fh if raw.strip()), False)
+
+
+def _sequence(path: Path) -> Iterator[Record]:
+    """Each of the JSON values written one after another in ``path`` (OpenTelemetry's console exporter prints
+    each span as indented JSON), with the line it starts on; read whole."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        yield Record(path, 1, problem=("(file)", f"not UTF-8 (byte {exc.start + 1})"))
+        return
+    decoder, pos, line, counted = json.JSONDecoder(), 0, 1, 0
+    while True:
+        while pos < len(text) and text[pos] in " \t\r\n":
+            pos += 1
+        if pos >= len(text):
+            return
+        line += text.count("\n", counted, pos)
+        counted = pos
+        try:
+            value, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            yield Record(path, exc.lineno, problem=("(file)", f"invalid JSON: {exc.msg} at column {exc.colno}"))
+            return
+        yield Record(path, line, value)
+
+
 def _lines(path: Path) -> Iterator[Record]:
     for entry in read_lines(path):
         if entry.problem:
@@ -105,6 +136,9 @@ def _whole(path: Path) -> Iterator[Record]:
         yield Record(path, 1, problem=("(file)", f"not UTF-8 (byte {exc.start + 1})"))
         return
     except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data":  # several JSON values one after another (OpenTelemetry's console exporter)
+            yield from _sequence(path)
+            return
         yield Record(path, exc.lineno, problem=("(file)", f"invalid JSON: {exc.msg} at column {exc.colno}"))
         return
     except RecursionError:

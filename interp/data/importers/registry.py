@@ -25,12 +25,14 @@ format          input                                   importer
 ``codex``       Codex CLI rollouts (``rollout-*.jsonl``)  :mod:`.codex`
 ``openhands``   OpenHands saved event streams (``.json``)  :mod:`.openhands`
 ``gemini``      Gemini CLI chat recordings (``.json``)  :mod:`.gemini`
+``otel``        OpenTelemetry GenAI / OpenInference     :mod:`.otel`
+                spans (OTLP JSON, span JSON Lines)
 ``map``         anything, via ``--map`` or ``--hook``   :mod:`.mapping`
-``auto``        sniffed per run: claude-code, codex, openhands, gemini, swe-agent, atif, tau2, inspect, anthropic, openai
+``auto``        sniffed per run: claude-code, codex, openhands, gemini, otel, swe-agent, atif, tau2, inspect, anthropic, openai
                 (in that order)
 ==============  ======================================  =============================
 
-A session format (claude-code, codex, openhands) claims a JSON Lines file or
+A session format (claude-code, codex, openhands, otel) claims a JSON Lines file or
 a JSON array by its first record and reads the file whole, as one run
 (:mod:`.session`).
 """
@@ -48,16 +50,17 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from interp.data.importers import (
-    anthropic, atif, claude_code, codex, gemini, inspect_log, mapping, openai, openhands, session, swe_agent, tau2,
+    anthropic, atif, claude_code, codex, gemini, inspect_log, mapping, openai, openhands, otel, session, swe_agent,
+    tau2,
 )
 from interp.data.importers.common import RunContext, RunProblem
 from interp.data.importers.reader import read_records, unread_files
 from interp.io import atomic_path
 
 IMPORTERS = {m.FORMAT: m for m in (openai, anthropic, swe_agent, tau2, atif, inspect_log, claude_code, codex,
-                                   openhands, gemini)}
-SNIFF_ORDER = (claude_code, codex, openhands, gemini, swe_agent, atif, tau2, inspect_log, anthropic, openai)
-SESSION_FORMATS = (claude_code, codex, openhands)  # read whole: one run per file (interp.data.importers.session)
+                                   openhands, gemini, otel)}
+SNIFF_ORDER = (claude_code, codex, openhands, gemini, otel, swe_agent, atif, tau2, inspect_log, anthropic, openai)
+SESSION_FORMATS = (claude_code, codex, openhands, otel)  # read whole: one run per file (interp.data.importers.session)
 FORMATS = (*IMPORTERS, mapping.FORMAT, "auto")
 NOT_READ_SHOWN = 5  # unread files named in the summary (the report holds all)
 
