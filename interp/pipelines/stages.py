@@ -443,9 +443,8 @@ def drsr(sensor: Sensor, trajs: list[Trajectory], out: Path, config: DrsrConfig 
 
     ``shard=(I, N)`` computes shard I's boundaries (by tokens) and writes no summary (merge, then re-run)."""
     from interp.extraction.batch import render_tokens
-    from interp.sensor.limits import DEFAULT_MAX_TOKENS
     from patching.config import DrsrConfig
-    from patching.drsr import boundary_record, summarize_drsr
+    from patching.drsr import boundary_record, parts_folder, summarize_drsr
 
     config = config or DrsrConfig()
     kinds, max_k, budget, seed = config.units, config.max_k, config.budget, config.seed
@@ -463,8 +462,7 @@ def drsr(sensor: Sensor, trajs: list[Trajectory], out: Path, config: DrsrConfig 
         task_id, _, b = key.rpartition("@")
         return render_tokens(by_id[task_id], int(b), sensor.tokenizer)
 
-    cache = out / "parts" / (f"drsr.{'+'.join(kinds)}.k{max_k}.n{budget}.s{seed}.p{dim}"
-                             + (f".t{limit}" if limit != DEFAULT_MAX_TOKENS else ""))
+    cache = out / "parts" / parts_folder(config)
     with writer_lock(out, command="drsr"):
         parts = _units(sensor, trajs, keys, compute, cache, "drsr", shard,
                        {k: cost(k) for k in keys} if shard[1] > 1 else None, executor, load)
@@ -482,7 +480,7 @@ def harm_from_parts(drsr_dir: Path, out: Path, model: dict[str, Any] | None = No
     forward: the demo's set-level harm and DRSR appendix share one set of harm forwards. ``margin`` None:
     ``HarmConfig``'s."""
     from patching.config import HarmConfig
-    from patching.gate_eval import drsr_records
+    from patching.drsr import drsr_records
     from patching.harm import harm_record, summarize_harm
 
     records, doc = drsr_records(drsr_dir)  # the boundaries of drsr.json, from the parts folder it names
@@ -500,7 +498,8 @@ def gate_train(drsr_dir: Path, out: Path, config: GateConfig | None = None, part
     under ``config`` (``patching.config.GateConfig``: seed, ensemble size); writes the scorer file
     ``gate_scorer.json`` (``patching.gate``); no model is run."""
     from patching.config import GateConfig
-    from patching.gate_eval import drsr_records, train
+    from patching.drsr import drsr_records
+    from patching.gate_eval import train
 
     config = config or GateConfig()
     records, doc = drsr_records(drsr_dir, parts)
@@ -518,7 +517,8 @@ def gate_eval(drsr_dir: Path, scorer: Path, out: Path, config: GateConfig | None
     ``config.n_boot`` task-bootstrap resamples (the seed is the scorer's own)."""
     from patching.config import GateConfig
     from patching.gate import GateModel
-    from patching.gate_eval import drsr_records, evaluate
+    from patching.drsr import drsr_records
+    from patching.gate_eval import evaluate
 
     config = config or GateConfig()
     gate_model = GateModel.load(scorer)  # before reading the records: a bad scorer file is named first
