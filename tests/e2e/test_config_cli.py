@@ -183,3 +183,31 @@ def test_every_config_field_is_an_option_whose_default_is_the_configs(path, cls)
         assert got == want, f"{path} {name}: default {got!r}, config {want!r}"
         written = re.search(r"default:?\s*[-\d.]+", params[name].help or "")  # "(default: all)" says what None is
         assert written is None, f"{path} {name}: a default written in its help: {written}"
+
+
+EXECUTOR_COMMANDS = {"extract": ["extract", "--store", "OUT"], "patch": ["patch", "--out", "OUT"],
+                     "harm": ["harm", "--out", "OUT"], "drsr": ["drsr", "--out", "OUT"]}
+
+
+@pytest.mark.parametrize("command", list(EXECUTOR_COMMANDS))
+@pytest.mark.parametrize("option, field, value, message", [
+    ("--workers", "workers", 0, "--workers: expected an integer >= 1, got 0"),
+    ("--num-gpus", "num_gpus", -1.0, "--num-gpus: expected a number >= 0, got -1.0"),
+    ("--memory-gb", "memory_gb", float("nan"), "--memory-gb: expected a number >= 0, got nan"),
+    ("--executor", "kind", "slurm", "--executor: use local or ray, got 'slurm'"),
+])
+def test_the_executor_group_is_one_checked_settings_object(capsys, monkeypatch, tmp_path, command, option, field,
+                                                           value, message):
+    """The executor options, declared once, reach every command that takes them as one ExecutorSettings: the same
+    range check (the settings' own) refuses a bad value before anything is read or written."""
+    from interp.pipelines.executors import ExecutorSettings
+
+    with pytest.raises(ValueError) as python:
+        ExecutorSettings(**{field: value})
+    assert f"{option}{str(python.value).removeprefix(field)}" == message
+    args = [a.replace("OUT", str(tmp_path / "out")) for a in EXECUTOR_COMMANDS[command]]
+    assert _cli_error(capsys, monkeypatch, [*args, "--trajectories", str(DEMO), option, str(value)]) == message
+    assert not (tmp_path / "out").exists()
+    defaults = {p.name: p.default for p in _command(command).params}
+    assert ExecutorSettings(defaults["executor"], defaults["address"], defaults["workers"], defaults["num_gpus"],
+                            defaults["memory_gb"]) == ExecutorSettings()
