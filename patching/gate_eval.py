@@ -48,12 +48,10 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from interp.io import read_json, safe_stem
 from interp.schema import Field, schema_dict
 from interp.stats import percentile_ci, task_resamples
 from patching.gate import (BETA_GRID, GATE_KINDS, K_GRID, MAX_MEAN_HARM, MAX_REMOVAL, MAX_UNSAFE_RATE,

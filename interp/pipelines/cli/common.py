@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import fields as dataclass_fields
 from dataclasses import is_dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar
+from typing import TYPE_CHECKING, Annotated, Optional, TypeVar
 
 import typer
 from rich.console import Console
@@ -73,7 +73,7 @@ def option_name(field: str, options: Mapping[str, str] | None = None) -> str:
     return (options or {}).get(field) or f"--{field.replace('_', '-')}"
 
 
-def build(cls: Callable[..., T], options: Mapping[str, str] | None = None, **kwargs: Any) -> T:
+def build(cls: Callable[..., T], options: Mapping[str, str] | None = None, **kwargs: object) -> T:
     """``cls(**kwargs)``; a ValueError names the option of the first field its message mentions (``--n-boot``)."""
     try:
         return cls(**kwargs)
@@ -86,7 +86,7 @@ def build(cls: Callable[..., T], options: Mapping[str, str] | None = None, **kwa
         raise ValueError(f"{option_name(field, options)}: {msg.removeprefix(f'{field}: ')}") from None
 
 
-def checked(call: Callable[..., T], *args: Any, options: Mapping[str, str] | None = None, **kwargs: Any) -> T:
+def checked(call: Callable[..., T], *args: object, options: Mapping[str, str] | None = None, **kwargs: object) -> T:
     """``call(*args, **kwargs)`` (a stage, a config's check); a ValueError whose message starts with a field of a
     config among the arguments (``task_ids: ...``, ``relation_layer 9: ...``) names its option instead (the same
     message the config's own check gives through :func:`build`)."""
@@ -175,7 +175,7 @@ def executor_options(command: Callable[..., None]) -> Callable[..., None]:
     own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "executor"]
 
     @functools.wraps(command)
-    def run(*args: Any, **kwargs: Any) -> None:
+    def run(*args: object, **kwargs: object) -> None:
         values = {n: kwargs.pop(n) for n in names}
         settings = build(ExecutorSettings, {"kind": "--executor"}, kind=values.pop("executor"), **values)
         command(*args, **kwargs, executor=settings)
