@@ -211,3 +211,13 @@ def test_the_executor_group_is_one_checked_settings_object(capsys, monkeypatch, 
     defaults = {p.name: p.default for p in _command(command).params}
     assert ExecutorSettings(defaults["executor"], defaults["address"], defaults["workers"], defaults["num_gpus"],
                             defaults["memory_gb"]) == ExecutorSettings()
+
+
+def test_executor_settings_make_the_executor_they_describe():
+    """local: none (the loaded sensor runs the units); ray: the actors' resources as given, memory in bytes."""
+    from interp.pipelines.executors import ExecutorSettings, RayExecutor
+
+    assert ExecutorSettings().make() is None
+    ray = ExecutorSettings("ray", address="auto", workers=3, num_gpus=0.5, memory_gb=1.5).make()
+    assert isinstance(ray, RayExecutor)
+    assert (ray.address, ray.workers, ray.num_gpus, ray.memory) == ("auto", 3, 0.5, 3 * 2**29)
