@@ -37,13 +37,16 @@ Fields of ``drsr.json`` (``FIELDS``):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from interp.data.deletions import UNIT_KINDS, history_units, parse_unit_kinds, step_shapes
 from interp.data.trajectory import Trajectory
+from interp.io import read_json, safe_stem
 from interp.sensor.limits import DEFAULT_MAX_TOKENS
 from interp.schema import Field, schema_dict
 from interp.sensor.prefix import DEFAULT_BATCH_BYTES
+from patching.config import DrsrConfig
 from patching.granularity import UNSAFE, granularity
 from patching.harm import DEFAULT_BUDGET, DRSR_MAX_K, MARGIN, boundary_harm
 from patching.interaction import attention_density, interaction_structure
@@ -117,3 +120,49 @@ def summarize_drsr(records: Sequence[dict[str, Any]], model: dict[str, Any] | No
         "model": model,
         "parts": parts,
     }
+
+
+PARTS_PREFIX = "drsr."  # every parts folder's name starts so (:func:`parts_folder`; read back by :func:`drsr_records`)
+
+
+def parts_folder(config: DrsrConfig) -> str:
+    """The name of the folder (under ``parts/``) holding the per-boundary records of a run under ``config``: one
+    per setting that changes a record, so a re-run with other settings never reuses another's parts."""
+    name = f"{PARTS_PREFIX}{'+'.join(config.units)}.k{config.max_k}.n{config.budget}.s{config.seed}.p{config.proj_dim}"
+    return name + (f".t{config.max_tokens}" if config.max_tokens != DEFAULT_MAX_TOKENS else "")
+
+
+def drsr_records(drsr_dir: Path, parts: Path | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The boundary records of an ``interp drsr`` run (its ``drsr.json`` and per-boundary parts) and the
+    ``drsr.json`` document; errors name the missing file or folder."""
+    drsr_dir = Path(drsr_dir)
+    doc_path = drsr_dir / "drsr.json"
+    if not doc_path.is_file():
+        raise FileNotFoundError(f"{doc_path}: no drsr.json (run `interp drsr --out {drsr_dir}` first)")
+    doc = read_json(doc_path)
+    keys = [f"{b['task_id']}@{b['after_step']}" for b in doc.get("boundaries", [])]
+    if parts is None and doc.get("parts"):
+        parts = drsr_dir / doc["parts"]  # the folder the drsr stage wrote them to (patching.drsr.FIELDS)
+    if parts is None:  # a drsr.json that does not name its parts: the one folder holding all its boundaries
+        found = sorted(p for p in (drsr_dir / "parts").glob(f"{PARTS_PREFIX}*") if p.is_dir())
+        complete = [p for p in found if all((p / f"{safe_stem(k)}.json").is_file() for k in keys)]
+        if not complete:
+            raise FileNotFoundError(f"{drsr_dir / 'parts'}: no drsr.* part folder with the {len(keys)} boundaries "
+                                    "of drsr.json (the gate trains on the parts interp drsr writes)")
+        if len(complete) > 1:
+            raise ValueError(f"{drsr_dir / 'parts'}: several DRSR part folders hold these boundaries "
+                             f"({', '.join(p.name for p in complete)}); name one with --parts")
+        parts = complete[0]
+    records = []
+    for k in keys:
+        path = Path(parts) / f"{safe_stem(k)}.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no part for boundary {k}")
+        rec = read_json(path)
+        if not isinstance(rec, dict) or "sets" not in rec:
+            raise ValueError(f"{path}: not a DRSR boundary record (no sets)")
+        if "candidates" not in rec or "prompt_tokens" not in rec:
+            raise ValueError(f"{path}: a record without captured candidates or prompt_tokens (parts of an older "
+                             "interp drsr: delete the parts folder and re-run interp drsr)")
+        records.append(rec)
+    return records, doc

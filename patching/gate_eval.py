@@ -1,6 +1,6 @@
 """Training and held-out evaluation of DRSR's set-risk gate (``patching.gate``): the scorer file and ``gate.json``.
 
-:func:`drsr_records` reads the per-boundary parts of an ``interp drsr`` run. :func:`train` builds the supervision,
+:func:`patching.drsr.drsr_records` reads the per-boundary parts of an ``interp drsr`` run. :func:`train` builds the supervision,
 splits trajectories, fits the scorer on train and selects (K, beta, tau) on validation (``patching.gate.select``).
 Everything is computed over the pool the online gate enumerates (``patching.gate.supervision``: the same pool
 rule, the same feature function ``set_matrix`` and the same choice as ``SetGate``), with DRSR's exact harm for the
@@ -48,12 +48,10 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from interp.io import read_json, safe_stem
 from interp.schema import Field, schema_dict
 from interp.stats import percentile_ci, task_resamples
 from patching.gate import (BETA_GRID, GATE_KINDS, K_GRID, MAX_MEAN_HARM, MAX_REMOVAL, MAX_UNSAFE_RATE,
@@ -82,42 +80,6 @@ FIELDS = (
 )
 GATE_METRICS = ("coverage", "removal", "unsafe_rate", "mean_harm")
 OPERATING_POINTS = 41
-
-
-def drsr_records(drsr_dir: Path, parts: Path | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The boundary records of an ``interp drsr`` run (its ``drsr.json`` and per-boundary parts) and the
-    ``drsr.json`` document; errors name the missing file or folder."""
-    drsr_dir = Path(drsr_dir)
-    doc_path = drsr_dir / "drsr.json"
-    if not doc_path.is_file():
-        raise FileNotFoundError(f"{doc_path}: no drsr.json (run `interp drsr --out {drsr_dir}` first)")
-    doc = read_json(doc_path)
-    keys = [f"{b['task_id']}@{b['after_step']}" for b in doc.get("boundaries", [])]
-    if parts is None and doc.get("parts"):
-        parts = drsr_dir / doc["parts"]  # the folder the drsr stage wrote them to (patching.drsr.FIELDS)
-    if parts is None:  # a drsr.json that does not name its parts: the one folder holding all its boundaries
-        found = sorted(p for p in (drsr_dir / "parts").glob("drsr.*") if p.is_dir())
-        complete = [p for p in found if all((p / f"{safe_stem(k)}.json").is_file() for k in keys)]
-        if not complete:
-            raise FileNotFoundError(f"{drsr_dir / 'parts'}: no drsr.* part folder with the {len(keys)} boundaries "
-                                    "of drsr.json (the gate trains on the parts interp drsr writes)")
-        if len(complete) > 1:
-            raise ValueError(f"{drsr_dir / 'parts'}: several DRSR part folders hold these boundaries "
-                             f"({', '.join(p.name for p in complete)}); name one with --parts")
-        parts = complete[0]
-    records = []
-    for k in keys:
-        path = Path(parts) / f"{safe_stem(k)}.json"
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: no part for boundary {k}")
-        rec = read_json(path)
-        if not isinstance(rec, dict) or "sets" not in rec:
-            raise ValueError(f"{path}: not a DRSR boundary record (no sets)")
-        if "candidates" not in rec or "prompt_tokens" not in rec:
-            raise ValueError(f"{path}: a record without captured candidates or prompt_tokens (parts of an older "
-                             "interp drsr: delete the parts folder and re-run interp drsr)")
-        records.append(rec)
-    return records, doc
 
 
 def _spec(sup: Supervision, retained: bool = True, pairs: bool = True) -> FeatureSpec:

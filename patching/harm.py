@@ -97,7 +97,7 @@ from interp.data.deletions import (DRSR_UNIT_KINDS, UNIT_KINDS, Unit, delete_uni
 from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit, skip_record
 from interp.schema import Field, schema_dict
 from interp.stats import percentile_ci, task_resamples
-from interp.sensor.forward import Outputs, Plan
+from interp.sensor.forward import Plan
 from interp.sensor.prefix import DEFAULT_BATCH_BYTES, Branch, run_branches
 from interp.data.render import Rendered, render
 from interp.data.trajectory import Trajectory
@@ -242,7 +242,6 @@ def candidate_sets(traj: Trajectory, b: int, max_k: int = DRSR_MAX_K, budget: in
 
 def set_harms(sensor: Sensor, traj: Trajectory, b: int, sets: list[tuple[Unit, ...]],
               share_prefix: bool = True, target: tuple[Any, int, int] | None = None,
-              capture: tuple[Plan, Outputs] | None = None,
               batch_bytes: int = DEFAULT_BATCH_BYTES, nest: bool = True) -> tuple[float, list[SetHarm]]:
     """``NLL(y | H)`` and the harm of every set at boundary ``b`` (b < n_steps).
 
@@ -254,19 +253,13 @@ def set_harms(sensor: Sensor, traj: Trajectory, b: int, sets: list[tuple[Unit, .
     cache snapshot at a time, and a set's render is held as int32 tokens. ``nest``: sets ride on the forward of a
     set they share tokens with past their point; the rest leaving at one point run as padded batches within
     ``batch_bytes`` (module docstring; ``batch_bytes=0, nest=False``: one forward per set).
-
-    ``capture = (plan, outputs)``: the full render's own branch (the base forward) also keeps ``plan.pooled`` and
-    ``plan.rows`` (absolute positions of the full render), written into ``outputs``, so an analysis of the
-    candidates' representations and attention rides on the forward harm runs anyway (``patching.drsr``).
     """
     if not 1 <= b < traj.n_steps:
         raise ValueError(f"{traj.task_id}: harm needs a recorded next step: b in 1..{traj.n_steps - 1}, got {b}")
     tok = sensor.tokenizer
     full, y0, y1 = target or _target(traj, b, (), tok)  # ``target``: the caller's own full render (rendered once)
     base_ids = full.input_ids[:y1]
-    branches = [Branch(None, base_ids, Plan(targets={p - 1: base_ids[p] for p in range(y0, y1)},
-                                            pooled=dict(capture[0].pooled) if capture else {},
-                                            rows=dict(capture[0].rows) if capture else {}))]
+    branches = [Branch(None, base_ids, Plan(targets={p - 1: base_ids[p] for p in range(y0, y1)}))]
     spans: dict[tuple[Unit, ...], tuple[int, int]] = {None: (y0, y1)}  # y's token range in each set's render
     removed: dict[tuple[Unit, ...], int] = {}
     for s in sets:
@@ -282,10 +275,6 @@ def set_harms(sensor: Sensor, traj: Trajectory, b: int, sets: list[tuple[Unit, .
     nll = {}
     for res in run_branches(sensor, branches, base_ids, share=share_prefix, batch_bytes=batch_bytes, nest=nest):
         nll[res.key] = _nll(res.outputs.target_logprob, *spans[res.key])
-        if capture and res.key is None:
-            capture[1].sums.update(res.outputs.sums)
-            capture[1].counts.update(res.outputs.counts)
-            capture[1].rows.update(res.outputs.rows)
     nll_full = nll[None]
     results = [SetHarm(s, removed[s], nll[s], nll[s] - nll_full) for s in sets]
     single = {h.members[0]: h.harm for h in results if len(h.members) == 1}
@@ -298,12 +287,10 @@ def set_harms(sensor: Sensor, traj: Trajectory, b: int, sets: list[tuple[Unit, .
 def boundary_harm(sensor: Sensor, traj: Trajectory, b: int, max_k: int = DRSR_MAX_K, budget: int = DEFAULT_BUDGET,
                   seed: int = 0, units: Sequence[str] = DRSR_UNIT_KINDS,
                   max_tokens: int = DEFAULT_MAX_TOKENS,
-                  capture: Callable[[Rendered, int], tuple[Plan, Outputs]] | None = None,
                   batch_bytes: int = DEFAULT_BATCH_BYTES, nest: bool = True) -> dict[str, Any]:
     """One boundary's ``harm.json`` record: the recorded next output, its NLL and every candidate set's harm
     (or, over ``max_tokens``, a ``skipped`` record: task_id, after_step, n_tokens, reason).
 
-    ``capture(full_render, prompt_length)`` returns what the full render's forward also keeps (``set_harms``);
     ``batch_bytes``, ``nest``: how the sets' forwards share (``set_harms``)."""
     kinds = parse_unit_kinds(units)
     full, y0, y1 = _target(traj, b, (), sensor.tokenizer)
@@ -311,7 +298,7 @@ def boundary_harm(sensor: Sensor, traj: Trajectory, b: int, max_k: int = DRSR_MA
     if reason:
         return {**skip_record(traj.task_id, b, y1, reason), "skipped": True}
     nll, sets = set_harms(sensor, traj, b, candidate_sets(traj, b, max_k, budget, seed, kinds), target=(full, y0, y1),
-                          capture=capture(full, y0) if capture else None, batch_bytes=batch_bytes, nest=nest)
+                          batch_bytes=batch_bytes, nest=nest)
     return {"task_id": traj.task_id, "after_step": b, "units": list(kinds),
             "target": full.text[full.offsets[y0][0]:full.offsets[y1 - 1][1]], "target_tokens": y1 - y0,
             "nll_full": nll,

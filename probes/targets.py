@@ -95,7 +95,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, ClassVar, TypedDict
 
 from interp.data.labels import agreement, annotation_labels, final_boundaries, read_labels_csv, write_labels_csv
 from interp.data.trajectory import Trajectory, load_trajectories
@@ -153,6 +153,9 @@ class TargetLabelerConfig:
     ``window`` is the number of later steps inspected; None (the default) inspects the whole rest of the trajectory.
     """
 
+    analysis: ClassVar[str] = "label"  # its labels feed ``probe`` (and are compared in ``externalize label``)
+    precision: ClassVar[str | None] = None  # reads text; runs no model
+
     window: int | None = None
     surge_factor: float = 1.8
     cues: tuple[str, ...] = REPLAN_CUES
@@ -160,12 +163,12 @@ class TargetLabelerConfig:
     def __post_init__(self) -> None:
         if self.window is not None and (isinstance(self.window, bool) or not isinstance(self.window, int)
                                         or self.window < 1):
-            raise ValueError(f"window must be an integer >= 1 (later steps inspected) or None (the rest of the "
+            raise ValueError(f"window: must be an integer >= 1 (later steps inspected) or None (the rest of the "
                              f"trajectory), got {self.window!r}")
         if not self.surge_factor > 0:
-            raise ValueError(f"surge_factor must be > 0, got {self.surge_factor!r}")
+            raise ValueError(f"surge_factor: must be > 0, got {self.surge_factor!r}")
         if not self.cues or not all(isinstance(c, str) and c for c in self.cues):
-            raise ValueError(f"cues must be non-empty strings (an empty cue matches every step), got {self.cues!r}")
+            raise ValueError(f"cues: must be non-empty strings (an empty cue matches every step), got {self.cues!r}")
 
 
 @dataclass

@@ -99,7 +99,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -496,6 +496,53 @@ def tokens_document(requests: pd.DataFrame, skipped: list[dict], tokenizer: Any,
             "pair": pair, "entropy_table": entropy_table, "seconds": float(seconds)}
 
 
+@dataclass(frozen=True)
+class TokensConfig:
+    """Token accounting (``interp tokens``): the history policies accounted (each a condition or
+    ``name:key=value,...``; default the benchmark's nine), the prefix cache (``cache_block``: served in multiples of
+    this many tokens; ``min_prefix``: shorter shared prefixes are not served) and the policy a ``--paired`` run used.
+
+    ``precision``: float32 under ``--dtype auto`` on CUDA; only the ``drsr_gate`` policy runs a model (its set
+    gate, DRSR's measurement, in DRSR's precision)."""
+
+    analysis: ClassVar[str] = "tokens"
+    precision: ClassVar[str] = "float32"
+
+    policies: tuple[str, ...] = DEFAULT_POLICIES
+    cache_block: int = 1
+    min_prefix: int = 0
+    paired_policy: str = "iclr"
+
+    def __post_init__(self) -> None:
+        # the command line's comma list: ';' separates the parameters of one policy (random:r=0.1;seed=2)
+        items = ([p.replace(";", ",") for p in self.policies.split(",") if p.strip()]
+                 if isinstance(self.policies, str) else self.policies)
+        if not isinstance(items, (list, tuple)) or not items or not all(isinstance(p, str) for p in items):
+            raise ValueError(f"policies: must name at least one policy, got {self.policies!r}")
+        object.__setattr__(self, "policies", tuple(p.strip() for p in items))
+        for spec in self.policies:
+            try:
+                parse_policy(spec)
+            except ValueError as exc:
+                raise ValueError(f"policies: {exc}") from None
+        for name, value, low in (("cache_block", self.cache_block, 1), ("min_prefix", self.min_prefix, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name}: must be an integer >= {low}, got {value!r}")
+        try:
+            parse_policy(self.paired_policy)
+        except ValueError as exc:
+            raise ValueError(f"paired_policy: {exc}") from None
+
+    @property
+    def cache(self) -> CacheModel:
+        """The prefix cache these settings describe."""
+        return CacheModel(self.cache_block, self.min_prefix)
+
+    def uses(self, condition: str) -> bool:
+        """Whether a policy of ``condition`` is accounted (``drsr_gate`` needs its scorer file)."""
+        return any(p.partition(":")[0].strip() == condition for p in self.policies)
+
+
 def run_accounting(trajectories: Sequence[Trajectory], policies: Iterable[str], tokenizer: Any,
                    cache: CacheModel = CacheModel(), entropy: pd.DataFrame | None = None,
                    paired: tuple[Sequence[Trajectory], str] | None = None,
@@ -509,5 +556,5 @@ def run_accounting(trajectories: Sequence[Trajectory], policies: Iterable[str], 
     return tokens_document(requests, skipped, tokenizer, cache, pair, time.perf_counter() - start, entropy_table)
 
 
-__all__ = ["CacheModel", "DEFAULT_POLICIES", "FIELDS", "Policy", "account", "decompose_pair", "decomposition",
+__all__ = ["CacheModel", "DEFAULT_POLICIES", "FIELDS", "Policy", "TokensConfig", "account", "decompose_pair", "decomposition",
            "parse_policy", "read_entropy_table", "request_tokens", "run_accounting", "table_scorer", "tokens_document", "totals"]

@@ -136,7 +136,7 @@ class RunSettings:
                                ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
                                ("max_tokens", self.max_tokens >= 1, ">= 1")):
             if not ok:
-                raise ValueError(f"{name} must be {rule}, got {getattr(self, name)!r}")
+                raise ValueError(f"{name}: must be {rule}, got {getattr(self, name)!r}")
 
     def to_json(self) -> dict[str, Any]:
         """JSON-able form."""

@@ -95,7 +95,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, ClassVar, TypedDict
 
 from interp.data.actions import CODE_ARG_KEYS, argument_leaves, writes_code
 from interp.data.labels import (
@@ -223,13 +223,20 @@ class BoundaryLabel:
 
 @dataclass(frozen=True)
 class GapLabelerConfig:
-    """Settings of the rule-based externalization-gap labeler (see the module docstring); validated on construction."""
+    """Rule-based G labels (``interp externalize label``): the labeler's settings (see the module docstring) and
+    the seed of the tuning/evaluation task split and of the bootstrap, with its resamples for the kappa CIs
+    (``n_boot`` 0: no CIs); validated on construction."""
+
+    analysis: ClassVar[str] = "externalization_labels"  # the demo's step; its labels feed ``externalization``
+    precision: ClassVar[str | None] = None  # reads text; runs no model
 
     scope: str = "all"
     min_overlap: float = 0.34
     min_novel_words: int = 5
     kinds: tuple[str, ...] = ITEM_KINDS
     carriers: tuple[str, ...] = STUDY_CARRIERS
+    seed: int = 0
+    n_boot: int = 1000
 
     def __post_init__(self) -> None:
         if self.scope not in SCOPES:
@@ -241,10 +248,14 @@ class GapLabelerConfig:
         if unknown:
             raise ValueError(f"kinds: unknown item kinds {unknown}; known: {', '.join(ITEM_KINDS)}")
         if not 0.0 < self.min_overlap <= 1.0:  # 0 would count every novel cue as externalized
-            raise ValueError(f"min_overlap must be in (0, 1], got {self.min_overlap!r}")
+            raise ValueError(f"min_overlap: must be in (0, 1], got {self.min_overlap!r}")
         if isinstance(self.min_novel_words, bool) or not isinstance(self.min_novel_words, int) \
                 or self.min_novel_words < 0:
-            raise ValueError(f"min_novel_words must be an integer >= 0, got {self.min_novel_words!r}")
+            raise ValueError(f"min_novel_words: must be an integer >= 0, got {self.min_novel_words!r}")
+        for name in ("seed", "n_boot"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name}: must be an integer >= 0, got {value!r}")
 
 
 def _normalize(text: str) -> str:
@@ -495,7 +506,7 @@ LABEL_COLUMNS = ["task_id", "after_step", "externalization_gap", "reference_gap"
                  *(f"n_{status}" for status in STATUSES), "missing"]
 EVIDENCE_COLUMNS = ["task_id", "after_step", "kind", "text", "step", "block", "status", "overlap", "found_in"]
 LABELS_SCHEMA = {
-    "config": "GapLabelerConfig of the run: scope, min_overlap, min_novel_words, item kinds, carrier kinds",
+    "config": "GapLabelerConfig of the run: scope, min_overlap, min_novel_words, item kinds, carrier kinds, seed, n_boot",
     "scope_note": "what the scope means; 'PROXY: ...' when it is not the study's definition (steps 1..b)",
     "reference": "where reference labels came from: 'annotations', a CSV path, or null",
     "agreement": "rule labels vs reference on boundaries with both: n, Cohen's kappa (sklearn), accuracy, "
@@ -541,8 +552,8 @@ OtherLabeler = tuple[Callable[[Any], Mapping[tuple[str, int], int]], list[Any], 
 
 
 def label_command(trajectories: Path, out: Path, labels_csv: Path | None = None,
-                  config: GapLabelerConfig = GapLabelerConfig(), others: Mapping[str, OtherLabeler] | None = None,
-                  seed: int = 0, n_boot: int = 1000) -> dict[str, Any]:
+                  config: GapLabelerConfig = GapLabelerConfig(),
+                  others: Mapping[str, OtherLabeler] | None = None) -> dict[str, Any]:
     """``interp externalize label``: rule labels with evidence, and agreement with reference labels when present.
 
     Writes ``externalization_labels.json`` (schema, agreement, held-out agreement
@@ -552,6 +563,7 @@ def label_command(trajectories: Path, out: Path, labels_csv: Path | None = None,
     """
     trajs = load_trajectories(trajectories, allow_control_tokens=True)  # read as text, never rendered
     reference, ref_source = _reference(trajs, labels_csv)
+    seed, n_boot = config.seed, config.n_boot
     held_out: dict[str, Any] | None = None
     if len({k[0] for k in reference}) >= 2:  # a split needs a tuning and an evaluation task
         held_out = {"externalization_gap": held_out_report(trajs, reference, config, seed, n_boot)}

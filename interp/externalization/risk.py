@@ -51,8 +51,9 @@ import io
 import math
 import re
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -230,13 +231,39 @@ def _load_sources(labels: Path | None, targets: Path | None, trajs: list[Traject
     return gap, necessity, {"G": g_src, "y": y_src}
 
 
+@dataclass(frozen=True)
+class RiskConfig:
+    """Future risk by G (``interp externalize risk``): the condition of the probe samples whose scores give the
+    hidden-score gap, the column of the labels CSV holding G, and the task-bootstrap resamples and seed of the CIs
+    (``n_boot`` 0: no CIs)."""
+
+    analysis: ClassVar[str] = "externalization"
+    precision: ClassVar[str | None] = None  # reads labels and probe scores; runs no model
+
+    condition: str = "full"
+    g_column: str = "externalization_gap"
+    n_boot: int = 1000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("condition", "g_column"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{name}: must be a non-empty name, got {value!r}")
+        for name in ("n_boot", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name}: must be an integer >= 0, got {value!r}")
+
+
 def risk_command(out: Path, labels: Path | None = None, probe_results: Path | None = None,
-                 trajectories: Path | None = None, targets: Path | None = None, condition: str = "full",
-                 g_column: str = "externalization_gap", n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+                 trajectories: Path | None = None, targets: Path | None = None,
+                 config: RiskConfig = RiskConfig()) -> dict[str, Any]:
     """``interp externalize risk``: write ``externalization.json`` (see ``SCHEMA``) and return it."""
     trajs = (load_trajectories(trajectories, allow_control_tokens=True)  # annotations only, never rendered
              if trajectories is not None else None)
-    gap, necessity, sources = _load_sources(labels, targets, trajs, g_column)
+    condition, n_boot, seed = config.condition, config.n_boot, config.seed
+    gap, necessity, sources = _load_sources(labels, targets, trajs, config.g_column)
     scores = read_oof_scores(probe_results, condition) if probe_results is not None else None
     sources["scores"] = str(probe_results) if probe_results is not None else None
     n_undefined = None

@@ -5,8 +5,10 @@ field defaults, every check is in its ``__post_init__``, each message names the 
 CLI, ``interp demo``, ``interp sweep`` and Python build the same object, so they get the same defaults, the same
 errors and the same dtype. Each config class also says, as class attributes (not fields: they are not settings):
 
-- ``analysis``: its name in the registry of analyses (``interp.reporting.analyses``; ``extract`` is the store the
-  probes, ICLR and the attention summary read, with no result of its own there);
+- ``analysis``: its name in the registry of analyses (``interp.reporting.analyses``); three make inputs of others
+  and have no result of their own there (``INPUTS``): ``extract`` (the store the probes, ICLR and the attention
+  summary read), ``label`` (the future-necessity targets the probe can read) and ``externalization_labels`` (the
+  G labels of ``externalization``, the demo's step of that name);
 - ``precision``: the dtype ``--dtype auto`` loads the sensor in on CUDA for it (float32 off CUDA for every
   analysis; None: the analysis runs no model). The why of each choice is in the config's docstring.
 
@@ -21,16 +23,20 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
 
+from interp.accounting.tokens import TokensConfig
 from interp.continuations.run import RunSettings
+from interp.externalization.labeler import GapLabelerConfig
+from interp.externalization.risk import RiskConfig
 from interp.extraction.entropy import IclrConfig
 from interp.extraction.extract import ExtractConfig
 from patching.config import DrsrConfig, GateConfig, HarmConfig, PatchConfig
 from probes.config import ProbeConfig
+from probes.targets import TargetLabelerConfig
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["CONFIGS", "AnalysisConfig", "model_dtype", "precision_of"]
+__all__ = ["CONFIGS", "INPUTS", "AnalysisConfig", "model_dtype", "precision_of"]
 
 
 class AnalysisConfig(Protocol):
@@ -44,9 +50,13 @@ class AnalysisConfig(Protocol):
 
 
 CONFIGS: Mapping[str, type[AnalysisConfig]] = MappingProxyType({
-    cls.analysis: cls for cls in (ExtractConfig, IclrConfig, ProbeConfig, PatchConfig, HarmConfig, DrsrConfig,
-                                  GateConfig, RunSettings)
+    cls.analysis: cls for cls in (ExtractConfig, IclrConfig, TargetLabelerConfig, ProbeConfig, PatchConfig,
+                                  HarmConfig, DrsrConfig, GateConfig, GapLabelerConfig, RiskConfig, RunSettings,
+                                  TokensConfig)
 })
+
+
+INPUTS = ("extract", "label", "externalization_labels")  # configs of analyses that make another's inputs
 
 
 def _precision(config: AnalysisConfig | type[AnalysisConfig]) -> str | None:

@@ -25,6 +25,7 @@ unit run (host, worker, seconds, attempts, error).
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import time
 import traceback
@@ -192,3 +193,37 @@ def make_executor(kind: str = "local", **options: Any) -> LocalExecutor | RayExe
             raise ValueError("--executor ray needs Ray: pip install '.[ray]'")
         return RayExecutor(**{k: v for k, v in options.items() if v is not None})
     raise ValueError(f"unknown executor {kind!r}; use one of: {', '.join(EXECUTORS)}")
+
+
+@dataclass(frozen=True)
+class ExecutorSettings:
+    """Where a stage's units run: ``kind`` (``local``: this process; ``ray``: actors) and, for Ray, the cluster
+    ``address`` (None: start a local one), the number of actors (``workers``; None: as many as the resources fit),
+    GPUs and memory (GiB, for scheduling) per actor. Checked on construction (each message names the field), so
+    the command line and the sweep's ``[executor]`` refuse the same values."""
+
+    kind: str = "local"
+    address: str | None = None
+    workers: int | None = None
+    num_gpus: float = 0
+    memory_gb: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in EXECUTORS:
+            raise ValueError(f"kind: use {' or '.join(EXECUTORS)}, got {self.kind!r}")
+        if self.address is not None and not isinstance(self.address, str):
+            raise ValueError(f"address: expected a string, got {self.address!r}")
+        for name, low, integer in (("workers", 1, True), ("num_gpus", 0, False), ("memory_gb", 0, False)):
+            value = getattr(self, name)
+            if value is None and name != "num_gpus":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or not value >= low or (integer and not isinstance(value, int)):
+                raise ValueError(f"{name}: expected {'an integer' if integer else 'a number'} >= {low}, got {value!r}")
+
+    def make(self) -> LocalExecutor | RayExecutor | None:
+        """The executor (None for ``local``: the caller's loaded model runs the units in process)."""
+        if self.kind == "local":
+            return None
+        return make_executor(self.kind, address=self.address, workers=self.workers, num_gpus=self.num_gpus,
+                             memory=int(self.memory_gb * 2**30) if self.memory_gb else None)

@@ -55,16 +55,19 @@ from interp.reporting.analyses import analysis
 if TYPE_CHECKING:
     import pandas as pd
 
+    from interp.accounting.tokens import TokensConfig
     from interp.continuations.run import RunSettings
     from interp.continuations.states import State
     from interp.data.importers.registry import ImportReport
     from interp.data.trajectory import Trajectory
     from interp.externalization.labeler import GapLabelerConfig
+    from interp.externalization.risk import RiskConfig
     from interp.extraction.entropy import IclrConfig
     from interp.extraction.extract import ExtractConfig
     from interp.io import Executor
     from interp.pipelines.configs import AnalysisConfig
     from interp.sensor.models import Sensor
+    from transformers import PreTrainedTokenizerBase
     from patching.config import DrsrConfig, GateConfig, HarmConfig, PatchConfig
     from probes.config import ProbeConfig
     from probes.data import FeatureSet
@@ -377,8 +380,9 @@ def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, config: HarmConfig 
 
 
 def externalize(trajectories: Path, out: Path, labels: Path | None = None,
-                config: GapLabelerConfig | None = None, seed: int = 0, n_boot: int = 1000) -> dict[str, Any]:
-    """Rule-based G labels with evidence; agreement with reference labels, held out by task for G and y's labelers."""
+                config: GapLabelerConfig | None = None) -> dict[str, Any]:
+    """Rule-based G labels with evidence under ``config`` (``interp.externalization.labeler.GapLabelerConfig``);
+    agreement with reference labels, held out by task for G and y's labelers."""
     from interp.data.trajectory import load_trajectories
     from interp.externalization.labeler import GapLabelerConfig, label_command
     from probes.targets import TargetLabelerConfig, label_targets, tuning_configs
@@ -390,17 +394,18 @@ def externalize(trajectories: Path, out: Path, labels: Path | None = None,
 
     others = {"future_necessity": (targets, tuning_configs(), TargetLabelerConfig(), "future_necessity")}
     with writer_lock(out, command="externalize label"):
-        return label_command(trajectories, out, labels, config or GapLabelerConfig(), others, seed, n_boot)
+        return label_command(trajectories, out, labels, config or GapLabelerConfig(), others)
 
 
 def risk(out: Path, labels: Path | None = None, probe_results: Path | None = None,
-         trajectories: Path | None = None, targets: Path | None = None, condition: str = "full",
-         g_column: str = "externalization_gap", n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
-    """Future behavioural risk by G, within-task and hidden-score gaps (``externalization.json``)."""
-    from interp.externalization.risk import risk_command
+         trajectories: Path | None = None, targets: Path | None = None,
+         config: RiskConfig | None = None) -> dict[str, Any]:
+    """Future behavioural risk by G, within-task and hidden-score gaps (``externalization.json``) under
+    ``config`` (``interp.externalization.risk.RiskConfig``)."""
+    from interp.externalization.risk import RiskConfig, risk_command
 
     with writer_lock(out, command="externalize risk"):
-        return risk_command(out, labels, probe_results, trajectories, targets, condition, g_column, n_boot, seed)
+        return risk_command(out, labels, probe_results, trajectories, targets, config or RiskConfig())
 
 
 def intervene(sensor: Sensor, states: list[State], trajs: list[Trajectory], out: Path, settings: RunSettings,
@@ -443,9 +448,8 @@ def drsr(sensor: Sensor, trajs: list[Trajectory], out: Path, config: DrsrConfig 
 
     ``shard=(I, N)`` computes shard I's boundaries (by tokens) and writes no summary (merge, then re-run)."""
     from interp.extraction.batch import render_tokens
-    from interp.sensor.limits import DEFAULT_MAX_TOKENS
     from patching.config import DrsrConfig
-    from patching.drsr import boundary_record, summarize_drsr
+    from patching.drsr import boundary_record, parts_folder, summarize_drsr
 
     config = config or DrsrConfig()
     kinds, max_k, budget, seed = config.units, config.max_k, config.budget, config.seed
@@ -463,8 +467,7 @@ def drsr(sensor: Sensor, trajs: list[Trajectory], out: Path, config: DrsrConfig 
         task_id, _, b = key.rpartition("@")
         return render_tokens(by_id[task_id], int(b), sensor.tokenizer)
 
-    cache = out / "parts" / (f"drsr.{'+'.join(kinds)}.k{max_k}.n{budget}.s{seed}.p{dim}"
-                             + (f".t{limit}" if limit != DEFAULT_MAX_TOKENS else ""))
+    cache = out / "parts" / parts_folder(config)
     with writer_lock(out, command="drsr"):
         parts = _units(sensor, trajs, keys, compute, cache, "drsr", shard,
                        {k: cost(k) for k in keys} if shard[1] > 1 else None, executor, load)
@@ -482,7 +485,7 @@ def harm_from_parts(drsr_dir: Path, out: Path, model: dict[str, Any] | None = No
     forward: the demo's set-level harm and DRSR appendix share one set of harm forwards. ``margin`` None:
     ``HarmConfig``'s."""
     from patching.config import HarmConfig
-    from patching.gate_eval import drsr_records
+    from patching.drsr import drsr_records
     from patching.harm import harm_record, summarize_harm
 
     records, doc = drsr_records(drsr_dir)  # the boundaries of drsr.json, from the parts folder it names
@@ -500,7 +503,8 @@ def gate_train(drsr_dir: Path, out: Path, config: GateConfig | None = None, part
     under ``config`` (``patching.config.GateConfig``: seed, ensemble size); writes the scorer file
     ``gate_scorer.json`` (``patching.gate``); no model is run."""
     from patching.config import GateConfig
-    from patching.gate_eval import drsr_records, train
+    from patching.drsr import drsr_records
+    from patching.gate_eval import train
 
     config = config or GateConfig()
     records, doc = drsr_records(drsr_dir, parts)
@@ -518,7 +522,8 @@ def gate_eval(drsr_dir: Path, scorer: Path, out: Path, config: GateConfig | None
     ``config.n_boot`` task-bootstrap resamples (the seed is the scorer's own)."""
     from patching.config import GateConfig
     from patching.gate import GateModel
-    from patching.gate_eval import drsr_records, evaluate
+    from patching.drsr import drsr_records
+    from patching.gate_eval import evaluate
 
     config = config or GateConfig()
     gate_model = GateModel.load(scorer)  # before reading the records: a bad scorer file is named first
@@ -536,30 +541,31 @@ def gate(drsr_dir: Path, out: Path, config: GateConfig | None = None) -> dict[st
     return gate_eval(drsr_dir, Path(out) / "gate_scorer.json", out, config, train_seconds=trained["train_seconds"])
 
 
-def tokens(trajs: list[Trajectory], out: Path, tokenizer: Any, policies: list[str] | None = None,
-           cache_block: int = 1, min_prefix: int = 0, entropy: Path | None = None,
-           paired: tuple[list[Trajectory], str] | None = None, gate_scorer: Path | None = None) -> dict[str, Any]:
-    """Request-level token accounting of history policies with a prefix cache, and a paired-run amplification
-    decomposition (``tokens.json``, ``interp.accounting.tokens``); no model forward but the ``drsr_gate`` policy's
-    set gate (``gate_scorer``: its scorer file; the sensor is the model the scorer names)."""
-    from interp.accounting.tokens import DEFAULT_POLICIES, CacheModel, read_entropy_table, run_accounting
+def tokens(trajs: list[Trajectory], out: Path, tokenizer: PreTrainedTokenizerBase, config: TokensConfig | None = None,
+           entropy: Path | None = None, paired: list[Trajectory] | None = None,
+           gate_scorer: Path | None = None) -> dict[str, Any]:
+    """Request-level token accounting of ``config.policies`` with its prefix cache, and a paired-run amplification
+    decomposition (``paired``: the compressed run, under ``config.paired_policy``) (``tokens.json``,
+    ``interp.accounting.tokens``); no model forward but the ``drsr_gate`` policy's set gate (``gate_scorer``: its
+    scorer file; the sensor is the model the scorer names, in the config's precision)."""
+    from interp.accounting.tokens import TokensConfig, read_entropy_table, run_accounting
 
+    config = config or TokensConfig()
     table = read_entropy_table(entropy) if entropy is not None else None
-    chosen = policies or list(DEFAULT_POLICIES)
     gate = None
-    if gate_scorer is not None and any(p.partition(":")[0].strip() == "drsr_gate" for p in chosen):
+    if gate_scorer is not None and config.uses("drsr_gate"):
         from patching.gate import GateModel, SetGate
 
         model = GateModel.load(gate_scorer)
         if not model.model.get("spec"):
             raise ValueError(f"{gate_scorer}: the scorer file names no model (model.spec) to run the gate with")
-        gate = SetGate(model, sensor(model.model["spec"]))
-    doc = run_accounting(trajs, chosen, tokenizer, CacheModel(cache_block, min_prefix),
-                         table, paired, None if entropy is None else str(entropy), gate)
+        gate = SetGate(model, sensor(model.model["spec"], config=config))
+    doc = run_accounting(trajs, list(config.policies), tokenizer, config.cache, table,
+                         None if paired is None else (paired, config.paired_policy),
+                         None if entropy is None else str(entropy), gate)
     with writer_lock(out, command="tokens"):
         atomic_write_json(out / "tokens.json", doc)
     return doc
-
 
 
 # ---------------------------------------------------------------- the demo's steps

@@ -28,7 +28,12 @@ from interp.extraction.entropy import IclrConfig
 from interp.pipelines import stages
 from interp.pipelines.cli import app
 from interp.pipelines.cli.common import option_name
+from interp.accounting.tokens import TokensConfig
+from interp.continuations.run import RunSettings
+from interp.externalization.labeler import GapLabelerConfig
+from interp.externalization.risk import RiskConfig
 from patching.config import DrsrConfig, GateConfig, HarmConfig, PatchConfig
+from probes.targets import TargetLabelerConfig
 
 pytestmark = pytest.mark.e2e
 
@@ -120,13 +125,20 @@ def _cli_error(capsys, monkeypatch, args: list[str]) -> str:
     (HarmConfig, "harm", "harm", "budget", -1),
     (PatchConfig, "patch", "patch", "positions", 0),
     (IclrConfig, "entropy", "entropy", "rho", 2.0),
+    (TargetLabelerConfig, "label", "label", "surge_factor", 0.0),
+    (GapLabelerConfig, "externalize", "externalize label", "min_novel_words", -1),
+    (RiskConfig, "risk", "externalize risk", "n_boot", -1),
+    (TokensConfig, "tokens", "tokens", "cache_block", 0),
+    (TokensConfig, "tokens", "tokens", "policies", "random:r"),
+    (RunSettings, "intervene", "intervene --states DEMO", "top_p", 1.5),
 ])
 def test_python_and_the_cli_give_the_same_error(capsys, monkeypatch, tmp_path, cls, stage, command, field, value):
+    """The config's check, given a bad value from Python or on the command line (before any file is read)."""
     with pytest.raises(ValueError) as python:
         getattr(stages, stage)(None, [], tmp_path / "out", cls(**{field: value}))
     out = tmp_path / ("out/blocks.csv" if command == "entropy" else "out")
-    cli = _cli_error(capsys, monkeypatch, [command, "--trajectories", str(DEMO), "--out", str(out),
-                                           option_name(field), str(value)])
+    cli = _cli_error(capsys, monkeypatch, [*command.replace("DEMO", str(DEMO)).split(), "--trajectories", str(DEMO),
+                                           "--out", str(out), option_name(field), str(value)])
     assert str(python.value).startswith(f"{field}: ")
     assert cli == f"{option_name(field)}{str(python.value).removeprefix(field)}"
     assert not (tmp_path / "out").exists()
@@ -137,6 +149,9 @@ FIXED = {  # command -> config fields it does not take, each with why
     "gate train": {"n_boot": "training computes no CI (gate eval's --n-boot)"},
     "gate eval": {"seed": "the scorer file's own seed", "n_members": "the scorer file's own ensemble",
                   "scorer": "the scorer file's own kind (eval's --scorer is that file)"},
+    "label": {"cues": "the labeler's re-planning cue list (probes.targets.REPLAN_CUES), a rule of the study"},
+    "externalize label": {"kinds": "every item kind the labeler knows (ITEM_KINDS); a subset is a Python-only study"},
+    "intervene": {"max_new_tokens_source": "recorded by the run: how max_new_tokens was chosen, not a setting"},
 }
 
 
@@ -148,8 +163,11 @@ def _command(path: str) -> Any:
     return command
 
 
-@pytest.mark.parametrize("path, cls", [("patch", PatchConfig), ("harm", HarmConfig), ("drsr", DrsrConfig),
-                                       ("entropy", IclrConfig), ("gate train", GateConfig), ("gate eval", GateConfig)])
+@pytest.mark.parametrize("path, cls", [
+    ("patch", PatchConfig), ("harm", HarmConfig), ("drsr", DrsrConfig), ("entropy", IclrConfig),
+    ("gate train", GateConfig), ("gate eval", GateConfig), ("label", TargetLabelerConfig),
+    ("externalize label", GapLabelerConfig), ("externalize risk", RiskConfig), ("tokens", TokensConfig),
+    ("intervene", RunSettings)])
 def test_every_config_field_is_an_option_whose_default_is_the_configs(path, cls):
     params = {opt: p for p in _command(path).params for opt in p.opts}
     default = cls()
@@ -160,8 +178,46 @@ def test_every_config_field_is_an_option_whose_default_is_the_configs(path, cls)
         assert name in params, f"{path}: config field {f.name} has no option {name}"
         want = getattr(default, f.name)
         got = params[name].default
-        if isinstance(want, tuple):  # a comma list on the command line
-            got = tuple(got.split(",")) if isinstance(got, str) else got
+        if isinstance(want, tuple):  # a comma list on the command line (';' within one policy of interp tokens)
+            got = tuple(g.replace(";", ",") for g in got.split(",")) if isinstance(got, str) else got
         assert got == want, f"{path} {name}: default {got!r}, config {want!r}"
         written = re.search(r"default:?\s*[-\d.]+", params[name].help or "")  # "(default: all)" says what None is
         assert written is None, f"{path} {name}: a default written in its help: {written}"
+
+
+EXECUTOR_COMMANDS = {"extract": ["extract", "--store", "OUT"], "patch": ["patch", "--out", "OUT"],
+                     "harm": ["harm", "--out", "OUT"], "drsr": ["drsr", "--out", "OUT"]}
+
+
+@pytest.mark.parametrize("command", list(EXECUTOR_COMMANDS))
+@pytest.mark.parametrize("option, field, value, message", [
+    ("--workers", "workers", 0, "--workers: expected an integer >= 1, got 0"),
+    ("--num-gpus", "num_gpus", -1.0, "--num-gpus: expected a number >= 0, got -1.0"),
+    ("--memory-gb", "memory_gb", float("nan"), "--memory-gb: expected a number >= 0, got nan"),
+    ("--executor", "kind", "slurm", "--executor: use local or ray, got 'slurm'"),
+])
+def test_the_executor_group_is_one_checked_settings_object(capsys, monkeypatch, tmp_path, command, option, field,
+                                                           value, message):
+    """The executor options, declared once, reach every command that takes them as one ExecutorSettings: the same
+    range check (the settings' own) refuses a bad value before anything is read or written."""
+    from interp.pipelines.executors import ExecutorSettings
+
+    with pytest.raises(ValueError) as python:
+        ExecutorSettings(**{field: value})
+    assert f"{option}{str(python.value).removeprefix(field)}" == message
+    args = [a.replace("OUT", str(tmp_path / "out")) for a in EXECUTOR_COMMANDS[command]]
+    assert _cli_error(capsys, monkeypatch, [*args, "--trajectories", str(DEMO), option, str(value)]) == message
+    assert not (tmp_path / "out").exists()
+    defaults = {p.name: p.default for p in _command(command).params}
+    assert ExecutorSettings(defaults["executor"], defaults["address"], defaults["workers"], defaults["num_gpus"],
+                            defaults["memory_gb"]) == ExecutorSettings()
+
+
+def test_executor_settings_make_the_executor_they_describe():
+    """local: none (the loaded sensor runs the units); ray: the actors' resources as given, memory in bytes."""
+    from interp.pipelines.executors import ExecutorSettings, RayExecutor
+
+    assert ExecutorSettings().make() is None
+    ray = ExecutorSettings("ray", address="auto", workers=3, num_gpus=0.5, memory_gb=1.5).make()
+    assert isinstance(ray, RayExecutor)
+    assert (ray.address, ray.workers, ray.num_gpus, ray.memory) == ("auto", 3, 0.5, 3 * 2**29)

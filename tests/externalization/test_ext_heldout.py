@@ -73,7 +73,7 @@ def test_kappa_ci_is_a_task_bootstrap_of_cohens_kappa():
 def test_demo_both_labelers_held_out_on_disjoint_tasks(tmp_path):
     from interp.pipelines import stages
 
-    summary = stages.externalize(DEMO, tmp_path, n_boot=200)
+    summary = stages.externalize(DEMO, tmp_path, config=_config(n_boot=200))
     doc = json.loads((tmp_path / "externalization_labels.json").read_text())
     assert doc["config"]["scope"] == "all" and "PROXY" not in doc["scope_note"]
     assert set(summary["held_out"]) == set(doc["held_out"]) == {"externalization_gap", "future_necessity"}
@@ -86,7 +86,7 @@ def test_demo_both_labelers_held_out_on_disjoint_tasks(tmp_path):
         assert len(report["grid"]) > 1 and report["chosen"] in [g["config"] for g in report["grid"]]
         ci = report["held_out"]["kappa_ci"]
         assert ci is None or ci[0] <= report["held_out"]["kappa"] <= ci[1]
-    proxy = stages.externalize(DEMO, tmp_path / "latest", config=_config(scope="latest"), n_boot=50)
+    proxy = stages.externalize(DEMO, tmp_path / "latest", config=_config(scope="latest", n_boot=50))
     assert proxy["scope_note"].startswith("PROXY")
 
 

@@ -194,8 +194,8 @@ def test_label_gaps_labels_every_boundary_like_label_gap(mini_trajectory):
 
 @pytest.mark.parametrize("kwargs, start", [
     ({"scope": "everything"}, "scope: unknown scope 'everything'"), ({"kinds": ("cue", "emoji")}, "kinds: unknown"),
-    ({"min_overlap": 0.0}, "min_overlap must"), ({"min_overlap": 1.5}, "min_overlap must"),
-    ({"min_novel_words": -1}, "min_novel_words must"), ({"min_novel_words": 2.5}, "min_novel_words must"),
+    ({"min_overlap": 0.0}, "min_overlap: must"), ({"min_overlap": 1.5}, "min_overlap: must"),
+    ({"min_novel_words": -1}, "min_novel_words: must"), ({"min_novel_words": 2.5}, "min_novel_words: must"),
     ({"carriers": ("tool_output", "stdout")}, "carriers: unknown"), ({"carriers": ()}, "carriers: unknown"),
 ])
 def test_gap_config_validates_on_construction(kwargs, start):

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from interp.externalization.risk import read_oof_scores, risk_analysis, risk_command, risk_rows
+from interp.externalization.risk import RiskConfig, read_oof_scores, risk_analysis, risk_command, risk_rows
 
 from ._support import DEMO
 
@@ -68,7 +68,7 @@ def test_risk_command_from_csvs(tmp_path):
         "sample_id,task_id,y,score,fold,threshold,pred\n"
         + "".join(f"{t}@{b}:full,{t},{y},{s},0,0.0,1\n" for t, b, _, y, s in TABLE)
         + "".join(f"{t}@{b}:delete_all_reasoning,{t},{y},9.0,0,0.0,1\n" for t, b, _, y, _ in TABLE))
-    doc = risk_command(tmp_path / "out", labels=labels, probe_results=oof, n_boot=100)
+    doc = risk_command(tmp_path / "out", labels=labels, probe_results=oof, config=RiskConfig(n_boot=100))
     written = json.loads((tmp_path / "out" / "externalization.json").read_text())
     assert written["schema"]["p_y_given_g1"]["shape"].startswith("{estimate")  # interp.schema field table
     assert "reference" not in written  # the reference study's numbers live once, in interp.reporting.reference
@@ -91,7 +91,7 @@ def _hand_count_without_final_boundaries() -> dict[int, list[int]]:
 
 
 def test_risk_command_from_demo_annotations(tmp_path):
-    doc = risk_command(tmp_path, trajectories=DEMO, n_boot=100)
+    doc = risk_command(tmp_path, trajectories=DEMO, config=RiskConfig(n_boot=100))
     g1, g0 = doc["p_y_given_g1"], doc["p_y_given_g0"]
     hand = _hand_count_without_final_boundaries()
     assert [g1["n"], g1["n_positive"]] == hand[1] and [g0["n"], g0["n_positive"]] == hand[0]
@@ -105,7 +105,7 @@ def test_risk_without_trajectories_uses_every_labelled_row(tmp_path):
     labels = tmp_path / "labels.csv"
     labels.write_text("task_id,after_step,externalization_gap,future_necessity\n"
                       + "".join(f"{t},{b},{g},{y}\n" for t, b, g, y, _ in TABLE))
-    doc = risk_command(tmp_path / "out", labels=labels, n_boot=20)
+    doc = risk_command(tmp_path / "out", labels=labels, config=RiskConfig(n_boot=20))
     assert doc["n_boundaries"] == 12 and doc["n_undefined"] is None
 
 
@@ -136,11 +136,11 @@ def test_risk_command_skips_unlabelled_rows_and_reports_bad_ones(tmp_path):
     body = "".join(f"{t},{b},{g},{'-1' if t == 'D' else ('' if (t, b) == ('A', 1) else y)}\n"
                    for t, b, g, y, _ in TABLE)
     labels.write_text("task_id,after_step,externalization_gap,future_necessity\n" + body)
-    doc = risk_command(tmp_path / "out", labels=labels, n_boot=50)
+    doc = risk_command(tmp_path / "out", labels=labels, config=RiskConfig(n_boot=50))
     assert doc["n_boundaries"] == 8 and doc["n_without_y"] == 4  # D (-1) and A@1 (empty) have no y
     # G=1 with y: A2 (0), B1 (1), C1 (1), C2 (1), C3 (0); G=0 with y: A3 (0), B2 (1), B3 (0)
     assert (doc["p_y_given_g1"]["n"], doc["p_y_given_g1"]["n_positive"]) == (5, 3)
     assert (doc["p_y_given_g0"]["n"], doc["p_y_given_g0"]["n_positive"]) == (3, 1)
     labels.write_text("task_id,after_step,externalization_gap\nA,1,maybe\n")
     with pytest.raises(ValueError, match=r"labels.csv:2: externalization_gap: 'maybe' is not 0 or 1"):
-        risk_command(tmp_path / "out", labels=labels, n_boot=50)
+        risk_command(tmp_path / "out", labels=labels, config=RiskConfig(n_boot=50))

@@ -24,7 +24,7 @@ import pandas as pd
 
 
 from interp.continuations.run import RunSettings, interventions_document, write_results as write_interventions
-from interp.externalization.risk import risk_command
+from interp.externalization.risk import RiskConfig, risk_command
 from interp.extraction.attention_summary import attention_document, condition_summary
 from interp.extraction.entropy import drop_table
 from interp.io import atomic_write_json
@@ -66,7 +66,7 @@ def _write_kl_repair(root: Path, a: Analysis, rng: np.random.Generator) -> None:
 
 
 def _write_externalization(root: Path, a: Analysis, rng: np.random.Generator) -> None:
-    risk_command(root / a.folder, **_risk_inputs(root / "_inputs", _externalization_cells()), n_boot=200)
+    risk_command(root / a.folder, **_risk_inputs(root / "_inputs", _externalization_cells()), config=RiskConfig(n_boot=200))
 
 
 def _write_interventions(root: Path, a: Analysis, rng: np.random.Generator) -> None:
@@ -241,7 +241,7 @@ def risk_layout_externalization(tmp: Path) -> dict:
     for i, a in enumerate([4, 5, 6, 7]):
         cells += [(f"t{i}", 1, 10, a, x + 0.9), (f"t{i}", 0, 10, 3, x)]
     cells.append(("t4", 1, 10, 8, 0.0))
-    return risk_command(tmp / "externalization", **_risk_inputs(tmp / "_inputs", cells), n_boot=200)
+    return risk_command(tmp / "externalization", **_risk_inputs(tmp / "_inputs", cells), config=RiskConfig(n_boot=200))
 
 
 # ---------------------------------------------------------------- interventions

@@ -15,7 +15,8 @@ from sklearn.base import clone
 from patching.gate import (MAX_UNSAFE_RATE, FeatureSpec, GateModel, SetRiskScorer, choose, decisions,
                            feature_matrix, gate_metrics, online_view, predict_rows, restrict, score_split, split_tasks,
                            supervision)
-from patching.gate_eval import drsr_records, evaluate, train
+from patching.drsr import drsr_records
+from patching.gate_eval import evaluate, train
 
 from .synthetic import records
 

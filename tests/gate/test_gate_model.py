@@ -93,7 +93,7 @@ def test_the_gate_that_is_trained_is_the_gate_that_runs(trained, tiny_sensor):
     from interp.data.trajectory import load_trajectories
     from patching.gate import (GateModel, SetGate, Scored, candidate_features, decide_view, decisions,
                                feature_matrix, pool_members, set_matrix, supervision)
-    from patching.gate_eval import drsr_records
+    from patching.drsr import drsr_records
 
     records, _ = drsr_records(trained / "drsr")
     model = GateModel.load(trained / "gate" / "gate_scorer.json")

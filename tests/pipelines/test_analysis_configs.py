@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from interp.pipelines.configs import CONFIGS, precision_of
+from interp.pipelines.configs import CONFIGS, INPUTS, precision_of
 from interp.reporting.analyses import ANALYSES
 
 pytestmark = pytest.mark.unit
@@ -72,7 +72,7 @@ def test_the_scan_finds_a_copy():
 
 def test_configs_are_keyed_by_the_registry_and_carry_their_precision():
     registry = {a.name for a in ANALYSES}
-    assert set(CONFIGS) - registry == {"extract"}  # the store: read by probe, iclr and attention, no result of its own
+    assert set(CONFIGS) - registry == set(INPUTS)  # the store, y's and G's labels: inputs, no result of their own
     for name, cls in CONFIGS.items():
         assert cls.analysis == name and cls.precision in ("float32", "bfloat16", None), cls
         assert not {"analysis", "precision"} & {f.name for f in fields(cls)}  # class attributes, not settings

@@ -164,6 +164,6 @@ def test_targets_command_reads_a_reference_csv(tmp_path, demo_trajectories):
     ({"surge_factor": float("nan")}, "surge_factor"), ({"cues": ()}, "cues"), ({"cues": ("wait,", "")}, "cues"),
 ])
 def test_target_config_validates_on_construction(kwargs, field):
-    with pytest.raises(ValueError, match=rf"^{field} must"):
+    with pytest.raises(ValueError, match=rf"^{field}: must"):
         TargetLabelerConfig(**kwargs)
     assert TargetLabelerConfig(window=1, surge_factor=0.1, cues=("x",)).window == 1

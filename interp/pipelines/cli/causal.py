@@ -9,28 +9,25 @@ import typer
 
 from interp.io import check_output_dir
 from interp.pipelines import stages
+from interp.pipelines.executors import ExecutorSettings
 from interp.pipelines.cli.common import (
     LAYERS_0_BASED,
-    AddressOpt,
     AllowControlOpt,
     BoundaryTokensOpt,
     DeviceOpt,
     DtypeOpt,
     GateScorerOpt,
-    ExecutorOpt,
-    GpusOpt,
-    MemoryOpt,
     ModelOpt,
     ModelPathOpt,
     ShardOpt,
     TrajectoriesOpt,
-    WorkersOpt,
     app,
     build,
     check_gate_scorer,
     checked,
     console,
     executor_for,
+    executor_options,
     load_sensor,
     model_options,
     shard_option,
@@ -39,6 +36,7 @@ from patching.config import HarmConfig, PatchConfig
 
 
 @app.command()
+@executor_options
 def patch(
     trajectories: TrajectoriesOpt,
     out: Annotated[Path, typer.Option("--out", help="Directory for kl_repair.json (and per-trajectory parts).")],
@@ -58,10 +56,10 @@ def patch(
     dtype: DtypeOpt = "auto",
     allow_control_tokens: AllowControlOpt = False,
     shard: ShardOpt = None,
-    executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None, num_gpus: GpusOpt = 0,
-    memory_gb: MemoryOpt = None,
     max_tokens: BoundaryTokensOpt = PatchConfig.max_tokens,
     gate_scorer: GateScorerOpt = None,
+    *,
+    executor: ExecutorSettings,
 ) -> None:
     """KL Repair per layer: patch the full run's boundary activation into the deleted run."""
     from interp.extraction.batch import layer_numbers
@@ -73,7 +71,7 @@ def patch(
     layer_numbers(layers, "--layers")  # the syntax, before the model loads
     check_gate_scorer([config.condition], gate_scorer)
     dtype = model_options(device, dtype, PatchConfig)
-    runner, load = executor_for(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
+    runner, load = executor_for(executor, model, model_path, device, dtype)
     chosen_shard = shard_option(shard)
     trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
     checked(config.check_task_ids, trajs)  # before the model loads
@@ -95,6 +93,7 @@ def _nats(value: float | None) -> str:
 
 
 @app.command()
+@executor_options
 def harm(
     trajectories: TrajectoriesOpt,
     out: Annotated[Path, typer.Option("--out", help="Directory for harm.json.")],
@@ -112,16 +111,16 @@ def harm(
     dtype: DtypeOpt = "auto",
     allow_control_tokens: AllowControlOpt = False,
     shard: ShardOpt = None,
-    executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None, num_gpus: GpusOpt = 0,
-    memory_gb: MemoryOpt = None,
     max_tokens: BoundaryTokensOpt = HarmConfig.max_tokens,
+    *,
+    executor: ExecutorSettings,
 ) -> None:
     """Set-level deletion harm (DRSR): exact vs additive harm of deleting history units jointly."""
     check_output_dir(out, "--out")
     config = build(HarmConfig, boundaries=boundaries, max_k=max_k, budget=budget, seed=seed, units=units,
                    margin=margin, max_tokens=max_tokens)  # before the model loads
     dtype = model_options(device, dtype, HarmConfig)
-    runner, load = executor_for(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
+    runner, load = executor_for(executor, model, model_path, device, dtype)
     chosen_shard = shard_option(shard)
     trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
     checked(config.boundary_keys, trajs)

@@ -3,13 +3,15 @@ any file is read or any model loads."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import fields as dataclass_fields
 from dataclasses import is_dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar
+from typing import TYPE_CHECKING, Annotated, Optional, TypeVar
 
 import typer
 from rich.console import Console
@@ -18,6 +20,7 @@ from interp.pipelines import stages
 
 if TYPE_CHECKING:
     from interp.io import Executor
+    from interp.pipelines.executors import ExecutorSettings
     from interp.pipelines.configs import AnalysisConfig
     from interp.sensor.protocol import Sensor
 
@@ -70,7 +73,7 @@ def option_name(field: str, options: Mapping[str, str] | None = None) -> str:
     return (options or {}).get(field) or f"--{field.replace('_', '-')}"
 
 
-def build(cls: Callable[..., T], options: Mapping[str, str] | None = None, **kwargs: Any) -> T:
+def build(cls: Callable[..., T], options: Mapping[str, str] | None = None, **kwargs: object) -> T:
     """``cls(**kwargs)``; a ValueError names the option of the first field its message mentions (``--n-boot``)."""
     try:
         return cls(**kwargs)
@@ -83,7 +86,7 @@ def build(cls: Callable[..., T], options: Mapping[str, str] | None = None, **kwa
         raise ValueError(f"{option_name(field, options)}: {msg.removeprefix(f'{field}: ')}") from None
 
 
-def checked(call: Callable[..., T], *args: Any, options: Mapping[str, str] | None = None, **kwargs: Any) -> T:
+def checked(call: Callable[..., T], *args: object, options: Mapping[str, str] | None = None, **kwargs: object) -> T:
     """``call(*args, **kwargs)`` (a stage, a config's check); a ValueError whose message starts with a field of a
     config among the arguments (``task_ids: ...``, ``relation_layer 9: ...``) names its option instead (the same
     message the config's own check gives through :func:`build`)."""
@@ -138,13 +141,48 @@ BoundaryTokensOpt = Annotated[int, typer.Option("--max-tokens", help="Boundaries
                                                                 "and recorded, never truncated.")]
 ShardOpt = Annotated[Optional[str], typer.Option(help="I/N: this process takes shard I of N (units split by token "
                                                       "count, longest first); join the shards with `interp merge`.")]
-ExecutorOpt = Annotated[str, typer.Option(help="Where units run: local (this process) or ray (actors, one model "
-                                               "load each; needs pip install '.[ray]').")]
 AddressOpt = Annotated[Optional[str], typer.Option(help="Ray cluster address (auto: the running cluster; default: "
                                                         "start a local one).")]
-WorkersOpt = Annotated[Optional[int], typer.Option(help="Ray actors (default: as many as the resources fit).")]
-GpusOpt = Annotated[float, typer.Option("--num-gpus", help="GPUs per Ray worker (use --device cuda with it).")]
-MemoryOpt = Annotated[Optional[float], typer.Option("--memory-gb", help="Memory per Ray worker, GiB (scheduling).")]
+
+
+def _executor_group() -> list[inspect.Parameter]:
+    """The executor options, declared once (defaults: ``ExecutorSettings``'s; ``--address`` is the sweep's too)."""
+    from interp.pipelines.executors import ExecutorSettings as E
+
+    return [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=kind)
+            for name, kind, default in (
+        ("executor", Annotated[str, typer.Option("--executor", help="Where units run: local (this process) or ray "
+                                                 "(actors, one model load each; needs pip install '.[ray]').")],
+         E.kind),
+        ("address", AddressOpt, E.address),
+        ("workers", Annotated[Optional[int], typer.Option("--workers", help="Ray actors (default: as many as the "
+                                                          "resources fit).")], E.workers),
+        ("num_gpus", Annotated[float, typer.Option("--num-gpus", help="GPUs per Ray worker (use --device cuda with "
+                                                   "it).")], E.num_gpus),
+        ("memory_gb", Annotated[Optional[float], typer.Option("--memory-gb", help="Memory per Ray worker, GiB "
+                                                              "(scheduling).")], E.memory_gb))]
+
+
+def executor_options(command: Callable[..., None]) -> Callable[..., None]:
+    """A command with the executor option group (``--executor``, ``--address``, ``--workers``, ``--num-gpus``,
+    ``--memory-gb``, declared once in :func:`_executor_group`): ``command`` takes them as one checked
+    ``interp.pipelines.executors.ExecutorSettings`` in its ``executor`` parameter (a bad value is refused, naming
+    its option, before anything is read)."""
+    from interp.pipelines.executors import ExecutorSettings
+
+    group = _executor_group()
+    names = [p.name for p in group]
+    own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "executor"]
+
+    @functools.wraps(command)
+    def run(*args: object, **kwargs: object) -> None:
+        values = {n: kwargs.pop(n) for n in names}
+        settings = build(ExecutorSettings, {"kind": "--executor"}, kind=values.pop("executor"), **values)
+        command(*args, **kwargs, executor=settings)
+
+    run.__signature__ = inspect.Signature([*own, *group])  # type: ignore[attr-defined]  # what Typer reads
+    run.__annotations__ = {p.name: p.annotation for p in (*own, *group)}
+    return run
 
 
 def shard_option(shard: str | None) -> tuple[int, int]:
@@ -155,19 +193,16 @@ def shard_option(shard: str | None) -> tuple[int, int]:
         return parse_shard(shard)
 
 
-def executor_for(kind: str, address: str | None, workers: int | None, num_gpus: float, memory_gb: float | None,
-              model: str, model_path: Path | None, device: str, dtype: str) -> tuple[Executor | None, Callable[[], Any] | None]:
-    """``(executor, load)`` for ``--executor``: None for local (the loaded sensor is used), else the executor and
-    how a worker loads its model."""
+def executor_for(settings: ExecutorSettings, model: str, model_path: Path | None, device: str,
+                 dtype: str) -> tuple[Executor | None, Callable[[], Sensor] | None]:
+    """``(executor, load)`` for the executor options: None for local (the loaded sensor is used), else the executor
+    and how a worker loads its model."""
     from functools import partial
 
-    from interp.pipelines.executors import make_executor
-
-    if kind == "local":
+    if settings.kind == "local":
         return None, None
     with option("--executor"):  # called before the model loads: a bad executor costs nothing
-        executor = make_executor(kind, address=address, workers=workers, num_gpus=num_gpus,
-                                 memory=int(memory_gb * 2**30) if memory_gb else None)
+        executor = settings.make()
     return executor, partial(stages.sensor, model, model_path, device, dtype)
 
 

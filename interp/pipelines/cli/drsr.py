@@ -10,26 +10,23 @@ import typer
 
 from interp.io import check_output_dir
 from interp.pipelines import stages
+from interp.pipelines.executors import ExecutorSettings
 from interp.pipelines.cli.common import (
     LAYERS_0_BASED,
-    AddressOpt,
     AllowControlOpt,
     BoundaryTokensOpt,
     DeviceOpt,
     DtypeOpt,
-    ExecutorOpt,
-    GpusOpt,
-    MemoryOpt,
     ModelOpt,
     ModelPathOpt,
     ShardOpt,
     TrajectoriesOpt,
-    WorkersOpt,
     app,
     build,
     checked,
     console,
     executor_for,
+    executor_options,
     load_sensor,
     model_options,
     shard_option,
@@ -41,6 +38,7 @@ OPTIONS = {"relation_layer": "--layer"}  # config field -> option, where the opt
 
 
 @app.command()
+@executor_options
 def drsr(
     trajectories: TrajectoriesOpt,
     out: Annotated[Path, typer.Option("--out", help="Directory for drsr.json (and per-boundary parts).")],
@@ -63,9 +61,9 @@ def drsr(
     dtype: DtypeOpt = "auto",
     allow_control_tokens: AllowControlOpt = False,
     shard: ShardOpt = None,
-    executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None, num_gpus: GpusOpt = 0,
-    memory_gb: MemoryOpt = None,
     max_tokens: BoundaryTokensOpt = DrsrConfig.max_tokens,
+    *,
+    executor: ExecutorSettings,
 ) -> None:
     """DRSR's mechanistic appendix: step vs block harm, relations across depth, interaction structure, attention."""
     check_output_dir(out, "--out")
@@ -73,7 +71,7 @@ def drsr(
                    margin=margin, unsafe=unsafe, relation_layer=layer, proj_dim=proj_dim, n_boot=n_boot,
                    max_tokens=max_tokens)
     dtype = model_options(device, dtype, DrsrConfig)
-    runner, load = executor_for(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
+    runner, load = executor_for(executor, model, model_path, device, dtype)
     chosen_shard = shard_option(shard)
     trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
     checked(config.boundary_keys, trajs)  # before the model loads

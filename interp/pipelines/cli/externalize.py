@@ -9,10 +9,11 @@ import typer
 
 from interp.io import check_output_dir
 from interp.pipelines import stages
+from interp.externalization.labeler import GapLabelerConfig
+from interp.externalization.risk import RiskConfig
 from interp.pipelines.cli.common import (
     TrajectoriesOpt,
     app,
-    at_least,
     build,
     console,
     split_list,
@@ -33,25 +34,25 @@ def externalize_label(
     labels: Annotated[Optional[Path], typer.Option("--labels", help="Reference CSV task_id,after_step,"
                                                    "externalization_gap (default: the annotations).")] = None,
     scope: Annotated[str, typer.Option(help="Reasoning that holds derived state: all (steps 1..b, the study's "
-                                            "definition), latest (step b only: a proxy) or since_code (a proxy).")] = "all",
+                                            "definition), latest (step b only: a proxy) or since_code (a proxy).")
+                     ] = GapLabelerConfig.scope,
     carriers: Annotated[str, typer.Option(help="Comma list of carrier kinds: the study's written_file,tool_output,"
-                                               "feedback; opt-in tool_argument, text_action.")] = (
-        "written_file,tool_output,feedback"),
+                                               "feedback; opt-in tool_argument, text_action.")
+                        ] = ",".join(GapLabelerConfig.carriers),
     min_overlap: Annotated[float, typer.Option("--min-overlap", help="Cue sentences: fraction of their novel "
-                                               "words a carrier must hold.")] = 0.34,
+                                               "words a carrier must hold.")] = GapLabelerConfig.min_overlap,
     min_novel_words: Annotated[int, typer.Option("--min-novel-words", help="Cue sentences with fewer novel "
-                                                 "words count as minor.")] = 5,
-    seed: Annotated[int, typer.Option(help="Seed of the tuning/evaluation task split and the bootstrap.")] = 0,
-    n_boot: Annotated[int, typer.Option("--n-boot", help="Task-bootstrap resamples for the kappa CIs.")] = 1000,
+                                                 "words count as minor.")] = GapLabelerConfig.min_novel_words,
+    seed: Annotated[int, typer.Option(help="Seed of the tuning/evaluation task split and the bootstrap.")
+                    ] = GapLabelerConfig.seed,
+    n_boot: Annotated[int, typer.Option("--n-boot", help="Task-bootstrap resamples for the kappa CIs.")
+                      ] = GapLabelerConfig.n_boot,
 ) -> None:
     """Rule-based G labels with per-item evidence; Cohen's kappa against reference labels, in-sample and held out by task."""
-    from interp.externalization.labeler import GapLabelerConfig
-
     check_output_dir(out, "--out")
-    at_least("--n-boot", n_boot, 0)
     config = build(GapLabelerConfig, scope=scope, min_overlap=min_overlap, min_novel_words=min_novel_words,
-                    carriers=tuple(split_list(carriers)))
-    summary = stages.externalize(trajectories, out, labels, config, seed, n_boot)
+                   carriers=tuple(split_list(carriers)), seed=seed, n_boot=n_boot)
+    summary = stages.externalize(trajectories, out, labels, config)
     line = (f"{out}: {summary['n_boundaries']} boundaries, scope {scope} ({summary['scope_note']}), "
             f"rule G=1 for {summary['rule_positive_rate']:.1%}")
     agreement = summary["agreement"]
@@ -80,17 +81,17 @@ def externalize_risk(
                                                          "for G or y where no CSV gives them.")] = None,
     targets: Annotated[Optional[Path], typer.Option("--targets", help="CSV task_id,after_step,future_necessity "
                                                     "(default: --labels' column, else annotations).")] = None,
-    condition: Annotated[str, typer.Option(help="Condition of the probe samples.")] = "full",
-    g_column: Annotated[str, typer.Option("--g-column", help="Column of --labels holding G.")] = "externalization_gap",
-    n_boot: Annotated[int, typer.Option("--n-boot", help="Task-bootstrap resamples for CIs.")] = 1000,
-    seed: int = 0,
+    condition: Annotated[str, typer.Option(help="Condition of the probe samples.")] = RiskConfig.condition,
+    g_column: Annotated[str, typer.Option("--g-column", help="Column of --labels holding G.")] = RiskConfig.g_column,
+    n_boot: Annotated[int, typer.Option("--n-boot", help="Task-bootstrap resamples for CIs.")] = RiskConfig.n_boot,
+    seed: Annotated[int, typer.Option(help="Seed of the task bootstrap.")] = RiskConfig.seed,
 ) -> None:
     """Future behavioural risk by G: P(y|G=1), P(y|G=0), within-task gap, hidden-score gap, with task-bootstrap CIs."""
     from interp.reporting import reference
 
     check_output_dir(out, "--out")
-    at_least("--n-boot", n_boot, 0)
-    doc = stages.risk(out, labels, probe_results, trajectories, targets, condition, g_column, n_boot, seed)
+    config = build(RiskConfig, condition=condition, g_column=g_column, n_boot=n_boot, seed=seed)
+    doc = stages.risk(out, labels, probe_results, trajectories, targets, config)
 
     def pct(stat: dict) -> str:
         ci = stat["ci"]

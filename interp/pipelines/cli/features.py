@@ -11,26 +11,23 @@ from interp.extraction.entropy import IclrConfig
 from interp.sensor.limits import DEFAULT_MAX_TOKENS
 from interp.io import check_output_dir
 from interp.pipelines import stages
+from interp.pipelines.executors import ExecutorSettings
 from interp.pipelines.cli.common import (
     LAYERS_0_BASED,
-    AddressOpt,
     AllowControlOpt,
     DeviceOpt,
     DtypeOpt,
     GateScorerOpt,
-    ExecutorOpt,
-    GpusOpt,
-    MemoryOpt,
     ModelOpt,
     ModelPathOpt,
     ShardOpt,
     TrajectoriesOpt,
-    WorkersOpt,
     app,
     build,
     check_gate_scorer,
     console,
     executor_for,
+    executor_options,
     load_sensor,
     model_options,
     option,
@@ -39,6 +36,7 @@ from interp.pipelines.cli.common import (
 
 
 @app.command()
+@executor_options
 def extract(
     trajectories: TrajectoriesOpt,
     store: Annotated[Path, typer.Option("--store", help="Activation store directory (created or resumed).")],
@@ -57,9 +55,9 @@ def extract(
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "auto",
     allow_control_tokens: AllowControlOpt = False,
-    executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None, num_gpus: GpusOpt = 0,
-    memory_gb: MemoryOpt = None,
     gate_scorer: GateScorerOpt = None,
+    *,
+    executor: ExecutorSettings,
 ) -> None:
     """Extract pooled boundary residuals and boundary attention into an activation store (resumable)."""
     from interp.data.conditions import check_condition_name
@@ -91,7 +89,7 @@ def extract(
     with option("--shard"):
         chosen_shard = parse_shard(shard)
     dtype = model_options(device, dtype, ExtractConfig)
-    runner, load = executor_for(executor, address, workers, num_gpus, memory_gb, model, model_path, device, dtype)
+    runner, load = executor_for(executor, model, model_path, device, dtype)
     trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
     chosen_boundaries = parse_boundaries(boundaries, trajs) if boundaries else None
     sensor = load_sensor(model, model_path, device, dtype)

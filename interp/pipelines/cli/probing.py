@@ -12,6 +12,7 @@ from interp.io import check_output_dir
 from interp.pipelines import stages
 from interp.pipelines.cli.common import TrajectoriesOpt, app, build, console
 from interp.reporting.numbers import ci_text, num
+from probes.targets import TargetLabelerConfig
 
 
 class _JudgeSwitch(TyperCommand):
@@ -41,13 +42,11 @@ def label(
     labels: Annotated[Optional[Path], typer.Option(help="Reference CSV task_id,after_step,future_necessity "
                                                         "(default: the annotations).")] = None,
     window: Annotated[Optional[int], typer.Option(help="Later steps inspected after each boundary (default: "
-                                                  "the whole rest of the trajectory).")] = None,
+                                                  "the whole rest of the trajectory).")] = TargetLabelerConfig.window,
     surge_factor: Annotated[float, typer.Option("--surge-factor", help="Reasoning surge: length over this "
-                                                "multiple of the running mean.")] = 1.8,
+                                                "multiple of the running mean.")] = TargetLabelerConfig.surge_factor,
 ) -> None:
     """Rule-based future-necessity targets with evidence, and agreement (kappa) with reference labels."""
-    from probes.targets import TargetLabelerConfig
-
     check_output_dir(out, "--out")
     config = build(TargetLabelerConfig, window=window, surge_factor=surge_factor)
     summary = stages.label(trajectories, out, labels, config)

@@ -9,8 +9,9 @@ import typer
 
 from interp.io import check_output_dir
 from interp.pipelines import stages
-from interp.pipelines.cli.common import AllowControlOpt, GateScorerOpt, ModelPathOpt, TrajectoriesOpt, app, \
-    check_gate_scorer, console, option, split_list
+from interp.accounting.tokens import TokensConfig
+from interp.pipelines.cli.common import AllowControlOpt, GateScorerOpt, ModelPathOpt, TrajectoriesOpt, app, build, \
+    check_gate_scorer, console, option
 
 
 @app.command()
@@ -24,14 +25,16 @@ def tokens(
     policies: Annotated[str, typer.Option(help="Comma list of policies: a condition, name:key=value (random:r=0.1, "
                                                "keep_last_k_reasoning:k=5) or sliding_window:k=K; separate several "
                                                "parameters of one policy with ';'. Default: the nine of the "
-                                               "benchmark.")] = "",
+                                               "benchmark.")] = ",".join(p.replace(",", ";")
+                                                                         for p in TokensConfig.policies),
     entropy: Annotated[Optional[Path], typer.Option(
         "--entropy", help="Block-entropy CSV of `interp entropy` (online rows for iclr, step_only rows for "
                           "iclr_step_only); without it the ICLR policies are skipped.")] = None,
     cache_block: Annotated[int, typer.Option("--cache-block", help="The cache serves prefixes in multiples of "
-                                             "this many tokens (1: exact token-prefix reuse).")] = 1,
+                                             "this many tokens (1: exact token-prefix reuse).")
+                         ] = TokensConfig.cache_block,
     min_prefix: Annotated[int, typer.Option("--min-prefix", help="Shared prefixes shorter than this are not "
-                                            "served from the cache.")] = 0,
+                                            "served from the cache.")] = TokensConfig.min_prefix,
     paired: Annotated[Optional[Path], typer.Option(
         "--paired", help="Trajectory file of a compressed run of the same tasks (matched by task_id); "
                          "--trajectories is then the base run, accounted under full. Or the run log of `interp "
@@ -40,12 +43,13 @@ def tokens(
     prices: Annotated[Optional[Path], typer.Option(
         "--prices", help="Paired run logs: a JSON price table, USD per million tokens of uncached_input, "
                          "cache_read, cache_write and output.")] = None,
-    paired_policy: Annotated[str, typer.Option("--paired-policy", help="The policy the --paired run used.")] = "iclr",
+    paired_policy: Annotated[str, typer.Option("--paired-policy", help="The policy the --paired run used.")
+                             ] = TokensConfig.paired_policy,
     allow_control_tokens: AllowControlOpt = False,
     gate_scorer: GateScorerOpt = None,
 ) -> None:
     """Input, cache-read, cache-write and output tokens per request under each policy; paired-run amplification."""
-    from interp.accounting.tokens import DEFAULT_POLICIES, CacheModel, parse_policy, read_entropy_table
+    from interp.accounting.tokens import read_entropy_table
     from interp.serve.runlog import is_run_log
     from interp.sensor.models import load_tokenizer
 
@@ -53,25 +57,16 @@ def tokens(
     if paired is not None and is_run_log(paired):
         _paired_logs(trajectories, paired, prices, out)
         return
-    chosen = [p.replace(";", ",") for p in split_list(policies)] or list(DEFAULT_POLICIES)
-    with option("--policies"):
-        for spec in chosen:
-            parse_policy(spec)
-    with option("--paired-policy"):
-        parse_policy(paired_policy)
+    config = build(TokensConfig, policies=policies, cache_block=cache_block, min_prefix=min_prefix,
+                   paired_policy=paired_policy)
     with option("--gate-scorer"):
-        check_gate_scorer([p.partition(":")[0].strip() for p in chosen], gate_scorer)
-    with option("--cache-block/--min-prefix"):
-        CacheModel(cache_block, min_prefix)
+        check_gate_scorer(["drsr_gate"] if config.uses("drsr_gate") else [], gate_scorer)
     if entropy is not None:
         with option("--entropy"):
             read_entropy_table(entropy)
     trajs = stages.trajectories(trajectories, allow_control_tokens=allow_control_tokens)
-    pair = None
-    if paired is not None:
-        pair = (stages.trajectories(paired, allow_control_tokens=allow_control_tokens), paired_policy)
-    doc = stages.tokens(trajs, out, load_tokenizer(tokenizer, model_path), chosen, cache_block, min_prefix,
-                        entropy, pair, gate_scorer)
+    pair = None if paired is None else stages.trajectories(paired, allow_control_tokens=allow_control_tokens)
+    doc = stages.tokens(trajs, out, load_tokenizer(tokenizer, model_path), config, entropy, pair, gate_scorer)
     for row in doc["totals"]:
         rel = "" if row["rel_input"] is None else (f"  input {row['rel_input']:+.1%}, cache read "
                                                    f"{row['rel_cache_read']:+.1%}, output {row['rel_output']:+.1%}")

@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from interp.reporting import reference as ref
+from interp.reporting.numbers import ci_text, num, shown
 from interp.reporting.figures.theme import BOTTOM_LEGEND, GREY, PALETTE, TEMPLATE, titled
 
 
@@ -21,10 +22,6 @@ def _where(result: dict) -> str:
     model = (result.get("model") or {}).get("spec", "?")
     return (f"train / validation / test: {len(split['train']['tasks'])} / {len(split['validation']['tasks'])} / "
             f"{len(split['test']['tasks'])} trajectories, model {model}")
-
-
-def _num(x: float | None, fmt: str = ".3f") -> str:
-    return "n/a" if x is None else format(x, fmt)
 
 
 def scores_figure(result: dict) -> go.Figure:
@@ -46,7 +43,7 @@ def scores_figure(result: dict) -> go.Figure:
     fig.update_layout(template=TEMPLATE, barmode="overlay", height=520, legend=BOTTOM_LEGEND, margin=dict(b=140))
     sel = result["selected"]
     titled(fig, "Unsafe scores of candidate deletion sets by exact label", [
-        f"selected tau {_num(sel['tau'], '.4f')} (dotted; null: abstain), K {sel['k']}, beta {sel['beta']} "
+        f"selected tau {shown(num(sel['tau'], 4))} (dotted; null: abstain), K {sel['k']}, beta {sel['beta']} "
         f"(DRSR: K {ref.DRSR_GATE['k']}, beta {ref.DRSR_GATE['beta']}; DRSR's tau {ref.DRSR_GATE['tau']} is on its "
         "set model's scale, not this axis)",
         f"unsafe: exact harm above {result['settings']['unsafe_threshold']} nats/token", _where(result)])
@@ -103,7 +100,9 @@ def beta_figure(result: dict) -> go.Figure:
 
 
 def _ci(ci: Any) -> str:
-    return "" if not ci else f" [{ci[0]:.3f}, {ci[1]:.3f}]"
+    """A CI as the report writes it after a number (one formatter: ``interp.reporting.numbers.ci_text``)."""
+    text = ci_text(ci)
+    return f" {text}" if text else ""
 
 
 def gate_section(result: dict, folder: Path | None = None) -> list[str]:
@@ -115,27 +114,27 @@ def gate_section(result: dict, folder: Path | None = None) -> list[str]:
              f"selected on {len(split['validation']['tasks'])} ({split['validation']['n_sets']} sets), evaluated on "
              f"{len(split['test']['tasks'])} held-out trajectories ({split['test']['n_sets']} sets); unsafe: exact "
              f"harm above {result['settings']['unsafe_threshold']} nats/token. Selected on validation: K {sel['k']}, "
-             f"beta {sel['beta']}, tau {_num(sel['tau'], '.4f')} on this scorer's scale (reference: K {r['k']}, "
+             f"beta {sel['beta']}, tau {shown(num(sel['tau'], 4))} on this scorer's scale (reference: K {r['k']}, "
              f"beta {r['beta']}); constraints unsafe rate <= {r['max_unsafe_rate']}, mean harm <= "
              f"{r['max_mean_harm']}, removal cap {r['max_removal']:.0%}.", "",
              f"Departures: {ref.DEPARTURES['scorer']} (DRSR's tau {r['tau']} on its own scale). "
              f"{ref.DEPARTURES['unsafe_threshold']}.", "",
-             f"Predicted vs exact harm on test: MAE {_num(pred['mae'], '.4f')}{_ci(pred['mae_ci'])} nats/token, "
-             f"Spearman {_num(pred['spearman'])}{_ci(pred['spearman_ci'])} ({pred['n_sets']} sets).", "",
+             f"Predicted vs exact harm on test: MAE {shown(num(pred['mae'], 4))}{_ci(pred['mae_ci'])} nats/token, "
+             f"Spearman {shown(num(pred['spearman']))}{_ci(pred['spearman_ci'])} ({pred['n_sets']} sets).", "",
              "| pair ordering at the margin (test, sets of 2+ units) | accuracy | 95% CI | pairs | reference |",
              "|---|---|---|---|---|"]
     for row in result["pair_ordering"]:
         theirs = ref.DRSR_PAIR_ACCURACY.get(row["method"])
-        lines.append(f"| {row['method']} | {_num(row['pair_accuracy'])} | {_ci(row['ci']).strip() or '-'} | "
+        lines.append(f"| {row['method']} | {shown(num(row['pair_accuracy']))} | {_ci(row['ci']).strip() or '-'} | "
                      f"{row['n_pairs']} | {theirs if theirs is not None else '-'} |")
     lines += ["", "| gate on test | coverage | mean direct removal | unsafe rate | mean harm | K | beta | tau |",
               "|---|---|---|---|---|---|---|---|"]
     for row in result["ablations"]:
-        lines.append(f"| {row['name']} | {_num(row['coverage'])} | {_num(row['removal'])} | "
-                     f"{_num(row['unsafe_rate'])} | {_num(row['mean_harm'], '.4f')} | {row['k']} | {row['beta']} | "
-                     f"{_num(row['tau'], '.4f')} |")
-    lines += ["", f"The selected gate on test: coverage {_num(g['coverage'])}{_ci(g['ci']['coverage'])}, removal "
-                  f"{_num(g['removal'])}{_ci(g['ci']['removal'])}, unsafe rate {_num(g['unsafe_rate'])}"
+        lines.append(f"| {row['name']} | {shown(num(row['coverage']))} | {shown(num(row['removal']))} | "
+                     f"{shown(num(row['unsafe_rate']))} | {shown(num(row['mean_harm'], 4))} | {row['k']} | {row['beta']} | "
+                     f"{shown(num(row['tau'], 4))} |")
+    lines += ["", f"The selected gate on test: coverage {shown(num(g['coverage']))}{_ci(g['ci']['coverage'])}, removal "
+                  f"{shown(num(g['removal']))}{_ci(g['ci']['removal'])}, unsafe rate {shown(num(g['unsafe_rate']))}"
                   f"{_ci(g['ci']['unsafe_rate'])} ({g['n_deleted']} deletions at {g['n_boundaries']} boundaries)."]
     lines += [f"- _{n}_" for n in result.get("notes", [])]
     return lines
