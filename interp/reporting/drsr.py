@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from interp.reporting import reference as ref
+from interp.reporting.figures.drsr import density_split_labels
 from interp.reporting.numbers import ci_text, num, pct, shown
 
 
@@ -51,9 +52,10 @@ def drsr_section(res: dict[str, Any]) -> list[str]:
         k = int(row["group"])
         lines.append(f"| {k} | {num(row['mean_interaction'], 4)} | {ci_text(row['ci']) or 'n/a'} | {row['n_sets']} | "
                      f"{ref.DRSR_INTERACTION.get(k, '')} ({ref.DRSR_N_SETS.get(k, '')}) |")
-    lines += ["", "Boundary attention mass per token on the candidates, mean over heads (figure 11). Lower "
-              "attention alone is not a deletion-safety test: the split is by measured harm.", "",
-              "| full-attention layer | selected by exact harm | n | retained | n |", "|---|---|---|---|---|"]
+    selected, retained, source = density_split_labels(dens)
+    lines += ["", f"Boundary attention mass per token on the candidates, mean over heads (figure 11), {source}. "
+              "Lower attention alone is not a deletion-safety test.", "",
+              f"| full-attention layer | {selected} | n | {retained} | n |", "|---|---|---|---|---|"]
     for entry in dens["layers"]:
         s, r = entry["selected"], entry["retained"]
         lines.append(f"| {entry['layer']} | {num(s['mean'], 5) or 'n/a'} | {s['n']} | {num(r['mean'], 5) or 'n/a'} | "
