@@ -154,3 +154,17 @@ def test_the_unsafe_cut_is_an_option_of_the_gate():
     assert GateConfig(unsafe=0.05).unsafe == 0.05
     with pytest.raises(ValueError, match="unsafe"):
         GateConfig(unsafe=-0.01)
+
+
+def test_gate_train_carries_the_unsafe_option_into_the_scorer_file(tmp_path, monkeypatch):
+    import json
+
+    from interp.pipelines import stages
+    from tests.gate.synthetic import records
+
+    recs = records(12, planted=True, seed=3)
+    monkeypatch.setattr("patching.gate_eval.drsr_records", lambda drsr_dir, parts=None: (recs, {"model": None}))
+    stages.gate_train(tmp_path / "drsr", tmp_path, GateConfig(unsafe=0.035, n_members=2))
+    doc = json.loads((tmp_path / "gate_scorer.json").read_text())
+    assert doc["scorer"]["params"]["unsafe"] == 0.035
+    assert GateModel.load(tmp_path / "gate_scorer.json").scorer.unsafe == 0.035
