@@ -47,7 +47,8 @@ without reasoning has no ``reasoning`` unit, so a boundary whose steps 1..b
 have none has no reasoning candidates (its record has no sets).
 
 Aggregates (``summarize_harm``, no model) are the rows compared with DRSR's
-Tables 1 and 2, so they read only sets of DRSR's block kinds (``drsr_compared``):
+Tables 1 and 2, so they read only sets of DRSR's block kinds
+(``interp.data.deletions.drsr_compared``):
 a set holding a whole step (the toolkit's granularity addition, drawn by
 ``interp drsr`` by default) is left out of ``aggregates`` and
 ``per_cardinality`` and reported apart, labelled, under ``step_sets``
@@ -98,8 +99,8 @@ from typing import Any
 
 import numpy as np
 
-from interp.data.deletions import (DRSR_UNIT_KINDS, UNIT_KINDS, Unit, delete_units, history_units, parse_unit_kinds,
-                                   units_overlap)
+from interp.data.deletions import (DRSR_UNIT_KINDS, UNIT_KINDS, Unit, delete_units, drsr_compared, history_units,
+                                   parse_unit_kinds, units_overlap)
 from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit, skip_record
 from interp.schema import Field, schema_dict
 from interp.stats import percentile_ci, task_resamples
@@ -385,14 +386,8 @@ def pooled_ratio_ci(per_task: dict[str, list[float]], n_boot: int = 1000, seed: 
     return [float(v) for v in percentile_ci(draws)]
 
 
-def drsr_compared(members: Iterable[Sequence[Any]]) -> bool:
-    """Whether a set enters the rows compared with DRSR's tables: every member one of DRSR's block kinds
-    (``DRSR_UNIT_KINDS``); a set holding a whole step is the toolkit's granularity addition, reported apart."""
-    return all(m[0] in DRSR_UNIT_KINDS for m in members)
-
-
 def compared_record(record: dict[str, Any]) -> dict[str, Any]:
-    """A boundary record keeping only its :func:`drsr_compared` sets (singletons included): what the rows
+    """A boundary record keeping only its ``interp.data.deletions.drsr_compared`` sets (singletons included): what the rows
     compared with DRSR read."""
     return {**record, "sets": [s for s in record["sets"] if drsr_compared(s["members"])]}
 
@@ -452,7 +447,7 @@ def summarize_harm(per_boundary: list[dict[str, Any]], model: dict[str, Any] | N
 
     Per aggregator and cardinality: pair-ordering accuracy at ``margin`` with its task-bootstrap CI, and
     MAE; per cardinality: mean interaction and the pairwise reconstruction of
-    triples; over DRSR's block kinds only (:func:`drsr_compared`), the sets holding a whole step reported apart
+    triples; over DRSR's block kinds only (``drsr_compared``), the sets holding a whole step reported apart
     (``step_sets``). ``model`` is the sensor's ``describe()``.
     """
     skipped = [{k: row[k] for k in ("task_id", "after_step", "n_tokens", "reason")}

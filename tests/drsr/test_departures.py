@@ -9,6 +9,7 @@ import pytest
 
 from interp.reporting.drsr import drsr_section
 from interp.reporting.figures.drsr import attention_density_figure
+from interp.reporting.figures.harm import additivity_test, harm_figure
 from patching.config import GateConfig
 from patching.drsr import gate_selection, summarize_drsr
 from patching.gate import FeatureSpec, GateModel, GateSetting
@@ -49,6 +50,11 @@ def test_step_sets_stay_out_of_the_rows_compared_with_drsr():
     every = {(r["aggregator"], r["cardinality"]): r for r in apart["aggregates"]}
     assert every[("sum", "all")]["n_pairs"] == 30 and every[("sum", "all")]["pair_accuracy"] == pytest.approx(0.6)
     assert apart["per_cardinality"]["2"]["mean_interaction"] == pytest.approx((0.48 - 0.03) / 5)
+    # figure 7 plots the compared sets and counts the step sets apart
+    fig = harm_figure(doc)
+    scatter = next(t for t in fig.data if t.name == "k = 2 units")
+    assert len(scatter.x) == 9 and "6 sets holding a whole step" in fig.layout.title.subtitle.text
+    assert additivity_test(doc)["n_sets"] == 9 and additivity_test(doc)["mean"] == pytest.approx(0.0, abs=1e-12)
     # no step unit drawn: nothing apart
     blocks = planted_boundary("t")
     blocks["sets"] = [s for s in blocks["sets"] if all(m[0] != "step" for m in s["members"])]
