@@ -13,7 +13,10 @@ def drsr_section(res: dict[str, Any]) -> list[str]:
     """Lines of the section: granularity, relations by depth, accuracy at the margin, interaction, attention."""
     g, rel, inter, dens = res["granularity"], res["relations"], res["interaction"], res["attention_density"]
     rg = ref.DRSR_GRANULARITY
-    lines = [f"{len(res['boundaries'])} boundaries, units {', '.join(res['units'])}; margin {shown(num(res['margin']))} "
+    apart = (" (whole steps enter the granularity rows only; relations, interaction and attention read the sets "
+             "of DRSR's block kinds)") if "step" in res["units"] else ""
+    lines = [f"{len(res['boundaries'])} boundaries, units {', '.join(res['units'])}{apart}; "
+             f"margin {shown(num(res['margin']))} "
              f"nats/token; unsafe: harm above {shown(num(res['unsafe_threshold']))} nats/token. Reference numbers: "
              f"{ref.MODEL}, 1,698 decision states of 566 trajectories.", "",
              "| history granularity | this run | 95% CI (task bootstrap) | n | reference study |", "|---|---|---|---|---|",
