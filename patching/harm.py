@@ -82,7 +82,7 @@ Fields of ``harm.json`` (``FIELDS``; ``summarize_harm`` writes them):
 | ``margin`` | ``[]`` | float | nats/token | pairs of sets whose exact harms differ by less than this are not counted in pair_accuracy |
 | ``aggregates`` | ``[n_aggregates] of {aggregator, cardinality, n_sets, n_pairs, n_tasks, pair_accuracy, ci, mae}`` | object | accuracy: fraction; mae: nats/token | one row per aggregator (sum, mean, max, min) and cardinality ("2", "3", ... and "all" = sets of size >= 2): n_sets with all singletons measured, n_pairs counted at the margin over n_tasks tasks, pair_accuracy (pooled over boundaries; null without a counted pair) and its 95% task-bootstrap ci [lo, hi] (the pooled ratio over resampled tasks; null with fewer than 3 tasks counted), mae of predicting set harm by the aggregate of singleton harms (null without sets) |
 | ``per_cardinality`` | ``{k: {mean_interaction, n_sets, mae_pairwise, n_pairwise}}`` | object | interaction, mae: nats/token | per set size k >= 2 (keys are strings): mean interaction over sets (null without sets), n_sets (sets with an interaction); for k = 3 mae_pairwise of the reconstruction from singletons plus pairwise interactions over the n_pairwise triples with all three pairs measured (null otherwise) |
-| ``step_sets`` | ``{n_sets, aggregates, per_cardinality}`` or null | object | as aggregates | the toolkit's addition, apart from the rows compared with DRSR: n_sets of 2+ units holding a whole step, and aggregates / per_cardinality recomputed over every set, those included (null when no set holds a step) |
+| ``step_sets`` | ``{n_sets, aggregates, per_cardinality}`` | object or null | as aggregates | the toolkit's addition, apart from the rows compared with DRSR: n_sets of 2+ units holding a whole step, and aggregates / per_cardinality recomputed over every set, those included (null when no set holds a step) |
 | ``boundaries`` | ``[n_boundaries] of {task_id, after_step, units, target, target_tokens, nll_full, sets}`` | object | nats/token | one boundary_harm record per boundary: units = kinds drawn from; target = the recorded next output y (text) and target_tokens its token count; nll_full = NLL(y given H); sets = [{members: [[kind, step, index], ...], tokens_removed, nll, harm, interaction}] (index null for a step unit), harm = NLL(y given H minus A) - NLL(y given H), interaction = harm - sum of its singleton harms (null for singletons) |
 | ``skipped`` | ``[n_skipped] of {task_id, after_step, n_tokens, reason}`` | object | n_tokens: tokens | boundaries not run: the teacher-forced render (n_tokens) exceeds max_tokens or the model's positions; in no aggregate |
 | ``model`` | ``{...}`` | object or null | - | the sensor's describe() (null when not given) |
@@ -129,7 +129,7 @@ FIELDS = (
           "per set size k >= 2 (keys are strings): mean interaction over sets (null without sets), n_sets "
           "(sets with an interaction); for k = 3 mae_pairwise of the reconstruction from singletons plus "
           "pairwise interactions over the n_pairwise triples with all three pairs measured (null otherwise)"),
-    Field("step_sets", "{n_sets, aggregates, per_cardinality} or null", "object", "as aggregates",
+    Field("step_sets", "{n_sets, aggregates, per_cardinality}", "object or null", "as aggregates",
           "the toolkit's addition, apart from the rows compared with DRSR: n_sets of 2+ units holding a whole "
           "step, and aggregates / per_cardinality recomputed over every set, those included (null when no set "
           "holds a step)"),

@@ -7,7 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from interp.io import atomic_write_json
 from interp.reporting.drsr import drsr_section
+from interp.reporting.figures import load_result
 from interp.reporting.figures.drsr import attention_density_figure
 from interp.reporting.figures.harm import additivity_test, harm_figure
 from patching.config import GateConfig
@@ -37,8 +39,10 @@ def planted_boundary(task: str) -> dict:
             "target_tokens": 4, "nll_full": 1.0, "sets": sets}
 
 
-def test_step_sets_stay_out_of_the_rows_compared_with_drsr():
+def test_step_sets_stay_out_of_the_rows_compared_with_drsr(tmp_path):
     doc = summarize_harm([planted_boundary(f"t{i}") for i in range(3)], n_boot=50)
+    atomic_write_json(tmp_path / "harm" / "harm.json", doc)
+    assert load_result(tmp_path / "harm" / "harm.json")["step_sets"] == doc["step_sets"]  # its declared schema
     row = {(r["aggregator"], r["cardinality"]): r for r in doc["aggregates"]}
     # by hand: the 3 block pairs differ by >= 0.06 and the sum orders each; per boundary 3 pairs, 3 boundaries
     assert row[("sum", "all")]["pair_accuracy"] == 1.0 and row[("sum", "all")]["n_pairs"] == 9
@@ -58,7 +62,10 @@ def test_step_sets_stay_out_of_the_rows_compared_with_drsr():
     # no step unit drawn: nothing apart
     blocks = planted_boundary("t")
     blocks["sets"] = [s for s in blocks["sets"] if all(m[0] != "step" for m in s["members"])]
-    assert summarize_harm([blocks], n_boot=0)["step_sets"] is None
+    alone = summarize_harm([blocks], n_boot=0)
+    assert alone["step_sets"] is None
+    atomic_write_json(tmp_path / "blocks" / "harm.json", alone)
+    assert load_result(tmp_path / "blocks" / "harm.json")["step_sets"] is None
 
 
 # ------------------------------------------------------------------ attention density, two splits
