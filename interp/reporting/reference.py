@@ -52,7 +52,8 @@ DEPARTURES = {
               "set model (Table 7; --scorer set-mlp fits that one): seconds on a CPU, scikit-learn; its unsafe "
               "scores are on another scale, so DRSR's tau is shown only as DRSR's",
     "unsafe_threshold": "0.020 nats/token as the unsafe cut is the toolkit's assumption: DRSR states 0.020 as "
-                        "the pair-ordering margin and the mean-harm limit, not as its unsafe cut (--unsafe)",
+                        "the pair-ordering margin and the mean-harm limit, not as its unsafe cut (--unsafe on interp "
+                        "drsr and interp gate train: DrsrConfig.unsafe, GateConfig.unsafe)",
     "saving": "the gate ranks sets by the span tokens of their units, what it sees before deleting; the render's "
               "own loss is reported beside it",
     "step_units": "interp drsr draws whole-step units besides DRSR's block kinds by default (granularity compares "
