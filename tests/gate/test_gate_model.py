@@ -253,3 +253,27 @@ def test_bad_inputs_are_refused_by_name(monkeypatch, capsys, tmp_path, args, nam
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "Traceback" not in err and named in err, err
     assert not (tmp_path / "s").exists() and not (tmp_path / "g" / "gate.json").exists()
+
+
+def test_drsr_with_the_scorer_splits_the_attention_density_by_the_gate(trained):
+    """``interp drsr --gate-scorer``: the parts are reused and figure 11's split is the gate's own choice."""
+    from patching.gate import GateModel, decide_view, online_view
+    from patching.gate_eval import drsr_records
+
+    scorer = trained / "gate" / "gate_scorer.json"
+    doc = json.loads((trained / "drsr" / "drsr.json").read_text())
+    keys = ",".join(f"{b['task_id']}@{b['after_step']}" for b in doc["boundaries"])
+    run = CliRunner().invoke(app, ["drsr", "--trajectories", str(DEMO), "--out", str(trained / "drsr"), "--model",
+                                   TINY, "--boundaries", keys, "--max-k", "2", "--budget", "2", "--n-boot", "10",
+                                   "--gate-scorer", str(scorer)])
+    assert run.exit_code == 0, run.output
+    dens = json.loads((trained / "drsr" / "drsr.json").read_text())["attention_density"]
+    assert dens["split"] == "gate" and dens["scorer"] == str(scorer)
+    model = GateModel.load(scorer)
+    want = set()
+    for rec in drsr_records(trained / "drsr")[0]:
+        view = online_view(rec)
+        d = decide_view(model, view)
+        want |= {(rec["task_id"], tuple(view["candidates"][m]["unit"])) for m in d.members or ()}
+    assert {(c["task_id"], tuple(c["unit"])) for c in dens["candidates"] if c["selected"]} == want
+    assert all(c["unit"][0] != "step" for c in dens["candidates"])
