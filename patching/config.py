@@ -130,8 +130,9 @@ class DrsrConfig:
     """DRSR's mechanistic appendix (``interp drsr``) and, through :class:`HarmConfig`, set-level harm: the
     boundaries (``task_id@b``; None: the middle boundary of each trajectory), the largest set size (DRSR reports
     sets up to 4 units), sampled sets per size >= 2, the sampling seed, the unit kinds deleted (default: all four
-    kinds; granularity needs ``step`` and a block kind), the pair-ordering margin and the unsafe-harm threshold
-    (nats/token; DRSR's primary margin), the layer of the margin curve and of semantic overlap (None: the middle
+    kinds; granularity needs ``step`` and a block kind), the pair-ordering margin (nats/token; DRSR's) and the
+    unsafe-harm threshold (nats/token; the toolkit's assumption: DRSR states 0.020 as its pair margin and mean-harm
+    limit, not as an unsafe cut), the layer of the margin curve and of semantic overlap (None: the middle
     layer), the stored representation size (seeded Gaussian projection; 0: none), task-bootstrap resamples and the
     token limit of a boundary's render."""
 
@@ -204,8 +205,9 @@ class HarmConfig:
 @dataclass(frozen=True)
 class GateConfig:
     """DRSR's set-risk gate (``interp gate train/eval``, no model forward): the scorer kind, the seed of the split
-    and the ensemble, the ensemble size (bootstrap members; None: the scorer's own, ``N_MEMBERS`` for ridge) and the
-    task-bootstrap resamples of the held-out metrics."""
+    and the ensemble, the ensemble size (bootstrap members; None: the scorer's own, ``N_MEMBERS`` for ridge), the
+    unsafe-harm threshold of the gate's labels (nats/token; the toolkit's assumption, as ``DrsrConfig.unsafe``)
+    and the task-bootstrap resamples of the held-out metrics."""
 
     analysis: ClassVar[str] = "gate"
     precision: ClassVar[str | None] = None  # reads DRSR's parts; runs no model
@@ -213,6 +215,7 @@ class GateConfig:
     scorer: str = "ridge"
     seed: int = 0
     n_members: int | None = None
+    unsafe: float = DrsrConfig.unsafe
     n_boot: int = 1000
 
     def __post_init__(self) -> None:
@@ -221,4 +224,5 @@ class GateConfig:
         _count("seed", self.seed, 0)
         if self.n_members is not None:
             _count("n_members", self.n_members, 1)
+        _nonnegative("unsafe", self.unsafe, "nats/token")
         _count("n_boot", self.n_boot, 0)  # 0: no CIs

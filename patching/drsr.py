@@ -15,6 +15,12 @@ computes the four analyses from those records, without a model:
   accuracy-vs-margin curve);
 - ``interaction`` and ``attention_density``: ``patching.interaction``.
 
+Relations, interaction and attention density are compared with DRSR, so they read the sets of DRSR's block kinds
+only (``patching.harm.compared_record``); a set holding a whole step enters granularity alone (``harm.json``
+reports such sets apart, under ``step_sets``). With a gate scorer file (``interp drsr --gate-scorer``) the
+attention density splits the candidates by the gate's selection at each boundary (:func:`gate_selection`,
+DRSR's split); without one by exact singleton harm (the toolkit's split, labelled so).
+
 Fields of ``drsr.json`` (``FIELDS``):
 
 | name | shape | dtype | units | meaning |
@@ -28,7 +34,7 @@ Fields of ``drsr.json`` (``FIELDS``):
 | ``granularity`` | ``{unsafe_threshold, step_range, block_range, n_unsafe_parents, n_unsafe_parents_with_safe_child, unsafe_parent_safe_child_fraction, steps}`` | object | harm: nats/token | step_range / block_range: {median, ci, n_states} of the within-state range of singleton harms (ci: 95% task bootstrap, null with < 3 tasks); the fraction of unsafe steps (harm > threshold) with a safe block (harm <= threshold); steps: [{task_id, after_step, step, position, harm, unsafe, min_child_harm, n_children, safe_child}] |
 | ``relations`` | ``{n_sets, n_tasks, layers, families, margin_curve}`` | object | accuracy: fraction | families: {relation, block, mismatched, state, surface: [{layer, pair_accuracy, ci, n_pairs}]} (one row per captured layer; surface one row, layer null); margin_curve: {layer, margins [nats/token], accuracy: {sum, mean, max, min, <family>: [per margin]}} |
 | ``interaction`` | ``{head_threshold, semantic_bins, by_size, by_composition, by_semantic, by_heads, by_span, sets}`` | object | interaction: nats/token | by_*: [{group, mean_interaction, ci, n_sets, n_tasks}]; sets: [{task_id, size, composition, semantic, heads, span, interaction}] |
-| ``attention_density`` | ``{unsafe_threshold, layers, candidates}`` | object | attention mass per token | layers: [{layer, selected: {mean, n}, retained: {mean, n}}]; candidates: [{task_id, after_step, unit, harm, selected, density [per attention layer]}] |
+| ``attention_density`` | ``{split, scorer, unsafe_threshold, layers, candidates}`` | object | attention mass per token | split: "gate" (DRSR's: the gate of the scorer file ``scorer`` selects among its pool at each boundary) or "harm" (the toolkit's, no scorer: singleton harm <= unsafe_threshold selects); layers: [{layer, selected: {mean, n}, retained: {mean, n}}]; candidates: [{task_id, after_step, unit, harm, selected, part, density [per attention layer]}] (part: the candidate's trajectory's part of the scorer's split, train / validation / test, null outside it or with split harm; candidates of DRSR's block kinds only) |
 | ``boundaries`` | ``[n_boundaries] of {task_id, after_step, target_tokens, nll_full, n_sets}`` | object | nats/token | the boundaries analysed (their harm records and representations are in the parts) |
 | ``skipped`` | ``[n_skipped] of {task_id, after_step, n_tokens, reason}`` | object | n_tokens: tokens | boundaries not run (over max_tokens) |
 | ``model`` | ``{...}`` | object or null | - | the sensor's describe() |
@@ -40,15 +46,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from interp.data.deletions import UNIT_KINDS, history_units, parse_unit_kinds, step_shapes
+from interp.data.deletions import UNIT_KINDS, Unit, history_units, parse_unit_kinds, step_shapes
 from interp.data.trajectory import Trajectory
 from interp.io import read_json, safe_stem
 from interp.sensor.limits import DEFAULT_MAX_TOKENS
 from interp.schema import Field, schema_dict
 from interp.sensor.prefix import DEFAULT_BATCH_BYTES
 from patching.config import DrsrConfig
+from patching.gate import GateModel, decide_view, online_view, pool_members
 from patching.granularity import UNSAFE, granularity
-from patching.harm import DEFAULT_BUDGET, DRSR_MAX_K, MARGIN, boundary_harm
+from patching.harm import DEFAULT_BUDGET, DRSR_MAX_K, MARGIN, boundary_harm, compared_record
 from patching.interaction import attention_density, interaction_structure
 from patching.relations import PROJ_DIM, projection, prompt_capture, relations_by_layer
 
@@ -62,7 +69,7 @@ FIELDS = (
     Field('granularity', '{unsafe_threshold, step_range, block_range, n_unsafe_parents, n_unsafe_parents_with_safe_child, unsafe_parent_safe_child_fraction, steps}', 'object', 'harm: nats/token', 'step_range / block_range: {median, ci, n_states} of the within-state range of singleton harms (ci: 95% task bootstrap, null with < 3 tasks); the fraction of unsafe steps (harm > threshold) with a safe block (harm <= threshold); steps: [{task_id, after_step, step, position, harm, unsafe, min_child_harm, n_children, safe_child}]'),
     Field('relations', '{n_sets, n_tasks, layers, families, margin_curve}', 'object', 'accuracy: fraction', 'families: {relation, block, mismatched, state, surface: [{layer, pair_accuracy, ci, n_pairs}]} (one row per captured layer; surface one row, layer null); margin_curve: {layer, margins [nats/token], accuracy: {sum, mean, max, min, <family>: [per margin]}}'),
     Field('interaction', '{head_threshold, semantic_bins, by_size, by_composition, by_semantic, by_heads, by_span, sets}', 'object', 'interaction: nats/token', 'by_*: [{group, mean_interaction, ci, n_sets, n_tasks}]; sets: [{task_id, size, composition, semantic, heads, span, interaction}]'),
-    Field('attention_density', '{unsafe_threshold, layers, candidates}', 'object', 'attention mass per token', 'layers: [{layer, selected: {mean, n}, retained: {mean, n}}]; candidates: [{task_id, after_step, unit, harm, selected, density [per attention layer]}]'),
+    Field('attention_density', '{split, scorer, unsafe_threshold, layers, candidates}', 'object', 'attention mass per token', 'split: "gate" (DRSR\'s: the gate of the scorer file ``scorer`` selects among its pool at each boundary) or "harm" (the toolkit\'s, no scorer: singleton harm <= unsafe_threshold selects); layers: [{layer, selected: {mean, n}, retained: {mean, n}}]; candidates: [{task_id, after_step, unit, harm, selected, part, density [per attention layer]}] (part: the candidate\'s trajectory\'s part of the scorer\'s split, train / validation / test, null outside it or with split harm; candidates of DRSR\'s block kinds only)'),
     Field('boundaries', '[n_boundaries] of {task_id, after_step, target_tokens, nll_full, n_sets}', 'object', 'nats/token', 'the boundaries analysed (their harm records and representations are in the parts)'),
     Field('skipped', '[n_skipped] of {task_id, after_step, n_tokens, reason}', 'object', 'n_tokens: tokens', 'boundaries not run (over max_tokens)'),
     Field('model', '{...}', 'object or null', '-', "the sensor's describe()"),
@@ -89,11 +96,43 @@ def boundary_record(sensor: Any, traj: Trajectory, b: int, max_k: int = DRSR_MAX
     return {**record, **view, "shapes": step_shapes(traj, b)}
 
 
+def stored_dim(proj_dim: int | None, d_model: int | None) -> int | None:
+    """The size the records store representations at: ``proj_dim``, or None (not projected) when it is 0 or
+    not smaller than the model's ``d_model``."""
+    return proj_dim if proj_dim and (d_model is None or d_model > proj_dim) else None
+
+
+def check_gate(gate: GateModel, stored: int | None, scorer: str | None = None) -> None:
+    """ValueError unless the gate reads representations of the size these records store (``stored_dim``)."""
+    if gate.model.get("proj_dim") != stored:
+        raise ValueError(f"{scorer or 'gate scorer'}: trained on representations projected to "
+                         f"{gate.model.get('proj_dim')} dims (null: not projected), these DRSR records hold {stored}")
+
+
+def gate_selection(records: Sequence[dict[str, Any]], gate: GateModel
+                   ) -> dict[tuple[str, int], tuple[list[Unit], list[Unit]]]:
+    """Per boundary (task_id, after_step): the units the gate deletes there and its pool (the units it could
+    delete), from each record's online view (``patching.gate.decide_view``: the online gate's own choice)."""
+    out = {}
+    for rec in records:
+        view = online_view(rec)
+        units = [tuple(c["unit"]) for c in view["candidates"]]
+        choice = decide_view(gate, view)
+        out[(rec["task_id"], rec["after_step"])] = (
+            [units[i] for i in choice.members or ()],
+            [units[i] for i in pool_members(view, gate.setting, gate.unit_kinds)])
+    return out
+
+
 def summarize_drsr(records: Sequence[dict[str, Any]], model: dict[str, Any] | None = None, margin: float = MARGIN,
                    unsafe: float = UNSAFE, relation_layer: int | None = None, proj_dim: int | None = PROJ_DIM,
-                   n_boot: int = 1000, seed: int = 0, parts: str | None = None) -> dict[str, Any]:
+                   n_boot: int = 1000, seed: int = 0, parts: str | None = None, gate: GateModel | None = None,
+                   scorer: str | None = None) -> dict[str, Any]:
     """The ``drsr.json`` document (``FIELDS``) from boundary records; pure: no model is run. ``parts``: the
-    records' folder, relative to the document's (the readers of the parts find them through it)."""
+    records' folder, relative to the document's (the readers of the parts find them through it). Granularity
+    reads every set; relations, interaction and attention density (compared with DRSR) read the sets of DRSR's
+    block kinds only (``patching.harm.compared_record``). ``gate`` (read from the scorer file ``scorer``): the
+    attention density is split by its selection (DRSR's split), else by exact harm (the toolkit's)."""
     skipped = [{k: r[k] for k in ("task_id", "after_step", "n_tokens", "reason")} for r in records if r.get("skipped")]
     records = [r for r in records if not r.get("skipped")]
     layers = list(records[0]["layers"]) if records else []
@@ -101,19 +140,24 @@ def summarize_drsr(records: Sequence[dict[str, Any]], model: dict[str, Any] | No
     if layers and chosen not in layers:
         raise ValueError(f"relation layer {chosen} was not captured (layers {layers[0]}..{layers[-1]})")
     kinds = {m[0] for r in records for s in r["sets"] for m in s["members"]}
-    d_model = (model or {}).get("d_model")
+    stored = stored_dim(proj_dim, (model or {}).get("d_model"))
+    if gate is not None:
+        check_gate(gate, stored, scorer)
+    compared = [compared_record(r) for r in records]
+    selection = gate_selection(compared, gate) if gate is not None else None
     return {
         "schema": schema_dict(FIELDS),
         "units": [k for k in UNIT_KINDS if k in kinds],
         "margin": margin,
         "unsafe_threshold": unsafe,
-        "proj_dim": proj_dim if proj_dim and (d_model is None or d_model > proj_dim) else None,
+        "proj_dim": stored,
         "relation_layer": chosen,
         "granularity": granularity(records, unsafe, n_boot, seed),
-        "relations": relations_by_layer(records, margin, chosen, n_boot=n_boot, seed=seed),
-        "interaction": interaction_structure(records, layers.index(chosen) if layers else 0, n_boot=n_boot,
+        "relations": relations_by_layer(compared, margin, chosen, n_boot=n_boot, seed=seed),
+        "interaction": interaction_structure(compared, layers.index(chosen) if layers else 0, n_boot=n_boot,
                                              seed=seed),
-        "attention_density": attention_density(records, unsafe),
+        "attention_density": attention_density(compared, unsafe, selection, scorer,
+                                               gate.split if gate is not None else None),
         "boundaries": [{"task_id": r["task_id"], "after_step": r["after_step"], "target_tokens": r["target_tokens"],
                         "nll_full": r["nll_full"], "n_sets": len(r["sets"])} for r in records],
         "skipped": skipped,

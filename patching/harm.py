@@ -46,7 +46,13 @@ run; it is listed under ``skipped`` (``interp.sensor.limits``). A step
 without reasoning has no ``reasoning`` unit, so a boundary whose steps 1..b
 have none has no reasoning candidates (its record has no sets).
 
-Aggregates (``summarize_harm``, no model). A set's harm is predicted from its
+Aggregates (``summarize_harm``, no model) are the rows compared with DRSR's
+Tables 1 and 2, so they read only sets of DRSR's block kinds
+(``interp.data.deletions.drsr_compared``):
+a set holding a whole step (the toolkit's granularity addition, drawn by
+``interp drsr`` by default) is left out of ``aggregates`` and
+``per_cardinality`` and reported apart, labelled, under ``step_sets``
+(the same rows over every set, those included). A set's harm is predicted from its
 members' singleton harms by each ``AGGREGATORS`` rule: ``sum`` (the additive
 prediction), ``mean``, ``max``, ``min``. For each aggregator and each
 cardinality k >= 2 (and ``all``: every set of two or more units, sizes mixed):
@@ -76,6 +82,7 @@ Fields of ``harm.json`` (``FIELDS``; ``summarize_harm`` writes them):
 | ``margin`` | ``[]`` | float | nats/token | pairs of sets whose exact harms differ by less than this are not counted in pair_accuracy |
 | ``aggregates`` | ``[n_aggregates] of {aggregator, cardinality, n_sets, n_pairs, n_tasks, pair_accuracy, ci, mae}`` | object | accuracy: fraction; mae: nats/token | one row per aggregator (sum, mean, max, min) and cardinality ("2", "3", ... and "all" = sets of size >= 2): n_sets with all singletons measured, n_pairs counted at the margin over n_tasks tasks, pair_accuracy (pooled over boundaries; null without a counted pair) and its 95% task-bootstrap ci [lo, hi] (the pooled ratio over resampled tasks; null with fewer than 3 tasks counted), mae of predicting set harm by the aggregate of singleton harms (null without sets) |
 | ``per_cardinality`` | ``{k: {mean_interaction, n_sets, mae_pairwise, n_pairwise}}`` | object | interaction, mae: nats/token | per set size k >= 2 (keys are strings): mean interaction over sets (null without sets), n_sets (sets with an interaction); for k = 3 mae_pairwise of the reconstruction from singletons plus pairwise interactions over the n_pairwise triples with all three pairs measured (null otherwise) |
+| ``step_sets`` | ``{n_sets, aggregates, per_cardinality}`` | object or null | as aggregates | the toolkit's addition, apart from the rows compared with DRSR: n_sets of 2+ units holding a whole step, and aggregates / per_cardinality recomputed over every set, those included (null when no set holds a step) |
 | ``boundaries`` | ``[n_boundaries] of {task_id, after_step, units, target, target_tokens, nll_full, sets}`` | object | nats/token | one boundary_harm record per boundary: units = kinds drawn from; target = the recorded next output y (text) and target_tokens its token count; nll_full = NLL(y given H); sets = [{members: [[kind, step, index], ...], tokens_removed, nll, harm, interaction}] (index null for a step unit), harm = NLL(y given H minus A) - NLL(y given H), interaction = harm - sum of its singleton harms (null for singletons) |
 | ``skipped`` | ``[n_skipped] of {task_id, after_step, n_tokens, reason}`` | object | n_tokens: tokens | boundaries not run: the teacher-forced render (n_tokens) exceeds max_tokens or the model's positions; in no aggregate |
 | ``model`` | ``{...}`` | object or null | - | the sensor's describe() (null when not given) |
@@ -92,8 +99,8 @@ from typing import Any
 
 import numpy as np
 
-from interp.data.deletions import (DRSR_UNIT_KINDS, UNIT_KINDS, Unit, delete_units, history_units, parse_unit_kinds,
-                                   units_overlap)
+from interp.data.deletions import (DRSR_UNIT_KINDS, UNIT_KINDS, Unit, delete_units, drsr_compared, history_units,
+                                   parse_unit_kinds, units_overlap)
 from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit, skip_record
 from interp.schema import Field, schema_dict
 from interp.stats import percentile_ci, task_resamples
@@ -122,6 +129,10 @@ FIELDS = (
           "per set size k >= 2 (keys are strings): mean interaction over sets (null without sets), n_sets "
           "(sets with an interaction); for k = 3 mae_pairwise of the reconstruction from singletons plus "
           "pairwise interactions over the n_pairwise triples with all three pairs measured (null otherwise)"),
+    Field("step_sets", "{n_sets, aggregates, per_cardinality}", "object or null", "as aggregates",
+          "the toolkit's addition, apart from the rows compared with DRSR: n_sets of 2+ units holding a whole "
+          "step, and aggregates / per_cardinality recomputed over every set, those included (null when no set "
+          "holds a step)"),
     Field("boundaries", "[n_boundaries] of {task_id, after_step, units, target, target_tokens, nll_full, sets}", "object", "nats/token",
           "one boundary_harm record per boundary: units = kinds drawn from; target = the recorded next output "
           "y (text) and target_tokens its token count; nll_full = NLL(y given H); sets = [{members: [[kind, "
@@ -362,28 +373,24 @@ def pooled_ratio_ci(per_task: dict[str, list[float]], n_boot: int = 1000, seed: 
     return [float(v) for v in percentile_ci(draws)]
 
 
-def summarize_harm(per_boundary: list[dict[str, Any]], model: dict[str, Any] | None = None,
-                   margin: float = MARGIN, n_boot: int = 1000, seed: int = 0,
-                   source: str | None = None) -> dict[str, Any]:
-    """The ``harm.json`` document (``FIELDS``) from boundary_harm records; pure: no model is run.
+def compared_record(record: dict[str, Any]) -> dict[str, Any]:
+    """A boundary record keeping only its ``interp.data.deletions.drsr_compared`` sets (singletons included): what the rows
+    compared with DRSR read."""
+    return {**record, "sets": [s for s in record["sets"] if drsr_compared(s["members"])]}
 
-    Per aggregator and cardinality: pair-ordering accuracy at ``margin`` with its task-bootstrap CI, and
-    MAE; per cardinality: mean interaction and the pairwise reconstruction of
-    triples. ``model`` is the sensor's ``describe()``.
-    """
-    skipped = [{k: row[k] for k in ("task_id", "after_step", "n_tokens", "reason")}
-               for row in per_boundary if row.get("skipped")]
-    per_boundary = [row for row in per_boundary if not row.get("skipped")]
-    kinds: set[str] = set()
-    sizes: set[int] = set()
+
+def _aggregates(per_boundary: list[dict[str, Any]], margin: float, n_boot: int, seed: int
+                ) -> tuple[list[dict[str, Any]], dict[str, Any], int]:
+    """``aggregates`` and ``per_cardinality`` (module docstring) of boundary records, and their number of sets
+    of 2+ units."""
     interactions: dict[int, list[float]] = {}
     pairwise: dict[int, list[float]] = {}
     tally: dict[tuple[str, str], list[float]] = {}  # (aggregator, cardinality) -> [score, counted, n_sets, abs err sum]
     by_task: dict[tuple[str, str], dict[str, list[float]]] = {}  # (aggregator, cardinality) -> task -> [score, counted]
+    n_multi = 0
     for row in per_boundary:
         sets = _sets(row)
-        kinds.update(row.get("units") or [m[0] for h in sets for m in h.members])
-        sizes.update(len(h.members) for h in sets)
+        n_multi += sum(len(h.members) > 1 for h in sets)
         single = {h.members[0]: h.harm for h in sets if len(h.members) == 1}
         multi = [h for h in sets if len(h.members) > 1 and all(m in single for m in h.members)]
         groups = {str(k): [h for h in multi if len(h.members) == k] for k in sorted({len(h.members) for h in multi})}
@@ -413,17 +420,43 @@ def summarize_harm(per_boundary: list[dict[str, Any]], model: dict[str, Any] | N
                    "ci": pooled_ratio_ci(by_task[(aggregator, name)], n_boot, seed), "mae": err / n if n else None}
                   for (aggregator, name), (score, counted, n, err)
                   in sorted(tally.items(), key=lambda kv: (list(AGGREGATORS).index(kv[0][0]), order[kv[0][1]]))]
+    per_cardinality = {str(k): {"mean_interaction": float(np.mean(v)) if v else None, "n_sets": len(v),
+                                "mae_pairwise": (float(np.mean(pairwise[3])) if k == 3 and pairwise.get(3) else None),
+                                "n_pairwise": len(pairwise.get(3, [])) if k == 3 else 0}
+                       for k, v in sorted(interactions.items())}
+    return aggregates, per_cardinality, n_multi
+
+
+def summarize_harm(per_boundary: list[dict[str, Any]], model: dict[str, Any] | None = None,
+                   margin: float = MARGIN, n_boot: int = 1000, seed: int = 0,
+                   source: str | None = None) -> dict[str, Any]:
+    """The ``harm.json`` document (``FIELDS``) from boundary_harm records; pure: no model is run.
+
+    Per aggregator and cardinality: pair-ordering accuracy at ``margin`` with its task-bootstrap CI, and
+    MAE; per cardinality: mean interaction and the pairwise reconstruction of
+    triples; over DRSR's block kinds only (``drsr_compared``), the sets holding a whole step reported apart
+    (``step_sets``). ``model`` is the sensor's ``describe()``.
+    """
+    skipped = [{k: row[k] for k in ("task_id", "after_step", "n_tokens", "reason")}
+               for row in per_boundary if row.get("skipped")]
+    per_boundary = [row for row in per_boundary if not row.get("skipped")]
+    kinds: set[str] = set()
+    sizes: set[int] = set()
+    for row in per_boundary:
+        kinds.update(row.get("units") or [m[0] for s in row["sets"] for m in s["members"]])
+        sizes.update(len(s["members"]) for s in row["sets"])
+    aggregates, per_cardinality, n_compared = _aggregates([compared_record(r) for r in per_boundary], margin,
+                                                          n_boot, seed)
+    every, every_cardinality, n_multi = _aggregates(per_boundary, margin, n_boot, seed)
     return {
         "schema": schema_dict(FIELDS),
         "units": [k for k in UNIT_KINDS if k in kinds],
         "cardinalities": sorted(sizes),
         "margin": margin,
         "aggregates": aggregates,
-        "per_cardinality": {str(k): {"mean_interaction": float(np.mean(v)) if v else None, "n_sets": len(v),
-                                     "mae_pairwise": (float(np.mean(pairwise[3])) if k == 3 and pairwise.get(3)
-                                                      else None),
-                                     "n_pairwise": len(pairwise.get(3, [])) if k == 3 else 0}
-                            for k, v in sorted(interactions.items())},
+        "per_cardinality": per_cardinality,
+        "step_sets": ({"n_sets": n_multi - n_compared, "aggregates": every, "per_cardinality": every_cardinality}
+                      if n_multi > n_compared else None),
         "boundaries": per_boundary,
         "skipped": skipped,
         "model": model,

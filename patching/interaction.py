@@ -15,9 +15,11 @@ each group's mean interaction has a task-bootstrap 95% CI (``interp.stats.task_b
 fewer than 3 tasks).
 
 Attention density of a candidate at a full-attention layer: the boundary token's attention mass on its span,
-averaged over heads, per token of the span. Candidates are split into those the exact singleton harm selects
-for deletion (harm <= the unsafe threshold) and those it retains. Lower attention alone is not a
-deletion-safety test: the split is by the measured harm, and the densities only describe it.
+averaged over heads, per token of the span. Candidates are split into those selected for deletion and those
+retained. With a gate scorer the split is DRSR's: the gate's choice at each boundary among its pool
+(``split`` "gate"); without one it is the toolkit's: the exact singleton harm selects a candidate when harm <=
+the unsafe threshold (``split`` "harm"). Lower attention alone is not a deletion-safety test: the densities
+only describe the split.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from interp.data.deletions import UNIT_KINDS
+from interp.data.deletions import UNIT_KINDS, Unit
 from interp.stats import task_bootstrap_ci
 
 HEAD_THRESHOLD = 0.05  # attention mass of one head on a member's span (fraction of its row)
@@ -114,19 +116,30 @@ def interaction_structure(records: Sequence[dict[str, Any]], layer_index: int,
             "sets": rows}
 
 
-def attention_density(records: Sequence[dict[str, Any]], unsafe: float) -> dict[str, Any]:
-    """The ``attention_density`` section: per candidate {task_id, after_step, unit, harm, selected, density
-    [n_attention_layers]} and per layer the mean density of the selected and the retained candidates."""
+def attention_density(records: Sequence[dict[str, Any]], unsafe: float,
+                      gate: dict[tuple[str, int], tuple[list[Unit], list[Unit]]] | None = None,
+                      scorer: str | None = None, parts: dict[str, list[str]] | None = None) -> dict[str, Any]:
+    """The ``attention_density`` section: per candidate {task_id, after_step, unit, harm, selected, part, density
+    [n_attention_layers]} and per layer the mean density of the selected and the retained candidates.
+
+    ``gate`` None: the toolkit's split, every candidate with a measured singleton harm, selected when harm <=
+    ``unsafe``. ``gate`` {(task_id, after_step): (chosen units, pool units)} (``patching.drsr.gate_selection``,
+    from the scorer file ``scorer``): DRSR's split, the gate's pool members at each boundary, selected when the
+    gate's chosen set holds them (an abstaining boundary selects none); ``parts``: the scorer's split, naming
+    each candidate's part (train, validation, test; null outside it or without a gate)."""
+    part_of = {t: name for name, tasks in (parts or {}).items() for t in tasks}
     rows = []
     for rec in records:
         single = {tuple(s["members"][0]): s["harm"] for s in rec["sets"] if len(s["members"]) == 1}
+        chosen, pool = gate[(rec["task_id"], rec["after_step"])] if gate is not None else ([], [])
         for c in rec.get("candidates", []):
             u = tuple(c["unit"])
-            if u not in single:
+            if not (u in single if gate is None else u in pool):
                 continue
             density = (np.asarray(c["attention"], float).mean(axis=1) / max(c["n_tokens"], 1)).tolist()
             rows.append({"task_id": rec["task_id"], "after_step": rec["after_step"], "unit": list(u),
-                         "harm": single[u], "selected": single[u] <= unsafe, "density": density})
+                         "harm": single.get(u), "selected": single[u] <= unsafe if gate is None else u in chosen,
+                         "part": part_of.get(rec["task_id"]) if gate is not None else None, "density": density})
     layers = list(records[0]["attention_layers"]) if records and "attention_layers" in records[0] else []
     summary = []
     for i, layer in enumerate(layers):
@@ -135,4 +148,5 @@ def attention_density(records: Sequence[dict[str, Any]], unsafe: float) -> dict[
             d = [r["density"][i] for r in rows if r["selected"] is flag]
             entry[name] = {"mean": float(np.mean(d)) if d else None, "n": len(d)}
         summary.append(entry)
-    return {"unsafe_threshold": unsafe, "layers": summary, "candidates": rows}
+    return {"split": "harm" if gate is None else "gate", "scorer": scorer if gate is not None else None,
+            "unsafe_threshold": unsafe, "layers": summary, "candidates": rows}

@@ -51,6 +51,12 @@ UNIT_KINDS = ("reasoning", "observation", "tool_exchange", "step")
 DRSR_UNIT_KINDS = ("reasoning", "observation", "tool_exchange")
 
 
+def drsr_compared(members: Iterable[Sequence[object]]) -> bool:
+    """Whether a set of units enters the rows compared with DRSR's tables: every member one of DRSR's block
+    kinds (``DRSR_UNIT_KINDS``); a set holding a whole step is the toolkit's granularity addition, reported apart."""
+    return all(m[0] in DRSR_UNIT_KINDS for m in members)
+
+
 def parse_unit_kinds(kinds: str | Iterable[str]) -> tuple[str, ...]:
     """Unit kinds from a comma list or an iterable, validated, duplicates dropped, in the order given."""
     items = [k.strip() for k in (kinds.split(",") if isinstance(kinds, str) else kinds) if k.strip()]

@@ -441,17 +441,23 @@ def figures(results: Path, png: bool = True, tables: bool = True) -> dict[str, A
 
 def drsr(sensor: Sensor, trajs: list[Trajectory], out: Path, config: DrsrConfig | None = None,
          shard: tuple[int, int] = (0, 1), executor: Executor | None = None,
-         load: Callable[[], Sensor] | None = None) -> dict[str, Any]:
+         load: Callable[[], Sensor] | None = None, gate_scorer: Path | None = None) -> dict[str, Any]:
     """DRSR's mechanistic appendix under ``config`` (``patching.config.DrsrConfig``; ``drsr.json``,
     ``patching.drsr``): set-level harm of steps and their blocks with each candidate's representation and attention
     from the same forwards; one resumable part per boundary.
 
-    ``shard=(I, N)`` computes shard I's boundaries (by tokens) and writes no summary (merge, then re-run)."""
+    ``shard=(I, N)`` computes shard I's boundaries (by tokens) and writes no summary (merge, then re-run).
+    ``gate_scorer``: a scorer file (``interp gate train``) whose gate splits the attention density (DRSR's split;
+    without one, exact harm splits it)."""
     from interp.extraction.batch import render_tokens
     from patching.config import DrsrConfig
-    from patching.drsr import boundary_record, parts_folder, summarize_drsr
+    from patching.drsr import boundary_record, check_gate, parts_folder, stored_dim, summarize_drsr
+    from patching.gate import GateModel
 
     config = config or DrsrConfig()
+    gate_model = GateModel.load(gate_scorer) if gate_scorer is not None else None
+    if gate_model is not None:  # before any forward
+        check_gate(gate_model, stored_dim(config.proj_dim, sensor.d_model), str(gate_scorer))
     kinds, max_k, budget, seed = config.units, config.max_k, config.budget, config.seed
     dim, limit = config.proj_dim, config.max_tokens
     keys = config.boundary_keys(trajs)
@@ -474,7 +480,8 @@ def drsr(sensor: Sensor, trajs: list[Trajectory], out: Path, config: DrsrConfig 
         if shard[1] > 1:
             return {"shard": list(shard), "units": list(parts), "parts": str(cache)}
         result = summarize_drsr([parts[k] for k in keys], sensor.describe(), config.margin, config.unsafe,
-                                config.relation_layer, dim, config.n_boot, parts=str(cache.relative_to(out)))
+                                config.relation_layer, dim, config.n_boot, parts=str(cache.relative_to(out)),
+                                gate=gate_model, scorer=None if gate_scorer is None else str(gate_scorer))
         atomic_write_json(out / "drsr.json", result)
     return result
 
@@ -510,7 +517,7 @@ def gate_train(drsr_dir: Path, out: Path, config: GateConfig | None = None, part
     records, doc = drsr_records(drsr_dir, parts)
     with writer_lock(out, command="gate train"):
         gate_model, info = train(records, doc.get("model"), doc.get("proj_dim"), config.seed, config.n_members,
-                                 scorer=config.scorer)
+                                 config.unsafe, scorer=config.scorer)
         gate_model.save(Path(out) / "gate_scorer.json")
     return {"scorer": str(Path(out) / "gate_scorer.json"), "setting": asdict(gate_model.setting),
             "split": gate_model.split, **info}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from interp.reporting import reference as ref
+from interp.reporting.figures.drsr import density_split_labels
 from interp.reporting.numbers import ci_text, num, pct, shown
 
 
@@ -12,7 +13,10 @@ def drsr_section(res: dict[str, Any]) -> list[str]:
     """Lines of the section: granularity, relations by depth, accuracy at the margin, interaction, attention."""
     g, rel, inter, dens = res["granularity"], res["relations"], res["interaction"], res["attention_density"]
     rg = ref.DRSR_GRANULARITY
-    lines = [f"{len(res['boundaries'])} boundaries, units {', '.join(res['units'])}; margin {shown(num(res['margin']))} "
+    apart = (" (whole steps enter the granularity rows only; relations, interaction and attention read the sets "
+             "of DRSR's block kinds)") if "step" in res["units"] else ""
+    lines = [f"{len(res['boundaries'])} boundaries, units {', '.join(res['units'])}{apart}; "
+             f"margin {shown(num(res['margin']))} "
              f"nats/token; unsafe: harm above {shown(num(res['unsafe_threshold']))} nats/token. Reference numbers: "
              f"{ref.MODEL}, 1,698 decision states of 566 trajectories.", "",
              "| history granularity | this run | 95% CI (task bootstrap) | n | reference study |", "|---|---|---|---|---|",
@@ -51,9 +55,10 @@ def drsr_section(res: dict[str, Any]) -> list[str]:
         k = int(row["group"])
         lines.append(f"| {k} | {num(row['mean_interaction'], 4)} | {ci_text(row['ci']) or 'n/a'} | {row['n_sets']} | "
                      f"{ref.DRSR_INTERACTION.get(k, '')} ({ref.DRSR_N_SETS.get(k, '')}) |")
-    lines += ["", "Boundary attention mass per token on the candidates, mean over heads (figure 11). Lower "
-              "attention alone is not a deletion-safety test: the split is by measured harm.", "",
-              "| full-attention layer | selected by exact harm | n | retained | n |", "|---|---|---|---|---|"]
+    selected, retained, source = density_split_labels(dens)
+    lines += ["", f"Boundary attention mass per token on the candidates, mean over heads (figure 11), {source}. "
+              "Lower attention alone is not a deletion-safety test.", "",
+              f"| full-attention layer | {selected} | n | {retained} | n |", "|---|---|---|---|---|"]
     for entry in dens["layers"]:
         s, r = entry["selected"], entry["retained"]
         lines.append(f"| {entry['layer']} | {num(s['mean'], 5) or 'n/a'} | {s['n']} | {num(r['mean'], 5) or 'n/a'} | "

@@ -52,14 +52,16 @@ DEPARTURES = {
               "set model (Table 7; --scorer set-mlp fits that one): seconds on a CPU, scikit-learn; its unsafe "
               "scores are on another scale, so DRSR's tau is shown only as DRSR's",
     "unsafe_threshold": "0.020 nats/token as the unsafe cut is the toolkit's assumption: DRSR states 0.020 as "
-                        "the pair-ordering margin and the mean-harm limit, not as its unsafe cut (--unsafe)",
+                        "the pair-ordering margin and the mean-harm limit, not as its unsafe cut (--unsafe on interp "
+                        "drsr and interp gate train: DrsrConfig.unsafe, GateConfig.unsafe)",
     "saving": "the gate ranks sets by the span tokens of their units, what it sees before deleting; the render's "
               "own loss is reported beside it",
-    "step_units": "interp drsr draws whole-step units besides DRSR's block kinds by default (granularity needs "
-                  "them); rows compared with DRSR's Tables 1-2 include sets with a step unless --units "
-                  "reasoning,observation,tool_exchange",
-    "attention_density_split": "Fig 10's candidates are split by exact singleton harm (the toolkit's split), "
-                               "not by the gate's selection as in DRSR's figure",
+    "step_units": "interp drsr draws whole-step units besides DRSR's block kinds by default (granularity compares "
+                  "a step with its blocks); the rows compared with DRSR's Tables 1-2 read sets of the block kinds "
+                  "only, the sets holding a step are reported apart (harm.json step_sets)",
+    "attention_density_split": "Fig 10's candidates are split by the gate's selection as in DRSR's figure when a "
+                               "scorer file is given (interp drsr --gate-scorer); without one by exact "
+                               "singleton harm, labelled as the toolkit's split",
     "direct_removal": "tokens.json counts a deleted token once, at the first request it is missing from "
                       "(DRSR's Direct, most likely); the removal summed over every later request is kept as "
                       "direct_removal_cumulative_tokens",

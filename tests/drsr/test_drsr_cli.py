@@ -37,7 +37,12 @@ def test_drsr_writes_its_result_figures_and_report_section(tmp_path):
     assert result.exit_code == 0, result.output
     doc = load_result(out / "drsr.json")  # checked against patching.drsr.FIELDS
     assert len(doc["boundaries"]) == 3 and doc["units"] == ["reasoning", "observation", "tool_exchange", "step"]
-    assert doc["relations"]["n_tasks"] == 3 and set(doc["relations"]["families"]) == {
+    from patching.gate_eval import drsr_records
+
+    records, _ = drsr_records(out)  # relations read the sets of DRSR's block kinds only, never a whole step
+    blocks = {r["task_id"] for r in records for s in r["sets"]
+              if len(s["members"]) > 1 and all(m[0] != "step" for m in s["members"])}
+    assert doc["relations"]["n_tasks"] == len(blocks) >= 2 and set(doc["relations"]["families"]) == {
         "relation", "block", "mismatched", "state", "surface"}
     assert len(doc["relations"]["families"]["relation"]) == doc["model"]["n_layers"]
     assert doc["granularity"]["step_range"]["n_states"] == 3

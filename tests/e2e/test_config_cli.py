@@ -148,6 +148,7 @@ OPTION_NAMES = {"drsr": {"relation_layer": "--layer"}, "gate train": {"n_members
 FIXED = {  # command -> config fields it does not take, each with why
     "gate train": {"n_boot": "training computes no CI (gate eval's --n-boot)"},
     "gate eval": {"seed": "the scorer file's own seed", "n_members": "the scorer file's own ensemble",
+                  "unsafe": "the scorer file's own unsafe threshold",
                   "scorer": "the scorer file's own kind (eval's --scorer is that file)"},
     "label": {"cues": "the labeler's re-planning cue list (probes.targets.REPLAN_CUES), a rule of the study"},
     "externalize label": {"kinds": "every item kind the labeler knows (ITEM_KINDS); a subset is a Python-only study"},

@@ -31,8 +31,8 @@ def trained(tmp_path_factory):
     trajs = sorted(load_trajectories(DEMO), key=lambda t: t.n_steps)
     keys = ",".join(default_boundaries(trajs)[:4])
     run = CliRunner().invoke(app, ["drsr", "--trajectories", str(DEMO), "--out", str(root / "drsr"), "--model", TINY,
-                                   "--boundaries", keys, "--max-k", "2", "--budget", "2", "--n-boot", "10",
-                                   "--units", "reasoning,observation,tool_exchange"])
+                                   "--boundaries", keys, "--max-k", "2", "--budget", "2", "--n-boot", "10"])
+    # the demo's units (whole steps drawn besides DRSR's block kinds): the gate's pool must leave the steps out
     assert run.exit_code == 0, run.output
     run = CliRunner().invoke(app, ["gate", "train", "--drsr", str(root / "drsr"), "--out", str(root / "gate"),
                                    "--members", "3"])
@@ -40,7 +40,7 @@ def trained(tmp_path_factory):
     return root
 
 
-def test_train_then_eval_writes_the_scorer_gate_json_figures_and_section(trained):
+def test_train_then_eval_writes_the_scorer_gate_json_figures_and_section(trained, tiny_sensor):
     from interp.reporting.figures import FIGURES, load_result
     from interp.reporting.figures.gate import gate_section
 
@@ -54,6 +54,26 @@ def test_train_then_eval_writes_the_scorer_gate_json_figures_and_section(trained
     assert sorted(split["train"]["tasks"] + split["validation"]["tasks"] + split["test"]["tasks"]) == sorted(
         {b["task_id"] for b in json.loads((trained / "drsr" / "drsr.json").read_text())["boundaries"]})
     assert doc["prediction"]["n_sets"] == split["test"]["n_sets"] > 0
+    # gate.json counts the online pool: the sets SetGate's own forward enumerates (K = 3, the largest of K_GRID),
+    # n_sets of them measured by DRSR's stage, though the records also hold whole-step sets
+    from interp.data.trajectory import load_trajectories
+    from patching.gate import K_GRID, GateModel, GateSetting, SetGate, grow_sets, pool_members
+    from patching.gate_eval import drsr_records
+
+    model = GateModel.load(scorer)
+    online = SetGate(model, tiny_sensor)
+    trajs = {t.task_id: t for t in load_trajectories(DEMO)}
+    records = [r for r in drsr_records(trained / "drsr")[0] if r["task_id"] in split["test"]["tasks"]]
+    n_pool = n_measured = 0
+    for rec in records:
+        view = online.view(trajs[rec["task_id"]], rec["after_step"])
+        sets, _, capped = grow_sets(view, pool_members(view, GateSetting(k=max(K_GRID))), GateSetting(k=max(K_GRID)))
+        units = [{tuple(view["candidates"][m]["unit"]) for m in st} for st in sets]
+        assert not capped and not any(u[0] == "step" for st in units for u in st)
+        n_pool += len(sets)
+        n_measured += sum({tuple(m) for m in s["members"]} in units for s in rec["sets"])
+    assert any(m[0] == "step" for r in records for s in r["sets"] for m in s["members"])
+    assert (split["test"]["n_pool"], split["test"]["n_sets"]) == (n_pool, n_measured)
     assert {r["method"] for r in doc["pair_ordering"]} == {"scorer", "sum", "mean", "max", "min", "surface"}
     assert any("no bootstrap CIs" in n for n in doc["notes"])  # one test trajectory: said, not hidden
     for spec in FIGURES:
@@ -233,3 +253,27 @@ def test_bad_inputs_are_refused_by_name(monkeypatch, capsys, tmp_path, args, nam
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "Traceback" not in err and named in err, err
     assert not (tmp_path / "s").exists() and not (tmp_path / "g" / "gate.json").exists()
+
+
+def test_drsr_with_the_scorer_splits_the_attention_density_by_the_gate(trained):
+    """``interp drsr --gate-scorer``: the parts are reused and figure 11's split is the gate's own choice."""
+    from patching.gate import GateModel, decide_view, online_view
+    from patching.gate_eval import drsr_records
+
+    scorer = trained / "gate" / "gate_scorer.json"
+    doc = json.loads((trained / "drsr" / "drsr.json").read_text())
+    keys = ",".join(f"{b['task_id']}@{b['after_step']}" for b in doc["boundaries"])
+    run = CliRunner().invoke(app, ["drsr", "--trajectories", str(DEMO), "--out", str(trained / "drsr"), "--model",
+                                   TINY, "--boundaries", keys, "--max-k", "2", "--budget", "2", "--n-boot", "10",
+                                   "--gate-scorer", str(scorer)])
+    assert run.exit_code == 0, run.output
+    dens = json.loads((trained / "drsr" / "drsr.json").read_text())["attention_density"]
+    assert dens["split"] == "gate" and dens["scorer"] == str(scorer)
+    model = GateModel.load(scorer)
+    want = set()
+    for rec in drsr_records(trained / "drsr")[0]:
+        view = online_view(rec)
+        d = decide_view(model, view)
+        want |= {(rec["task_id"], tuple(view["candidates"][m]["unit"])) for m in d.members or ()}
+    assert {(c["task_id"], tuple(c["unit"])) for c in dens["candidates"] if c["selected"]} == want
+    assert all(c["unit"][0] != "step" for c in dens["candidates"])

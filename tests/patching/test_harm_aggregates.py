@@ -16,13 +16,19 @@ pytestmark = pytest.mark.unit
 AGG = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
 
 
-def numpy_aggregates(doc: dict) -> dict[tuple[str, str], tuple[float | None, int, float | None, int]]:
-    """(aggregator, cardinality) -> (pair accuracy, counted pairs, MAE, sets) from the stored set harms, in numpy."""
+def blocks_only(sets: list[dict], steps: bool) -> list[dict]:
+    """The sets of DRSR's block kinds, or every set with ``steps``."""
+    return [s for s in sets if steps or all(m[0] != "step" for m in s["members"])]
+
+
+def numpy_aggregates(doc: dict, steps: bool = False) -> dict[tuple[str, str], tuple[float | None, int, float | None, int]]:
+    """(aggregator, cardinality) -> (pair accuracy, counted pairs, MAE, sets) from the stored set harms, in numpy
+    (sets holding a whole step only with ``steps``)."""
     margin = doc["margin"]
     pooled: dict[tuple[str, str], list[np.ndarray]] = {}
     for record in doc["boundaries"]:
         single = {tuple(s["members"][0]): s["harm"] for s in record["sets"] if len(s["members"]) == 1}
-        multi = [s for s in record["sets"] if len(s["members"]) > 1]
+        multi = [s for s in blocks_only(record["sets"], steps) if len(s["members"]) > 1]
         for name in sorted({str(len(s["members"])) for s in multi}) + ["all"]:
             mine = [s for s in multi if name == "all" or len(s["members"]) == int(name)]
             true = np.array([s["harm"] for s in mine])
@@ -39,11 +45,12 @@ def numpy_aggregates(doc: dict) -> dict[tuple[str, str], tuple[float | None, int
                   int(err.size)) for key, (sc, err) in pooled.items()}
 
 
-def numpy_pairwise_mae(doc: dict) -> tuple[float | None, int]:
+def numpy_pairwise_mae(doc: dict, steps: bool = False) -> tuple[float | None, int]:
     errors = []
     for record in doc["boundaries"]:
-        harm = {frozenset(map(tuple, s["members"])): s["harm"] for s in record["sets"]}
-        for s in record["sets"]:
+        sets = blocks_only(record["sets"], steps)
+        harm = {frozenset(map(tuple, s["members"])): s["harm"] for s in sets}
+        for s in sets:
             members = [tuple(m) for m in s["members"]]
             pairs = [frozenset(p) for p in combinations(members, 2)]
             if len(members) == 3 and all(p in harm for p in pairs):
@@ -74,20 +81,22 @@ def synthetic_boundaries(seed: int, quantum: float = 0.01) -> list[dict]:
     return records
 
 
-def check_against_numpy(doc: dict) -> None:
-    """Every stored aggregate equals the plain numpy computation on the stored set harms."""
-    expected = numpy_aggregates(doc)
-    got = {(r["aggregator"], r["cardinality"]): r for r in doc["aggregates"]}
+def check_against_numpy(doc: dict, steps: bool = False) -> None:
+    """Every stored aggregate equals the plain numpy computation on the stored set harms: ``aggregates`` over
+    DRSR's block kinds, ``step_sets`` (``steps``) over every set."""
+    part = doc["step_sets"] if steps else doc
+    expected = numpy_aggregates(doc, steps)
+    got = {(r["aggregator"], r["cardinality"]): r for r in part["aggregates"]}
     assert set(got) == set(expected)
     for key, (acc, n_pairs, mae, n_sets) in expected.items():
         row = got[key]
         assert (row["n_pairs"], row["n_sets"]) == (n_pairs, n_sets), key
         assert row["pair_accuracy"] == (None if acc is None else pytest.approx(acc, abs=1e-12)), key
         assert row["mae"] == (None if mae is None else pytest.approx(mae, abs=1e-12)), key
-    mae, n = numpy_pairwise_mae(doc)
-    if "3" in doc["per_cardinality"]:
-        assert doc["per_cardinality"]["3"]["n_pairwise"] == n
-        assert doc["per_cardinality"]["3"]["mae_pairwise"] == (None if mae is None else pytest.approx(mae, abs=1e-12))
+    mae, n = numpy_pairwise_mae(doc, steps)
+    if "3" in part["per_cardinality"]:
+        assert part["per_cardinality"]["3"]["n_pairwise"] == n
+        assert part["per_cardinality"]["3"]["mae_pairwise"] == (None if mae is None else pytest.approx(mae, abs=1e-12))
 
 
 @pytest.mark.parametrize("margin", [0.0, 0.02, 0.05])
@@ -97,6 +106,10 @@ def test_stored_aggregates_equal_numpy(tmp_path, seed, margin):
     atomic_write_json(tmp_path / "harm.json", doc)
     stored = json.loads((tmp_path / "harm.json").read_text())
     check_against_numpy(stored)
+    check_against_numpy(stored, steps=True)
+    n_step = sum(len(s["members"]) > 1 and any(m[0] == "step" for m in s["members"])
+                 for r in stored["boundaries"] for s in r["sets"])
+    assert n_step and stored["step_sets"]["n_sets"] == n_step
     assert stored["margin"] == margin and stored["cardinalities"] == [1, 2, 3]
     assert stored["units"] == ["reasoning", "observation", "tool_exchange", "step"]
     assert any(r["n_pairs"] for r in stored["aggregates"]) and stored["per_cardinality"]["3"]["n_pairwise"] > 0

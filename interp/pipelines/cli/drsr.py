@@ -50,7 +50,9 @@ def drsr(
     units: Annotated[str, typer.Option(help="Comma list of deletion unit kinds (default: all; granularity needs step "
                                             "and a block kind).")] = ",".join(DrsrConfig.units),
     margin: Annotated[float, typer.Option(help="Pair-ordering margin in nats/token.")] = DrsrConfig.margin,
-    unsafe: Annotated[float, typer.Option(help="Unsafe-harm threshold in nats/token.")] = DrsrConfig.unsafe,
+    unsafe: Annotated[float, typer.Option(help="Unsafe-harm threshold in nats/token (the toolkit's assumption; DRSR "
+                                               "states 0.020 as its pair margin, not as an unsafe cut).")
+                    ] = DrsrConfig.unsafe,
     layer: Annotated[Optional[int], typer.Option("--layer", help="Layer of the margin curve and of semantic overlap "
                                                  "(default: the middle layer). " + LAYERS_0_BASED)
                      ] = DrsrConfig.relation_layer,
@@ -62,6 +64,9 @@ def drsr(
     allow_control_tokens: AllowControlOpt = False,
     shard: ShardOpt = None,
     max_tokens: BoundaryTokensOpt = DrsrConfig.max_tokens,
+    gate_scorer: Annotated[Optional[Path], typer.Option("--gate-scorer", help="gate_scorer.json of `interp gate "
+                                                        "train`: its gate's selection splits the attention density "
+                                                        "(DRSR's split; default: exact harm, the toolkit's).")] = None,
     *,
     executor: ExecutorSettings,
 ) -> None:
@@ -77,7 +82,7 @@ def drsr(
     checked(config.boundary_keys, trajs)  # before the model loads
     sensor = load_sensor(model, model_path, device, dtype)
     result = checked(stages.drsr, sensor, trajs, out, config, shard=chosen_shard, executor=runner, load=load,
-                     options=OPTIONS)
+                     gate_scorer=gate_scorer, options=OPTIONS)
     if "shard" in result:
         console.print(f"{result['parts']}: shard {shard}, {len(result['units'])} boundaries", markup=False)
         return

@@ -34,13 +34,16 @@ def gate_train(
         f"Bootstrap members of the scorer (unset: the scorer's own: {N_MEMBERS} for ridge, "
         "patching.gate_mlp.N_MEMBERS for set-mlp)."))] = GateConfig.n_members,
     parts: PartsOpt = None,
+    unsafe: Annotated[float, typer.Option(help="Unsafe-harm threshold of the gate's labels in nats/token (the "
+                                               "toolkit's assumption; DRSR states 0.020 as its pair margin and "
+                                               "mean-harm limit, not as an unsafe cut).")] = GateConfig.unsafe,
     scorer: Annotated[str, typer.Option("--scorer", help=f"One of {', '.join(GATE_SCORERS)}: ridge (bootstrap "
                                                          "ridge ensemble on pooled set features) or set-mlp "
                                                          "(DRSR's Table 7 set model, torch).")] = GateConfig.scorer,
 ) -> None:
     """Fit the set-harm scorer on the train trajectories and select K, beta, tau on validation."""
     check_output_dir(out, "--out")
-    config = build(GateConfig, OPTIONS, scorer=scorer, seed=seed, n_members=members)
+    config = build(GateConfig, OPTIONS, scorer=scorer, seed=seed, n_members=members, unsafe=unsafe)
     info = stages.gate_train(drsr, out, config, parts)
     s = info["setting"]
     console.print(f"{info['scorer']}: {info['n_rows']} sets; split {len(info['split']['train'])}/"

@@ -172,17 +172,29 @@ def interaction_figure(result: dict) -> go.Figure:
     return fig
 
 
+def density_split_labels(dens: dict) -> tuple[str, str, str]:
+    """The (selected, retained, source) labels of an attention-density split: the gate's selection (DRSR's split)
+    or exact singleton harm (the toolkit's)."""
+    if dens.get("split") == "gate":
+        return ("deleted by the gate", "retained by the gate",
+                f"split by the gate's selection among its pool (DRSR's split; scorer {dens.get('scorer')})")
+    return (f"selected by exact harm (harm <= {dens['unsafe_threshold']:.3f})",
+            f"retained (harm > {dens['unsafe_threshold']:.3f})",
+            "split by exact singleton harm, the toolkit's split (DRSR splits by the gate's selection: "
+            "interp drsr --gate-scorer)")
+
+
 def attention_density_figure(result: dict) -> go.Figure:
     """The boundary token's attention mass per token on each candidate at every full-attention layer, for the
-    candidates the exact harm selects for deletion (harm <= unsafe) and those it retains."""
+    candidates selected for deletion and those retained: by the gate (split "gate") or by exact harm ("harm")."""
     dens = result["attention_density"]
     cands = dens["candidates"]
     layers = [entry["layer"] for entry in dens["layers"]]
     if not cands or not layers:
         raise ValueError("no candidate attention in drsr.json (no full-attention layer, or no candidates)")
+    selected, retained, source = density_split_labels(dens)
     fig = go.Figure()
-    for name, flag, colour in (("selected by exact harm (harm <= unsafe)", True, PALETTE[2]),
-                               ("retained (harm > unsafe)", False, PALETTE[3])):
+    for name, flag, colour in ((selected, True, PALETTE[2]), (retained, False, PALETTE[3])):
         mine = [c for c in cands if c["selected"] is flag]
         fig.add_trace(go.Box(x=[f"L{layer}" for c in mine for layer in layers],
                              y=[d for c in mine for d in c["density"]], name=f"{name}: {len(mine)} candidates",
@@ -190,10 +202,8 @@ def attention_density_figure(result: dict) -> go.Figure:
     fig.update_layout(template=TEMPLATE, height=560, boxmode="group", legend=BOTTOM_LEGEND, margin=dict(b=150))
     fig.update_xaxes(title_text="full-attention layer (0-based)")
     fig.update_yaxes(title_text="attention mass per token (mean over heads)", type="log")
-    note(fig, "Lower attention alone is not a deletion-safety test:<br>the split is by measured harm.")
-    titled(fig, "Boundary attention density on deletion candidates, split by exact harm", [
-        f"unsafe threshold {dens['unsafe_threshold']:.3f} nats/token; the toolkit's split by exact singleton harm "
-        "(DRSR splits by the gate's selection)", _where(result)])
+    note(fig, "Lower attention alone is not a deletion-safety test:<br>the densities only describe the split.")
+    gate = dens.get("split") == "gate"
+    titled(fig, "Boundary attention density on deletion candidates, split by the gate's selection" if gate
+           else "Boundary attention density on deletion candidates, split by exact harm", [source, _where(result)])
     return fig
-
-

@@ -16,6 +16,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from interp.data.deletions import drsr_compared
 from interp.reporting.figures.theme import (BOTTOM_LEGEND, GREY, PALETTE, TEMPLATE, has_ci, note,
                                            titled)
 from interp.stats import task_bootstrap_ci
@@ -26,9 +27,10 @@ MIN_TASKS = 3
 
 def additivity_test(result: dict, n_boot: int = 2000) -> dict:
     """{"verdict": "not additive" | "additive within the margin" | None, "mean", "ci", "n_sets", "n_tasks",
-    "margin", "why"}: the mean interaction of sets of 2+ units over the boundaries, CI resampling tasks."""
+    "margin", "why"}: the mean interaction of sets of 2+ units of DRSR's block kinds over the boundaries (sets
+    holding a whole step are reported apart), CI resampling tasks."""
     rows = [(b.get("task_id"), s["interaction"]) for b in result["boundaries"] for s in b["sets"]
-            if len(s["members"]) > 1 and s.get("interaction") is not None]
+            if len(s["members"]) > 1 and s.get("interaction") is not None and drsr_compared(s["members"])]
     margin = result.get("margin") or 0.0
     out: dict[str, Any] = {"verdict": None, "mean": None, "ci": None, "n_sets": len(rows), "margin": margin,
            "n_tasks": len({t for t, _ in rows})}
@@ -48,7 +50,8 @@ def additivity_test(result: dict, n_boot: int = 2000) -> dict:
 
 
 def harm_figure(result: dict) -> go.Figure:
-    """Exact harm of each deleted set vs its additive prediction (sum of singleton harms; y = x), and interaction by size.
+    """Exact harm of each deleted set vs its additive prediction (sum of singleton harms; y = x), and interaction by size,
+    over the sets of DRSR's block kinds (the rows compared with DRSR; sets holding a whole step are counted apart).
 
     Reads harm.json: ``boundaries`` [{task_id, after_step, sets: [{members: [[kind, step, index], ...],
     harm, interaction}]}] (harm, interaction in nats/token), ``per_cardinality`` {"k": {mean_interaction,
@@ -61,7 +64,7 @@ def harm_figure(result: dict) -> go.Figure:
         where = f"{boundary.get('task_id')}@{boundary.get('after_step')}"
         for s in boundary["sets"]:
             members = [tuple(m) for m in s["members"]]
-            if len(members) > 1 and all(m in single for m in members):
+            if len(members) > 1 and all(m in single for m in members) and drsr_compared(members):
                 points.setdefault(len(members), []).append(
                     (sum(single[m] for m in members), s["harm"], f"{where} {members}"))
     if not points:
@@ -112,7 +115,9 @@ def harm_figure(result: dict) -> go.Figure:
              else "Set-level deletion harm vs the additive prediction from single units")
     titled(fig, title, [*([stat] if stat else []), f"{len(result['boundaries'])} boundaries", f"units: {units}",
                         "harm = change in mean-token NLL of the recorded next output when the units are deleted",
-                        f"pair order counted at a margin of {margin}"])
+                        f"pair order counted at a margin of {margin}",
+                        *([f"sets of DRSR's block kinds; {result['step_sets']['n_sets']} sets holding a whole step "
+                           "are reported apart (harm.json step_sets)"] if result.get("step_sets") else [])])
     return fig
 
 
