@@ -176,7 +176,7 @@ def test_gate_train_carries_the_unsafe_option_into_the_scorer_file(tmp_path, mon
     from tests.gate.synthetic import records
 
     recs = records(12, planted=True, seed=3)
-    monkeypatch.setattr("patching.gate_eval.drsr_records", lambda drsr_dir, parts=None: (recs, {"model": None}))
+    monkeypatch.setattr("patching.drsr.drsr_records", lambda drsr_dir, parts=None: (recs, {"model": None}))
     stages.gate_train(tmp_path / "drsr", tmp_path, GateConfig(unsafe=0.035, n_members=2))
     doc = json.loads((tmp_path / "gate_scorer.json").read_text())
     assert doc["scorer"]["params"]["unsafe"] == 0.035

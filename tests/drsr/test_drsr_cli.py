@@ -37,7 +37,7 @@ def test_drsr_writes_its_result_figures_and_report_section(tmp_path):
     assert result.exit_code == 0, result.output
     doc = load_result(out / "drsr.json")  # checked against patching.drsr.FIELDS
     assert len(doc["boundaries"]) == 3 and doc["units"] == ["reasoning", "observation", "tool_exchange", "step"]
-    from patching.gate_eval import drsr_records
+    from patching.drsr import drsr_records
 
     records, _ = drsr_records(out)  # relations read the sets of DRSR's block kinds only, never a whole step
     blocks = {r["task_id"] for r in records for s in r["sets"]

@@ -58,7 +58,7 @@ def test_train_then_eval_writes_the_scorer_gate_json_figures_and_section(trained
     # n_sets of them measured by DRSR's stage, though the records also hold whole-step sets
     from interp.data.trajectory import load_trajectories
     from patching.gate import K_GRID, GateModel, GateSetting, SetGate, grow_sets, pool_members
-    from patching.gate_eval import drsr_records
+    from patching.drsr import drsr_records
 
     model = GateModel.load(scorer)
     online = SetGate(model, tiny_sensor)
@@ -258,7 +258,7 @@ def test_bad_inputs_are_refused_by_name(monkeypatch, capsys, tmp_path, args, nam
 def test_drsr_with_the_scorer_splits_the_attention_density_by_the_gate(trained):
     """``interp drsr --gate-scorer``: the parts are reused and figure 11's split is the gate's own choice."""
     from patching.gate import GateModel, decide_view, online_view
-    from patching.gate_eval import drsr_records
+    from patching.drsr import drsr_records
 
     scorer = trained / "gate" / "gate_scorer.json"
     doc = json.loads((trained / "drsr" / "drsr.json").read_text())
