@@ -88,7 +88,7 @@ import math
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -267,7 +267,7 @@ def set_harms(sensor: Sensor, traj: Trajectory, b: int, sets: list[tuple[Unit, .
     branches = [Branch(None, base_ids, Plan(targets={p - 1: base_ids[p] for p in range(y0, y1)},
                                             pooled=dict(capture[0].pooled) if capture else {},
                                             rows=dict(capture[0].rows) if capture else {}))]
-    spans: dict[tuple[Unit, ...], tuple[int, int]] = {None: (y0, y1)}  # y's token range in each set's render
+    spans: dict[tuple[Unit, ...] | None, tuple[int, int]] = {None: (y0, y1)}  # y's token range in each set's render
     removed: dict[tuple[Unit, ...], int] = {}
     for s in sets:
         r, e0, e1 = _target(traj, b, s, tok)
@@ -279,9 +279,10 @@ def set_harms(sensor: Sensor, traj: Trajectory, b: int, sets: list[tuple[Unit, .
             branches.append(Branch(s, ids, Plan(targets={p - 1: int(ids[p]) for p in range(e0, e1)})))
             spans[s] = (e0, e1)
     # A set whose render is a prefix of the full one (e.g. the empty set) is served by the full run: harm 0.
-    nll = {}
+    nll: dict[tuple[Unit, ...] | None, float] = {}
     for res in run_branches(sensor, branches, base_ids, share=share_prefix, batch_bytes=batch_bytes, nest=nest):
-        nll[res.key] = _nll(res.outputs.target_logprob, *spans[res.key])
+        key = cast("tuple[Unit, ...] | None", res.key)  # the keys given to ``branches`` above
+        nll[key] = _nll(res.outputs.target_logprob, *spans[key])
         if capture and res.key is None:
             capture[1].sums.update(res.outputs.sums)
             capture[1].counts.update(res.outputs.counts)
