@@ -31,10 +31,13 @@ import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interp.io import UnitRun, Work, run_work, timed_unit
 from interp.progress import track
+
+if TYPE_CHECKING:
+    from ray.actor import ActorHandle
 
 EXECUTORS = ("local", "ray")
 
@@ -128,7 +131,7 @@ class RayExecutor:
         inflight: dict[Any, tuple[Any, str | None]] = {}  # ref -> (actor, unit key; None: a readiness ping)
         live = len(actors)
 
-        def submit(actor: Any) -> None:
+        def submit(actor: ActorHandle) -> None:
             if queue:
                 key = queue.popleft()
                 attempts[key] += 1
@@ -183,12 +186,13 @@ class RayExecutor:
         return records
 
 
-def make_executor(kind: str = "local", **options: Any) -> LocalExecutor | RayExecutor:
+def make_executor(kind: str = "local", **options: object) -> LocalExecutor | RayExecutor:
     """``local`` or ``ray`` with its options (address, workers, num_cpus, num_gpus, memory, retries)."""
     if kind == "local":
         return LocalExecutor()
     if kind == "ray":
         if importlib.util.find_spec("ray") is None:
             raise ValueError("--executor ray needs Ray: pip install '.[ray]'")
-        return RayExecutor(**{k: v for k, v in options.items() if v is not None})
+        given: dict[str, Any] = {k: v for k, v in options.items() if v is not None}  # RayExecutor checks them
+        return RayExecutor(**given)
     raise ValueError(f"unknown executor {kind!r}; use one of: {', '.join(EXECUTORS)}")
