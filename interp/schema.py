@@ -38,7 +38,6 @@ import numpy as np
 
 # Parsed JSON, recursively (what ``json.loads`` returns); the one definition the packages share.
 JsonValue: TypeAlias = "None | bool | int | float | str | list[JsonValue] | dict[str, JsonValue]"
-JsonObject: TypeAlias = "dict[str, JsonValue]"  # a JSON object (a result document, a log record)
 
 KINDS = ("float", "int", "str", "bool", "object", "any")
 D = TypeVar("D")  # a document handed back as it came
