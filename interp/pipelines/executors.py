@@ -31,13 +31,10 @@ import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from interp.io import UnitRun, Work, run_work, timed_unit
 from interp.progress import track
-
-if TYPE_CHECKING:
-    from ray.actor import ActorHandle
 
 EXECUTORS = ("local", "ray")
 
@@ -131,7 +128,7 @@ class RayExecutor:
         inflight: dict[Any, tuple[Any, str | None]] = {}  # ref -> (actor, unit key; None: a readiness ping)
         live = len(actors)
 
-        def submit(actor: ActorHandle) -> None:
+        def submit(actor: Any) -> None:  # Any: a Ray actor handle (ray, an optional extra, is not typed here)
             if queue:
                 key = queue.popleft()
                 attempts[key] += 1
