@@ -61,12 +61,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
 from interp.progress import track
-from interp.schema import Field
+from interp.schema import Field, JsonValue
 
 RUN_FIELDS = (
     Field("label", "[]", "str", "-", "which stage wrote the folder"),
@@ -105,7 +105,7 @@ def read_text(path: Path) -> str:
         raise ValueError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
 
 
-def read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:  # Any: JSON of any shape, read field by field (schema.check checks it)
     """The JSON in ``path``; ValueError naming the file when it is not JSON (or nested too deeply to read)."""
     path = Path(path)
     try:
@@ -226,7 +226,7 @@ def writer_lock(folder: Path, *, command: str) -> Iterator[Path]:
                 break
 
 
-def to_strict_json(obj: Any) -> Any:
+def to_strict_json(obj: object) -> JsonValue:
     """``obj`` with NaN/Infinity replaced by None and numpy values by plain Python ones (JSON-safe)."""
     if isinstance(obj, dict):
         return {k: to_strict_json(v) for k, v in obj.items()}
@@ -240,7 +240,7 @@ def to_strict_json(obj: Any) -> Any:
         return int(obj)
     if isinstance(obj, (float, np.floating)):
         return float(obj) if math.isfinite(obj) else None
-    return obj
+    return cast(JsonValue, obj)  # str, int, None; anything else fails in json.dumps, naming its type
 
 
 def _file_mode() -> int:
@@ -291,7 +291,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
                                     "space and re-run (a resumable job keeps its finished units)", str(path)) from None
 
 
-def atomic_write_json(path: Path, obj: Any) -> None:
+def atomic_write_json(path: Path, obj: object) -> None:
     """Atomically write ``obj`` as indented strict JSON (NaN/Infinity -> null; see :func:`to_strict_json`)."""
     atomic_write_bytes(path, (json.dumps(to_strict_json(obj), indent=2, allow_nan=False) + "\n").encode())
 
@@ -366,7 +366,7 @@ def worker_name() -> tuple[str, str]:
     return socket.gethostname(), f"pid {os.getpid()}"
 
 
-def timed_unit(work: Work, ctx: Any, key: str) -> UnitRun:
+def timed_unit(work: Work, ctx: object, key: str) -> UnitRun:
     """Compute one unit in this process and record where and how long it ran."""
     started = time.perf_counter()
     work.compute(ctx, key)
@@ -393,7 +393,7 @@ def hold_point(done: int) -> None:
         fifo.read()
 
 
-def run_work(work: Work, context: Any = None, progress: bool = True) -> dict[str, UnitRun]:
+def run_work(work: Work, context: object = None, progress: bool = True) -> dict[str, UnitRun]:
     """The in-process executor: ``ctx = context`` (or ``work.load()`` when a unit is left), then every
     unfinished unit in order; an error propagates (a re-run resumes)."""
     todo = [k for k in work.keys if not work.done(k)]
@@ -462,7 +462,7 @@ def _run_units(keys: list[str], mine: list[str], compute: Callable[..., Any], ca
     def path(key: str) -> Path:
         return inside(cache_dir, cache_dir / f"{safe_stem(key)}.json")
 
-    def write(ctx: Any, key: str) -> None:
+    def write(ctx: object, key: str) -> None:
         atomic_write_json(path(key), compute(key) if load is None else compute(ctx, key))
 
     work = Work(label, mine, load or (lambda: None), write, lambda k: path(k).exists(),

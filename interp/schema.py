@@ -32,11 +32,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias, TypeVar, cast
 
 import numpy as np
 
+# Parsed JSON, recursively (what ``json.loads`` returns); the one definition the packages share.
+JsonValue: TypeAlias = "None | bool | int | float | str | list[JsonValue] | dict[str, JsonValue]"
+
 KINDS = ("float", "int", "str", "bool", "object", "any")
+D = TypeVar("D")  # a document handed back as it came
 
 
 class SchemaError(ValueError):
@@ -81,24 +85,25 @@ def schema_dict(fields: Iterable[Field]) -> dict[str, dict[str, str]]:
     return {f.name: {"shape": f.shape, "dtype": f.dtype, "units": f.units, "doc": f.doc} for f in fields}
 
 
-def check(doc: Any, fields: Sequence[Field], file: Any) -> Any:
+def check(doc: D, fields: Sequence[Field], file: object) -> D:
     """Raise :class:`SchemaError` naming ``file`` and the field when ``doc`` lacks a field or has the wrong kind/shape.
 
     Fields the declaration does not list are allowed. Returns ``doc``.
     """
     if not isinstance(doc, Mapping):
         raise SchemaError(f"{file}: expected a JSON object at the top level, got {type(doc).__name__}")
+    mapping = cast(Mapping[str, Any], doc)  # a Mapping, just checked
     dims: dict[str, tuple[int, str]] = {}
     for f in fields:
-        if f.name not in doc:
+        if f.name not in mapping:
             raise SchemaError(f"{file}: missing field '{f.name}'")
-        problem = _check_value(doc[f.name], f, dims)
+        problem = _check_value(mapping[f.name], f, dims)
         if problem:
             raise SchemaError(f"{file}: field '{f.name}' (shape {f.shape}, dtype {f.dtype}): {problem}")
     return doc
 
 
-def check_columns(columns: Iterable[str], fields: Sequence[Field], file: Any) -> None:
+def check_columns(columns: Iterable[str], fields: Sequence[Field], file: object) -> None:
     """Raise :class:`SchemaError` when a table (CSV) lacks one of the declared columns."""
     have = set(columns)
     for f in fields:

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interp.data.deletions import UNIT_KINDS, Unit, history_units, parse_unit_kinds, step_shapes
 from interp.data.trajectory import Trajectory
@@ -58,6 +58,9 @@ from patching.granularity import UNSAFE, granularity
 from patching.harm import DEFAULT_BUDGET, DRSR_MAX_K, MARGIN, boundary_harm, compared_record
 from patching.interaction import attention_density, interaction_structure
 from patching.relations import PROJ_DIM, projection, prompt_capture, relations_by_layer
+
+if TYPE_CHECKING:
+    from interp.sensor.protocol import Sensor
 
 FIELDS = (
     Field('schema', '{...}', 'object', '-', 'this table: {field: {shape, dtype, units, doc}}'),
@@ -77,7 +80,7 @@ FIELDS = (
 )
 
 
-def boundary_record(sensor: Any, traj: Trajectory, b: int, max_k: int = DRSR_MAX_K, budget: int = DEFAULT_BUDGET,
+def boundary_record(sensor: Sensor, traj: Trajectory, b: int, max_k: int = DRSR_MAX_K, budget: int = DEFAULT_BUDGET,
                     seed: int = 0,
                     units: Sequence[str] = UNIT_KINDS, max_tokens: int = DEFAULT_MAX_TOKENS,
                     proj_dim: int | None = PROJ_DIM, batch_bytes: int = DEFAULT_BATCH_BYTES,

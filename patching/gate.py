@@ -85,7 +85,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
@@ -100,6 +100,9 @@ from interp.schema import Field, schema_dict
 from patching.config import GATE_SCORERS, N_MEMBERS
 from patching.granularity import UNSAFE
 from patching.relations import ALPHAS, projection, prompt_capture
+
+if TYPE_CHECKING:
+    from patching.gate_mlp import SetMLPScorer
 
 GATE_KINDS = DRSR_UNIT_KINDS
 SPLIT = (0.8, 0.1, 0.1)  # train, validation, test fractions of trajectories (DRSR's 80:10:10)
@@ -434,7 +437,7 @@ class SetRiskScorer(RegressorMixin, BaseEstimator):
         self.unsafe = unsafe
         self.seed = seed
 
-    def fit(self, X: Any, y: Any) -> SetRiskScorer:
+    def fit(self, X: np.ndarray, y: np.ndarray) -> SetRiskScorer:
         """Fit every bootstrap member to (X, harm); the out-of-bag residual spread sets the unsafe score's scale."""
         from sklearn.linear_model import RidgeCV
 
@@ -491,11 +494,11 @@ class SetRiskScorer(RegressorMixin, BaseEstimator):
         """(unsafe score, uncertainty) of a boundary's sets (their :func:`set_matrix`)."""
         return self.predict_risk(set_matrix(view, cand, pool, sets, spec))
 
-    def predict(self, X: Any) -> np.ndarray:
+    def predict(self, X: np.ndarray) -> np.ndarray:
         """Predicted harm [n] (nats/token): the members' mean."""
         return self._members(X).mean(0)
 
-    def predict_risk(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+    def predict_risk(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(unsafe score [n], uncertainty [n]): mean and standard deviation over members of P(harm > unsafe)."""
         p = _normal_sf((self.unsafe - self._members(X)) / self.resid_sd_)
         return p.mean(0), p.std(0)
@@ -603,18 +606,22 @@ def _by_boundary(sup: Supervision, rows: np.ndarray, spec: FeatureSpec, fn: Any,
     return out
 
 
-def predict_rows(scorer: Any, sup: Supervision, rows: np.ndarray, spec: FeatureSpec) -> np.ndarray:
+
+Scorer: TypeAlias = "SetRiskScorer | SetMLPScorer"  # the two kinds of ``SCORERS`` (``make_scorer``)
+
+
+def predict_rows(scorer: Scorer, sup: Supervision, rows: np.ndarray, spec: FeatureSpec) -> np.ndarray:
     """A scorer's predicted harm of supervision rows (either scorer: ``harm_sets`` per boundary)."""
     return _by_boundary(sup, rows, spec, scorer.harm_sets, 1)[0]
 
 
-def risk_rows(scorer: Any, sup: Supervision, rows: np.ndarray, spec: FeatureSpec) -> tuple[np.ndarray, np.ndarray]:
+def risk_rows(scorer: Scorer, sup: Supervision, rows: np.ndarray, spec: FeatureSpec) -> tuple[np.ndarray, np.ndarray]:
     """A scorer's (unsafe score, uncertainty) of supervision rows (``risk_sets`` per boundary)."""
     risk, unc = _by_boundary(sup, rows, spec, lambda *a: np.stack(scorer.risk_sets(*a)), 2)
     return risk, unc
 
 
-def score_split(sup: Supervision, tasks: Sequence[str], scorer: Any, spec: FeatureSpec) -> Scored:
+def score_split(sup: Supervision, tasks: Sequence[str], scorer: Scorer, spec: FeatureSpec) -> Scored:
     """Gate scores of the pool sets of the given trajectories."""
     rows = sup.rows_of(tasks)
     bounds = np.unique(sup.boundary[rows])
@@ -666,7 +673,7 @@ def select(sup: Supervision, val: Scored, k_grid: Sequence[int] = K_GRID, beta_g
 SCORERS = GATE_SCORERS
 
 
-def make_scorer(kind: str, n_members: int | None = None, unsafe: float = UNSAFE, seed: int = 0) -> Any:
+def make_scorer(kind: str, n_members: int | None = None, unsafe: float = UNSAFE, seed: int = 0) -> Scorer:
     """An unfitted scorer of ``kind`` (``SCORERS``): the ridge ensemble or DRSR's set model
     (``patching.gate_mlp``); ValueError naming the kinds otherwise."""
     if kind == "ridge":

@@ -46,7 +46,7 @@ Fields of ``gate.json`` (``FIELDS``):
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -176,7 +176,7 @@ def _metrics_ci(sup: Supervision, chosen: dict[int, int | None], n_boot: int, se
     for bi, r in chosen.items():
         by_task.setdefault(sup.views[bi]["task_id"], {})[bi] = r
 
-    def stat(name: str) -> Any:
+    def stat(name: str) -> Callable[[list[dict[int, int | None]]], float | None]:
         def f(items: list[dict[int, int | None]]) -> float | None:
             merged: dict[Any, int | None] = {}
             for i, d in enumerate(items):  # a task drawn twice counts twice

@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from interp.data.deletions import units_overlap
 from patching.granularity import UNSAFE
+
+if TYPE_CHECKING:
+    from patching.gate import FeatureSpec, Supervision
 
 EMBED = 64
 HIDDEN = 64
@@ -99,7 +102,7 @@ class SetMLPScorer:
 
     # ---------------------------------------------------------------- fitting (torch)
 
-    def fit_rows(self, sup: Any, rows: np.ndarray, spec: Any) -> SetMLPScorer:
+    def fit_rows(self, sup: Supervision, rows: np.ndarray, spec: FeatureSpec) -> SetMLPScorer:
         """Fit every bootstrap member to the exact harm of supervision ``rows`` (``patching.gate.Supervision``)."""
         import torch
 
@@ -228,12 +231,12 @@ class SetMLPScorer:
         return np.array([self._member_harm(w, view, cand, pool, sets, spec) for w in self.members_])
 
     def harm_sets(self, view: dict[str, Any], cand: np.ndarray, pool: Sequence[int], sets: Sequence[Sequence[int]],
-                  spec: Any) -> np.ndarray:
+                  spec: FeatureSpec) -> np.ndarray:
         """Predicted harm [len(sets)] (nats/token): the members' mean."""
         return self._members(view, cand, pool, sets, spec).mean(0)
 
     def risk_sets(self, view: dict[str, Any], cand: np.ndarray, pool: Sequence[int], sets: Sequence[Sequence[int]],
-                  spec: Any) -> tuple[np.ndarray, np.ndarray]:
+                  spec: FeatureSpec) -> tuple[np.ndarray, np.ndarray]:
         """(unsafe score, uncertainty) [len(sets)]: mean and spread over members of P(harm > unsafe)."""
         from scipy.special import ndtr
 

@@ -95,7 +95,7 @@ import math
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -271,7 +271,7 @@ def set_harms(sensor: Sensor, traj: Trajectory, b: int, sets: list[tuple[Unit, .
     full, y0, y1 = target or _target(traj, b, (), tok)  # ``target``: the caller's own full render (rendered once)
     base_ids = full.input_ids[:y1]
     branches = [Branch(None, base_ids, Plan(targets={p - 1: base_ids[p] for p in range(y0, y1)}))]
-    spans: dict[tuple[Unit, ...], tuple[int, int]] = {None: (y0, y1)}  # y's token range in each set's render
+    spans: dict[tuple[Unit, ...] | None, tuple[int, int]] = {None: (y0, y1)}  # y's token range in each set's render
     removed: dict[tuple[Unit, ...], int] = {}
     for s in sets:
         r, e0, e1 = _target(traj, b, s, tok)
@@ -283,9 +283,10 @@ def set_harms(sensor: Sensor, traj: Trajectory, b: int, sets: list[tuple[Unit, .
             branches.append(Branch(s, ids, Plan(targets={p - 1: int(ids[p]) for p in range(e0, e1)})))
             spans[s] = (e0, e1)
     # A set whose render is a prefix of the full one (e.g. the empty set) is served by the full run: harm 0.
-    nll = {}
+    nll: dict[tuple[Unit, ...] | None, float] = {}
     for res in run_branches(sensor, branches, base_ids, share=share_prefix, batch_bytes=batch_bytes, nest=nest):
-        nll[res.key] = _nll(res.outputs.target_logprob, *spans[res.key])
+        key = cast("tuple[Unit, ...] | None", res.key)  # the keys given to ``branches`` above
+        nll[key] = _nll(res.outputs.target_logprob, *spans[key])
     nll_full = nll[None]
     results = [SetHarm(s, removed[s], nll[s], nll[s] - nll_full) for s in sets]
     single = {h.members[0]: h.harm for h in results if len(h.members) == 1}

@@ -25,7 +25,7 @@ only describe the split.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -80,7 +80,7 @@ def grouped_means(rows: Sequence[dict[str, Any]], key: str, n_boot: int = 1000, 
                   ) -> list[dict[str, Any]]:
     """[{group, mean_interaction, ci, n_sets, n_tasks}] of ``rows`` grouped by ``key`` (semantic: binned, heads:
     rounded to a whole head), in group order."""
-    def group(row: dict[str, Any]) -> Any:
+    def group(row: dict[str, Any]) -> Hashable:
         v = row[key]
         if v is None:
             return None

@@ -38,7 +38,7 @@ from typing import Any, cast
 
 import torch
 
-from interp.sensor.api import token_batch
+from interp.sensor.api import Tokens, token_batch
 from interp.sensor.forward import Plan, Snapshot
 from interp.sensor.kernels.variants import run_variants
 from interp.sensor.prefix import Branch, run_branches
@@ -146,7 +146,7 @@ def _variants(sensor: Sensor, pair: Pair, target: Any, source: Any, acts: dict[t
     return PairRun(pair.key, source.logprobs[n - 1], source.captures[FINAL], variants, target.departure)
 
 
-def patch(sensor: Sensor, source: Any, target: Any, sites: Sequence[str | Sequence[str]], positions: int = 1,
+def patch(sensor: Sensor, source: Tokens, target: Tokens, sites: Sequence[str | Sequence[str]], positions: int = 1,
           metric: Metric | None = None) -> PatchResult | list[PatchResult]:
     """Patch ``sites`` of the source run into the target run's last ``positions`` tokens; ``metric`` on each (module doc).
 

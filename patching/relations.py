@@ -31,9 +31,9 @@ pairs of sets of the same boundary, of two or more units each). CIs resample tas
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -44,6 +44,10 @@ from interp.sensor.forward import Outputs, Plan
 from interp.stats import task_resamples
 from patching.config import DrsrConfig
 from patching.harm import AGGREGATORS, ordered_pairs
+
+if TYPE_CHECKING:
+    from interp.data.trajectory import Trajectory
+    from interp.sensor.protocol import Sensor
 
 FAMILIES = ("relation", "block", "mismatched", "state", "surface")
 ALPHAS = tuple(10.0 ** np.arange(-2, 5))
@@ -103,7 +107,7 @@ def captured(cap: Capture, proj: np.ndarray | None, digits: int = 6) -> dict[str
     """The JSON part of a capture: ``state`` [n_layers][dim], per unit ``rep`` [n_layers][dim] and ``attention``
     [n_attention_layers][n_heads] (mass on its span, summed over its tokens), ``n_tokens`` of its span, and
     ``prompt_tokens`` (the render at the boundary: the request a deletion shortens)."""
-    def vec(key: Any) -> list[float]:
+    def vec(key: Hashable) -> list[float]:
         v = cap.outputs.mean(key).detach().cpu().double().numpy()
         return np.round(v @ proj if proj is not None else v, digits).tolist()
 
@@ -122,7 +126,7 @@ def captured(cap: Capture, proj: np.ndarray | None, digits: int = 6) -> dict[str
             "state": [vec(("state", layer)) for layer in cap.layers], "candidates": units}
 
 
-def prompt_capture(sensor: Any, traj: Any, b: int, units: Sequence[Unit], layers: Sequence[int],
+def prompt_capture(sensor: Sensor, traj: Trajectory, b: int, units: Sequence[Unit], layers: Sequence[int],
                    attention_layers: Sequence[int], proj: np.ndarray | None) -> dict[str, Any]:
     """:func:`captured` of one forward of the prompt at boundary b (``render(traj, b)``): the view of the
     candidates the set-risk gate reads, offline (``patching.drsr``) and online (``patching.gate``) alike."""

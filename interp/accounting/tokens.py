@@ -99,7 +99,8 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -111,6 +112,9 @@ from interp.data.trajectory import Trajectory
 from interp.sensor.prefix import lcp
 from interp.schema import Field, schema_dict
 from interp.stats import task_resamples
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 FIELDS = (
     Field("schema", "{...}", "object", "-", "this table: {field: {shape, dtype, units, doc}}"),
@@ -243,7 +247,7 @@ def table_scorer(blocks: pd.DataFrame, context: str) -> BlockScorer:
     return scorer
 
 
-def read_entropy_table(path: Any) -> pd.DataFrame:
+def read_entropy_table(path: str | Path) -> pd.DataFrame:
     """The block-entropy CSV of ``interp entropy`` (task_id, step, block, mean_entropy_bits; context optional),
     checked: a missing column or a non-numeric value is a ValueError naming the file, line and column."""
     try:
@@ -292,8 +296,8 @@ def _step_tokens(prompt: Rendered, shift: int) -> dict[int | None, int]:
     return {(None if t < 0 else int(t)): int(c) for t, c in zip(steps, counts)}
 
 
-def request_tokens(traj: Trajectory, policy: Policy, tokenizer: Any, cache: CacheModel = CacheModel(),
-                   extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def request_tokens(traj: Trajectory, policy: Policy, tokenizer: PreTrainedTokenizerBase,
+                   cache: CacheModel = CacheModel(), extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Per request k = 1..n of ``traj`` under ``policy``: input, cache-read, cache-write, output and total tokens,
     and ``step_tokens``: the prompt's tokens per original step (None: tokens of no step)."""
     out: list[dict[str, Any]] = []
@@ -321,7 +325,8 @@ def request_tokens(traj: Trajectory, policy: Policy, tokenizer: Any, cache: Cach
     return out
 
 
-def _extras(policy: Policy, entropy: pd.DataFrame | None, tokenizer: Any, gate: Any = None) -> dict[str, Any] | str:
+def _extras(policy: Policy, entropy: pd.DataFrame | None, tokenizer: PreTrainedTokenizerBase,
+            gate: object = None) -> dict[str, Any] | str:
     """What a policy needs beyond its parameters (a table scorer, the tokenizer, the set gate), or why it cannot
     run."""
     if policy.condition == "drsr_gate":
@@ -336,9 +341,9 @@ def _extras(policy: Policy, entropy: pd.DataFrame | None, tokenizer: Any, gate: 
     return {"tokenizer": tokenizer} if policy.condition == "random" else {}
 
 
-def account(trajectories: Sequence[Trajectory], policies: Iterable[str | Policy], tokenizer: Any,
+def account(trajectories: Sequence[Trajectory], policies: Iterable[str | Policy], tokenizer: PreTrainedTokenizerBase,
             cache: CacheModel = CacheModel(), entropy: pd.DataFrame | None = None,
-            gate: Any = None) -> tuple[pd.DataFrame, list[dict]]:
+            gate: object = None) -> tuple[pd.DataFrame, list[dict]]:
     """One row per (task, policy, request) (``requests`` of ``FIELDS``, with direct removal against ``full``),
     and the policies skipped with their reason; no model forward but the set gate's (``gate``: the
     ``patching.gate.SetGate`` of the ``drsr_gate`` policy)."""
@@ -438,7 +443,8 @@ def _ratio_ci(total: np.ndarray, removal: np.ndarray, groups: np.ndarray, n_boot
 
 
 def decompose_pair(base: Sequence[Trajectory], compressed: Sequence[Trajectory], policy: str | Policy,
-                   tokenizer: Any, cache: CacheModel = CacheModel(), entropy: pd.DataFrame | None = None,
+                   tokenizer: PreTrainedTokenizerBase, cache: CacheModel = CacheModel(),
+                   entropy: pd.DataFrame | None = None,
                    n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
     """The paired-run document: per task and in total, the exact split of the token change (module docstring),
     the amplification factor and saving ratio with task-bootstrap CIs; tasks in one run only are listed."""
@@ -483,7 +489,7 @@ def decompose_pair(base: Sequence[Trajectory], compressed: Sequence[Trajectory],
             "n_boot": n_boot, "per_task": per_task}
 
 
-def tokens_document(requests: pd.DataFrame, skipped: list[dict], tokenizer: Any, cache: CacheModel,
+def tokens_document(requests: pd.DataFrame, skipped: list[dict], tokenizer: PreTrainedTokenizerBase, cache: CacheModel,
                     pair: dict[str, Any] | None = None, seconds: float = 0.0,
                     entropy_table: str | None = None) -> dict[str, Any]:
     """The ``tokens.json`` document (``FIELDS``) from :func:`account`'s rows; pure."""
@@ -543,10 +549,10 @@ class TokensConfig:
         return any(p.partition(":")[0].strip() == condition for p in self.policies)
 
 
-def run_accounting(trajectories: Sequence[Trajectory], policies: Iterable[str], tokenizer: Any,
+def run_accounting(trajectories: Sequence[Trajectory], policies: Iterable[str], tokenizer: PreTrainedTokenizerBase,
                    cache: CacheModel = CacheModel(), entropy: pd.DataFrame | None = None,
                    paired: tuple[Sequence[Trajectory], str] | None = None,
-                   entropy_table: str | None = None, gate: Any = None) -> dict[str, Any]:
+                   entropy_table: str | None = None, gate: object = None) -> dict[str, Any]:
     """Account ``trajectories`` under ``policies`` (and a paired run: (compressed trajectories, its policy),
     ``trajectories`` being the base run) and return the timed ``tokens.json`` document (``entropy_table``: the
     name of the entropy CSV, recorded)."""

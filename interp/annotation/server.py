@@ -45,11 +45,11 @@ import shlex
 import socket
 import threading
 from collections.abc import Mapping, Sequence
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -57,6 +57,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from interp.annotation.guideline import guideline_html
 from interp.annotation.session import (
@@ -75,6 +76,11 @@ from interp.annotation.views import item_view
 from interp.data.trajectory import Trajectory, load_trajectories
 from interp.externalization.labeler import GapLabelerConfig, Sources
 from interp.io import check_output_dir, file_sha256, writer_lock
+
+if TYPE_CHECKING:
+    import uvicorn
+
+    from interp.annotation.notebook import AnnotationFrame
 
 HOST = "127.0.0.1"
 LOOPBACK = (HOST, "localhost")
@@ -170,10 +176,10 @@ class HostGuard:
     """ASGI middleware: 400 unless the ``Host`` is loopback (DNS rebinding); ``behind_proxy`` also admits requests
     that jupyter-server-proxy forwarded (they carry ``X-Forwarded-Context``; the token is checked all the same)."""
 
-    def __init__(self, app: Any, behind_proxy: bool = False):
+    def __init__(self, app: ASGIApp, behind_proxy: bool = False):
         self.app, self.behind_proxy = app, behind_proxy
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             headers = Request(scope).headers
             host = headers.get("host", "").rsplit(":", 1)[0] if not headers.get("host", "").startswith("[") else ""
@@ -187,17 +193,17 @@ class HostGuard:
 class TokenGuard:
     """ASGI middleware: 403 unless the request carries the session token; security headers on every response."""
 
-    def __init__(self, app: Any, token: str, headers: Mapping[str, str]):
+    def __init__(self, app: ASGIApp, token: str, headers: Mapping[str, str]):
         self.app, self.token, self.headers = app, token.encode(), dict(headers)
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         request = Request(scope)
         given = request.headers.get(TOKEN_HEADER) or request.query_params.get("token") or ""
 
-        async def send_secured(message: dict) -> None:
+        async def send_secured(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message.setdefault("headers", [])
                 message["headers"] = [*message["headers"],
@@ -321,7 +327,7 @@ def url_of(sock: socket.socket, token: str) -> str:
     return f"http://{HOST}:{sock.getsockname()[1]}/?token={token}"
 
 
-def make_server(app: AnnotationApp) -> Any:
+def make_server(app: AnnotationApp) -> uvicorn.Server:
     """A uvicorn server for ``app`` (quiet: warnings only, no access log; the URL is printed by the caller)."""
     import uvicorn
 
@@ -373,7 +379,8 @@ def plan(trajectories: Path, labels_csv: Path, annotator: str, task: str = "g",
     check_output_dir(labels_csv.parent, "--labels")
     trajs = load_trajectories(trajectories, allow_control_tokens=allow_control_tokens)
     full = build_queue(trajs, task)
-    compared = tuple(read_annotator_csv(Path(p), fields, trajs) for p in adjudicate) or None
+    compared = ((read_annotator_csv(Path(adjudicate[0]), fields, trajs),
+                 read_annotator_csv(Path(adjudicate[1]), fields, trajs)) if adjudicate else None)
     reviewed = read_annotator_csv(Path(review), fields, trajs) if review is not None else None
     queue = (disagreement_queue(full, *compared) if compared else review_queue(full, reviewed) if reviewed
              else full)
@@ -398,7 +405,7 @@ def open_app(p: Plan, frame_ancestors: Sequence[str] = (), behind_proxy: bool = 
                          behind_proxy=behind_proxy)
 
 
-def session_lock(labels_csv: Path) -> Any:
+def session_lock(labels_csv: Path) -> AbstractContextManager[Path]:
     """The writer lock of an output CSV's session folder: a second server on the same output is refused."""
     return writer_lock(folder_for(labels_csv), command="annotate")
 
@@ -429,7 +436,7 @@ class RunningAnnotation:
         base = prefix if prefix is not None else os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")
         return f"{base.rstrip('/')}/proxy/{self.port}/?token={self.app.token}"
 
-    def frame(self, width: str = "100%", height: int = 640, via: str = "auto", prefix: str | None = None) -> Any:
+    def frame(self, width: str = "100%", height: int = 640, via: str = "auto", prefix: str | None = None) -> AnnotationFrame:
         """An IFrame of the page for a notebook cell: ``via`` ``proxy`` (through jupyter-server-proxy: remote kernels,
         JupyterHub), ``direct`` (``http://127.0.0.1:PORT``: the browser on this machine or an SSH tunnel of the
         port) or ``auto`` (proxy when jupyter-server-proxy is installed)."""

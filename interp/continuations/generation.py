@@ -32,13 +32,16 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from interp.data.parse import CALL_CLOSE, CALL_OPEN
 from interp.data.render import render
 from interp.data.trajectory import Trajectory
 from interp.sensor.protocol import Sensor
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 OBSERVATION_OPEN = "<tool_response>"  # the model writing an observation itself: its turn is over
 STOP_RULE = "action_end.v1"  # part of the generation cache key: change when the stop rule changes
@@ -131,7 +134,8 @@ def generate_turn(sensor: Sensor, input_ids: list[int], max_new_tokens: int, see
     return finish_turn(sensor.tokenizer.decode, new, stops, max_new_tokens)
 
 
-def finish_turn(decode: Any, new: list[int], stops: Sequence[int], max_new_tokens: int) -> dict[str, Any]:
+def finish_turn(decode: Callable[..., str], new: list[int], stops: Sequence[int],
+                max_new_tokens: int) -> dict[str, Any]:
     """``{text, n_new_tokens, stopped, truncated, stop_reason}`` of generated token ids (the module docstring's rules)."""
     stop_at = next((i for i, t in enumerate(new) if t in stops), None)
     kept = new if stop_at is None else new[:stop_at]
@@ -151,7 +155,7 @@ def finish_turn(decode: Any, new: list[int], stops: Sequence[int], max_new_token
             "truncated": truncated, "stop_reason": reason}
 
 
-def turn_lengths(trajectories: Sequence[Trajectory], tokenizer: Any) -> list[int]:
+def turn_lengths(trajectories: Sequence[Trajectory], tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """Tokens of every recorded assistant turn: first reasoning token to last action token of each step, as rendered."""
     out = []
     for traj in trajectories:
@@ -163,7 +167,7 @@ def turn_lengths(trajectories: Sequence[Trajectory], tokenizer: Any) -> list[int
     return out
 
 
-def measured_max_new_tokens(trajectories: Sequence[Trajectory], tokenizer: Any,
+def measured_max_new_tokens(trajectories: Sequence[Trajectory], tokenizer: PreTrainedTokenizerBase,
                             quantile: float = TURN_QUANTILE) -> tuple[int, str]:
     """``(limit, how)``: the ``quantile`` of :func:`turn_lengths`, rounded up to a multiple of 64, and a description."""
     import numpy as np

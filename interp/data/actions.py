@@ -29,7 +29,7 @@ def writes_code(step: Step) -> bool:
     return False
 
 
-def argument_leaves(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
+def argument_leaves(value: object, path: str = "") -> Iterator[tuple[str, str]]:
     """``(dotted.path[i], text)`` of every leaf of a JSON value (non-strings as JSON; None skipped)."""
     if isinstance(value, Mapping):
         for key, sub in value.items():

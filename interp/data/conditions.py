@@ -595,7 +595,7 @@ def validate_condition(name: str, params: Mapping[str, Any] | None = None) -> No
 
 
 def apply_condition(name: str, traj: Trajectory, after_step: int, counter: TokenCounter | None = None,
-                    **params: Any) -> tuple[Trajectory, EditLog]:
+                    **params: object) -> tuple[Trajectory, EditLog]:
     """Apply condition ``name`` at boundary ``after_step``; return the edited trajectory and its log."""
     validate_condition(name, params)
     if not 1 <= after_step <= traj.n_steps:

@@ -61,17 +61,19 @@ import io
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from interp.data.trajectory import Trajectory
 from interp.io import atomic_write_bytes, read_text
+
+V = TypeVar("V")  # a CSV cell value
 
 LABEL_FIELDS = ("future_necessity", "externalization_gap")
 Labels = dict[tuple[str, int], int]
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet runs a cell starting so as a formula
 
 
-def guard_cell(value: Any) -> Any:
+def guard_cell(value: V) -> V | str:
     """A CSV cell no spreadsheet runs: a text starting with ``= + - @``, tab or CR gets a leading ``'`` (as does one
     already starting with ``'`` and then such a character, so :func:`unguard_cell` reverses it exactly); other values
     are returned as they are."""
@@ -291,7 +293,7 @@ def kappa_ci(predicted: Mapping[tuple[str, int], int], reference: Mapping[tuple[
 
 def held_out_agreement(label_fn: Callable[[Any], Mapping[tuple[str, int], int]], grid: Sequence[Any],
                        reference: Mapping[tuple[str, int], int], split: tuple[Sequence[str], Sequence[str]],
-                       default: Any = None, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+                       default: object = None, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
     """Tune a rule labeler on some tasks, report its agreement on other tasks (held-out kappa with a task-bootstrap CI).
 
     ``label_fn(config)`` labels every boundary under one config of ``grid``;
@@ -312,9 +314,10 @@ def held_out_agreement(label_fn: Callable[[Any], Mapping[tuple[str, int], int]],
     if not grid:
         raise ValueError("the config grid is empty")
 
-    def describe(config: Any) -> Any:
-        is_instance = dataclasses.is_dataclass(config) and not isinstance(config, type)
-        return dataclasses.asdict(config) if is_instance else repr(config)
+    def describe(config: object) -> dict[str, Any] | str:
+        if dataclasses.is_dataclass(config) and not isinstance(config, type):
+            return dataclasses.asdict(config)
+        return repr(config)
 
     def part(labels: Mapping[tuple[str, int], int], tasks: set[str]) -> dict[tuple[str, int], int]:
         return {k: v for k, v in labels.items() if k[0] in tasks}

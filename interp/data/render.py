@@ -67,9 +67,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interp.data.trajectory import Step, Trajectory, block_char_spans
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 SEGMENT_KINDS = ("system", "tools", "task", "reasoning_block", "action", "observation", "glue")
 _SENTINEL = "\ue000{}\ue001"
@@ -147,7 +150,7 @@ def _tool_defs(traj: Trajectory) -> list[dict[str, Any]]:
                                               "parameters": t.get("parameters", {})}} for t in traj.tools]
 
 
-def fallback_tool_call_text(tool: str, arguments: Any) -> str:
+def fallback_tool_call_text(tool: str, arguments: object) -> str:
     """The fallback convention's text of one tool call (read back by ``interp.data.parse``)."""
     return "<tool_call>\n" + json.dumps({"name": tool, "arguments": arguments}, ensure_ascii=False) + "\n</tool_call>"
 
@@ -241,7 +244,7 @@ def _apply(tokenizer: Any, msgs: list[dict[str, Any]], tools: list[dict[str, Any
     return tokenizer.apply_chat_template(msgs, tools=tools or None, tokenize=False, add_generation_prompt=True)
 
 
-def render_text(traj: Trajectory, after_step: int, tokenizer: Any) -> tuple[str, list[tuple[str, int, int, int | None, int | None]], str, str]:
+def render_text(traj: Trajectory, after_step: int, tokenizer: PreTrainedTokenizerBase) -> tuple[str, list[tuple[str, int, int, int | None, int | None]], str, str]:
     """Rendered prompt text and exact char spans ``(kind, start, end, step, block)`` of every piece."""
     if not 0 <= after_step <= traj.n_steps:
         raise RenderError(f"{traj.task_id}: after_step {after_step} out of range 0..{traj.n_steps}")
@@ -327,7 +330,7 @@ def _native_spans(text: str, traj: Trajectory, steps: tuple[Step, ...], spans,
     return extra
 
 
-def render(traj: Trajectory, after_step: int, tokenizer: Any, reuse: Rendered | None = None) -> Rendered:
+def render(traj: Trajectory, after_step: int, tokenizer: PreTrainedTokenizerBase, reuse: Rendered | None = None) -> Rendered:
     """Render the prompt at boundary ``after_step`` with exact token spans (see module docstring).
 
     ``reuse``: an earlier prompt of the same conversation under the same tokenizer (:class:`Renderer`); the
@@ -337,7 +340,7 @@ def render(traj: Trajectory, after_step: int, tokenizer: Any, reuse: Rendered | 
     return _render(traj, after_step, tokenizer, reuse)[0]
 
 
-def _render(traj: Trajectory, after_step: int, tokenizer: Any, reuse: Rendered | None) -> tuple[Rendered, int]:
+def _render(traj: Trajectory, after_step: int, tokenizer: PreTrainedTokenizerBase, reuse: Rendered | None) -> tuple[Rendered, int]:
     """:func:`render`, and how many of its tokens were taken over from ``reuse``."""
     text, char_spans, mode, reasoning_mode = render_text(traj, after_step, tokenizer)
     pieces = [p for p in char_spans if p[2] > p[1]]

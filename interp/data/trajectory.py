@@ -295,7 +295,7 @@ def trajectory_schema() -> dict[str, Any]:
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def strict_json_problems(value: Any, where: tuple[Any, ...] = ()) -> list[tuple[str, str]]:
+def strict_json_problems(value: object, where: tuple[Any, ...] = ()) -> list[tuple[str, str]]:
     """``(field, message)`` for every value strict JSON (RFC 8259) or UTF-8 text cannot hold: NaN and
     Infinity (Python's json reads them) and lone surrogates (a ``\\ud800`` escape decodes to one and no
     UTF-8 writer can print it). Linear in the record's size; iterative, so a deep record cannot recurse."""
@@ -413,7 +413,7 @@ class ValidationReport:
                 f"{self.n_boundaries} boundaries; domains: {doms}")
 
 
-def control_token_problems(raw: Any, where: str = "") -> list[tuple[str, str]]:
+def control_token_problems(raw: object, where: str = "") -> list[tuple[str, str]]:
     """``(field path, message)`` for every string of a record (annotations aside) holding a template control token."""
     if isinstance(raw, str):
         found = list(dict.fromkeys(CONTROL_TOKEN.findall(raw)))

@@ -15,7 +15,7 @@ import json
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interp import __version__
 from interp.data.conditions import CONDITIONS, apply_condition, validate_condition
@@ -35,6 +35,9 @@ from interp.io import (
 )
 from interp.progress import track
 from interp.sensor.protocol import Sensor
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 def layer_numbers(spec: str, option: str = "layers") -> tuple[set[int], bool]:
@@ -130,7 +133,8 @@ def condition_params(sensor: Sensor, conditions: Iterable[str],
     return {name: needs[name]() for name in dict.fromkeys(conditions) if name in needs}
 
 
-def render_tokens(traj: Trajectory, after_step: int, tokenizer: Any, condition: str = "full") -> int:
+def render_tokens(traj: Trajectory, after_step: int, tokenizer: PreTrainedTokenizerBase,
+                  condition: str = "full") -> int:
     """Tokens of the render at ``after_step`` under ``condition`` (``full`` for model-dependent conditions):
     the cost of a unit when splitting work over shards."""
     counter = lambda s: len(tokenizer.encode(s, add_special_tokens=False))  # noqa: E731
@@ -141,7 +145,7 @@ def render_tokens(traj: Trajectory, after_step: int, tokenizer: Any, condition: 
     return render(edited, after_step, tokenizer).n_tokens
 
 
-def unit_costs(trajectories: list[Trajectory], conditions: list[str], tokenizer: Any,
+def unit_costs(trajectories: list[Trajectory], conditions: list[str], tokenizer: PreTrainedTokenizerBase,
                boundaries: list[int] | None = None) -> dict[str, int]:
     """Token cost of every (trajectory, condition) unit: its render at the last requested boundary."""
     return {unit_name(t.task_id, c): render_tokens(t, max(boundaries) if boundaries else t.n_steps, tokenizer, c)

@@ -66,7 +66,7 @@ import hashlib
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -80,6 +80,9 @@ from interp.schema import Field
 from interp.sensor.forward import Plan, run_plan
 from interp.sensor.prefix import Resume
 from interp.sensor.protocol import Sensor
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 DROP_TABLE_FIELDS = (  # iclr_blocks.csv, one row per block
@@ -128,7 +131,7 @@ class BlockScore:
     input_tokens: int = 0  # tokens of the scorer's input for the step
 
 
-def scorer_input_tokens(history: Trajectory, step: int, tokenizer: Any) -> int:
+def scorer_input_tokens(history: Trajectory, step: int, tokenizer: PreTrainedTokenizerBase) -> int:
     """Tokens the scorer of step ``step`` is given: the render at boundary ``step``, its action and observation
     included (the study's "accumulated interaction history and the current completed step")."""
     return render(history, step, tokenizer).n_tokens

@@ -83,6 +83,7 @@ Manifest columns (``MANIFEST_FIELDS``):
 from __future__ import annotations
 
 import json
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -99,6 +100,7 @@ from interp.data.trajectory import Trajectory
 
 if TYPE_CHECKING:
     from interp.extraction.extract import BoundaryFeatures
+    import xarray
 
 SCHEMA_VERSION = 2  # 2: unit stems carry a hash of the task id (interp.io.safe_stem)
 
@@ -187,7 +189,7 @@ class Store:
         """Directory of per-unit files."""
         return self.root / "units"
 
-    def lock(self, command: str) -> Any:
+    def lock(self, command: str) -> AbstractContextManager[Path]:
         """The store's writer lock (a context manager; see ``interp.io.writer_lock``)."""
         return writer_lock(self.root, command=command)
 
@@ -338,7 +340,7 @@ class Store:
         return frame, features
 
 
-    def to_xarray(self, site: str = "resid_pre", condition: str | None = None) -> Any:
+    def to_xarray(self, site: str = "resid_pre", condition: str | None = None) -> xarray.DataArray:
         """Pooled features as an ``xarray.DataArray`` [sample, layer, pooling, d_model] with the manifest as coordinates.
 
         Coordinates on ``sample`` (the ``sample_id``): ``task_id``, ``after_step``,

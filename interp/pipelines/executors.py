@@ -129,7 +129,7 @@ class RayExecutor:
         inflight: dict[Any, tuple[Any, str | None]] = {}  # ref -> (actor, unit key; None: a readiness ping)
         live = len(actors)
 
-        def submit(actor: Any) -> None:
+        def submit(actor: Any) -> None:  # Any: a Ray actor handle (ray, an optional extra, is not typed here)
             if queue:
                 key = queue.popleft()
                 attempts[key] += 1
@@ -184,14 +184,15 @@ class RayExecutor:
         return records
 
 
-def make_executor(kind: str = "local", **options: Any) -> LocalExecutor | RayExecutor:
+def make_executor(kind: str = "local", **options: object) -> LocalExecutor | RayExecutor:
     """``local`` or ``ray`` with its options (address, workers, num_cpus, num_gpus, memory, retries)."""
     if kind == "local":
         return LocalExecutor()
     if kind == "ray":
         if importlib.util.find_spec("ray") is None:
             raise ValueError("--executor ray needs Ray: pip install '.[ray]'")
-        return RayExecutor(**{k: v for k, v in options.items() if v is not None})
+        given: dict[str, Any] = {k: v for k, v in options.items() if v is not None}  # RayExecutor checks them
+        return RayExecutor(**given)
     raise ValueError(f"unknown executor {kind!r}; use one of: {', '.join(EXECUTORS)}")
 
 

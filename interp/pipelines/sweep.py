@@ -63,7 +63,7 @@ import pandas as pd
 from interp.io import (UnitRun, Work, atomic_write_bytes, atomic_write_json, check_output_dir, inside,
                        read_json, safe_stem, writer_lock)
 from interp.pipelines import stages
-from interp.pipelines.executors import EXECUTORS, LocalExecutor, make_executor
+from interp.pipelines.executors import EXECUTORS, LocalExecutor, RayExecutor, make_executor
 from probes.config import ProbeConfig
 
 SECTIONS = {"trajectories", "out", "grid", "extract", "probe", "executor"}
@@ -178,7 +178,8 @@ def cells(config: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def executor_of(config: dict[str, Any], kind: str | None = None, address: str | None = None) -> Any:
+def executor_of(config: dict[str, Any], kind: str | None = None,
+                address: str | None = None) -> LocalExecutor | RayExecutor:
     """The sweep's executor from its ``[executor]`` section; ``kind``/``address`` (command line) override it."""
     section = dict(config.get("executor", {}))
     memory = section.pop("memory_gb", None)

@@ -35,7 +35,7 @@ from typing import Any
 from interp.reporting import reference as ref
 
 
-def resolve(target: str) -> Any:
+def resolve(target: str) -> Any:  # Any: what the reference names (a builder, a FIELDS tuple); its entry says which
     """The object a ``"package.module:name"`` reference names (the module is imported on first use)."""
     module, _, name = target.partition(":")
     if not name:

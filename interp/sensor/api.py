@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -56,10 +56,27 @@ from interp.sensor.kernels.chunk_attention import chunk_attention
 from interp.sensor.protocol import Sensor
 from interp.sensor.unembed import float_final_norm, logits as unembed_logits
 
+if TYPE_CHECKING:
+    import numpy as np
+    from transformer_lens.ActivationCache import ActivationCache
+
 IMPLEMENTATION = "interp_api"
 Positions = int | Sequence[int] | None
 NamesFilter = str | Sequence[str] | Callable[[str], bool] | None
 TLHook = Callable[[torch.Tensor, "Hook"], "torch.Tensor | None"]
+
+
+class HasInputIds(Protocol):
+    """A render (``interp.data.render.Rendered``) or a tokenizer's encoding: its ``input_ids`` are the tokens."""
+
+    @property
+    def input_ids(self) -> Sequence[int] | torch.Tensor: ...
+
+
+# What a TransformerLens user passes as tokens (module doc, Inputs): text, ids, renders, tensors, arrays.
+Tokens: TypeAlias = ("str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]] | Sequence[torch.Tensor]"
+                     " | torch.Tensor | np.ndarray | HasInputIds | Sequence[HasInputIds]")
+AttentionMask = torch.Tensor | Sequence[Sequence[int]] | None  # [b, n], 1 on real tokens
 
 
 class Hook:
@@ -77,7 +94,7 @@ class Hook:
         return f"Hook(name={self.name!r})"
 
 
-def token_batch(sensor: Sensor, tokens: Any, attention_mask: Any = None) -> tuple[torch.Tensor, list[int]]:
+def token_batch(sensor: Sensor, tokens: Tokens, attention_mask: AttentionMask = None) -> tuple[torch.Tensor, list[int]]:
     """Rows as a right-padded ``[b, n_max]`` long tensor on the sensor's device and each row's length (module doc)."""
     if isinstance(tokens, str):
         tokens = [tokens]
@@ -105,7 +122,7 @@ def token_batch(sensor: Sensor, tokens: Any, attention_mask: Any = None) -> tupl
     return batch.to(sensor.device), lengths
 
 
-def token_ids(sensor: Sensor, tokens: Any) -> torch.Tensor:
+def token_ids(sensor: Sensor, tokens: Tokens) -> torch.Tensor:
     """One sequence as a ``[1, n]`` long tensor on the sensor's device (list, tensor, Rendered or str)."""
     ids, lengths = token_batch(sensor, tokens)
     if len(lengths) != 1:
@@ -120,7 +137,7 @@ def _is_row(item: Any) -> bool:
     return isinstance(item, list | tuple) or hasattr(item, "input_ids") or getattr(item, "ndim", 0) > 0
 
 
-def _unpad(ids: torch.Tensor, attention_mask: Any, pad_id: int | None) -> list[torch.Tensor]:
+def _unpad(ids: torch.Tensor, attention_mask: AttentionMask, pad_id: int | None) -> list[torch.Tensor]:
     """The real tokens of each row of ``ids`` (by ``attention_mask``, or by trailing pad tokens for b > 1)."""
     if attention_mask is None:
         if ids.shape[0] == 1 or pad_id is None:
@@ -169,12 +186,13 @@ def _names(names: Sequence[str], names_filter: NamesFilter) -> list[str]:
 
 def _pattern_attention(wanted: dict[int, Callable[[torch.Tensor], None]], query_pos: torch.Tensor):
     """The causal attention, plus the softmax rows of ``query_pos`` [b, P] handed to ``wanted[layer]`` [b, h, P, n]."""
-    def attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: Any,
-                  **kwargs: Any) -> tuple[torch.Tensor, None]:
+    def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                  attention_mask: torch.Tensor | None, **kwargs: object) -> tuple[torch.Tensor, None]:
+        passed: dict[str, Any] = kwargs  # transformers' attention options (scaling, ...), handed on to sdpa
         layer = getattr(module, "layer_idx", None)
         sink = None if layer is None else wanted.get(layer)
         if sink is not None:
-            scaling = kwargs.get("scaling") or getattr(module, "scaling", None) or query.shape[-1] ** -0.5
+            scaling = passed.get("scaling") or getattr(module, "scaling", None) or query.shape[-1] ** -0.5
             pos = query_pos.to(query.device)
             rows = torch.arange(query.shape[0], device=query.device)[:, None]
             q = query.transpose(1, 2)[rows, pos].transpose(1, 2).float()  # [b, h, P, hd]
@@ -184,9 +202,9 @@ def _pattern_attention(wanted: dict[int, Callable[[torch.Tensor], None]], query_
             future = torch.arange(key.shape[2], device=query.device)[None, None] > (pos[:, :, None] + past)
             sink(torch.softmax(scores.masked_fill(future[:, None], float("-inf")), dim=-1).to(query.dtype))
         if query.shape[0] > 1:  # a right-padded batch, no past (use_cache=False): plain causal sdpa
-            kwargs.pop("is_causal", None)
-            return sdpa_attention_forward(module, query, key, value, None, is_causal=True, **kwargs)
-        return chunk_attention(module, query, key, value, attention_mask, **kwargs)
+            passed.pop("is_causal", None)
+            return sdpa_attention_forward(module, query, key, value, None, is_causal=True, **passed)
+        return chunk_attention(module, query, key, value, attention_mask, **passed)
     return attention
 
 
@@ -230,8 +248,8 @@ def _pattern_sinks(patterns: dict[int, list[tuple[Hook, TLHook]]]) -> dict[int, 
     return {layer: sink(pairs) for layer, pairs in patterns.items()}
 
 
-def run_with_hooks(sensor: Sensor, tokens: Any, fwd_hooks: Sequence[tuple[str | Callable[[str], bool], TLHook]] = (),
-                   positions: Positions = -1, attention_mask: Any = None) -> torch.Tensor:
+def run_with_hooks(sensor: Sensor, tokens: Tokens, fwd_hooks: Sequence[tuple[str | Callable[[str], bool], TLHook]] = (),
+                   positions: Positions = -1, attention_mask: AttentionMask = None) -> torch.Tensor:
     """Logits ``[b, P, vocab]`` at each row's ``positions``, one fast forward with TL-style hooks (module doc)."""
     ids, lengths = token_batch(sensor, tokens, attention_mask)
     pos = batch_positions(positions, lengths, ids.device)
@@ -239,9 +257,9 @@ def run_with_hooks(sensor: Sensor, tokens: Any, fwd_hooks: Sequence[tuple[str | 
     return _forward(sensor, ids, pos, plain, _pattern_sinks(patterns))
 
 
-def run_with_cache(sensor: Sensor, tokens: Any, names_filter: NamesFilter = None, positions: Positions = -1,
+def run_with_cache(sensor: Sensor, tokens: Tokens, names_filter: NamesFilter = None, positions: Positions = -1,
                    fwd_hooks: Sequence[tuple[str | Callable[[str], bool], TLHook]] = (),
-                   attention_mask: Any = None) -> tuple[torch.Tensor, Any]:
+                   attention_mask: AttentionMask = None) -> tuple[torch.Tensor, ActivationCache]:
     """``(logits, ActivationCache)`` at each row's ``positions`` (default: its last token), one fast forward.
 
     ``fwd_hooks`` run as well (e.g. a patch), before the cache reads a site.

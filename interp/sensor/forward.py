@@ -63,11 +63,12 @@ from __future__ import annotations
 import copy
 import math
 from collections import defaultdict
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
-from transformers.cache_utils import DynamicLayer, LinearAttentionLayer
+from transformers.cache_utils import DynamicCache, DynamicLayer, LinearAttentionLayer
 
 from interp.sensor.kernels.attention_rows import capture_rows
 from interp.sensor.hooks import attention_implementation, hook_name, hooks
@@ -76,6 +77,9 @@ from interp.sensor.kernels.chunk_attention import Q_BLOCK
 from interp.sensor.kernels.chunk_attention import chunk_attention
 from interp.sensor.protocol import ForwardSensor
 from interp.sensor.unembed import float_final_norm, log_probs
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ENTROPY_SLICE = 512  # rows unembedded at a time for entropies and target log-probs
 
@@ -115,12 +119,12 @@ class Outputs:
     target_logprob: dict[int, float] = field(default_factory=dict)  # pos -> log p(target) in nats
     snapshots: dict[int, Snapshot] = field(default_factory=dict)
 
-    def mean(self, key: Any) -> torch.Tensor:
+    def mean(self, key: Hashable) -> torch.Tensor:
         """Mean pool of ``key`` (sum / count)."""
         return self.sums[key] / self.counts[key]
 
 
-def snapshot_cache(cache: Any) -> Any:
+def snapshot_cache(cache: DynamicCache) -> DynamicCache:
     """A frozen copy of a cache: KV tensors by reference (an update rebinds them), linear states copied.
 
     Attention KV layers grow by ``torch.cat`` into new tensors, so references
@@ -132,10 +136,8 @@ def snapshot_cache(cache: Any) -> Any:
     return snap
 
 
-def new_cache(sensor: ForwardSensor) -> Any:
+def new_cache(sensor: ForwardSensor) -> DynamicCache:
     """An empty cache of the model's own kind (hybrid models include linear-attention states)."""
-    from transformers import DynamicCache
-
     return DynamicCache(config=sensor.hf_model.config)
 
 
@@ -201,8 +203,8 @@ class _Passing(DynamicLayer):
         self.past = layer.keys.expand(shape), layer.values.expand(shape)
         self.keys, self.values = self.past
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
-               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object,
+               **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
         """The snapshot's keys and values followed by this forward's (the layer itself is left as it was)."""
         keys, values = self.past
         return torch.cat([keys, key_states], dim=-2), torch.cat([values, value_states], dim=-2)
@@ -238,7 +240,7 @@ def _cut_points(n_total: int, offset: int, plan: Plan) -> list[int]:
     return sorted(cuts) + [n_total]
 
 
-def run_plan(sensor: ForwardSensor, ids: list[int] | torch.Tensor, plan: Plan, start: Snapshot | None = None,
+def run_plan(sensor: ForwardSensor, ids: Sequence[int] | np.ndarray | torch.Tensor, plan: Plan, start: Snapshot | None = None,
              out: Outputs | None = None) -> Outputs:
     """Run ``ids`` (the suffix after ``start``, if given) and keep what ``plan`` asks for.
 

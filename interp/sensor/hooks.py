@@ -37,11 +37,14 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from interp.sensor.layout import Layout, layout
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 HookFn = Callable[[torch.Tensor, str], "torch.Tensor | None"]
 _NAME_RE = re.compile(r"^blocks\.(\d+)\.(hook_resid_pre|hook_resid_post|hook_attn_out|hook_mlp_out|attn\.hook_[qkvz]"
@@ -58,12 +61,12 @@ def hook_name(site: str, layer: int) -> str:
     return f"blocks.{layer}.hook_{site}"
 
 
-def decoder_layers(model: Any, where: Layout | None = None) -> Any:
+def decoder_layers(model: torch.nn.Module, where: Layout | None = None) -> torch.nn.ModuleList:
     """The decoder layer list of an HF causal LM (found through its architecture adapter)."""
-    return model.get_submodule((where or layout(model)).layers)
+    return cast(torch.nn.ModuleList, model.get_submodule((where or layout(model)).layers))
 
 
-def served_names(model: Any) -> list[str]:
+def served_names(model: torch.nn.Module) -> list[str]:
     """Every TL name :func:`hooks` serves on ``model`` (``attn.hook_pattern`` only through ``interp.sensor.api``)."""
     where = layout(model)
     names = ["hook_embed"]
@@ -111,7 +114,7 @@ def _heads(x: torch.Tensor, head_dim: int) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def hooks(model: Any, fwd_hooks: list[tuple[str, HookFn]]) -> Iterator[None]:
+def hooks(model: torch.nn.Module, fwd_hooks: list[tuple[str, HookFn]]) -> Iterator[None]:
     """Register TL-named hooks on the HF modules for the duration of the block (sites: module docstring)."""
     handles = []
     where = layout(model)
@@ -157,7 +160,7 @@ def _register(layer: Any, where: Layout, site: str, module: Any, fn: HookFn, nam
         mixer = getattr(layer, where.linear_attn)
         shape: dict[str, tuple[int, int]] = {}
 
-        def remember(m: Any, args: tuple, kwargs: dict) -> None:
+        def remember(m: torch.nn.Module, args: tuple, kwargs: dict) -> None:
             x = args[0] if args else kwargs["hidden_states"]
             shape["bp"] = (x.shape[0], x.shape[1])
 
@@ -170,7 +173,7 @@ def _register(layer: Any, where: Layout, site: str, module: Any, fn: HookFn, nam
         return [module.register_forward_hook(lambda m, a, out: _call_out(fn, out, name, lambda x: _heads(x, dh)))]
     part = "qkv".index(site[-1])
 
-    def joint(m: Any, a: Any, out: torch.Tensor) -> Any:  # fused qkv (GPT-2): thirds of the last dim
+    def joint(m: torch.nn.Module, a: tuple, out: torch.Tensor) -> torch.Tensor | None:  # fused qkv (GPT-2): thirds of the last dim
         pieces = list(out.split(out.shape[-1] // 3, dim=-1))
         new = fn(_heads(pieces[part], dh), name)
         if new is None:
@@ -197,7 +200,7 @@ def _call_out(fn: HookFn, output: Any, name: str, view: Callable[[torch.Tensor],
 
 
 @contextlib.contextmanager
-def plain_attention(model: Any, implementation: str = "sdpa") -> Iterator[None]:
+def plain_attention(model: PreTrainedModel, implementation: str = "sdpa") -> Iterator[None]:
     """Run the HF model with ``implementation`` attention (the bridge leaves it eager)."""
     previous = model.config._attn_implementation
     model.set_attn_implementation(implementation)
@@ -208,7 +211,7 @@ def plain_attention(model: Any, implementation: str = "sdpa") -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def attention_implementation(model: Any, name: str, fn: Callable[..., Any]) -> Iterator[None]:
+def attention_implementation(model: PreTrainedModel, name: str, fn: Callable[..., tuple[torch.Tensor, torch.Tensor | None]]) -> Iterator[None]:
     """Run the HF model with ``fn`` as its attention, registered as ``name`` only inside the block.
 
     ``fn`` has transformers' attention-function signature

@@ -13,7 +13,10 @@ families named.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,7 @@ def _name(mapping: dict[str, Any], key: str) -> str | None:
     return None if component is None else component.name
 
 
-def layout(model: Any) -> Layout:
+def layout(model: torch.nn.Module) -> Layout:
     """The :class:`Layout` of an HF causal LM, from its TransformerLens architecture adapter."""
     import torch
     from transformer_lens.factories.architecture_adapter_factory import (

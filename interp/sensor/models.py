@@ -25,18 +25,22 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from interp.sensor.kernels.binding import bound_kernels
 from interp.sensor import api
-from interp.sensor.api import NamesFilter, Positions, TLHook
+from interp.sensor.api import AttentionMask, NamesFilter, Positions, TLHook, Tokens
 from interp.sensor.hooks import decoder_layers
 from interp.sensor.layout import layout
 from interp.sensor.kernels.deltanet import bind_float64_kernels
 from interp.sensor.protocol import Sensor
 from interp.sensor.specs import SPECS, ModelSpec, ModelUnavailable, cache_dir
+
+if TYPE_CHECKING:
+    from transformer_lens.ActivationCache import ActivationCache
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["DTYPES", "SPECS", "LoadedSensor", "ModelSpec", "ModelUnavailable", "Sensor", "cache_dir",
            "check_device", "load_model", "load_tokenizer", "resolve_dtype", "resolve_spec", "weights_checksum"]
@@ -81,14 +85,14 @@ class LoadedSensor:
                 "d_model": self.d_model, "dtype": str(self.dtype).removeprefix("torch."),
                 "layer_types": self.layer_types}
 
-    def run_with_cache(self, tokens: Any, names_filter: NamesFilter = None, positions: Positions = -1,
+    def run_with_cache(self, tokens: Tokens, names_filter: NamesFilter = None, positions: Positions = -1,
                        fwd_hooks: Sequence[tuple[Any, TLHook]] = (),
-                       attention_mask: Any = None) -> tuple[torch.Tensor, Any]:
+                       attention_mask: AttentionMask = None) -> tuple[torch.Tensor, ActivationCache]:
         """``(logits, ActivationCache)`` at each row's ``positions`` (default: its last token), fast path."""
         return api.run_with_cache(self, tokens, names_filter, positions, fwd_hooks, attention_mask)
 
-    def run_with_hooks(self, tokens: Any, fwd_hooks: Sequence[tuple[Any, TLHook]] = (),
-                       positions: Positions = -1, attention_mask: Any = None) -> torch.Tensor:
+    def run_with_hooks(self, tokens: Tokens, fwd_hooks: Sequence[tuple[Any, TLHook]] = (),
+                       positions: Positions = -1, attention_mask: AttentionMask = None) -> torch.Tensor:
         """Logits at each row's ``positions`` under TransformerLens-style hooks ``fn(activation, hook)``, fast path."""
         return api.run_with_hooks(self, tokens, fwd_hooks, positions, attention_mask)
 
@@ -98,11 +102,11 @@ class LoadedSensor:
         return self.bridge.to_tokens(input, prepend_bos=prepend_bos, padding_side=padding_side,
                                      move_to_device=move_to_device, truncate=truncate)
 
-    def to_string(self, tokens: Any) -> str | list[str]:
+    def to_string(self, tokens: Tokens) -> str | list[str]:
         """The text of ``[pos]`` tokens (a string) or ``[batch, pos]`` tokens (one per row), as TransformerLens."""
         return self.bridge.to_string(tokens)
 
-    def to_str_tokens(self, input: Any, prepend_bos: bool | None = None,
+    def to_str_tokens(self, input: Tokens, prepend_bos: bool | None = None,
                       padding_side: str | None = None) -> list[str] | list[list[str]]:
         """Each token of ``input`` (text or tokens) as its string, as ``HookedTransformer.to_str_tokens``."""
         return self.bridge.to_str_tokens(input, prepend_bos=prepend_bos, padding_side=padding_side)
@@ -250,7 +254,8 @@ def _weight_sharing_twin(model: Any) -> Any:
     return twin
 
 
-def load_tokenizer(spec: str, model_path: str | Path | None = None, allow_download: bool = False) -> Any:
+def load_tokenizer(spec: str, model_path: str | Path | None = None,
+                   allow_download: bool = False) -> PreTrainedTokenizerBase:
     """Load only the tokenizer (and chat template) of a spec, e.g. for rendering."""
     from transformers import AutoTokenizer
 

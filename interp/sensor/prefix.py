@@ -81,6 +81,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 import numpy as np
 
@@ -89,9 +90,10 @@ from interp.sensor.protocol import ForwardSensor
 
 DEFAULT_BATCH_BYTES = 512 * 2 ** 20  # working memory of one padded batch of suffixes (module docstring, batches)
 NEST_MIN = 32  # tokens two departing suffixes must share past their point for one to ride on the other's forward
+TokenIds = Sequence[int] | np.ndarray  # token ids: a list, or an int array (harm keeps its many renders so)
 
 
-def lcp(a: Sequence[int], b: Sequence[int]) -> int:
+def lcp(a: TokenIds, b: TokenIds) -> int:
     """Length of the longest common token prefix."""
     n = min(len(a), len(b))
     diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
@@ -103,7 +105,7 @@ class Branch:
     """One token sequence and what to keep from it (positions absolute); ``keep_cache``: its final cache too."""
 
     key: Hashable
-    tokens: Sequence[int]
+    tokens: TokenIds
     plan: Plan = field(default_factory=Plan)  # its ``snapshots`` are the scheduler's: leave them empty
     keep_cache: bool = False
 
@@ -124,7 +126,7 @@ class BranchOutput:
         return "shared" if self.served else f"suffix@{self.departure}" if self.departure else "own"
 
 
-def departure(tokens: Sequence[int], base: Sequence[int], plan: Plan, merge: bool = True) -> int:
+def departure(tokens: TokenIds, base: TokenIds, plan: Plan, merge: bool = True) -> int:
     """Where a branch leaves ``base`` (the edge rules of the module docstring); ``len(tokens)`` = served.
 
     ``merge=False``: the base's outputs are not available (another call's
@@ -372,7 +374,7 @@ def _depart(sensor: ForwardSensor, branches: list[Branch], g: _Group, snap: Snap
     subs = [Branch(i, branches[i].tokens, _part(branches[i].plan, g.start, None), branches[i].keep_cache)
             for i in g.members]
     for res in _run(sensor, subs, list(branches[g.lead].tokens), False, snap, budget, nest):
-        i = res.key
+        i = cast(int, res.key)  # the keys of ``subs`` are indices into ``branches``
         yield BranchOutput(branches[i].key, _add(res.outputs, _take(base_out, i, parts[i])), g.start, False,
                            res.cache)
 

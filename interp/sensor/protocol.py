@@ -10,9 +10,15 @@ a bare object with ``hf_model`` and ``device`` is enough there (benchmarks use o
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
+
+if TYPE_CHECKING:
+    from transformer_lens.ActivationCache import ActivationCache
+
+    from interp.sensor.api import AttentionMask, NamesFilter, Positions, TLHook, Tokens
 
 
 @runtime_checkable
@@ -59,13 +65,14 @@ class Sensor(ForwardSensor, Protocol):
         """JSON-able identity of the sensor, written into every result file."""
         ...
 
-    def run_with_cache(self, tokens: Any, names_filter: Any = None, positions: Any = -1,
-                       fwd_hooks: Any = (), attention_mask: Any = None) -> tuple[torch.Tensor, Any]:
+    def run_with_cache(self, tokens: Tokens, names_filter: NamesFilter = None, positions: Positions = -1,
+                       fwd_hooks: Sequence[tuple[Any, TLHook]] = (),
+                       attention_mask: AttentionMask = None) -> tuple[torch.Tensor, ActivationCache]:
         """``(logits, ActivationCache)`` at each row's ``positions`` on the fast path (``interp.sensor.api``)."""
         ...
 
-    def run_with_hooks(self, tokens: Any, fwd_hooks: Any = (), positions: Any = -1,
-                       attention_mask: Any = None) -> torch.Tensor:
+    def run_with_hooks(self, tokens: Tokens, fwd_hooks: Sequence[tuple[Any, TLHook]] = (), positions: Positions = -1,
+                       attention_mask: AttentionMask = None) -> torch.Tensor:
         """Logits at each row's ``positions`` under TransformerLens-style hooks, fast path (``interp.sensor.api``)."""
         ...
 
@@ -74,11 +81,11 @@ class Sensor(ForwardSensor, Protocol):
         """``[batch, pos]`` tokens of a string or strings (``HookedTransformer.to_tokens``)."""
         ...
 
-    def to_string(self, tokens: Any) -> str | list[str]:
+    def to_string(self, tokens: Tokens) -> str | list[str]:
         """Text of ``[pos]`` tokens, or one text per row of ``[batch, pos]`` (``HookedTransformer.to_string``)."""
         ...
 
-    def to_str_tokens(self, input: Any, prepend_bos: bool | None = None,
+    def to_str_tokens(self, input: Tokens, prepend_bos: bool | None = None,
                       padding_side: str | None = None) -> list[str] | list[list[str]]:
         """Each token as its string (``HookedTransformer.to_str_tokens``)."""
         ...

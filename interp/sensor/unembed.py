@@ -121,7 +121,8 @@ def float_final_norm(sensor: ForwardSensor) -> Iterator[None]:
     u = unembedding(sensor)
     module = u.final_norm
 
-    def hook(m: Any, args: tuple, kwargs: dict, output: Any) -> Any:
+    def hook(m: torch.nn.Module, args: tuple, kwargs: dict,
+             output: torch.Tensor | tuple) -> torch.Tensor | tuple:
         x = args[0] if args else kwargs["hidden_states"]
         new = u.norm(x.to(u.dtype))
         return (new, *output[1:]) if isinstance(output, tuple) else new

@@ -37,7 +37,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from starlette.applications import Starlette
@@ -45,12 +45,16 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from interp.accounting.tokens import Policy
 from interp.sensor.limits import DEFAULT_MAX_TOKENS
 from interp.serve.messages import History, history_of, write_back
 from interp.serve.policy import GateFactory, PolicyState
 from interp.serve.runlog import RunLog
+
+if TYPE_CHECKING:
+    import uvicorn
 
 LOG = logging.getLogger("interp.serve")
 SESSION_HEADER = "x-interp-session"
@@ -60,7 +64,7 @@ HOP = frozenset({"host", "content-length", "connection", "keep-alive", "transfer
                  SESSION_HEADER, "accept-encoding"})
 
 
-def session_of(body: Any, header: str | None) -> str:
+def session_of(body: object, header: str | None) -> str:
     """The session id of a request: its header, else sha256 of its messages up to the first user message."""
     if header:
         return header
@@ -73,14 +77,14 @@ def session_of(body: Any, header: str | None) -> str:
     return hashlib.sha256(json.dumps(opening, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:32]
 
 
-def usage_of(answer: Any) -> dict[str, int | None]:
+def usage_of(answer: object) -> dict[str, int | None]:
     """Token usage of an answer (a chat completion or its last stream chunk), as the upstream reported it."""
     found = answer.get("usage") if isinstance(answer, dict) else None
     usage: dict[str, Any] = found if isinstance(found, dict) else {}
     details: dict[str, Any] = usage["prompt_tokens_details"] if isinstance(usage.get("prompt_tokens_details"),
                                                                            dict) else {}
 
-    def num(v: Any) -> int | None:
+    def num(v: object) -> int | None:
         return v if isinstance(v, int) and not isinstance(v, bool) else None
 
     write = num(usage.get("cache_creation_input_tokens"))
@@ -193,7 +197,7 @@ class Proxy:
         s.last_used = now
         return s
 
-    def edit(self, raw: bytes, body: Any, session: Session, key: str) -> Edited:
+    def edit(self, raw: bytes, body: object, session: Session, key: str) -> Edited:
         """Apply the session's policy to one request body (fail safe: the raw body on any failure)."""
         nothing = 0 if self.tokenizer is not None else None  # tokens removed from a request left as received
         out = Edited(raw, removed_tokens=nothing)
@@ -372,14 +376,14 @@ class Running:
         self.thread.join(timeout)
 
 
-def make_server(app: Any) -> Any:
+def make_server(app: ASGIApp) -> uvicorn.Server:
     """A quiet uvicorn server for an ASGI app (warnings only, no access log)."""
     import uvicorn
 
     return uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
 
 
-def start(app: Any, host: str = "127.0.0.1", port: int = 0) -> Running:
+def start(app: ASGIApp, host: str = "127.0.0.1", port: int = 0) -> Running:
     """Serve ``app`` from a background thread on a socket already listening (requests queue until it runs)."""
     sock = bind(host, port)
     server = make_server(app)

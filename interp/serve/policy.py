@@ -107,7 +107,7 @@ def _nbytes(obj: Any) -> int:
     """Bytes of the tensors inside a cache snapshot (nested containers and objects walked)."""
     seen: set[int] = set()
 
-    def walk(x: Any) -> int:
+    def walk(x: object) -> int:
         if id(x) in seen:
             return 0
         seen.add(id(x))

@@ -44,7 +44,7 @@ BLOCK_USED = {"text": frozenset({"type", "text"}), "thinking": frozenset({"type"
 BLOCK_KNOWN = frozenset({"signature", "cache_control", "citations"})  # redacted data: counted as blocks
 
 
-def looks_like(record: Any) -> bool:
+def looks_like(record: object) -> bool:
     """Sniff (``interp import auto``): a top-level ``system`` beside ``messages``, or Anthropic-only block types."""
     if isinstance(record, dict) and "system" in record and isinstance(record.get("messages"), list):
         return True
@@ -56,7 +56,7 @@ def looks_like(record: Any) -> bool:
                for m in messages)
 
 
-def convert(record: Any, ctx: RunContext) -> dict[str, Any]:
+def convert(record: object, ctx: RunContext) -> dict[str, Any]:
     """One Anthropic-style run as a trajectory record (see the module docstring)."""
     base = "messages" if isinstance(record, dict) else "(record)"
     messages: list[Any] = expect(record.get("messages") if isinstance(record, dict) else record, list, base,

@@ -56,13 +56,13 @@ STEP_KNOWN = frozenset({"step_id", "timestamp", "model_name", "reasoning_effort"
                         "is_copied_context", "llm_call_count"})
 
 
-def looks_like(record: Any) -> bool:
+def looks_like(record: object) -> bool:
     """Sniff (``interp import auto``): an object whose ``schema_version`` starts with ``ATIF``, with ``steps``."""
     return (isinstance(record, dict) and str(record.get("schema_version", "")).upper().startswith("ATIF")
             and isinstance(record.get("steps"), list))
 
 
-def convert(record: Any, ctx: RunContext) -> dict[str, Any]:
+def convert(record: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
     """One ATIF run as a trajectory record (see the module docstring)."""
     expect(record, dict, "(record)", "an ATIF object with 'steps'")
     steps = expect(record.get("steps"), list, "steps", "a list of steps")

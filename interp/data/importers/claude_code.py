@@ -69,7 +69,7 @@ STEP_AT = "assistant.message@"  # a step's location for ChatSteps: the turn's fi
 BLOCK_KNOWN = frozenset({"signature", "data", "citations", "cache_control", "caller", "agentId"})
 
 
-def claims_line(value: Any) -> bool:
+def claims_line(value: object) -> bool:
     """Whether a JSON Lines file starting with ``value`` is a Claude Code session (its first entry)."""
     if not isinstance(value, Mapping):
         return False
@@ -80,7 +80,7 @@ def claims_line(value: Any) -> bool:
     return kind in OTHER_TYPES and any(key in value for key in ("sessionId", "leafUuid", "messageId", "uuid"))
 
 
-def looks_like(record: Any) -> bool:
+def looks_like(record: object) -> bool:
     """Sniff (``interp import auto``): a session file gathered for this format."""
     return entries_of(record, FORMAT) is not None
 
@@ -93,7 +93,7 @@ class _Session:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-def convert_all(record: Any, ctx: RunContext) -> list[dict[str, Any] | RunProblem]:
+def convert_all(record: object, ctx: RunContext) -> list[dict[str, Any] | RunProblem]:
     """The main run of a session file and each subagent run (see the module docstring)."""
     entries = entries_of(record, FORMAT)
     if entries is None:

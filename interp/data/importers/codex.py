@@ -65,13 +65,13 @@ ITEM_KNOWN = frozenset({"id", "status", "encrypted_content", "phase", "end_turn"
 COUNTED_ITEMS = frozenset({"ghost_snapshot", "compaction", "compaction_summary"})
 
 
-def claims_line(value: Any) -> bool:
+def claims_line(value: object) -> bool:
     """Whether a JSON Lines file starting with ``value`` is a Codex rollout (``{"type", "payload"}`` lines)."""
     return (isinstance(value, Mapping) and value.get("type") in LINE_TYPES and isinstance(value.get("payload"), Mapping)
             and set(value) <= LINE_USED)
 
 
-def looks_like(record: Any) -> bool:
+def looks_like(record: object) -> bool:
     """Sniff (``interp import auto``): a rollout file gathered for this format."""
     return entries_of(record, FORMAT) is not None
 
@@ -95,7 +95,7 @@ class _Rollout:
     models: list[str] = field(default_factory=list)
 
 
-def convert(record: Any, ctx: RunContext) -> dict[str, Any]:
+def convert(record: object, ctx: RunContext) -> dict[str, Any]:
     """One rollout file as a trajectory record (see the module docstring)."""
     entries = entries_of(record, FORMAT)
     if entries is None:

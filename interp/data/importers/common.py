@@ -69,7 +69,7 @@ class RunContext:
     dropped: Counter = field(default_factory=Counter)
     dropped_text: Counter = field(default_factory=Counter)  # dropped fields that held text (problems under strict)
 
-    def task_id(self, record: Any) -> str:
+    def task_id(self, record: object) -> str:
         """The run's ``--id-from`` field, else its own id (``task_id``, ``instance_id`` or ``id``), else one made
         from the file and line."""
         if self.id_from is not None:
@@ -85,7 +85,7 @@ class RunContext:
                     return str(record[key])
         return self.stem if self.single else f"{self.stem}-{self.line}"
 
-    def domain_of(self, record: Any, default: str) -> str:
+    def domain_of(self, record: object, default: str) -> str:
         """``--domain``, else the run's ``domain`` field, else the format's default."""
         if self.domain:
             return self.domain
@@ -130,7 +130,7 @@ class RunContext:
         self.drop(f"{field_pattern(where)}: null as \"\"")
 
 
-def object_at(value: Any, key: str) -> dict[str, Any]:
+def object_at(value: object, key: str) -> dict[str, Any]:
     """``value[key]`` when ``value`` is an object holding an object there, else an empty one."""
     inner = value.get(key) if isinstance(value, Mapping) else None
     return dict(inner) if isinstance(inner, Mapping) else {}
@@ -141,7 +141,7 @@ def field_pattern(where: str) -> str:
     return re.sub(r"\[\d+\]", "[]", where)
 
 
-def holds_text(value: Any) -> bool:
+def holds_text(value: object) -> bool:
     """Whether a JSON value holds a non-blank string anywhere inside it."""
     if isinstance(value, str):
         return bool(value.strip())
@@ -193,7 +193,8 @@ def provider_reasoning(msg: Mapping[str, Any], where: str, ctx: RunContext) -> t
     return "", set()
 
 
-def expect(value: Any, kind: type | tuple[type, ...], where: str, what: str) -> Any:
+def expect(value: object, kind: type | tuple[type, ...], where: str,
+           what: str) -> Any:  # Any: ``value``, of the type ``kind`` checked at run time
     """``value`` if it has type ``kind``; a :class:`RunProblem` naming ``where`` otherwise."""
     if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
         raise RunProblem(where, f"expected {what}, got {_json_type(value)}")
@@ -205,7 +206,7 @@ def _json_type(value: Any) -> str:
     return names.get(type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
 
 
-def text_of(content: Any, where: str, ctx: RunContext) -> str:
+def text_of(content: str | list[Any] | None, where: str, ctx: RunContext) -> str:
     """Text of a message content: a string as is, a list of parts as its text parts joined (others dropped)."""
     if content is None:
         return ""
@@ -225,7 +226,8 @@ def text_of(content: Any, where: str, ctx: RunContext) -> str:
     return PART_JOIN.join(texts)
 
 
-def parse_arguments(raw: Any, where: str) -> dict[str, Any]:
+def parse_arguments(raw: Any,  # Any: a JSON value (a string to parse, an object, or a wrong one refused)
+                    where: str) -> dict[str, Any]:
     """Tool-call arguments as an object: a JSON string is parsed (``""`` is ``{}``), an object is kept."""
     if raw is None:
         return {}
@@ -267,14 +269,14 @@ def join_reasoning(pieces: list[str]) -> str:
     return REASONING_JOIN.join(p for p in pieces if p and p.strip())
 
 
-def tool_spec(name: Any, description: Any, parameters: Any, where: str) -> dict[str, Any]:
+def tool_spec(name: object, description: object, parameters: object, where: str) -> dict[str, Any]:
     """One declared tool in the trajectory shape ``{name, description, parameters}``."""
     return {"name": expect(name, str, f"{where}.name", "a tool name string"),
             "description": description if isinstance(description, str) else "",
             "parameters": parameters if isinstance(parameters, dict) else dict(DEFAULT_PARAMETERS)}
 
 
-def outcome_of(record: Any) -> dict[str, Any]:
+def outcome_of(record: object) -> dict[str, Any]:
     """``{reward, success}`` from the run's ``outcome`` object or its top-level ``reward``/``success``."""
     if not isinstance(record, Mapping):
         return {}
@@ -310,7 +312,7 @@ def observation_of(results: list[str | None], where: str) -> str | list[str] | N
     return [r for r in results if r is not None]
 
 
-def metadata_of(record: Any, used: set[str]) -> dict[str, Any]:
+def metadata_of(record: object, used: set[str]) -> dict[str, Any]:
     """The run's top-level fields the importer did not map, kept under ``metadata`` (passed through)."""
     if not isinstance(record, Mapping):
         return {}

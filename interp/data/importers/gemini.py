@@ -43,13 +43,13 @@ CALL_KNOWN = frozenset({"timestamp", "displayName", "description", "resultDispla
 NOTICES = ("info", "error", "warning")
 
 
-def looks_like(record: Any) -> bool:
+def looks_like(record: object) -> bool:
     """Sniff (``interp import auto``): an object with ``sessionId``, ``projectHash`` and a ``messages`` list."""
     return (isinstance(record, Mapping) and "sessionId" in record and "projectHash" in record
             and isinstance(record.get("messages"), list))
 
 
-def convert(record: Any, ctx: RunContext) -> dict[str, Any]:
+def convert(record: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
     """One chat recording as a trajectory record (see the module docstring)."""
     expect(record, dict, "(record)", "a Gemini CLI chat recording object")
     messages = expect(record.get("messages"), list, "messages", "a list of messages")

@@ -44,12 +44,12 @@ CALL_DROPPED = ("parse_error", "view")  # tool-call fields with no trajectory fi
 NEEDS = "reading Inspect logs needs the inspect_ai package: pip install 'reasoning-persistence[inspect]'"
 
 
-def looks_like(record: Any) -> bool:
+def looks_like(record: object) -> bool:
     """Sniff (``interp import auto``): a ``.eval`` file, or a JSON log with ``version``, ``eval`` and ``status``."""
     return isinstance(record, dict) and (EVAL_FILE in record or {"version", "eval", "status"} <= set(record))
 
 
-def convert(record: Any, ctx: RunContext) -> dict[str, Any]:
+def convert(record: object, ctx: RunContext) -> dict[str, Any]:
     """The first sample's trajectory (one run); :func:`convert_all` converts every one."""
     first = convert_all(record, ctx)[0]
     if isinstance(first, RunProblem):
@@ -57,7 +57,7 @@ def convert(record: Any, ctx: RunContext) -> dict[str, Any]:
     return first
 
 
-def convert_all(record: Any, ctx: RunContext) -> list[dict[str, Any] | RunProblem]:
+def convert_all(record: object, ctx: RunContext) -> list[dict[str, Any] | RunProblem]:
     """Every sample (and epoch) of the log file ``ctx.file`` as a trajectory, or the problem that skips it."""
     try:
         from inspect_ai.log import read_eval_log

@@ -82,7 +82,7 @@ def load_map(path: Path) -> dict[str, Any]:
     return spec
 
 
-def get(obj: Any, path: Any) -> Any:
+def get(obj: object, path: str | dict[str, Any]) -> Any:  # Any: the JSON value found, of any shape
     """The value at a dotted path (``_MISSING`` when absent), or a ``{"const": v}``'s value."""
     if isinstance(path, dict):
         return path["const"]
@@ -96,7 +96,7 @@ def get(obj: Any, path: Any) -> Any:
     return obj
 
 
-def convert(record: Any, ctx: RunContext, spec: dict[str, Any]) -> list[dict[str, Any]]:
+def convert(record: object, ctx: RunContext, spec: dict[str, Any]) -> list[dict[str, Any]]:
     """The runs of one record through the field map ``spec`` (one run unless ``runs`` is mapped)."""
     if "runs" not in spec:
         return [_run(record, ctx, spec, "", ctx.task_id(record))]
@@ -209,7 +209,7 @@ def load_hook(spec: str) -> Callable[[Any], Any]:
     return fn
 
 
-def run_hook(fn: Callable[[Any], Any], record: Any) -> list[dict[str, Any]]:
+def run_hook(fn: Callable[[Any], Any], record: object) -> list[dict[str, Any]]:
     """The trajectory dicts ``fn`` makes of one record; its exception is this record's problem."""
     try:
         made = fn(record)

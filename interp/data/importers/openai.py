@@ -58,7 +58,7 @@ CALL_KNOWN = frozenset({"index", "requestor"})
 EXIT_ROLE = "exit"  # mini-swe-agent 2.x: the agent loop's last message (its exit status and submission)
 
 
-def looks_like(record: Any) -> bool:
+def looks_like(record: object) -> bool:
     """Sniff (``interp import auto``): a message list with ``tool_calls``, ``tool`` roles or string contents."""
     messages = record.get("messages") if isinstance(record, dict) else record
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
@@ -66,7 +66,7 @@ def looks_like(record: Any) -> bool:
     return all("role" in m for m in messages)
 
 
-def convert(record: Any, ctx: RunContext) -> dict[str, Any]:
+def convert(record: object, ctx: RunContext) -> dict[str, Any]:
     """One OpenAI-style chat run as a trajectory record (see the module docstring)."""
     messages = record.get("messages") if isinstance(record, dict) else record
     base = "messages" if isinstance(record, dict) else "(record)"
@@ -79,7 +79,8 @@ def convert(record: Any, ctx: RunContext) -> dict[str, Any]:
     return {**out, "metadata": meta} if meta else out
 
 
-def convert_messages(messages: Any, base: str, ctx: RunContext,
+def convert_messages(messages: Any,  # Any: the parsed JSON messages, checked to be a list at run time
+                     base: str, ctx: RunContext,
                      known: frozenset[str] = KNOWN_DROPPED) -> tuple[list[str], ChatSteps]:
     """``(system texts, steps)`` of an OpenAI-style message list at input path ``base``; every message field
     not mapped is counted (``known``: the ones the format documents dropping)."""
@@ -167,7 +168,7 @@ def _assistant(chat: ChatSteps, msg: dict[str, Any], where: str, ctx: RunContext
     return read
 
 
-def tools_of(raw: Any, base: str = "tools") -> list[dict[str, Any]]:
+def tools_of(raw: list[Any] | None, base: str = "tools") -> list[dict[str, Any]]:
     """Declared tools at input path ``base``: ``{"type": "function", "function": {...}}`` or flat ``{name, ...}``."""
     if raw is None:
         return []

@@ -51,13 +51,13 @@ AGENT_INTERNAL = frozenset({"system", "change_agent_state", "condensation", "rec
 SILENT_OBSERVATIONS = frozenset({"null", "agent_state_changed", "recall", "user_rejected"})
 
 
-def claims_line(value: Any) -> bool:
+def claims_line(value: object) -> bool:
     """Whether a JSON list (or JSON Lines file) starting with ``value`` is an OpenHands event stream."""
     return (isinstance(value, Mapping) and value.get("source") in SOURCES and "id" in value
             and ("action" in value or "observation" in value) and "timestamp" in value)
 
 
-def looks_like(record: Any) -> bool:
+def looks_like(record: object) -> bool:
     """Sniff (``interp import auto``): an event stream gathered for this format."""
     return entries_of(record, FORMAT) is not None
 
@@ -75,7 +75,7 @@ class _Step:
     results: list[tuple[str | None, str]] = field(default_factory=list)  # (call id, observation content)
 
 
-def convert(record: Any, ctx: RunContext) -> dict[str, Any]:
+def convert(record: object, ctx: RunContext) -> dict[str, Any]:
     """One saved event stream as a trajectory record (see the module docstring)."""
     entries = entries_of(record, FORMAT)
     if entries is None:

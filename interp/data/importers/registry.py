@@ -54,7 +54,7 @@ from interp.data.importers import (
     tau2,
 )
 from interp.data.importers.common import RunContext, RunProblem
-from interp.data.importers.reader import read_records, unread_files
+from interp.data.importers.reader import Record, read_records, unread_files
 from interp.io import atomic_path
 
 IMPORTERS = {m.FORMAT: m for m in (openai, anthropic, swe_agent, tau2, atif, inspect_log, claude_code, codex,
@@ -128,7 +128,7 @@ def converter(fmt: str, field_map: Path | None = None, hook: str | None = None) 
         module = IMPORTERS[fmt]
         return lambda record, ctx: (module.FORMAT, _runs(module, record, ctx))
 
-    def sniffed(record: Any, ctx: RunContext) -> tuple[str, list[dict[str, Any] | RunProblem]]:
+    def sniffed(record: object, ctx: RunContext) -> tuple[str, list[dict[str, Any] | RunProblem]]:
         module = next((m for m in SNIFF_ORDER if m.looks_like(record)), None)
         if module is None:
             raise RunProblem("(record)", "format not recognised (auto): expected a .traj object, an ATIF trajectory, "
@@ -202,7 +202,7 @@ def _convert_all(convert: Converter, source: Path, fh: TextIO, settings: Setting
     returns the (file, line, format) of each candidate line."""
     origins = []
 
-    def skip(rec: Any, exc: RunProblem) -> None:
+    def skip(rec: Record, exc: RunProblem) -> None:
         found.append((str(rec.file), getattr(exc, "line", rec.line), f"{exc.where}: {exc.message}"))
         report.skipped += 1
         report.reasons[_reason(exc.message)] += 1

@@ -50,7 +50,7 @@ def session_record(fmt: str, entries: list[Entry]) -> dict[str, Any]:
     return {SESSION: fmt, LINES: [[e.line, e.value] for e in entries]}
 
 
-def entries_of(record: Any, fmt: str) -> list[Entry] | None:
+def entries_of(record: object, fmt: str) -> list[Entry] | None:
     """The entries of a session record gathered for ``fmt``; None for any other record."""
     if not isinstance(record, dict) or record.get(SESSION) != fmt:
         return None
@@ -100,6 +100,6 @@ def claimer(modules: list[Any]) -> Claims | None:
     if not modules:
         return None
 
-    def claims(value: Any) -> str | None:
+    def claims(value: object) -> str | None:
         return next((str(m.FORMAT) for m in modules if m.claims_line(value)), None)
     return claims

@@ -78,13 +78,13 @@ FUNCTION = re.compile(r"<function=([^>]+)>(.*?)</function>", re.DOTALL)  # SWE-a
 PARAMETER = re.compile(r"<parameter=([^>]+)>(.*?)</parameter>", re.DOTALL)
 
 
-def looks_like(record: Any) -> bool:
+def looks_like(record: object) -> bool:
     """Sniff (``interp import auto``): an object whose ``trajectory`` is a list of steps with ``action``."""
     steps = record.get("trajectory") if isinstance(record, dict) else None
     return isinstance(steps, list) and bool(steps) and all(isinstance(s, dict) and "action" in s for s in steps)
 
 
-def convert(record: Any, ctx: RunContext) -> dict[str, Any]:
+def convert(record: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
     """One SWE-agent run as a trajectory record (see the module docstring)."""
     expect(record, dict, "(record)", "a .traj object with a 'trajectory' list")
     entries = expect(record.get("trajectory"), list, "trajectory", "a list of steps")

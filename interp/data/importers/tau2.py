@@ -47,7 +47,7 @@ SIM_KNOWN = frozenset({"timestamp", "start_time", "end_time", "duration", "agent
                        "provider_session_id", "effect_timeline"})
 
 
-def looks_like(record: Any) -> bool:
+def looks_like(record: object) -> bool:
     """Sniff (``interp import auto``): an object with a ``simulations`` list and an ``info`` object, or one
     simulation (``task_id``, ``messages``, ``reward_info``: an item of a bare list of simulations, as tau2-bench
     leaderboard submissions hold them)."""
@@ -62,7 +62,7 @@ def _at(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
 
 
-def convert(record: Any, ctx: RunContext) -> dict[str, Any]:
+def convert(record: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
     """The first simulation's trajectory (one run); :func:`convert_all` converts every one."""
     first = convert_all(record, ctx)[0]
     if isinstance(first, RunProblem):
@@ -70,7 +70,7 @@ def convert(record: Any, ctx: RunContext) -> dict[str, Any]:
     return first
 
 
-def convert_all(record: Any, ctx: RunContext) -> list[dict[str, Any] | RunProblem]:
+def convert_all(record: dict[str, Any], ctx: RunContext) -> list[dict[str, Any] | RunProblem]:
     """Every simulation of a result file as a trajectory, or the problem that skips it."""
     expect(record, dict, "(record)", "a tau2-bench result object with 'simulations'")
     if "simulations" not in record and looks_like(record):  # one simulation of a bare list: no info, no tasks

@@ -64,7 +64,7 @@ def result_fields(path: Path) -> Sequence[Field] | None:
     return resolve(where) if where else None
 
 
-def load_result(path: Path, fields: Sequence[Field] | None = None) -> Any:
+def load_result(path: Path, fields: Sequence[Field] | None = None) -> dict[str, Any] | pd.DataFrame:
     """A result file as a dict (.json) or a DataFrame (.csv), checked against its writer's fields.
 
     ``fields`` defaults to ``result_fields(path)``; a file that does not match

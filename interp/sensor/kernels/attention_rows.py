@@ -21,11 +21,14 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from interp.sensor.hooks import decoder_layers
+
+if TYPE_CHECKING:
+    from transformers.cache_utils import Cache
 
 RowSink = Callable[[int, int, torch.Tensor], None]  # (layer, query position, row [n_heads, p+1] float32)
 
@@ -39,7 +42,8 @@ def attention_row(q: torch.Tensor, keys: torch.Tensor, scaling: float) -> torch.
 
 
 @contextlib.contextmanager
-def capture_rows(model: Any, layers: list[int], queries: Callable[[int, int], list[int]], cache: Any,
+def capture_rows(model: torch.nn.Module, layers: list[int], queries: Callable[[int, int], list[int]],
+                 cache: Cache | None,
                  sink: RowSink) -> Iterator[None]:
     """Compute attention rows at ``layers`` during the forwards inside the block.
 

@@ -33,18 +33,21 @@ from __future__ import annotations
 
 import sys
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from interp.sensor.kernels.deltanet import gated_deltanet_modules
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 KERNELS = {"torch_chunk_gated_delta_rule": "gated_delta_rule", "torch_recurrent_gated_delta_rule": "gated_delta_rule",
            "causal_conv1d_fn": "conv1d", "causal_conv1d_update": "conv1d"}  # module-level name -> family
 PACKAGES = {"fla": "fla", "causal_conv1d": "causal-conv1d", "transformers": "torch"}  # top-level module -> label
 
 
-def implementation(fn: Any) -> Any:
+def implementation(fn: object) -> object:
     """The function a transformers kernel wrapper calls (its closure's ``implementation``), or ``fn`` itself."""
     code, cells = getattr(fn, "__code__", None), getattr(fn, "__closure__", None) or ()
     names = code.co_freevars if code is not None else ()
@@ -77,7 +80,7 @@ def bound_kernels(model: torch.nn.Module, dtype: torch.dtype | None = None) -> d
     return found
 
 
-def config_kernels(config: Any) -> dict[str, str]:
+def config_kernels(config: PretrainedConfig) -> dict[str, str]:
     """:func:`bound_kernels` from a config alone (no weights): the modeling module of its causal-LM class, if hybrid."""
     from transformers import AutoModelForCausalLM
 

@@ -47,19 +47,20 @@ PAD_LIMIT = 0.5  # pad when past <= PAD_LIMIT * q (measured; see the module docs
 Q_BLOCK = 1024  # queries per masked sdpa call when the past is longer (bounds the mask and buffers)
 
 
-def chunk_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                    attention_mask: Any, **kwargs: Any) -> tuple[torch.Tensor, None]:
+def chunk_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                    attention_mask: torch.Tensor | None, **kwargs: object) -> tuple[torch.Tensor, None]:
     """Attention of a chunk's queries ``[b, h, q, hd]`` to ``[b, kvh, past + q, hd]`` keys, causal (see module doc)."""
     q_len, kv_len = query.shape[2], key.shape[2]
     past = kv_len - q_len
     kwargs.pop("is_causal", None)
+    passed: dict[str, Any] = kwargs  # transformers' other attention options, handed on to sdpa unread
     if attention_mask is not None:
         raise ValueError("interp_chunked attention serves right-padded rows without a mask")
     if q_len == 1:  # one query sees every key
-        return sdpa_attention_forward(module, query, key, value, None, is_causal=False, **kwargs)
+        return sdpa_attention_forward(module, query, key, value, None, is_causal=False, **passed)
     if past <= PAD_LIMIT * q_len:
         padded = torch.cat([query.new_zeros(*query.shape[:2], past, query.shape[3]), query], dim=2)
-        out, _ = sdpa_attention_forward(module, padded, key, value, None, is_causal=True, **kwargs)
+        out, _ = sdpa_attention_forward(module, padded, key, value, None, is_causal=True, **passed)
         return out[:, past:], None
     outs = []
     for lo in range(0, q_len, Q_BLOCK):  # each query row is independent: blocks bound the mask and buffers
@@ -67,7 +68,7 @@ def chunk_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: 
         seen = past + hi
         mask = torch.ones(hi - lo, seen, dtype=torch.bool, device=query.device).tril(past + lo)
         out, _ = sdpa_attention_forward(module, query[:, :, lo:hi], key[:, :, :seen], value[:, :, :seen],
-                                        mask[None, None], is_causal=False, **kwargs)
+                                        mask[None, None], is_causal=False, **passed)
         outs.append(out)
     return (outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)), None
 

@@ -61,8 +61,8 @@ def gated_delta_rule_fp64(
     initial_state: torch.Tensor | None = None,
     output_final_state: bool = False,
     use_qk_l2norm_in_kernel: bool = False,
-    cu_seqlens: Any = None,
-    **_: Any,
+    cu_seqlens: torch.Tensor | None = None,
+    **_: object,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The gated delta rule in float64 (same arguments and returns as transformers' torch kernels).
 
@@ -95,11 +95,13 @@ def gated_delta_rule_fp64(
 
 def _float64_aware(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
-    def kernel(query: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+    def kernel(query: torch.Tensor, *args: object, **kwargs: object) -> tuple[torch.Tensor, torch.Tensor | None]:
+        rest: tuple[Any, ...] = args  # the kernel's own arguments, handed on unread
+        options: dict[str, Any] = kwargs
         if query.dtype == torch.float64:
-            kwargs.pop("chunk_size", None)
-            return gated_delta_rule_fp64(query, *args, **kwargs)
-        return original(query, *args, **kwargs)
+            options.pop("chunk_size", None)
+            return gated_delta_rule_fp64(query, *rest, **options)
+        return original(query, *rest, **options)
 
     kernel.float64_aware = True  # type: ignore[attr-defined]
     return kernel
@@ -174,12 +176,12 @@ def bind_float64_kernels(model: torch.nn.Module) -> list[Any]:
     for sub, owner in gated_deltanet_modules(model):
         active: list[contextlib.ExitStack] = []
 
-        def enter(module: Any, args: Any, owner: ModuleType = owner, active: list = active) -> None:
+        def enter(module: torch.nn.Module, args: tuple, owner: ModuleType = owner, active: list = active) -> None:
             stack = contextlib.ExitStack()
             stack.enter_context(float64_kernels([owner]))
             active.append(stack)
 
-        def leave(module: Any, args: Any, output: Any, active: list = active) -> None:
+        def leave(module: torch.nn.Module, args: tuple, output: object, active: list = active) -> None:
             if active:
                 active.pop().close()
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from transformers import DynamicCache
@@ -36,11 +36,11 @@ IMPLEMENTATION = "interp_shared_prefix"
 PrefixKV = dict[int, tuple[torch.Tensor, torch.Tensor]]  # layer -> (keys, values) [1, kvh, m, hd]
 
 
-def shared_prefix_attention(prefix: PrefixKV, module: Any, query: torch.Tensor, key: torch.Tensor,
-                            value: torch.Tensor, attention_mask: Any, scaling: float | None = None,
-                            dropout: float = 0.0, **kwargs: Any) -> tuple[torch.Tensor, None]:
+def shared_prefix_attention(prefix: PrefixKV, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+                            value: torch.Tensor, attention_mask: torch.Tensor | None, scaling: float | None = None,
+                            dropout: float = 0.0, **kwargs: object) -> tuple[torch.Tensor, None]:
     """Attention of variant queries [S, h, k, hd] to shared prefix K/V plus their own k tokens (causal)."""
-    pk, pv = prefix[module.layer_idx]  # [1, kvh, m, hd]
+    pk, pv = prefix[cast(int, module.layer_idx)]  # [1, kvh, m, hd]
     s, h, k, hd = query.shape
     kvh = key.shape[1]
     g = h // kvh
@@ -59,20 +59,21 @@ def shared_prefix_attention(prefix: PrefixKV, module: Any, query: torch.Tensor, 
     return out.reshape(s, h, k, hd).transpose(1, 2).to(query.dtype).contiguous(), None
 
 
-def _attention_over(prefix: Any) -> Callable[..., tuple[torch.Tensor, None]]:
+def _attention_over(prefix: DynamicCache) -> Callable[..., tuple[torch.Tensor, None]]:
     """:func:`shared_prefix_attention` bound to the KV layers of snapshot ``prefix`` (read, never copied)."""
     from transformers.cache_utils import DynamicLayer
 
     kv: PrefixKV = {i: (layer.keys, layer.values) for i, layer in enumerate(prefix.layers)
                     if isinstance(layer, DynamicLayer) and layer.keys is not None and layer.values is not None}
 
-    def attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: Any,
-                  **kwargs: Any) -> tuple[torch.Tensor, None]:
-        return shared_prefix_attention(kv, module, query, key, value, attention_mask, **kwargs)
+    def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                  attention_mask: torch.Tensor | None, **kwargs: object) -> tuple[torch.Tensor, None]:
+        passed: dict[str, Any] = kwargs  # transformers' attention options (scaling, dropout, ...), handed on
+        return shared_prefix_attention(kv, module, query, key, value, attention_mask, **passed)
     return attention
 
 
-def _variant_cache(sensor: ForwardSensor, prefix: Any, batch: int) -> DynamicCache:
+def _variant_cache(sensor: ForwardSensor, prefix: DynamicCache, batch: int) -> DynamicCache:
     """Empty KV layers (their prefix is served by the attention function) + linear states expanded to ``batch``."""
     from transformers.cache_utils import DynamicLayer
 
@@ -91,7 +92,7 @@ def _variant_cache(sensor: ForwardSensor, prefix: Any, batch: int) -> DynamicCac
     return cache
 
 
-def run_variants(sensor: ForwardSensor, prefix: Any, prefix_len: int, tail_ids: list[int],
+def run_variants(sensor: ForwardSensor, prefix: DynamicCache, prefix_len: int, tail_ids: list[int],
                  patches: list[dict[str, torch.Tensor]], log_probs: bool = True) -> torch.Tensor:
     """Float32 log-probs [S, vocab] (logits with ``log_probs=False``) at the last tail token for S variants.
 
