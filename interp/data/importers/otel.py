@@ -115,18 +115,18 @@ def _is_span(value: Any) -> bool:
             and isinstance(value.get("attributes"), (Mapping, list)))
 
 
-def claims_line(value: Any) -> bool:
+def claims_line(value: object) -> bool:
     """Whether a JSON Lines file (or JSON array) starting with ``value`` holds spans (OTLP JSON or span JSON)."""
     return (isinstance(value, Mapping) and isinstance(value.get("resourceSpans"), list)) or _is_span(value)
 
 
-def looks_like(record: Any) -> bool:
+def looks_like(record: object) -> bool:
     """Sniff (``interp import auto``): spans gathered for this format, or one OTLP JSON object."""
     return entries_of(record, FORMAT) is not None or (
         isinstance(record, Mapping) and isinstance(record.get("resourceSpans"), list))
 
 
-def convert_all(record: Any, ctx: RunContext) -> list[dict[str, Any] | RunProblem]:
+def convert_all(record: object, ctx: RunContext) -> list[dict[str, Any] | RunProblem]:
     """Every trace of a span file as a trajectory record, or the problem of a trace that cannot be converted."""
     entries = entries_of(record, FORMAT)
     if entries is None:

@@ -4,12 +4,16 @@ model-assisted labels)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
 from interp.io import atomic_write_json, check_output_dir
 from interp.pipelines.cli.common import AllowControlOpt, TrajectoriesOpt, app, at_least, console
+
+if TYPE_CHECKING:
+    from interp.annotation.session import Item
 
 labels_app = typer.Typer(help="Labels: agreement, progress, and model-assisted (judge) labelling.",
                          no_args_is_help=True)
@@ -255,7 +259,7 @@ def labels_judge(
     config = JudgeConfig(base_url, model, api_key, timeout, retries, backoff, min_interval, max_tokens, temperature,
                          max_chars)
 
-    def show(i: int, n: int, item: Any, rec: Any, cached: bool) -> None:
+    def show(i: int, n: int, item: Item, rec: Mapping[str, Any], cached: bool) -> None:
         value = "missing (" + rec["problem"] + ")" if rec["label"] is None else rec["label"]
         console.print(f"[{i + 1}/{n}] {item.task_id}@{item.after_step} {item.field}: {value}"
                       + (" (cached)" if cached else ""), markup=False, highlight=False)

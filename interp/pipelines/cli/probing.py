@@ -19,7 +19,9 @@ class _JudgeSwitch(TyperCommand):
     """``interp label --judge ...`` runs ``interp labels judge ...``: one command, its options declared there only."""
 
     # contexts are Any: typer >= 0.12 takes click's Context, newer typer its own vendored copy of it
-    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: Any = None,  # Any: click's Context or typer's vendored copy
+                     **extra: Any) -> Any:  # Any: click's context settings; click's or typer's Context
         """The judge's context when ``--judge`` is among the options (before ``--``), else ``label``'s own."""
         head = args[:args.index("--")] if "--" in args else args
         if "--judge" not in head:
