@@ -392,10 +392,13 @@ class Resume:
     model (Gated-DeltaNet states cannot be cut back) continues from the latest
     snapshot at or before it, taken at ``marks`` of the previous sequence (and
     the one it started from). One context's cache is held at a time.
-    ``tokens_run`` counts the tokens forwarded.
+    ``tokens_run`` counts the tokens forwarded; ``cut=False`` uses snapshots
+    only, whatever the cache (the rule before #40, kept for
+    ``benchmarks/bench_iclr.py``'s comparison).
     """
 
     sensor: ForwardSensor
+    cut: bool = True
     context: Hashable = None
     tokens: list[int] = field(default_factory=list)
     snapshots: dict[int, Snapshot] = field(default_factory=dict)
@@ -406,7 +409,7 @@ class Resume:
         prev = self.snapshots if context == self.context else {}
         shared = departure(ids, self.tokens, plan, merge=False) if prev else 0
         last = prev.get(len(self.tokens))
-        crop = croppable(new_cache(self.sensor))
+        crop = self.cut and croppable(new_cache(self.sensor))
         if crop and last is not None and shared > 0:
             start: Snapshot | None = crop_snapshot(last, shared)
         else:
