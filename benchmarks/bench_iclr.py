@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -28,13 +29,13 @@ from _util import load_average, machine_note, markdown_table
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _before_40(sensor: object) -> object:
+def _before_40(sensor: Any) -> Any:
     """An online scorer with the reuse rule before #40: snapshots at the step's reasoning start and input end."""
     from interp.extraction.entropy import EntropyScorer, Plan, entropy_positions
     from interp.sensor.prefix import Resume
 
     class Before(EntropyScorer):
-        def _forward(self, task_id, ids, spans):  # type: ignore[no-untyped-def]
+        def _forward(self, task_id: str, ids: list[int], spans: list[Any]) -> dict[int, float]:
             plan = Plan(entropy=entropy_positions([s for s in spans if s.start >= 1]))
             self.forwards += 1
             if self._resume is None:
