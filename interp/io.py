@@ -5,7 +5,11 @@
   old file or the new one, never a prefix.
 * :func:`atomic_write_json` writes *strict* JSON: NaN and +-Infinity become
   ``null`` (``json.dumps`` would write the non-standard ``NaN``), numpy scalars
-  and arrays become plain numbers and lists.
+  and arrays become plain numbers and lists. It is compact (no indentation,
+  no spaces after separators; numbers unchanged): result files are read by
+  programs and ``jq``/``python -m json.tool``, and indentation was 40-55 % of
+  the bytes of the files that grow with the model's width or the data
+  (the gate's scorer, DRSR parts, externalization labels; #40).
 * :func:`run_units` computes ``{key: compute(key)}`` with one JSON file per
   finished key under ``cache_dir``; a re-run reuses what is there. With a
   shard it computes only that shard's keys and records the run in
@@ -292,8 +296,9 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def atomic_write_json(path: Path, obj: object) -> None:
-    """Atomically write ``obj`` as indented strict JSON (NaN/Infinity -> null; see :func:`to_strict_json`)."""
-    atomic_write_bytes(path, (json.dumps(to_strict_json(obj), indent=2, allow_nan=False) + "\n").encode())
+    """Atomically write ``obj`` as compact strict JSON (NaN/Infinity -> null; see :func:`to_strict_json`)."""
+    text = json.dumps(to_strict_json(obj), separators=(",", ":"), allow_nan=False)
+    atomic_write_bytes(path, (text + "\n").encode())
 
 
 def file_sha256(path: Path) -> str:

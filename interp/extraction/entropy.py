@@ -15,9 +15,12 @@ tokens after it change none of them), but the limit counts the whole input.
   the ``iclr`` condition has already compressed steps 1..t-1 (dropped blocks
   are ``[SKIP]``). Successive inputs share long prefixes: the forward for step
   t continues from a cache snapshot at the longest shared prefix of the
-  previous input (``interp.sensor.prefix.Resume``; snapshots are taken at the
-  start of each step's reasoning and at its end), so a step whose compression
-  drops nothing costs only its new tokens. ``reuse=False`` re-runs every input from scratch (the reference).
+  previous input (``interp.sensor.prefix.Resume``: an attention-only model's
+  cache is cut back to it; a hybrid's snapshots are taken at the start of
+  each reasoning block and at the input's end), so a step costs its new
+  tokens plus the previous step's reasoning from its first dropped block on
+  (a step that drops nothing: only its new tokens). ``reuse=False`` re-runs
+  every input from scratch (the reference).
 - ``full`` (a departure from the study, kept for comparison): every block
   under the uncompressed recorded trajectory, one forward over its whole
   render (:func:`block_entropies`, also computed in-forward by
@@ -273,8 +276,9 @@ class EntropyScorer:
         if self._resume is None:
             self._resume = Resume(self.sensor)
         before = self._resume.tokens_run
-        # snapshots at the start of the step's reasoning and at the input's end: where the next input may depart
-        marks = {min((s.start for s in spans), default=len(ids)), len(ids)}
+        # snapshots (hybrid models) at each block's start and at the input's end: the next input departs at the
+        # first block ICLR drops here, or at the end when it drops none; an attention-only cache is cut there instead
+        marks = {*(s.start for s in spans), len(ids)}
         out = self._resume.run(ids, plan, marks, context=task_id)
         self.tokens_run += self._resume.tokens_run - before
         return out.entropy

@@ -136,6 +136,23 @@ def snapshot_cache(cache: DynamicCache) -> DynamicCache:
     return snap
 
 
+def croppable(cache: DynamicCache) -> bool:
+    """Whether every layer of ``cache`` is plain attention KV, so that any prefix of it is a slice of its tensors
+    (Gated-DeltaNet states, sliding windows and quantized layers cannot be cut back: those need snapshots)."""
+    return all(type(layer) is DynamicLayer for layer in cache.layers)
+
+
+def crop_snapshot(snap: Snapshot, length: int) -> Snapshot:
+    """``snap`` cut to its first ``length`` tokens: views of its KV tensors (no copy), for :func:`croppable`
+    caches; ``snap`` itself is unchanged (each layer is rebound on a copy, ``DynamicCache.crop``)."""
+    if not croppable(snap.cache) or not 0 < length <= snap.length:
+        raise ValueError(f"crop_snapshot: cannot cut a {snap.length}-token cache to {length} tokens"
+                         + ("" if croppable(snap.cache) else " (it holds layers other than plain attention KV)"))
+    cache = snapshot_cache(snap.cache)
+    cache.crop(length - snap.length)  # transformers: a negative count removes that many tokens from the end
+    return Snapshot(length, cache)
+
+
 def new_cache(sensor: ForwardSensor) -> DynamicCache:
     """An empty cache of the model's own kind (hybrid models include linear-attention states)."""
     return DynamicCache(config=sensor.hf_model.config)

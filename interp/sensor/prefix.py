@@ -73,8 +73,9 @@ unbatched path within float rounding (exactly in float64 on the tiny hybrid,
 ``tests/patching/test_harm_batch.py``).
 
 :class:`Resume` is the same rule across calls, for sequences that arrive one
-at a time (online ICLR): it keeps snapshots of the last sequence at chosen
-marks and continues the next sequence from the latest usable one.
+at a time (online ICLR): it continues the next sequence from the last one's
+cache, cut to the departure point where the model's cache allows it (plain
+attention KV), else from the latest snapshot at chosen marks.
 """
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ from typing import cast
 
 import numpy as np
 
-from interp.sensor.forward import Outputs, Plan, Snapshot, batch_row_bytes, batch_supported, run_batch, run_plan
+from interp.sensor.forward import (Outputs, Plan, Snapshot, batch_row_bytes, batch_supported, crop_snapshot, croppable,
+                                   new_cache, run_batch, run_plan)
 from interp.sensor.protocol import ForwardSensor
 
 DEFAULT_BATCH_BYTES = 512 * 2 ** 20  # working memory of one padded batch of suffixes (module docstring, batches)
@@ -383,31 +385,43 @@ def _depart(sensor: ForwardSensor, branches: list[Branch], g: _Group, snap: Snap
 class Resume:
     """Successive sequences of one context (e.g. one trajectory's ICLR inputs): each continues the last.
 
-    :meth:`run` continues ``ids`` from the latest snapshot of the previous
-    sequence (same ``context``) at or before :func:`departure` (with
-    ``merge=False``: every request is computed in this forward), then keeps
-    snapshots of ``ids`` at ``marks`` (and the one it started from) for the
-    next call; one context's snapshots are held at a time. ``tokens_run``
-    counts the tokens forwarded.
+    :meth:`run` continues ``ids`` from the previous sequence (same
+    ``context``) at :func:`departure` (with ``merge=False``: every request is
+    computed in this forward). A model whose cache is plain attention KV
+    (:func:`~interp.sensor.forward.croppable`) keeps only the previous
+    sequence's final cache and continues from it cut to the departure point
+    (``crop_snapshot``: views, no copy), whatever that point is; any other
+    model (Gated-DeltaNet states cannot be cut back) continues from the latest
+    snapshot at or before it, taken at ``marks`` of the previous sequence (and
+    the one it started from). One context's cache is held at a time.
+    ``tokens_run`` counts the tokens forwarded; ``cut=False`` uses snapshots
+    only, whatever the cache (the rule before #40, kept for
+    ``benchmarks/bench_iclr.py``'s comparison).
     """
 
     sensor: ForwardSensor
+    cut: bool = True
     context: Hashable = None
     tokens: list[int] = field(default_factory=list)
     snapshots: dict[int, Snapshot] = field(default_factory=dict)
     tokens_run: int = 0
 
     def run(self, ids: Sequence[int], plan: Plan, marks: Iterable[int] = (), context: Hashable = None) -> Outputs:
-        """Outputs of ``plan`` over ``ids``, reusing the previous sequence's snapshots (class docstring)."""
+        """Outputs of ``plan`` over ``ids``, reusing the previous sequence's cache (class docstring)."""
         prev = self.snapshots if context == self.context else {}
         shared = departure(ids, self.tokens, plan, merge=False) if prev else 0
-        usable = [p for p in prev if p <= shared]
-        start = prev[max(usable)] if usable else None
+        last = prev.get(len(self.tokens))
+        crop = self.cut and croppable(new_cache(self.sensor))
+        if crop and last is not None and shared > 0:
+            start: Snapshot | None = crop_snapshot(last, shared)
+        else:
+            usable = [p for p in prev if p <= shared]
+            start = prev[max(usable)] if usable else None
         offset = start.length if start is not None else 0
-        keep = sorted(p for p in set(marks) if offset < p <= len(ids))
+        keep = sorted(p for p in ({len(ids)} if crop else set(marks)) if offset < p <= len(ids))
         out = run_plan(self.sensor, list(ids[offset:]), replace(plan, snapshots=keep), start=start)
         self.tokens_run += len(ids) - offset
-        kept = {offset: start} if start is not None else {}  # still a prefix of ids; the rest are replaced
+        kept = {offset: start} if start is not None and not crop else {}  # still a prefix of ids; the rest replaced
         self.context, self.tokens, self.snapshots = context, list(ids), {**kept, **out.snapshots}
         out.snapshots = {}
         return out

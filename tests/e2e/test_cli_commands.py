@@ -553,6 +553,28 @@ def test_demo_refuses_an_unknown_dtype(interp_main, tmp_path):
 DEMO_ENV = {**os.environ, "COLUMNS": "120", "NO_COLOR": "1", "OMP_NUM_THREADS": "1"}
 
 
+def _numbers(doc) -> int:
+    """Numbers (not booleans) anywhere in a JSON document."""
+    if isinstance(doc, dict):
+        return sum(_numbers(v) for v in doc.values())
+    if isinstance(doc, list):
+        return sum(_numbers(v) for v in doc)
+    return int(isinstance(doc, (int, float)) and not isinstance(doc, bool))
+
+
+def _check_report_size(out: Path) -> None:
+    """What a reader downloads (the folder without the store) stays under 10 MB, and the files that grow with the
+    model's width cost at most their numbers' text: the gate's float64 weights <= 22 bytes a number (shortest repr
+    and a comma), DRSR parts' 6-decimal representations <= 11 (indented, they took 28 and 21: #40)."""
+    files = [p for p in out.rglob("*") if p.is_file() and "store" not in p.relative_to(out).parts]
+    assert sum(p.stat().st_size for p in files) < 10 * 2 ** 20
+    capped = [(p, 22) for p in out.rglob("gate_scorer.json")] + [(p, 11) for p in (out / "drsr").rglob("parts/**/*.json")
+                                                                if p.name != "run.json"]
+    assert capped
+    for path, per_number in capped:
+        assert path.stat().st_size <= per_number * _numbers(json.loads(path.read_text())) + 4096, path
+
+
 @pytest.mark.slow
 def test_demo_on_tiny_qwen_writes_every_result_as_strict_json(tmp_path):
     from interp.reporting.figures import FIGURES
@@ -572,6 +594,7 @@ def test_demo_on_tiny_qwen_writes_every_result_as_strict_json(tmp_path):
     assert len(results) > len(FIGURES)
     for path in results:
         strict_json(path)  # no NaN / Infinity literals anywhere
+    _check_report_size(out)
     rerun = subprocess.run([sys.executable, "-m", "interp", "demo", "--model", TINY, "--out", str(out), "--no-png"],
                            capture_output=True, text=True, cwd=ROOT, timeout=600, env=DEMO_ENV)
     assert rerun.returncode == 0 and "reusing" in rerun.stdout  # stages with results are skipped

@@ -85,6 +85,62 @@ def test_online_with_prefix_reuse_equals_a_naive_loop(tiny_sensor_fp64, mini_tra
     assert scorer.forwards == before, "repeated inputs are memoized"
 
 
+def _forwarded(sensor, traj, drops: dict[int, set[int]], cut: bool) -> int:
+    """Tokens the online scorer must forward, counted by hand from the naive loop's inputs: step t's input up to
+    its reasoning's end, less what it shares with step t-1's (never past its first entropy position, one token
+    left to run), rounded down to a block start of step t-1 or its end unless the cache can be ``cut`` anywhere."""
+    total, history, prev, marks = 0, traj, None, set()
+    for t in range(1, traj.n_steps + 1):
+        r = render(history, t, sensor.tokenizer)
+        spans = r.spans("reasoning_block", step=t)
+        if spans:
+            ids = r.input_ids[:max(s.end for s in spans)]
+            start = 0
+            if prev is not None:
+                shared = next((i for i, (a, b) in enumerate(zip(ids, prev)) if a != b), min(len(ids), len(prev)))
+                shared = min(shared, len(ids) - 1, *(s.start - 1 for s in spans if s.start >= 1))
+                start = shared if cut else max(p for p in marks if p <= shared)
+            total += len(ids) - start
+            prev, marks = ids, {start, *(s.start for s in spans), len(ids)}
+        history = _write_back(history, t, drops[t])
+    return total
+
+
+@pytest.fixture(scope="module")
+def llama_long_fp64(tmp_path_factory):
+    """A random plain-attention Llama in float64 with room for a whole demo history (4,096 positions)."""
+    from transformers import LlamaConfig
+
+    from interp.sensor.models import load_model
+    from tests.conftest import _save_random
+
+    config = LlamaConfig(hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, max_position_embeddings=4096, initializer_range=0.2)
+    return load_model(str(_save_random(tmp_path_factory.mktemp("llama4k"), config, seed=8)), dtype="fp64")
+
+
+@pytest.mark.parametrize("model", ["tiny_sensor_fp64", "llama_long_fp64"])
+def test_online_forwards_only_what_the_last_drop_changed(request, model, mini_trajectory):
+    """Each step continues the previous input from its first dropped block (the hybrid: a snapshot at every block
+    start; plain attention: the cache cut back to the departure token), with the naive loop's decisions and
+    scores (float64: 1e-5 bits against HF's own kernels, 1e-9 against the same code run from scratch); the
+    tokens forwarded equal a hand count from the naive loop's inputs."""
+    sensor = request.getfixturevalue(model)
+    want, want_scores, want_drops = _naive_online(sensor, mini_trajectory)
+    scorer = EntropyScorer(sensor)
+    got, _ = apply_condition("iclr", mini_trajectory, mini_trajectory.n_steps, scorer=scorer)
+    assert got == want and any(want_drops.values())
+    cut = model == "llama_long_fp64"
+    scratch = EntropyScorer(sensor, reuse=False)  # the same forward code, every input from its first token
+    assert apply_condition("iclr", mini_trajectory, mini_trajectory.n_steps, scorer=scratch)[0] == want
+    for t, ref in want_scores.items():
+        mine = [s.mean_entropy_bits for s in scorer.records[(mini_trajectory.task_id, t)]]
+        again = [s.mean_entropy_bits for s in scratch.records[(mini_trajectory.task_id, t)]]
+        assert len(mine) == len(ref) and max(abs(a - b) for a, b in zip(mine, ref)) < 1e-5, t  # HF's kernels
+        assert max(abs(a - b) for a, b in zip(mine, again)) < 1e-9, t
+    assert scorer.tokens_run == _forwarded(sensor, mini_trajectory, want_drops, cut)
+
+
 def test_online_scores_differ_from_full_context(tiny_sensor_fp64, mini_trajectory):
     """Step 1 sees no compression (same scores); a later step's scores move once earlier steps hold [SKIP]."""
     online = EntropyScorer(tiny_sensor_fp64)

@@ -161,3 +161,37 @@ def test_two_groups_leaving_the_base_at_one_token_both_continue_from_it(tiny_sen
         got = run_plan(sensor, extra, Plan(logprobs=[len(ids) + 2]), start=r.cache).logprobs[len(ids) + 2]
         want = _reference(sensor, ids + extra, Plan(logprobs=[len(ids) + 2]))["logprobs"][len(ids) + 2]
         torch.testing.assert_close(got, want, rtol=0, atol=1e-9)
+
+
+@pytest.fixture(scope="module")
+def llama_fp64(llama_path):
+    from interp.sensor.models import load_model
+
+    return load_model(str(llama_path), dtype="fp64")
+
+
+def test_resume_cuts_an_attention_cache_back_to_any_departure(llama_fp64, tiny_sensor_fp64):
+    """Plain attention KV (the random Llama): the next sequence continues from the last one's cache cut to the
+    departure point itself, not to a mark before it; the outputs equal a whole forward. The hybrid's cache
+    cannot be cut (Gated-DeltaNet states): ``crop_snapshot`` refuses it."""
+    from interp.sensor.forward import Snapshot, croppable, crop_snapshot, new_cache
+
+    sensor = llama_fp64
+    first = _tokens(sensor, 40, 5)
+    second = first[:30] + _tokens(sensor, 10, 6)
+    third = second[:33] + _tokens(sensor, 4, 7)
+    resume = Resume(sensor)
+    resume.run(first, Plan(), marks=[20, 28], context="t")
+    plan = Plan(entropy=[31, 35])
+    got = resume.run(second, plan, context="t")
+    assert resume.tokens_run == 40 + 10  # departs at 30 (the marks are not needed)
+    want = _reference(sensor, second, plan)
+    assert all(abs(got.entropy[p] - v) < 1e-9 for p, v in want["entropy"].items())
+    plan = Plan(entropy=[33, 36])
+    got = resume.run(third, plan, context="t")  # departs at 33 of the previous sequence's final cache
+    assert resume.tokens_run == 40 + 10 + 4
+    want = _reference(sensor, third, plan)
+    assert all(abs(got.entropy[p] - v) < 1e-9 for p, v in want["entropy"].items())
+    assert croppable(new_cache(sensor)) and not croppable(new_cache(tiny_sensor_fp64))
+    with pytest.raises(ValueError, match="other than plain attention"):
+        crop_snapshot(Snapshot(3, new_cache(tiny_sensor_fp64)), 2)

@@ -116,3 +116,22 @@ def test_hold_point_refuses_a_malformed_setting(value: str, monkeypatch) -> None
     monkeypatch.setenv(HOLD_ENV, value)
     with pytest.raises(ValueError, match=f"INTERP_HOLD_AFTER_UNITS={value!r}: expected"):
         hold_point(1)
+
+
+def test_json_results_are_compact_and_keep_every_number(tmp_path: Path) -> None:
+    """Result files carry no indentation (the bytes that grew with the model's width, #40) and the same numbers:
+    a list of N floats takes exactly the sum of their shortest round-trip reprs, N - 1 commas and the brackets."""
+    import numpy as np
+
+    from interp.io import atomic_write_json
+
+    values = np.random.default_rng(0).normal(size=(3, 50))
+    doc = {"coef": values, "name": "a b, c: d", "none": float("nan"), "nested": [{"k": 1}, {"k": [1.5, -2]}]}
+    atomic_write_json(tmp_path / "x.json", doc)
+    text = (tmp_path / "x.json").read_text(encoding="utf-8")
+    assert text.endswith("}\n") and "\n" not in text[:-1] and ": " not in text.replace("a b, c: d", "")
+    back = json.loads(text)
+    assert back["coef"] == values.tolist() and back["none"] is None and back["nested"] == doc["nested"]
+    atomic_write_json(tmp_path / "row.json", values[0])
+    row = (tmp_path / "row.json").read_bytes()
+    assert len(row) == sum(len(repr(float(v))) for v in values[0]) + (len(values[0]) - 1) + 2 + 1
