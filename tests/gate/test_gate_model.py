@@ -223,8 +223,11 @@ def test_drsr_gate_extracts_and_patches(open_gate, tmp_path):
     frame = Store(tmp_path / "store").manifest()
     gated = frame[frame["condition"] == "drsr_gate"]
     assert len(gated) == 2 and (gated["chars_removed"] > 0).all()
-    other = tmp_path / "other_scorer.json"
-    other.write_text(open_gate.read_text().replace('"tau": 1.01', '"tau": 1.02'))
+    from patching.gate import GateModel
+
+    model = GateModel.load(open_gate)
+    model.setting = replace(model.setting, tau=1.02)
+    other = model.save(tmp_path / "other_scorer.json")
     again = CliRunner().invoke(app, ["extract", "--trajectories", str(mini), "--store", str(tmp_path / "store"),
                                      "--model", TINY, "--layers", "0,3", "--conditions", "drsr_gate",
                                      "--gate-scorer", str(other), "--boundaries", "2,3"])
