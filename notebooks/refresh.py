@@ -36,6 +36,8 @@ def slim(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """Add a PNG beside each plotly figure output, drop big HTML/JS bundles, widget state and timing metadata."""
     import plotly.io as pio
 
+    from interp.reporting.figures.export import kaleido_call
+
     nb.metadata.pop("widgets", None)
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
@@ -46,7 +48,9 @@ def slim(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
             data = out.get("data", {})
             if PLOTLY_MIME in data and "image/png" not in data:
                 fig = pio.from_json(json.dumps(data[PLOTLY_MIME]))
-                png = fig.to_image(format="png", width=PNG_WIDTH, height=fig.layout.height or 500, scale=PNG_SCALE)
+                png = kaleido_call(lambda: fig.to_image(format="png", width=PNG_WIDTH,  # retried once if kaleido's
+                                                        height=fig.layout.height or 500,  # page was not ready
+                                                        scale=PNG_SCALE))
                 data["image/png"] = base64.b64encode(png).decode()
             for mime in ("text/html", "application/javascript"):
                 if mime in data and (PLOTLY_MIME in data or len(json.dumps(data[mime])) > MAX_OUTPUT):
@@ -64,7 +68,10 @@ def refresh(path: Path) -> None:
     with tempfile.TemporaryDirectory() as cwd:
         NotebookClient(nb, kernel_name="python3", timeout=1800, resources={"metadata": {"path": cwd}}).execute()
     nbformat.validate(nb)
+    raw = path.with_name(path.stem + ".executed.ipynb")  # kept until slimmed: a failed PNG export loses no run
+    nbformat.write(nb, raw)
     nbformat.write(slim(nb), path)
+    raw.unlink()
     print(f"{path.name}: {path.stat().st_size / 1024:.0f} KB", flush=True)
 
 
