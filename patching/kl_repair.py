@@ -19,7 +19,8 @@ deletion effect d (a mean of ratios is dominated by boundaries with tiny d,
 where numerical noise in the numerator is largest relative to d).
 
 **Measured noise and the exclusion rule.** Per boundary the noise is the
-larger of two measured KLs, both exactly 0 in exact arithmetic, both recorded:
+largest of several measured perturbations of the computation, each exactly 0
+in exact arithmetic, all recorded. In every precision:
 
 - ``noise_null = KL(P_full || P_null)``, the null patch: ``P_null`` is the
   full run itself continued through the patched path with every site patched
@@ -28,30 +29,57 @@ larger of two measured KLs, both exactly 0 in exact arithmetic, both recorded:
   variants' kernel, one extra variant with all sites written back at once;
   reference path: ``P_full`` computed a second time by the toolkit's own
   forward engine instead of the bridge);
-- ``noise_schedule = KL(P_full || P_full')``, a second, differently scheduled
-  computation of ``P_full``: the full renders run again (prefix-shared, as the
-  sources are) with the cache cut at other points (each render's midpoint and
-  every ``SCHEDULE_STRIDE`` tokens, and no cut before the boundary token), so
-  every chunk after a cut attends through the cached path instead of within
-  one chunk.
+- ``noise_schedule = max_k KL(P_full || P_full'_k)``, ``P_full`` computed
+  again with other cache cuts: the full renders run again (prefix-shared, as
+  the sources are) cut at schedule k's points (:func:`schedule_cuts`; k = 0:
+  each render's midpoint and every ``SCHEDULE_STRIDE`` tokens; k > 0 moves
+  both; never a cut before the boundary token), so every chunk after a cut
+  attends through the cached path instead of within one chunk. float32 and
+  float64 run schedule 0 only, below float32 ``N_SCHEDULES`` = 3.
 
-``noise = max(noise_null, noise_schedule)``. Why both: on the CPU the null
-patch is often exactly 0 in bfloat16 (the tail is recomputed from the same
-cache, and the bfloat16 rounding of each layer's output absorbs its
-float32-accumulation differences), so it measures the schedule of the tail,
-not the dtype. Rechunking the whole render changes the rounding of every
-cached key and value: measured on SmolLM2-135M (demo code-003, boundaries 2
-and 4, 1.2K / 1.7K tokens), a midpoint cut moves ``P_full`` by 5.2e-4 /
-7.2e-4 nats in bfloat16 and by 7e-8 / 8e-8 nats in float32, the same order
-as the dtype's own error (``P_full`` bfloat16 vs float32: 3.1e-4 / 5.0e-4
-nats). It costs one more prefix-shared forward of the full renders (about
-the sources' run again). A boundary is kept when ``d > max(MIN_KL,
-NOISE_FACTOR x noise)`` (``NOISE_FACTOR`` = 10: noise then moves Repair by
-about 0.1 at most, and usually much less); the threshold per boundary is
-``noise_threshold`` in ``per_sample``. The rule, both components and their
-medians are in ``kl_repair.json`` (``exclusion_rule``, ``noise_median``,
-``noise_null_median``, ``noise_schedule_median``); ``benchmarks/precision.py``
-also measures the error against float32 directly.
+Below float32 (bfloat16, float16; :func:`reduced_precision`) two more:
+
+- ``noise_d = max |d' - d|``: d itself recomputed under each perturbation,
+  ``d' = KL(P_null || P_del)`` and ``KL(P_full'_k || P_del'_k)`` (the deleted
+  renders rescheduled with the same cuts). A KL between two nearly equal
+  distributions is second order in their difference, d's change is first
+  order, so for d ~ 0.1 nats the two KLs above underestimate d's error many
+  fold (issue 38: 0.1-42x, median 5x, on SmolLM2 in bfloat16);
+- ``noise_weights = max_j |d_w,j - d|`` over ``WEIGHT_DRAWS`` = 2 draws: d
+  recomputed with every weight nudged in place by one ulp up, down or not at
+  all (uniform, seed j; :func:`nudged_weights`, restored bit for bit).
+  Rounding a float32 checkpoint to bfloat16 changes the model, not only the
+  arithmetic, and no rescheduling sees that: on the random tiny-qwen3.5,
+  bfloat16 moves d from 0.016 to 0.003 nats at a boundary whose KL noise is
+  1.8e-4. A one-ulp nudge is a perturbation of the size of that rounding
+  (rms 0.8 ulp against the rounding's 0.3), so its effect on d is of the
+  error's size or larger.
+
+``noise`` is the max of the measured components. Why the KL components:
+on the CPU the null patch is often exactly 0 in bfloat16 (the tail is
+recomputed from the same cache), so it measures the schedule of the tail,
+not the dtype; rechunking the whole render changes the rounding of every
+cached key and value (SmolLM2-135M, demo code-003, boundaries 2 and 4: a
+midpoint cut moves ``P_full`` by 5.2e-4 / 7.2e-4 nats in bfloat16, 7e-8 /
+8e-8 in float32). Cost: float32 and float64 one more prefix-shared forward
+of the full renders (about the sources' run again), as before; below
+float32 2 x ``N_SCHEDULES`` - 1 more of the full and deleted renders and 2 x
+``WEIGHT_DRAWS`` for the nudges (about 10 forwards of each trajectory's
+renders more). float32's own error of d is ~1e-7 nats (its noise; the
+float32 KL components match float64 to that), far below any kept d, which is
+why float32 keeps the cheaper noise. A boundary is kept when ``d > max(MIN_KL,
+NOISE_FACTOR x noise)`` (``NOISE_FACTOR`` = 10); the threshold per boundary
+is ``noise_threshold`` in ``per_sample``. That bounds d's relative error at
+a kept boundary by 0.1 only when the noise bounds the error, which the
+benchmark ``benchmarks/kl_noise_bound.py`` checks against float32
+(``benchmarks/RESULTS.md``, "KL Repair noise in bfloat16"); Repair's error
+is then about (1 - Repair) x d's relative error plus the patched KL's own
+error over d, so per-boundary Repair in half precision is not exact to 0.1
+(issue 38 measured moves of up to 0.133 at kept boundaries under the old,
+two-component noise). The rule, every component and their medians are in
+``kl_repair.json`` (``exclusion_rule``, ``noise_median``,
+``noise_null_median``, ``noise_schedule_median``, ``noise_d_median``,
+``noise_weights_median``).
 
 **The formula bound** (:func:`d_threshold`, reported as a sanity bound
 only, no longer the exclusion rule). A computed KL carries
@@ -131,23 +159,26 @@ Fields of ``kl_repair.json`` (``FIELDS``; ``summarize`` writes them):
 | ``d_threshold`` | ``[]`` | float | nats | the formula bound max(MIN_KL, C x eps(dtype) x sqrt(d_model)) (module docstring): a sanity figure, not the exclusion rule; a threshold given to summarize replaces the measured-noise rule |
 | ``d_threshold_rule`` | ``[]`` | str | - | how d_threshold was derived, with the numbers put in |
 | ``exclusion_rule`` | ``[]`` | str | - | the rule applied: d > max(MIN_KL, NOISE_FACTOR x noise) per boundary, with the numbers put in (or the given threshold) |
-| ``noise_median`` | ``[]`` | float or null | nats | median over run boundaries of the measured noise max(noise_null, noise_schedule); null without rows |
+| ``noise_median`` | ``[]`` | float or null | nats | median over run boundaries of the measured noise (the max of its components); null without rows |
 | ``noise_null_median`` | ``[]`` | float or null | nats | median over run boundaries of noise_null = KL(P_full ‖ P_null) (the null patch); null without rows |
-| ``noise_schedule_median`` | ``[]`` | float or null | nats | median over run boundaries of noise_schedule = KL(P_full ‖ P_full') (P_full rechunked); null without rows |
+| ``noise_schedule_median`` | ``[]`` | float or null | nats | median over run boundaries of noise_schedule = max over schedules k of KL(P_full ‖ P_full'_k) (P_full rechunked); null without rows |
+| ``noise_d_median`` | ``[]`` | float or null | nats | median over run boundaries of noise_d = max abs(d' - d), d' = KL(P_null ‖ P_del) and KL(P_full'_k ‖ P_del'_k) per schedule k; null for a float32/float64 model (not measured) or without rows |
+| ``noise_weights_median`` | ``[]`` | float or null | nats | median over run boundaries of noise_weights = max abs(d_w - d) over WEIGHT_DRAWS one-ulp weight nudges; null for a float32/float64 model (not measured) or without rows |
 | ``noise_max`` | ``[]`` | float or null | nats | largest measured noise over run boundaries; null without rows |
 | ``n_samples`` | ``[]`` | int | samples | kept samples: d = KL(P_full ‖ P_del) above their noise_threshold |
 | ``n_excluded`` | ``[]`` | int | samples | samples with d <= noise_threshold (left out of every summary) |
 | ``excluded`` | ``[n_excluded]`` | str | - | the excluded samples as task_id@after_step |
 | ``skipped`` | ``[n_skipped] of {task_id, after_step, n_tokens, reason}`` | object | n_tokens: tokens | boundaries not run because a render (full, deleted or donor) exceeds max_tokens or the model's positions; n_tokens = the longer of the full and deleted renders; in no summary |
-| ``per_sample`` | ``[n_rows] of {task_id, after_step, d, noise, noise_null, noise_schedule, noise_threshold, kl_patch, repair, top1, n_tokens_full, n_tokens_deleted, excluded}`` | object | d, noise, noise_null, noise_schedule, noise_threshold, kl_patch: nats; repair: unitless; n_tokens: tokens | every sample: d = KL(P_full ‖ P_del) (float32 arithmetic), noise = max(noise_null, noise_schedule), noise_null = KL(P_full ‖ P_null) (null patch), noise_schedule = KL(P_full ‖ P_full') (P_full rechunked), noise_threshold = max(MIN_KL, NOISE_FACTOR x noise), kl_patch = KL(P_full ‖ P_patch) per site, repair and top1 per site (repair null when excluded), render lengths |
+| ``per_sample`` | ``[n_rows] of {task_id, after_step, d, noise, noise_null, noise_schedule, noise_schedules, noise_d, d_null, d_schedules, noise_weights, d_weights, noise_threshold, kl_patch, repair, top1, n_tokens_full, n_tokens_deleted, excluded}`` | object | d, noise*, d_*, noise_threshold, kl_patch: nats; repair: unitless; n_tokens: tokens | every sample: d = KL(P_full ‖ P_del) (float32 arithmetic); noise = the max of the measured components: noise_null = KL(P_full ‖ P_null) (null patch), noise_schedules[k] = KL(P_full ‖ P_full'_k) (P_full with schedule k's cache cuts; 1 schedule in float32/float64, N_SCHEDULES below), noise_schedule = their max, and below float32 only (null / empty otherwise): d_null = KL(P_null ‖ P_del), d_schedules[k] = KL(P_full'_k ‖ P_del'_k), noise_d = max abs(d_null - d), abs(d_schedules[k] - d), d_weights[j] = d with the weights nudged by one ulp (seed j), noise_weights = max abs(d_weights[j] - d); noise_threshold = max(MIN_KL, NOISE_FACTOR x noise); kl_patch = KL(P_full ‖ P_patch) per site, repair and top1 per site (repair null when excluded), render lengths |
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -158,16 +189,18 @@ from interp.schema import Field, schema_dict
 from interp.sensor.forward import Plan, run_plan
 from interp.sensor.unembed import final_norm, log_probs, logit_dtype, promotes
 from interp.sensor.hooks import hook_name
-from interp.sensor.prefix import Branch, run_branches
+from interp.sensor.prefix import Branch, BranchOutput, run_branches
 from interp.sensor.protocol import Sensor
 from interp.stats import task_bootstrap_ci
 from interp.data.render import Rendered, render
 from interp.data.trajectory import Trajectory
-from patching.patch import Pair, patch_pairs
+from patching.patch import Pair, PairRun, patch_pairs
 
 MIN_KL = 1e-6  # nats: the floor of the exclusion threshold
 NOISE_FACTOR = 10.0  # a boundary is kept when d > max(MIN_KL, NOISE_FACTOR x its measured noise)
 SCHEDULE_STRIDE = 512  # tokens between the cuts of the rescheduled P_full (noise_schedule; module docstring)
+N_SCHEDULES = 3  # below float32: cache-cut schedules of P_full and P_del (float32/float64: schedule 0 of P_full only)
+WEIGHT_DRAWS = 2  # below float32: seeded one-ulp nudges of the weights, d recomputed under each (noise_weights)
 DTYPE_NOISE_C = 4.0  # d_threshold = max(MIN_KL, C x eps(dtype) x sqrt(d_model)); see the module docstring
 
 FIELDS = (
@@ -199,11 +232,18 @@ FIELDS = (
     Field("exclusion_rule", "[]", "str", "-",
           "the rule applied: d > max(MIN_KL, NOISE_FACTOR x noise) per boundary, with the numbers put in (or the given threshold)"),
     Field("noise_median", "[]", "float or null", "nats",
-          "median over run boundaries of the measured noise max(noise_null, noise_schedule); null without rows"),
+          "median over run boundaries of the measured noise (the max of its components); null without rows"),
     Field("noise_null_median", "[]", "float or null", "nats",
           "median over run boundaries of noise_null = KL(P_full ‖ P_null) (the null patch); null without rows"),
     Field("noise_schedule_median", "[]", "float or null", "nats",
-          "median over run boundaries of noise_schedule = KL(P_full ‖ P_full') (P_full rechunked); null without rows"),
+          "median over run boundaries of noise_schedule = max over schedules k of KL(P_full ‖ P_full'_k) (P_full "
+          "rechunked); null without rows"),
+    Field("noise_d_median", "[]", "float or null", "nats",
+          "median over run boundaries of noise_d = max abs(d' - d), d' = KL(P_null ‖ P_del) and KL(P_full'_k ‖ "
+          "P_del'_k) per schedule k; null for a float32/float64 model (not measured) or without rows"),
+    Field("noise_weights_median", "[]", "float or null", "nats",
+          "median over run boundaries of noise_weights = max abs(d_w - d) over WEIGHT_DRAWS one-ulp weight nudges; "
+          "null for a float32/float64 model (not measured) or without rows"),
     Field("noise_max", "[]", "float or null", "nats",
           "largest measured noise over run boundaries; null without rows"),
     Field("n_samples", "[]", "int", "samples",
@@ -214,8 +254,18 @@ FIELDS = (
     Field("skipped", "[n_skipped] of {task_id, after_step, n_tokens, reason}", "object", "n_tokens: tokens",
           "boundaries not run because a render (full, deleted or donor) exceeds max_tokens or the model's "
           "positions; n_tokens = the longer of the full and deleted renders; in no summary"),
-    Field("per_sample", "[n_rows] of {task_id, after_step, d, noise, noise_null, noise_schedule, noise_threshold, kl_patch, repair, top1, n_tokens_full, n_tokens_deleted, excluded}", "object", "d, noise, noise_null, noise_schedule, noise_threshold, kl_patch: nats; repair: unitless; n_tokens: tokens",
-          "every sample: d = KL(P_full ‖ P_del) (float32 arithmetic), noise = max(noise_null, noise_schedule), noise_null = KL(P_full ‖ P_null) (null patch), noise_schedule = KL(P_full ‖ P_full') (P_full rechunked), noise_threshold = max(MIN_KL, NOISE_FACTOR x noise), kl_patch = KL(P_full ‖ P_patch) per site, repair and top1 per site (repair null when excluded), render lengths"),
+    Field("per_sample", "[n_rows] of {task_id, after_step, d, noise, noise_null, noise_schedule, noise_schedules, "
+          "noise_d, d_null, d_schedules, noise_weights, d_weights, noise_threshold, kl_patch, repair, top1, "
+          "n_tokens_full, n_tokens_deleted, excluded}", "object",
+          "d, noise*, d_*, noise_threshold, kl_patch: nats; repair: unitless; n_tokens: tokens",
+          "every sample: d = KL(P_full ‖ P_del) (float32 arithmetic); noise = the max of the measured components: "
+          "noise_null = KL(P_full ‖ P_null) (null patch), noise_schedules[k] = KL(P_full ‖ P_full'_k) (P_full "
+          "with schedule k's cache cuts; 1 schedule in float32/float64, N_SCHEDULES below), noise_schedule = their "
+          "max, and below float32 only (null / empty otherwise): d_null = KL(P_null ‖ P_del), d_schedules[k] = "
+          "KL(P_full'_k ‖ P_del'_k), noise_d = max abs(d_null - d), abs(d_schedules[k] - d), d_weights[j] = d with "
+          "the weights nudged by one ulp (seed j), noise_weights = max abs(d_weights[j] - d); noise_threshold = "
+          "max(MIN_KL, NOISE_FACTOR x noise); kl_patch = KL(P_full ‖ P_patch) per site, repair and top1 per site "
+          "(repair null when excluded), render lengths"),
 )
 
 
@@ -275,9 +325,16 @@ class BoundaryRepair:
     top1: list[bool] = field(default_factory=list)
     kl_patch: list[float] = field(default_factory=list)
     excluded: bool = False
-    noise: float = float("nan")  # max(noise_null, noise_schedule), nats: the measured noise (module docstring)
+    noise: float = float("nan")  # the measured noise, nats: the max of the components below (module docstring)
     noise_null: float = float("nan")  # KL(P_full || P_null): the null patch
-    noise_schedule: float = float("nan")  # KL(P_full || P_full'): P_full computed with other cache cuts
+    noise_schedule: float = float("nan")  # max over schedules k of KL(P_full || P_full'_k): other cache cuts
+    noise_schedules: list[float] = field(default_factory=list)  # KL(P_full || P_full'_k) per schedule k
+    # below float32 only (NaN / empty for a float32 or float64 model: not measured)
+    noise_d: float = float("nan")  # max |d' - d| over d recomputed as d_null and each d_schedules[k]
+    d_null: float = float("nan")  # KL(P_null || P_del): d with the null patch's P_full
+    d_schedules: list[float] = field(default_factory=list)  # KL(P_full'_k || P_del'_k) per schedule k
+    noise_weights: float = float("nan")  # max |d_w - d| over the weight nudges
+    d_weights: list[float] = field(default_factory=list)  # d with the model's weights nudged, per draw
     n_tokens_full: int = 0
     n_tokens_deleted: int = 0
     skipped: str = ""  # why the boundary was not run (over the context limit); "" when it was
@@ -336,6 +393,10 @@ def kl_repair_trajectory(
     if not run:
         return [skipped[b] for b in boundaries]
     full, deleted, donors = ({b: x[b] for b in run} for x in (full, deleted, donors))
+    # below float32 the noise has more components (module docstring); float32/float64 keep two, at their old cost
+    reduced = reduced_precision(sensor)
+    schedules = range(N_SCHEDULES if reduced else 1)
+    d_weights = nudged_d(sensor, full, deleted) if reduced else {b: [] for b in run}
     if method == "reference":
         done = {}
         for b in run:
@@ -343,9 +404,10 @@ def kl_repair_trajectory(
             # the null: P_full a second time, by the toolkit's own engine instead of the bridge
             p_null = run_plan(sensor, full[b].input_ids, Plan(logprobs=[full[b].n_tokens - 1])).logprobs[
                 full[b].n_tokens - 1]
-            p_sched = rescheduled_full(sensor, {b: full[b]})[b]
+            sched = [rescheduled(sensor, {b: full[b]}, k)[b] for k in schedules]
+            sched_del = [rescheduled(sensor, {b: deleted[b]}, k)[b] for k in schedules] if reduced else []
             done[b] = _score(traj.task_id, b, p_full, p_del, p_patch, min_kl, full[b].n_tokens, deleted[b].n_tokens,
-                             p_null, p_sched)
+                             p_null, sched, sched_del, d_weights[b])
         return [done.get(b) or skipped[b] for b in boundaries]
     pairs = [Pair(b, full[b].input_ids, deleted[b].input_ids, None if source == "full" else donors[b].input_ids)
              for b in run]
@@ -354,11 +416,12 @@ def kl_repair_trajectory(
     pairs += [Pair(("null", b), full[b].input_ids, full[b].input_ids) for b in run]
     names = [hook_name(site, layer) for site, layer in sites]
     results = dict(skipped)
-    runs = {}
-    p_sched = rescheduled_full(sensor, full)
+    runs: dict[Hashable, PairRun] = {}
+    p_sched = [rescheduled(sensor, full, k) for k in schedules]
+    p_sched_del = [rescheduled(sensor, deleted, k) for k in schedules] if reduced else []
     for res in patch_pairs(sensor, pairs, [[n] for n in names] + [names], n_positions):
         runs[res.key] = res
-        b = res.key[1] if isinstance(res.key, tuple) else res.key
+        b = cast(int, res.key[1] if isinstance(res.key, tuple) else res.key)
         if b in runs and ("null", b) in runs:
             mine, null = runs.pop(b), runs.pop(("null", b))
             # P_del is the unpatched variant of the same computation, so a site that changes
@@ -366,22 +429,81 @@ def kl_repair_trajectory(
             both = torch.log_softmax(mine.variants[:-1], dim=-1)
             p_null = torch.log_softmax(null.variants[-1], dim=-1)
             results[b] = _score(traj.task_id, b, mine.source_logprobs, both[0], both[1:], min_kl,
-                                full[b].n_tokens, deleted[b].n_tokens, p_null, p_sched[b])
+                                full[b].n_tokens, deleted[b].n_tokens, p_null, [p[b] for p in p_sched],
+                                [p[b] for p in p_sched_del], d_weights[b])
     return [results[b] for b in boundaries]
 
 
-def schedule_cuts(n_tokens: int) -> list[int]:
-    """Cache cuts of the rescheduled ``P_full``: the render's midpoint and every ``SCHEDULE_STRIDE`` tokens, none at
-    the boundary token (the scheduled run cuts there), so the last chunk is never the boundary token alone."""
-    return sorted({n_tokens // 2, *range(SCHEDULE_STRIDE, n_tokens - 1, SCHEDULE_STRIDE)} - {0, n_tokens - 1})
+def schedule_cuts(n_tokens: int, k: int = 0) -> list[int]:
+    """Cache cuts of schedule ``k``: one at ``(k + 1) / (k + 2)`` of the render (k = 0: its midpoint) and every
+    ``SCHEDULE_STRIDE`` tokens from ``SCHEDULE_STRIDE x (1 + k / N_SCHEDULES)``, none at the boundary token (the
+    scheduled run cuts there), so the last chunk is never the boundary token alone and no two schedules agree."""
+    start = SCHEDULE_STRIDE + k * SCHEDULE_STRIDE // N_SCHEDULES
+    point = n_tokens * (k + 1) // (k + 2)
+    return sorted({point, *range(start, n_tokens - 1, SCHEDULE_STRIDE)} - {0, n_tokens - 1})
 
 
-def rescheduled_full(sensor: Sensor, full: dict[int, Rendered]) -> dict[int, torch.Tensor]:
-    """``P_full'`` (float32 log-probs at each boundary token, on the device): the full renders run again, prefix-shared,
-    with the cache cut at :func:`schedule_cuts` (the noise_schedule computation; module docstring)."""
-    branches = [Branch(b, r.input_ids, Plan(logprobs=[r.n_tokens - 1], cuts=schedule_cuts(r.n_tokens)))
-                for b, r in full.items()]
-    return {res.key: res.outputs.logprobs[full[res.key].n_tokens - 1] for res in run_branches(sensor, branches)}
+def rescheduled(sensor: Sensor, renders: dict[int, Rendered], k: int = 0) -> dict[int, torch.Tensor]:
+    """The renders' last-token log-probs (float32, on the device) computed again, prefix-shared, with the cache cut at
+    ``schedule_cuts(n, k)``: ``P_full'_k`` and ``P_del'_k`` of the noise (module docstring)."""
+    branches = [Branch(b, r.input_ids, Plan(logprobs=[r.n_tokens - 1], cuts=schedule_cuts(r.n_tokens, k)))
+                for b, r in renders.items()]
+    return _by_boundary(renders, run_branches(sensor, branches))
+
+
+def _by_boundary(renders: dict[int, Rendered], results: Iterable[BranchOutput]) -> dict[int, torch.Tensor]:
+    """Each boundary's last-token log-probs from the runs of :func:`rescheduled` and :func:`nudged_d`."""
+    out = {}
+    for res in results:
+        b = cast(int, res.key)
+        out[b] = res.outputs.logprobs[renders[b].n_tokens - 1]
+    return out
+
+
+def reduced_precision(sensor: Sensor) -> bool:
+    """Whether the sensor's model runs below float32 (bfloat16, float16): the runs whose noise gets d recomputed
+    under every perturbation and the weight nudges (module docstring)."""
+    return torch.finfo(sensor.dtype).bits < 32
+
+
+@contextmanager
+def nudged_weights(model: torch.nn.Module, seed: int) -> Iterator[None]:
+    """Every below-float32 weight of ``model`` moved in place by one ulp up, down or not at all (uniform, seeded),
+    restored bit for bit on exit (the inverse nudge): a perturbation of the size of the weights' own rounding to
+    that dtype (module docstring)."""
+    params = [p for p in model.parameters() if p.is_floating_point() and torch.finfo(p.dtype).bits < 32]
+
+    def step(sign: int) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        with torch.inference_mode(False), torch.no_grad():
+            for p in params:
+                move = torch.randint(-1, 2, p.shape, generator=gen).to(p.device) * sign
+                inf = torch.full_like(p, float("inf"))
+                p.copy_(torch.where(move > 0, torch.nextafter(p, inf),
+                                    torch.where(move < 0, torch.nextafter(p, -inf), p)))
+
+    step(1)
+    try:
+        yield
+    finally:
+        step(-1)
+
+
+def nudged_d(sensor: Sensor, full: dict[int, Rendered], deleted: dict[int, Rendered]) -> dict[int, list[float]]:
+    """Per boundary, d = KL(P_full || P_del) recomputed with the weights nudged (:func:`nudged_weights`, seeds 0 ..
+    WEIGHT_DRAWS - 1; prefix-shared runs with no extra cache cut)."""
+    out: dict[int, list[float]] = {b: [] for b in full}
+    for seed in range(WEIGHT_DRAWS):
+        with nudged_weights(sensor.hf_model, seed):
+            p_full, p_del = _last_logprobs(sensor, full), _last_logprobs(sensor, deleted)
+            for b in full:
+                out[b].append(float(kl(p_full[b], p_del[b])))
+    return out
+
+
+def _last_logprobs(sensor: Sensor, renders: dict[int, Rendered]) -> dict[int, torch.Tensor]:
+    branches = [Branch(b, r.input_ids, Plan(logprobs=[r.n_tokens - 1])) for b, r in renders.items()]
+    return _by_boundary(renders, run_branches(sensor, branches))
 
 
 def bridge_hook_name(sensor: Sensor, site: str, layer: int) -> str:
@@ -401,8 +523,8 @@ def _reference_boundary(sensor: Sensor, full: Rendered, donor: Rendered, deleted
     names = [bridge_hook_name(sensor, site, layer) for site, layer in sites]
     taken: dict[str, torch.Tensor] = {}
 
-    def taker(name: str) -> Any:  # keyed by the name asked for: the bridge reports aliases by their target
-        def take(x: torch.Tensor, hook: Any) -> None:
+    def taker(name: str) -> Callable[[torch.Tensor, object], None]:  # keyed by the name asked for: the bridge reports aliases by their target
+        def take(x: torch.Tensor, hook: object) -> None:
             taken[name] = x[0, -n_pos:].clone()
         return take
 
@@ -425,7 +547,7 @@ def _reference_boundary(sensor: Sensor, full: Rendered, donor: Rendered, deleted
         for name in names:
             fired = []
 
-            def put(x: torch.Tensor, hook: Any, name: str = name) -> torch.Tensor:
+            def put(x: torch.Tensor, hook: object, name: str = name) -> torch.Tensor:
                 fired.append(name)
                 x = x.clone()
                 x[0, -n_pos:] = taken[name].to(x.dtype)
@@ -443,24 +565,40 @@ def exclusion_threshold(noise: float) -> float:
 
 
 def _score(task_id: str, b: int, p_full: torch.Tensor, p_del: torch.Tensor, p_patch: torch.Tensor,
-           min_kl: float | None, n_full: int, n_del: int, p_null: torch.Tensor,
-           p_sched: torch.Tensor) -> BoundaryRepair:
-    """One boundary's row from log-probs on the sensor's device; the KLs are computed there, then moved to the host once."""
-    extra = torch.stack([p_null.to(p_del.device), p_sched.to(p_del.device)])
+           min_kl: float | None, n_full: int, n_del: int, p_null: torch.Tensor, p_sched: list[torch.Tensor],
+           p_sched_del: list[torch.Tensor], d_weights: list[float]) -> BoundaryRepair:
+    """One boundary's row from log-probs on the sensor's device; the KLs are computed there, then moved to the host once.
+
+    ``p_sched[k]``: ``P_full'_k`` of schedule k (:func:`rescheduled`). Below float32 only (empty otherwise):
+    ``p_sched_del[k]`` = ``P_del'_k``, and ``d_weights`` = d with the weights nudged (:func:`nudged_d`)."""
+    dev = p_del.device
+    extra = torch.stack([p_null.to(dev), *(p.to(dev) for p in p_sched)])
     kls = kl(p_full.unsqueeze(0), torch.cat([p_del.unsqueeze(0), extra, p_patch]))
     top = p_patch.argmax(-1) == p_full.argmax()
-    host = torch.cat([kls, top.to(kls.dtype)]).cpu()  # the output boundary
-    n = len(p_patch)
+    parts = [kls, top.to(kls.dtype)]
+    if p_sched_del:  # d recomputed from each perturbed pair: (P_null, P_del) and (P_full'_k, P_del'_k)
+        parts.append(kl(extra, torch.stack([p_del, *(p.to(dev) for p in p_sched_del)])))
+    host = torch.cat(parts).cpu()  # the output boundary
+    n, m = len(p_patch), len(p_sched)
     # |KL| for the noise: a KL of two nearly equal distributions can come out slightly negative by round-off
-    d, null, sched = float(host[0]), abs(float(host[1])), abs(float(host[2]))
-    kls, top = host[3: n + 3], host[n + 3:].bool().tolist()
-    out = BoundaryRepair(task_id, b, d, kl_patch=kls.tolist(), top1=top, noise=max(null, sched), noise_null=null,
-                         noise_schedule=sched, n_tokens_full=n_full, n_tokens_deleted=n_del)
+    d, null = float(host[0]), abs(float(host[1]))
+    scheds = [abs(float(x)) for x in host[2: m + 2]]
+    kl_patch, top1 = host[m + 2: m + 2 + n], host[m + 2 + n: m + 2 + 2 * n].bool().tolist()
+    out = BoundaryRepair(task_id, b, d, kl_patch=kl_patch.tolist(), top1=top1, noise_null=null, noise_schedule=max(scheds),
+                         noise_schedules=scheds, n_tokens_full=n_full, n_tokens_deleted=n_del)
+    components = [null, max(scheds)]
+    if p_sched_del:
+        out.d_null, *out.d_schedules = (float(x) for x in host[m + 2 + 2 * n:])
+        out.noise_d = max(abs(x - d) for x in (out.d_null, *out.d_schedules))
+        out.d_weights = list(d_weights)
+        out.noise_weights = max((abs(x - d) for x in d_weights), default=float("nan"))
+        components += [out.noise_d, *([out.noise_weights] if d_weights else [])]
+    out.noise = max(components)
     if d <= (exclusion_threshold(out.noise) if min_kl is None else min_kl):
         out.excluded = True
-        out.repair = [float("nan")] * len(top)
+        out.repair = [float("nan")] * len(top1)
     else:
-        out.repair = (1.0 - kls / d).tolist()
+        out.repair = (1.0 - kl_patch / d).tolist()
     return out
 
 
@@ -482,6 +620,11 @@ def summarize(rows: list[BoundaryRepair], sites: list[tuple[str, int]], conditio
                 f"{NOISE_FACTOR:g}; noise = max(noise_null, noise_schedule): KL(P_full || P_null), the null patch "
                 f"({method} path), and KL(P_full || P_full'), P_full with the cache cut every {SCHEDULE_STRIDE} "
                 "tokens and at the render's midpoint")
+        if any(r.d_schedules for r in rows):  # a model below float32 (module docstring)
+            rule += (f"; below float32 also over {N_SCHEDULES} such schedules k (cuts at (k+1)/(k+2) of the render, "
+                     f"the stride offset by k x {SCHEDULE_STRIDE}/{N_SCHEDULES}), noise_d = the largest |d' - d| "
+                     "over d' = KL(P_null || P_del) and KL(P_full'_k || P_del'_k), and noise_weights = the largest "
+                     f"|d_w - d| over {WEIGHT_DRAWS} one-ulp weight nudges")
     else:
         limit = {id(r): float(threshold) for r in rows}
         rule = f"d > {float(threshold):.3g} nats (given)"
@@ -489,12 +632,12 @@ def summarize(rows: list[BoundaryRepair], sites: list[tuple[str, int]], conditio
                for r in rows if r.skipped]
     noise = [r.noise for r in rows if not r.skipped and math.isfinite(r.noise)]
     parts = {k: [getattr(r, k) for r in rows if not r.skipped and math.isfinite(getattr(r, k))]
-             for k in ("noise_null", "noise_schedule")}
-    rows = [(r if r.excluded or r.d > limit[id(r)] else
-             BoundaryRepair(**{**vars(r), "excluded": True, "repair": [float("nan")] * len(r.repair)}), limit[id(r)])
-            for r in rows if not r.skipped]
-    thresholds = [t for _, t in rows]
-    rows = [r for r, _ in rows]
+             for k in ("noise_null", "noise_schedule", "noise_d", "noise_weights")}
+    judged = [(r if r.excluded or r.d > limit[id(r)] else
+               BoundaryRepair(**{**vars(r), "excluded": True, "repair": [float("nan")] * len(r.repair)}), limit[id(r)])
+              for r in rows if not r.skipped]
+    thresholds = [t for _, t in judged]
+    rows = [r for r, _ in judged]
     kept = [r for r in rows if not r.excluded]
     values = np.array([r.repair for r in kept], dtype=float).reshape(len(kept), len(sites))
     top1 = np.array([r.top1 for r in kept], dtype=float).reshape(len(kept), len(sites))
@@ -520,7 +663,10 @@ def summarize(rows: list[BoundaryRepair], sites: list[tuple[str, int]], conditio
         "excluded": [f"{r.task_id}@{r.after_step}" for r in rows if r.excluded],
         "skipped": skipped,
         "per_sample": [{"task_id": r.task_id, "after_step": r.after_step, "d": r.d, "noise": r.noise,
-                        "noise_null": r.noise_null, "noise_schedule": r.noise_schedule, "noise_threshold": t, "kl_patch": r.kl_patch, "repair": r.repair,
+                        "noise_null": r.noise_null, "noise_schedule": r.noise_schedule,
+                        "noise_schedules": r.noise_schedules, "noise_d": r.noise_d, "d_null": r.d_null,
+                        "d_schedules": r.d_schedules, "noise_weights": r.noise_weights, "d_weights": r.d_weights,
+                        "noise_threshold": t, "kl_patch": r.kl_patch, "repair": r.repair,
                         "top1": r.top1, "n_tokens_full": r.n_tokens_full, "n_tokens_deleted": r.n_tokens_deleted,
                         "excluded": r.excluded} for r, t in zip(rows, thresholds)],
     }
