@@ -364,9 +364,10 @@ def _sets(row: dict[str, Any]) -> list[SetHarm]:
 
 def pooled_ratio_ci(per_task: dict[str, list[float]], n_boot: int = 1000, seed: int = 0) -> list[float] | None:
     """95% task-bootstrap CI of a pooled ratio sum(score) / sum(count) from per-task ``[score, count]`` (tasks
-    with no count carry no weight); None with fewer than 3 counted tasks (no interval worth the name)."""
+    with no count carry no weight); None with fewer than 3 counted tasks (no interval worth the name) or no draws
+    (``n_boot`` 0)."""
     counted = [(s, c) for s, c in per_task.values() if c > 0]
-    if len(counted) < 3:
+    if len(counted) < 3 or n_boot < 1:
         return None
     scores, counts = np.array(counted, dtype=float).T
     rng = np.random.default_rng(seed)

@@ -70,6 +70,7 @@ def test_pooled_ratio_ci_matches_a_hand_bootstrap_and_needs_three_tasks():
     lo, hi = pooled_ratio_ci(per_task, 400, 3)
     assert lo < sum(v[0] for v in per_task.values()) / sum(v[1] for v in per_task.values()) < hi
     assert pooled_ratio_ci({"a": [1.0, 2], "b": [1.0, 2], "c": [0.0, 0]}) is None  # two counted tasks
+    assert pooled_ratio_ci(per_task, 0) is None  # no draws, no interval (it used to fail on an empty percentile)
 
 
 def test_harm_aggregates_have_a_ci_that_narrows_with_more_tasks():
