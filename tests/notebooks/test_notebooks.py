@@ -72,7 +72,7 @@ def test_committed_outputs_hold_no_machine_path(path):
 # Committed with tiny-qwen3.5 outputs: re-executing them with SmolLM2 (`make notebooks`) did not finish on the
 # loaded 2-core machine of issue #40's session. Strict: the test fails as soon as they are refreshed, and this
 # list must then be emptied.
-NOT_YET_REFRESHED = {"02_future_necessity_probes", "03_kl_repair_patching", "04_externalization_and_interventions"}
+NOT_YET_REFRESHED = {"02_future_necessity_probes"}
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(
