@@ -339,6 +339,12 @@ class BoundaryRepair:
     n_tokens_deleted: int = 0
     skipped: str = ""  # why the boundary was not run (over the context limit); "" when it was
 
+    def __post_init__(self) -> None:
+        # a part read back from its strict-JSON file holds null where a value was NaN (not measured)
+        for name in ("d", "noise", "noise_null", "noise_schedule", "noise_d", "d_null", "noise_weights"):
+            if getattr(self, name) is None:
+                setattr(self, name, float("nan"))
+
 
 def boundary_renders(sensor: Sensor, traj: Trajectory, condition: str, boundaries: list[int],
                      params: dict[str, Any] | None = None) -> tuple[dict[int, Rendered], dict[int, Rendered]]:
