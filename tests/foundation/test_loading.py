@@ -55,12 +55,12 @@ def test_auto_dtype_is_chosen_per_analysis_on_cuda(device):
     """``--dtype auto`` on CUDA follows each analysis config's precision (float32 where small distribution
     differences are the result, bfloat16 for extraction and generation); off CUDA it is float32 for every analysis;
     an explicit dtype is obeyed. Strings only: no GPU is needed to resolve the table."""
-    from interp.pipelines.configs import CONFIGS, model_dtype
+    from interp.pipelines.configs import CONFIGS, INPUTS, model_dtype
     from interp.reporting.analyses import ANALYSES
 
     cuda = device.startswith("cuda")
-    precise = ("kl_repair", "harm", "drsr", "iclr")
-    assert set(CONFIGS) - {"extract"} <= {a.name for a in ANALYSES}  # the registry's names (extract: the store)
+    precise = ("kl_repair", "harm", "drsr", "iclr", "tokens")  # tokens: its drsr_gate policy runs the gate as DRSR
+    assert set(CONFIGS) - set(INPUTS) <= {a.name for a in ANALYSES}  # the registry's names (INPUTS: the store, labels)
     assert {name for name, cls in CONFIGS.items() if cls.precision == "float32"} == set(precise)
     assert {name for name, cls in CONFIGS.items() if cls.precision == "bfloat16"} == {"extract", "interventions"}
     for analysis, cls in CONFIGS.items():

@@ -126,11 +126,13 @@ def test_summarize_harm_writes_its_declared_fields(tmp_path):
             {"members": [a, b], "tokens_removed": 10, "nll": 1.25, "harm": 0.25, "interaction": -0.05}]
     doc = summarize_harm([{"task_id": "t", "after_step": 1, "units": ["reasoning", "step"], "target": "y",
                            "target_tokens": 1, "nll_full": 1.0, "sets": sets}], model={"spec": "toy"})
-    assert doc["per_cardinality"]["2"]["mean_interaction"] == pytest.approx(-0.05) and doc["model"] == {"spec": "toy"}
+    # the pair holds a whole step: reported apart (step_sets), never in the rows compared with DRSR
+    assert "2" not in doc["per_cardinality"] and doc["model"] == {"spec": "toy"}
+    assert doc["step_sets"]["per_cardinality"]["2"]["mean_interaction"] == pytest.approx(-0.05)
     assert doc["units"] == ["reasoning", "step"] and doc["cardinalities"] == [1, 2] and doc["margin"] == 0.02
-    assert {(r["aggregator"], r["cardinality"]) for r in doc["aggregates"]} == {
+    assert {(r["aggregator"], r["cardinality"]) for r in doc["step_sets"]["aggregates"]} == {
         (g, k) for g in ("sum", "mean", "max", "min") for k in ("2", "all")}
-    row = next(r for r in doc["aggregates"] if (r["aggregator"], r["cardinality"]) == ("max", "2"))
+    row = next(r for r in doc["step_sets"]["aggregates"] if (r["aggregator"], r["cardinality"]) == ("max", "2"))
     assert row["mae"] == pytest.approx(0.05) and row["n_sets"] == 1 and row["pair_accuracy"] is None
     assert doc["schema"] == schema_dict(FIELDS) and list(doc) == [f.name for f in FIELDS]
     atomic_write_json(tmp_path / "harm.json", doc)
