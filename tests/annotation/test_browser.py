@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import shutil
 
 import pytest
 
 from interp.data.labels import read_labels_csv
-from tests.annotation._support import Server, chromium_or_skip, free_port, press, record, step, wait_for, write_jsonl
+from tests.annotation._support import Server, free_port, press, record, step, wait_for, write_jsonl
 
 pytestmark = pytest.mark.e2e
 
 N_STEPS = 7
-
-
-@pytest.fixture()
-def browser():
-    driver, profile = chromium_or_skip()
-    yield driver
-    driver.quit()
-    shutil.rmtree(profile, ignore_errors=True)
 
 
 

@@ -3,7 +3,6 @@ under it says "click in the page" while the notebook (here a stand-in page with 
 
 from __future__ import annotations
 
-import shutil
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -11,21 +10,13 @@ import pytest
 
 import interp
 from interp.annotation.notebook import HINT
-from tests.annotation._support import Server, chromium_or_skip, free_port, press, record, step, wait_for, write_jsonl
+from tests.annotation._support import Server, free_port, press, record, step, wait_for, write_jsonl
 
 pytestmark = pytest.mark.e2e
 
 PROGRESS = "return document.getElementById('progress').textContent"
 FOCUSED = "return document.activeElement.tagName"
 HINT_SHOWN = "return document.querySelector('.interp-annotation-hint').style.visibility"
-
-
-@pytest.fixture()
-def browser():
-    driver, profile = chromium_or_skip()
-    yield driver
-    driver.quit()
-    shutil.rmtree(profile, ignore_errors=True)
 
 
 def notebook_page(frame_html: str) -> ThreadingHTTPServer:

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import http.client
 import json
-import shutil
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from interp.data.labels import read_labels_csv
-from tests.annotation._support import Server, chromium_or_skip, free_port, press, record, step, wait_for, write_jsonl
+from tests.annotation._support import Server, free_port, press, record, step, wait_for, write_jsonl
 
 pytestmark = pytest.mark.e2e
 
@@ -27,14 +26,6 @@ return {question: q.top >= 0 && q.bottom <= window.innerHeight, step: s.top >= m
         scrolled: document.getElementById('scroll').scrollTop, text: document.getElementById('q-text').textContent,
         step_no: document.querySelector('#view .step.new').dataset.step};
 """
-
-
-@pytest.fixture()
-def browser():
-    driver, profile = chromium_or_skip()
-    yield driver
-    driver.quit()
-    shutil.rmtree(profile, ignore_errors=True)
 
 
 
