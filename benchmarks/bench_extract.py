@@ -88,7 +88,7 @@ class _PlainSensor:
 
         _, path = resolve_spec("smollm2-135m")
         self.hf_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa",
-                                                             local_files_only=True).eval().requires_grad_(False)
+                                                             local_files_only=True, use_kernels=False).eval().requires_grad_(False)
         self.device = torch.device("cpu")
 
 

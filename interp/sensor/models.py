@@ -222,6 +222,7 @@ def _load_hf(source: Path | str, dtype: torch.dtype, trust_remote_code: bool, al
     model = AutoModelForCausalLM.from_pretrained(
         source, config=config, dtype=dtype, trust_remote_code=trust_remote_code,
         local_files_only=local_only, attn_implementation="sdpa", device_map=torch.device(device),
+        use_kernels=False,  # transformers >= 5.25 kernelizes from the hub by default: offline here, unreported numerics
     )
     tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, local_files_only=local_only)
     return model.eval(), tokenizer

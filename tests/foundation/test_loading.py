@@ -108,6 +108,9 @@ def test_module_kernels_names_what_the_wrapper_calls(monkeypatch, with_fla):
     called = owner.torch_chunk_gated_delta_rule(None, None, None, None, None)  # what actually runs
     assert called == ("fla" if with_fla else "torch")
     assert binding.module_kernels(owner) == {"torch_chunk_gated_delta_rule": called}
+    # with a CPU tensor: transformers >= 5.25 calls its torch code where fla cannot run, older ones call fla
+    on_cpu = owner.torch_chunk_gated_delta_rule(torch.zeros(1), None, None, None, None)
+    assert binding.module_kernels(owner, "cpu") == {"torch_chunk_gated_delta_rule": on_cpu}
 
 
 def test_loaded_models_report_their_kernels(tiny_sensor, tiny_sensor_fp64):

