@@ -66,7 +66,7 @@ def refresh(path: Path) -> None:
     """Execute one notebook in a temporary working directory and write it back with slim outputs."""
     nb = nbformat.read(path, as_version=4)
     with tempfile.TemporaryDirectory() as cwd:
-        NotebookClient(nb, kernel_name="python3", timeout=1800, resources={"metadata": {"path": cwd}}).execute()
+        NotebookClient(nb, kernel_name="python3", timeout=7200, resources={"metadata": {"path": cwd}}).execute()
     nbformat.validate(nb)
     raw = path.with_name(path.stem + ".executed.ipynb")  # kept until slimmed: a failed PNG export loses no run
     nbformat.write(nb, raw)

@@ -69,15 +69,7 @@ def test_committed_outputs_hold_no_machine_path(path):
     assert not found, f"{path.name}: absolute paths of a machine in the committed outputs: {found}"
 
 
-# Committed with tiny-qwen3.5 outputs: re-executing them with SmolLM2 (`make notebooks`) did not finish on the
-# loaded 2-core machine of issue #40's session. Strict: the test fails as soon as they are refreshed, and this
-# list must then be emptied.
-NOT_YET_REFRESHED = {"02_future_necessity_probes"}
-
-
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(
-    strict=True, reason="outputs still from tiny-qwen3.5: run `make notebooks`")) if p.stem in NOT_YET_REFRESHED
-    else p for p in NOTEBOOKS], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_committed_outputs_come_from_the_model_the_notebook_defaults_to(path):
     """A reader who runs the notebook as committed gets the numbers shown: outputs made with its default model."""
     nb = nbformat.read(path, as_version=4)
