@@ -33,13 +33,15 @@ sensor's attention kernel (``interp_chunked``). The proxy's own work besides the
 without ``--model`` times the slice only.
 
 Run: python benchmarks/bench_serve.py [--model tiny-qwen3.5] [--lengths 2048,8192,32768] [--no-cache-max 32768]
-     [--slice] [--slice-new 256] [--threads 1]
+     [--slice] [--slice-new 256] [--slice-repeats 3] [--slice-uncached-max 0]
+     [--threads 1]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -64,9 +66,12 @@ def turn(k: int) -> tuple[dict[str, Any], dict[str, Any]]:
             {"role": "tool", "tool_call_id": f"call_{k}", "content": result})
 
 
-def slice_seconds(lengths: list[int], n_new: int) -> dict[int, tuple[float, float]]:
+def slice_seconds(lengths: list[int], n_new: int, uncached_max: int = 0, repeats: int = 3
+                  ) -> dict[tuple[int, str], tuple[float, float]]:
     """Wall and CPU seconds of the 9B-shaped slice's forward of ``n_new`` tokens after a cache of each length
-    (module docstring); on a shared machine the CPU seconds of this one-thread process are the figure to read."""
+    (``(length, "cache")``, the median of ``repeats``), and of the uncached request's forward over all ``length + n_new`` tokens for lengths
+    up to ``uncached_max`` (``(length, "no cache")``) (module docstring); on a shared machine the CPU seconds of
+    this one-thread process are the figure to read."""
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
     from interp.sensor.hooks import attention_implementation
@@ -80,19 +85,31 @@ def slice_seconds(lengths: list[int], n_new: int) -> dict[int, tuple[float, floa
           f"{config.layer_types}, hidden {config.hidden_size}, heads {config.num_attention_heads}/"
           f"{config.num_key_value_heads} x {config.head_dim}", flush=True)
     full = config.layer_types.index("full_attention")
+    cached: dict[int, list[tuple[float, float]]] = {length: [] for length in lengths}
     out = {}
     with torch.inference_mode(), attention_implementation(model, IMPLEMENTATION, chunk_attention):
+        for _ in range(repeats):  # round-robin over the lengths: drifting load touches each alike
+            for length in lengths:
+                cache = model(torch.randint(0, 1024, (1, 16)), use_cache=True).past_key_values  # a fresh cache:
+                layer = cache.layers[full]  # the forward below mutates it in place
+                layer.keys, layer.values = (torch.randn(1, config.num_key_value_heads, length, config.head_dim)
+                                            for _ in range(2))
+                ids = torch.randint(0, 1024, (1, n_new))
+                start, cpu = time.perf_counter(), time.process_time()
+                model(ids, past_key_values=cache, use_cache=True)
+                cached[length].append((time.perf_counter() - start, time.process_time() - cpu))
+                print(f"9B-shaped slice, cache: {n_new} new tokens after {length}: {cached[length][-1][0]:.2f} s wall, "
+                      f"{cached[length][-1][1]:.2f} s CPU (load {load_average():.2f})", flush=True)
         for length in lengths:
-            cache = model(torch.randint(0, 1024, (1, 16)), use_cache=True).past_key_values
-            layer = cache.layers[full]
-            layer.keys, layer.values = (torch.randn(1, config.num_key_value_heads, length, config.head_dim)
-                                        for _ in range(2))
-            ids = torch.randint(0, 1024, (1, n_new))
-            start, cpu = time.perf_counter(), time.process_time()
-            model(ids, past_key_values=cache, use_cache=True)
-            out[length] = (time.perf_counter() - start, time.process_time() - cpu)
-            print(f"9B-shaped slice: {n_new} new tokens after {length}: {out[length][0]:.2f} s wall, "
-                  f"{out[length][1]:.2f} s CPU (load {load_average():.2f})", flush=True)
+            out[length, "cache"] = (statistics.median(w for w, _ in cached[length]),
+                                    statistics.median(c for _, c in cached[length]))
+            if length <= uncached_max:  # the request without the session: a forward over the whole history
+                start, cpu = time.perf_counter(), time.process_time()
+                model(torch.randint(0, 1024, (1, length + n_new)), use_cache=False)
+                out[length, "no cache"] = (time.perf_counter() - start, time.process_time() - cpu)
+                print(f"9B-shaped slice, no cache: {n_new} new tokens after {length}: "
+                      f"{out[length, 'no cache'][0]:.2f} s wall, {out[length, 'no cache'][1]:.2f} s CPU "
+                      f"(load {load_average():.2f})", flush=True)
     return out
 
 
@@ -158,6 +175,9 @@ def main() -> None:
     parser.add_argument("--no-cache-max", type=int, default=32768, help="longest length also run without cache")
     parser.add_argument("--slice", action="store_true", help="also time the 9B-shaped slice's cached forward")
     parser.add_argument("--slice-new", type=int, default=256, help="new tokens of the slice's request")
+    parser.add_argument("--slice-repeats", type=int, default=3, help="cached slice requests per length (median)")
+    parser.add_argument("--slice-uncached-max", type=int, default=0,
+                        help="longest length whose uncached slice request (a forward over the whole history) is timed")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -178,10 +198,13 @@ def main() -> None:
                 print(f"{model}, {mode}: latency at {measured[-1]} / at {measured[0]} tokens = "
                       f"{hi[0] / lo[0]:.2f}x wall, {hi[1] / lo[1]:.2f}x CPU", flush=True)
     if args.slice:
-        forward = slice_seconds(lengths, args.slice_new)
-        print(f"9B-shaped slice, cached request's forward: at {lengths[-1]} / at {lengths[0]} tokens = "
-              f"{forward[lengths[-1]][0] / forward[lengths[0]][0]:.2f}x wall, "
-              f"{forward[lengths[-1]][1] / forward[lengths[0]][1]:.2f}x CPU", flush=True)
+        forward = slice_seconds(lengths, args.slice_new, args.slice_uncached_max, args.slice_repeats)
+        for mode in ("cache", "no cache"):
+            measured = [x for x in lengths if (x, mode) in forward]
+            if len(measured) > 1:
+                hi, lo = forward[measured[-1], mode], forward[measured[0], mode]
+                print(f"9B-shaped slice, {mode}: request's forward at {measured[-1]} / at {measured[0]} tokens = "
+                      f"{hi[0] / lo[0]:.2f}x wall, {hi[1] / lo[1]:.2f}x CPU", flush=True)
     print(markdown_table(["model", "target tokens", "history tokens", "steps", "mode", "added latency s",
                           "CPU s", "sensor s", "tokens run", "tokens tokenized", "cache MiB"], rows))
     print(f"load average at end {load_average():.2f}; CPU time of this process {time.process_time() - cpu0:.0f} s")

@@ -51,6 +51,21 @@ def test_query_blocks_of_the_masked_branch_match(q_block, monkeypatch):
     torch.testing.assert_close(out, _by_hand(query, key, value), rtol=0, atol=1e-12)
 
 
+def test_grouped_cpu_branch_equals_transformers_repeated_kv():
+    """The masked branch's grouped K/V on CPU (``enable_gqa``) gives transformers' repeated-K/V sdpa, float32."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    gen = torch.Generator().manual_seed(5)
+    query = torch.randn(2, 8, 16, 32, generator=gen)
+    key, value = (torch.randn(2, 2, 16 + 300, 32, generator=gen) for _ in range(2))
+    module = _Module()
+    module.num_key_value_groups = 4
+    out, _ = chunk_attention(module, query, key, value, None, scaling=0.3, dropout=0.0)
+    mask = torch.ones(16, 316, dtype=torch.bool).tril(300)[None, None]
+    ref, _ = sdpa_attention_forward(module, query, key, value, mask, is_causal=False, scaling=0.3, dropout=0.0)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+
+
 def test_refuses_masks():
     x = torch.zeros(2, 2, 3, 8)
     with pytest.raises(ValueError, match="without a mask"):
