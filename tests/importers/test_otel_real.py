@@ -107,6 +107,9 @@ def test_any_agent_traces_equal_an_independent_reading(source, tmp_path):
     assert report.dropped["trace object fields.final_output"] == 1
     assert report.dropped["llm span attributes.gen_ai.usage.input_cost"] == n_llm  # counted, by name
     assert report.dropped["invoke_agent spans"] == 1
+    # a call with no input recorded continues the chat: no call counted as rewriting it
+    assert report.dropped["model calls whose input rewrites the earlier chat (read from the first message that "
+                          "differs)"] == 0
     calls = [s[1][0] for s in expected if isinstance(s[1], list)]
     tool_args = [arguments(s["attributes"]["gen_ai.tool.args"]) for s in sorted(doc["spans"],
                  key=lambda s: s["start_time"]) if s["attributes"]["gen_ai.operation.name"] == "execute_tool"]
@@ -124,6 +127,20 @@ def test_llama_index_runs_keep_the_models_empty_arguments_and_count_the_tools_ow
     assert [c[0]["tool.args"] for c in outputs if isinstance(c, list)] == ["{}", "{}", "{}"]
     _, _, steps = read_any_agent(doc)
     assert [s[1][0][1] for s in steps if isinstance(s[1], list)] == [{}, {}, {}]
+
+
+def test_a_bad_output_in_a_trace_object_names_the_file_line_and_field(tmp_path):
+    """A real any-agent trace with one call's ``gen_ai.output`` cut short: that run is refused, naming the
+    file, the line the trace object starts on, the span and the attribute."""
+    doc = json.loads((REAL / "otel" / "any-agent" / "TINYAGENT_trace.json").read_text(encoding="utf-8"))
+    first = next(s for s in doc["spans"] if s["attributes"]["gen_ai.operation.name"] == "call_llm")
+    first["attributes"]["gen_ai.output"] = first["attributes"]["gen_ai.output"][:20]
+    source = tmp_path / "cut.json"
+    source.write_text(json.dumps(doc, indent=2), encoding="utf-8")
+    report = import_runs("auto", source, tmp_path / "out.jsonl", strict=False)
+    (problem,) = report.problems
+    assert problem.startswith(f"{source}:1: {first['name']}.attributes.gen_ai.output: invalid JSON")
+    assert not report.written and report.skipped == 1
 
 
 # ---- veadk: the tracing dump, read through ADK's raw request and response
