@@ -68,7 +68,7 @@ def test_the_real_exported_traces_import_validate_render_and_extract(tmp_path):
         rendered = cli("render", joined, "--task-id", traj.task_id, "--after-step", 1, "--model", TINY).output
         assert traj.task.split("\n")[0][:40] in rendered
         first = traj.steps[0].action
-        assert (first.text[:40] if first.is_text else first.calls[0].tool) in rendered
+        assert ((first.text or "")[:40] if first.is_text else first.calls[0].tool) in rendered
     store = tmp_path / "store"
     cli("extract", "--trajectories", joined, "--store", store, "--model", TINY, "--layers", "3,7",
         "--pooling", "last")

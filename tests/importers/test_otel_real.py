@@ -154,7 +154,7 @@ def read_adk(spans: list[dict[str, Any]]) -> tuple[str, str, list[tuple]]:
     results = {p["function_response"]["id"]: json.dumps(p["function_response"]["response"], ensure_ascii=False)
                for r in requests for turn in r["contents"] for p in turn["parts"] if "function_response" in p}
     turns = requests[0]["contents"] + [json.loads(a["gcp.vertex.agent.llm_response"])["content"] for a in calls]
-    task, steps = "", []
+    task, steps = "", list[tuple[str, Any, Any]]()
     for turn in turns:
         texts = [p["text"] for p in turn["parts"] if p.get("text")]
         fcalls = [p["function_call"] for p in turn["parts"] if p.get("function_call")]
