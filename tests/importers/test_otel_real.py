@@ -117,16 +117,17 @@ def test_any_agent_traces_equal_an_independent_reading(source, tmp_path):
     assert report.dropped["tool span arguments unlike the model's call (the call's kept)"] == unlike
 
 
-def test_llama_index_runs_keep_the_models_empty_arguments_and_count_the_tools_own():
+def test_llama_index_runs_keep_the_models_empty_arguments_and_count_the_tools_own(tmp_path):
     """Through LlamaIndex the model's calls carry ``"{}"`` while the tool spans hold the arguments the tools
-    ran with: the call (what the model wrote) is the action, and the differing tool span is counted."""
-    doc = json.loads((REAL / "otel" / "any-agent" / "LLAMA_INDEX_trace.json").read_text(encoding="utf-8"))
-    outputs = [json.loads(s["attributes"]["gen_ai.output"]) for s in doc["spans"]
-               if s["attributes"]["gen_ai.operation.name"] == "call_llm"
-               and s["attributes"]["gen_ai.output.type"] == "json"]
-    assert [c[0]["tool.args"] for c in outputs if isinstance(c, list)] == ["{}", "{}", "{}"]
-    _, _, steps = read_any_agent(doc)
-    assert [s[1][0][1] for s in steps if isinstance(s[1], list)] == [{}, {}, {}]
+    ran with: the call (what the model wrote) is the action, and each differing tool span is counted."""
+    source = REAL / "otel" / "any-agent" / "LLAMA_INDEX_trace.json"
+    doc = json.loads(source.read_text(encoding="utf-8"))
+    ran = [json.loads(s["attributes"]["gen_ai.tool.args"]) for s in sorted(doc["spans"], key=lambda s: s["start_time"])
+           if s["attributes"]["gen_ai.operation.name"] == "execute_tool"]
+    report, (traj,) = imported(source, tmp_path)
+    assert [a for _, a in (c for s in steps_of(traj) if isinstance(s[1], list) for c in s[1])] == [{}, {}, {}]
+    assert all(args != {} for args in ran) and len(ran) == 3
+    assert report.dropped["tool span arguments unlike the model's call (the call's kept)"] == 3
 
 
 def test_a_bad_output_in_a_trace_object_names_the_file_line_and_field(tmp_path):
