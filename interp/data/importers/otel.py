@@ -11,9 +11,11 @@ shapes exporters write:
   in a ``.json`` file, or one per line;
 * the OpenTelemetry SDK's span JSON (``ReadableSpan.to_json``, the console
   exporter, Phoenix): ``{name, context: {trace_id, span_id}, parent_id,
-  attributes: {...}, events}``;
+  attributes: {...}, events}``; one such span per line, or a trace object
+  ``{"spans": [...], "final_output": ...}`` (any-agent's ``AgentTrace`` JSON);
 * flat span lines ``{traceId, spanId, parentSpanId, name, attributes: {...}}``
-  (file exporters of agent CLIs).
+  (file exporters of agent CLIs), or a JSON array of flat spans with
+  ``trace_id``/``span_id``/``parent_span_id`` (veadk's tracing dump).
 
 Spans are grouped by trace id, each trace one run (a trace with several agent
 invocations, ``invoke_agent`` or OpenInference ``AGENT`` spans, is one run per
@@ -23,10 +25,11 @@ time.
 What is mapped (``data/README.md`` lists it with what is dropped):
 
 * a model-call span (OpenInference ``openinference.span.kind: LLM``; OTel
-  ``gen_ai.operation.name`` ``chat``/``text_completion``/``generate_content``,
-  or any span holding prompt messages): its input messages extend the chat
-  (the messages earlier calls already showed are skipped), its output
-  messages are one assistant turn: one step. Messages are read from every
+  ``gen_ai.operation.name`` ``chat``/``text_completion``/``generate_content``
+  (any-agent's ``call_llm``), or any span holding prompt messages): its input
+  messages extend the chat (the messages earlier calls already showed are
+  skipped; a call with none recorded continues it), its output messages are
+  one assistant turn: one step. Messages are read from every
   convention: OTel ``gen_ai.input.messages``/``gen_ai.output.messages`` (parts
   ``text``, ``tool_call``, ``tool_call_response``, ``reasoning``) and
   ``gen_ai.system_instructions``; the older flattened
@@ -35,15 +38,21 @@ What is mapped (``data/README.md`` lists it with what is dropped):
   ``gen_ai.{system,user,assistant,tool}.message`` and ``gen_ai.choice``;
   OpenInference ``llm.input_messages.N.message.*``/``llm.output_messages.N.message.*``
   (``content`` or ``contents.M.message_content.*``, ``tool_calls.M.tool_call.*``,
-  ``tool_call_id``). ``system`` messages are the system prompt, the first
-  ``user`` messages the task, ``reasoning``/``thinking`` parts the reasoning;
+  ``tool_call_id``); any-agent's output ``gen_ai.output`` (calls
+  ``[{"tool.name", "tool.args"}]`` or the answer's text). ``system`` messages
+  are the system prompt, the first ``user`` messages the task,
+  ``reasoning``/``thinking`` parts the reasoning; a tool message repeating a
+  result the chat holds (by id, or with no id by its tool) is counted;
 * a tool span (``openinference.span.kind: TOOL``, ``gen_ai.operation.name:
   execute_tool``): the result of the open call with its id
   (``gen_ai.tool.call.id``, OpenInference's ``tool_call.id``), else of the first open call of
   its tool, else a step of its own; arguments from
-  ``gen_ai.tool.call.arguments`` or ``input.value``, the result from
-  ``gen_ai.tool.call.result`` or ``output.value``; an ``ERROR`` status marks
-  it ``is_error``;
+  ``gen_ai.tool.call.arguments``, ``gen_ai.tool.args`` (any-agent),
+  ``gcp.vertex.agent.tool_call_args`` (Google ADK) or ``input.value``, the
+  result from ``gen_ai.tool.call.result``, ``gen_ai.output``,
+  ``gcp.vertex.agent.tool_response`` or ``output.value``; arguments unlike
+  the answered call's are counted (the call's kept); an ``ERROR`` status
+  marks it ``is_error``;
 * declared tools: OpenInference ``llm.tools.N.tool.json_schema``, OTel
   ``gen_ai.tool.definitions``, and a tool span's ``tool.name`` with
   ``tool.description``/``tool.parameters`` (or the ``gen_ai.tool.*`` ones);
@@ -73,18 +82,30 @@ from interp.data.importers.session import Entry, LineProblem, entries_of
 
 FORMAT = "otel"
 DEFAULT_DOMAIN = "agent"
-LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
+LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "call_llm"})  # call_llm: any-agent
 TOOL_OPERATION = "execute_tool"
 REASONING_PARTS = frozenset({"reasoning", "thinking", "reasoningContent"})
 BEDROCK_PARTS = ("toolUse", "toolResult", "text", "reasoningContent")  # untyped parts keyed by their kind
-# attributes a span's mapping documents dropping (exact names, or prefixes ending in ".")
+ERROR_CODES = frozenset({"2", "error", "status_code_error", "statuscode.error"})  # a span status, lower-cased
+# attributes a span's mapping documents dropping (exact names, or prefixes ending in "."): the
+# gen_ai.prompt./gen_ai.completion. ones are a second copy of messages read from another convention (veadk
+# writes both), the gcp.vertex.agent. ones Google ADK's raw request/response JSON and its ids
 KNOWN = ("gen_ai.usage.", "llm.token_count.", "gen_ai.request.", "gen_ai.response.", "gen_ai.openai.",
          "llm.invocation_parameters", "llm.model_name", "llm.provider", "llm.system", "gen_ai.system",
          "gen_ai.provider.name", "gen_ai.operation.name", "openinference.span.kind", "input.mime_type",
          "output.mime_type", "input.value", "output.value", "input", "output", "gen_ai.conversation.id",
          "session.id", "user.id", "gen_ai.agent.", "gen_ai.tool.type", "llm.is_streaming", "llm.headers",
-         "llm.request.type", "metadata", "tag.tags", "gen_ai.output.type", "server.address", "server.port")
+         "llm.request.type", "metadata", "tag.tags", "gen_ai.output.type", "server.address", "server.port",
+         "gen_ai.prompt.", "gen_ai.completion.", "gcp.vertex.agent.llm_request", "gcp.vertex.agent.llm_response",
+         "gcp.vertex.agent.tool_call_args", "gcp.vertex.agent.tool_response", "gcp.vertex.agent.event_id",
+         "gcp.vertex.agent.invocation_id", "gcp.vertex.agent.session_id")
 CALL_ID_KEYS = ("gen_ai.tool.call.id", "tool_call.id", "tool.call_id", "tool.call.id")  # a tool span's call id
+# a tool span's arguments and result, first found (gen_ai.tool.args/gen_ai.output: any-agent; gcp.vertex.agent.*:
+# Google ADK, the tool's own return value, where output.value wraps it in the function response)
+ARGS_KEYS = ("gen_ai.tool.call.arguments", "gen_ai.tool.args", "gcp.vertex.agent.tool_call_args", "input.value",
+             "input")
+RESULT_KEYS = ("gen_ai.tool.call.result", "gen_ai.output", "gcp.vertex.agent.tool_response", "output.value",
+               "output")
 INDEX = re.compile(r"\.\d+(?=\.|$)")
 
 
@@ -117,25 +138,35 @@ def _is_span(value: Any) -> bool:
 
 def claims_line(value: object) -> bool:
     """Whether a JSON Lines file (or JSON array) starting with ``value`` holds spans (OTLP JSON or span JSON)."""
-    return (isinstance(value, Mapping) and isinstance(value.get("resourceSpans"), list)) or _is_span(value)
+    return _span_container(value) or _is_span(value)
+
+
+def _span_container(value: object) -> bool:
+    """Whether ``value`` is one object holding a file's spans: OTLP JSON (``resourceSpans``) or a trace object
+    ``{"spans": [...], ...}`` (any-agent's ``AgentTrace``)."""
+    if not isinstance(value, Mapping):
+        return False
+    spans = value.get("spans")
+    return isinstance(value.get("resourceSpans"), list) or (
+        isinstance(spans, list) and bool(spans) and _is_span(spans[0]))
 
 
 def looks_like(record: object) -> bool:
-    """Sniff (``interp import auto``): spans gathered for this format, or one OTLP JSON object."""
-    return entries_of(record, FORMAT) is not None or (
-        isinstance(record, Mapping) and isinstance(record.get("resourceSpans"), list))
+    """Sniff (``interp import auto``): spans gathered for this format, or one object holding a file's spans."""
+    return entries_of(record, FORMAT) is not None or _span_container(record)
 
 
 def convert_all(record: object, ctx: RunContext) -> list[dict[str, Any] | RunProblem]:
     """Every trace of a span file as a trajectory record, or the problem of a trace that cannot be converted."""
     entries = entries_of(record, FORMAT)
     if entries is None:
-        if not (isinstance(record, Mapping) and isinstance(record.get("resourceSpans"), list)):
-            raise RunProblem("(record)", "not OpenTelemetry spans: expected OTLP JSON (resourceSpans) or span "
-                                         "objects with a trace id, span id, name and attributes")
+        if not _span_container(record):
+            raise RunProblem("(record)", "not OpenTelemetry spans: expected OTLP JSON (resourceSpans), a trace "
+                                         "object with spans, or span objects with a trace id, span id, name and "
+                                         "attributes")
         entries = [Entry(ctx.line, record)]
     latest: dict[tuple[str, str], Span] = {}
-    for span in (s for e in entries for s in _spans(e)):
+    for span in (s for e in entries for s in _spans(e, ctx)):
         if (span.trace_id, span.span_id) in latest:  # printed when started and when ended: the last is whole
             ctx.drop("span records repeated (the last kept)")
             span.line = latest[(span.trace_id, span.span_id)].line  # reported where the span first appears
@@ -149,8 +180,8 @@ def convert_all(record: object, ctx: RunContext) -> list[dict[str, Any] | RunPro
     runs: list[dict[str, Any] | RunProblem] = []
     for (trace_id, agent), members in groups.items():
         members.sort(key=lambda s: (s.start, s.line))
-        agents = {a for t, a in groups if t == trace_id}
-        if not agent and len(agents) > 1 and all(_kind(m) not in ("llm", "tool") for m in members):
+        agents = {a for t, a in groups if t == trace_id and a}  # the trace's agent invocations with a run
+        if not agent and agents and all(_kind(m) not in ("llm", "tool") for m in members):
             for m in members:  # the workflow around the agents: structure, counted
                 ctx.drop(f"{_kind(m)} spans")
                 _count_unused(m, _kind(m), ctx)
@@ -178,9 +209,14 @@ def _agent_of(span: Span, spans: Mapping[tuple[str, str], Span]) -> str:
 
 # --- reading spans -------------------------------------------------------------------------------------------
 
-def _spans(entry: Entry) -> list[Span]:
-    """The spans of one line (an OTLP JSON object holds many)."""
+def _spans(entry: Entry, ctx: RunContext) -> list[Span]:
+    """The spans of one line (an OTLP JSON object or a trace object holds many)."""
     value = entry.value
+    if isinstance(value, Mapping) and isinstance(value.get("spans"), list) and "resourceSpans" not in value:
+        for key, item in value.items():  # any-agent's final_output: the last model call's output, read there
+            if key != "spans" and item not in (None, "", [], {}):
+                ctx.drop(f"trace object fields.{key}")
+        return [_span(sp, entry.line, f"spans[{k}]", {}) for k, sp in enumerate(value["spans"])]
     if isinstance(value, Mapping) and isinstance(value.get("resourceSpans"), list):
         out = []
         for i, rs in enumerate(value["resourceSpans"]):
@@ -209,8 +245,9 @@ def _span(raw: Any, line: int, where: str, resource: Mapping[str, Any]) -> Span:
     span_id = context.get("span_id", context.get("spanId"))
     if not isinstance(trace_id, (str, int)) or not isinstance(span_id, (str, int)):
         raise LineProblem(line, f"{where}.traceId", "a span needs a trace id and a span id (strings)")
-    parent = raw.get("parent_id", raw.get("parentSpanId", raw.get("parent_span_id")))
-    if isinstance(parent, Mapping):  # logfire's exporter: parent is a context
+    parent = next((raw[k] for k in ("parent_id", "parentSpanId", "parent_span_id", "parent")
+                   if raw.get(k) is not None), None)
+    if isinstance(parent, Mapping):  # logfire's exporter, any-agent's "parent": a span context
         parent = parent.get("span_id")
     attrs_raw = raw.get("attributes", {})
     attributes = (_otlp_attributes(attrs_raw, line, f"{where}.attributes") if isinstance(attrs_raw, list)
@@ -224,7 +261,7 @@ def _span(raw: Any, line: int, where: str, resource: Mapping[str, Any]) -> Span:
                        else dict(ea) if isinstance(ea, Mapping) else {}))
     status = raw.get("status") if isinstance(raw.get("status"), Mapping) else {}
     code = status.get("code", status.get("status_code"))
-    error = code in (2, "STATUS_CODE_ERROR", "ERROR", "StatusCode.ERROR") or raw.get("status_code") == "ERROR"
+    error = any(str(c).lower() in ERROR_CODES for c in (code, raw.get("status_code")) if c is not None)
     own_resource = raw.get("resource")
     service = resource.get("service.name")
     if isinstance(own_resource, Mapping) and isinstance(own_resource.get("attributes"), Mapping):
@@ -289,6 +326,7 @@ class Message:
     reasoning: str = ""
     calls: list[tuple[str | None, str, Any]] = field(default_factory=list)
     call_id: str | None = None
+    name: str | None = None  # a tool message's tool (OpenInference `message.name`): matches a result given twice
 
 
 def _json(value: Any, span: Span, key: str) -> Any:
@@ -337,6 +375,8 @@ def _parts_message(raw: Any, span: Span, where: str) -> Message:
             msg.call_id = raw["id"]
         if isinstance(raw.get("tool_call_id"), str):
             msg.call_id = raw["tool_call_id"]
+    if isinstance(raw.get("name"), str) and msg.role == "tool":
+        msg.name = raw["name"]
     for j, part in enumerate(parts or []):
         if not isinstance(part, Mapping):
             raise LineProblem(span.line, f"{where}.parts[{j}]", "expected a part object")
@@ -400,6 +440,8 @@ def _oi_message(raw: Mapping[str, Any], span: Span, where: str) -> Message:
                           c.get("tool_call.function.arguments")))
     if isinstance(flat.get("message.tool_call_id"), str):
         msg.call_id = flat["message.tool_call_id"]
+    if isinstance(flat.get("message.name"), str):
+        msg.name = flat["message.name"]
     msg.text, msg.reasoning = PART_JOIN.join(texts), join_reasoning(thoughts)
     return msg
 
@@ -468,7 +510,22 @@ def _messages(span: Span, side: str) -> list[Message]:
         if isinstance(value, Mapping) and isinstance(value.get("text"), str):
             return found + [Message("assistant", value["text"])]
         return found + [Message("user" if side == "input" else "assistant", str(value))]
+    if side == "output" and isinstance(a.get("gen_ai.output"), str):
+        return found + [_any_agent_output(span)]
     return found + _event_messages(span, side)
+
+
+def _any_agent_output(span: Span) -> Message:
+    """any-agent's model output ``gen_ai.output``: with ``gen_ai.output.type: json``, a list of calls
+    ``[{"tool.name", "tool.args"}]`` (no ids: its tool spans answer them by name), else the answer's text."""
+    raw, kind = span.attributes["gen_ai.output"], span.attributes.get("gen_ai.output.type")
+    span.used |= {"gen_ai.output", "gen_ai.output.type"}
+    value = _json(raw, span, "gen_ai.output") if kind == "json" else None
+    if isinstance(value, list) and value and all(isinstance(c, Mapping) and "tool.name" in c for c in value):
+        for c in value:
+            span.dropped += [f"any-agent output call fields.{k}" for k in c if k not in ("tool.name", "tool.args")]
+        return Message("assistant", calls=[(None, str(c["tool.name"]), c.get("tool.args")) for c in value])
+    return Message("assistant", raw)
 
 
 EVENT_USED = frozenset({"content", "tool_calls", "id", "role", "message"})
@@ -572,14 +629,15 @@ def _model_call(span: Span, t: _Trace, ctx: RunContext) -> None:
     t.content = t.content or bool(inputs or outputs)
     for part in span.dropped:
         ctx.drop(part)
-    start = _common_prefix(t.last_input, inputs)
-    if start < t.shown:
-        ctx.drop("model calls whose input rewrites the earlier chat (read from the first message that differs)")
-    for i, msg in enumerate(inputs[start:], start=start):
-        _feed(msg, t, span, f"{span.name}.input[{i}]")
+    if inputs:  # any-agent records the input of a run's first call only: the others continue the chat
+        start = _common_prefix(t.last_input, inputs)
+        if start < t.shown:
+            ctx.drop("model calls whose input rewrites the earlier chat (read from the first message that differs)")
+        for i, msg in enumerate(inputs[start:], start=start):
+            _feed(msg, t, span, f"{span.name}.input[{i}]")
     for i, msg in enumerate(outputs):
         _feed(msg, t, span, f"{span.name}.output[{i}]")
-    t.last_input = inputs + outputs
+    t.last_input = (inputs or t.last_input) + outputs
     t.shown = len(t.last_input)
 
 
@@ -600,9 +658,9 @@ def _feed(msg: Message, t: _Trace, span: Span, where: str) -> None:
         elif msg.role in ("user", "human"):
             t.chat.user_text(msg.text)
         elif msg.role in ("tool", "function", "ipython"):
-            answered = [c for s in t.chat.steps for c in s.calls if c.id is not None and c.id == msg.call_id]
-            if answered and answered[0].result is not None:
-                return  # the tool span already gave this result
+            if _answered(msg, t):  # the tool span already gave this result
+                t.chat.ctx.drop("tool results given again in a later call's input (the first kept)")
+                return
             t.chat.tool_result(msg.call_id, msg.text, where)
         else:
             calls = [(cid if isinstance(cid, str) else None,
@@ -613,13 +671,24 @@ def _feed(msg: Message, t: _Trace, span: Span, where: str) -> None:
         raise LineProblem(span.line, exc.where, exc.message) from None
 
 
+def _answered(msg: Message, t: _Trace) -> bool:
+    """Whether a tool message repeats a result the chat holds: the call with its id has one, or (a message with
+    no id, as veadk's OpenInference messages are) the latest step has no open call and its call of the
+    message's tool has one."""
+    if msg.call_id is not None:
+        return any(c.id == msg.call_id and c.result is not None for s in t.chat.steps for c in s.calls)
+    calls = t.chat.steps[-1].calls if t.chat.steps else []
+    return bool(calls) and all(c.result is not None for c in calls) and (
+        msg.name is None or any(c.call.get("tool") == msg.name for c in calls))
+
+
 def _tool_span(span: Span, t: _Trace, ctx: RunContext) -> None:
     """A tool execution: the result of the open call it answers, or a step of its own."""
     a = span.attributes
     name = next((a[k] for k in ("gen_ai.tool.name", "tool.name") if isinstance(a.get(k), str)), span.name)
     call_id = next((a[k] for k in CALL_ID_KEYS if isinstance(a.get(k), str)), None)
-    args_key = next((k for k in ("gen_ai.tool.call.arguments", "input.value", "input") if a.get(k) is not None), None)
-    result_key = next((k for k in ("gen_ai.tool.call.result", "output.value", "output") if a.get(k) is not None), None)
+    args_key = next((k for k in ARGS_KEYS if a.get(k) is not None), None)
+    result_key = next((k for k in RESULT_KEYS if a.get(k) is not None), None)
     span.used |= {"gen_ai.tool.name", "tool.name", *CALL_ID_KEYS}
     if args_key:
         span.used.add(args_key)
@@ -632,17 +701,27 @@ def _tool_span(span: Span, t: _Trace, ctx: RunContext) -> None:
     open_calls = [c for c in (t.chat.steps[-1].calls if t.chat.steps else []) if c.result is None]
     match = next((c for c in open_calls if call_id is not None and c.id == call_id), None)
     match = match or next((c for c in open_calls if c.call.get("tool") == name), None)
-    try:
-        if match is None:
-            if not t.chat.task:
-                ctx.drop("tool spans before the task")
-                return
+    if match is None:
+        if not t.chat.task:
+            ctx.drop("tool spans before the task")
+            return
+        try:
             args = parse_arguments(a.get(args_key) if args_key else None, f"{where}.{args_key}")
-            t.chat.assistant("", "", [(call_id, {"tool": name, "arguments": args})], where)
-            match = t.chat.steps[-1].calls[0]
-        t.chat.tool_result(match.id, result, f"{where}.{result_key}", is_error=span.error)
-    except RunProblem as exc:
-        raise LineProblem(span.line, exc.where, exc.message) from None
+        except RunProblem as exc:
+            raise LineProblem(span.line, exc.where, exc.message) from None
+        t.chat.assistant("", "", [(call_id, {"tool": name, "arguments": args})], where)
+        match = t.chat.steps[-1].calls[0]
+    elif args_key and not _same_arguments(a[args_key], match.call.get("arguments")):
+        ctx.drop("tool span arguments unlike the model's call (the call's kept)")  # llama_index via any-agent
+    match.result, match.is_error = result, span.error  # the call it answers (calls with no id: by tool name)
+
+
+def _same_arguments(raw: Any, kept: Any) -> bool:
+    """Whether a tool span's arguments (a JSON string or an object) are the call's."""
+    try:
+        return parse_arguments(raw, "") == kept
+    except RunProblem:
+        return False
 
 
 def _declared_tools(span: Span, t: _Trace) -> None:
