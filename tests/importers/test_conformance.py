@@ -410,6 +410,21 @@ def test_one_atif_result_for_several_calls_is_the_steps_observation(tmp_path):
     assert len(traj.steps[0].action.calls) == 2 and actual(traj) == read_atif(doc)
 
 
+def test_agent_fields_on_a_user_or_system_step_are_counted_and_refused_under_strict(tmp_path):
+    """Only a user or system step's message is kept: a tool result it carries (as OpenAgents' MechaCoder
+    orchestrator writes on system steps) is counted by path, a problem under --strict."""
+    doc = json.loads((REAL / "atif" / "rfc_example" / "agent" / "trajectory.json").read_text("utf-8"))
+    doc["steps"][0]["observation"] = {"results": [{"content": "tests failed"}]}
+    source = tmp_path / "trajectory.json"
+    source.write_text(json.dumps(doc), encoding="utf-8")
+    report = import_runs("atif", source, tmp_path / "t.jsonl")
+    assert report.written and report.dropped["steps[].observation (on a user step)"] == 1
+    strict = import_runs("atif", source, tmp_path / "s.jsonl", strict=True)
+    assert not strict.written and strict.problems == [
+        f"{source}:1: steps[].observation: field holding text, dropped (atif does not map it; 1 such field(s)); "
+        "--strict refuses a text it would lose"]
+
+
 def test_import_help_names_every_format():
     from typer.testing import CliRunner
 

@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from interp.data.importers.common import (
-    PART_JOIN, REASONING_JOIN, ChatSteps, RunContext, RunProblem, expect, field_pattern, metadata_of,
+    PART_JOIN, REASONING_JOIN, ChatSteps, RunContext, RunProblem, expect, field_pattern, holds_text, metadata_of,
     parse_arguments, text_of,
 )
 
@@ -108,11 +108,13 @@ def convert(record: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
         elif source == "user":
             if turns is not None:
                 turns.flush()
+            _agent_fields_on(step, where, ctx)
             chat.user_text(text_of(step.get("message"), f"{where}.message", ctx))
         elif source == "system":
             if chat.steps:
                 ctx.drop("steps[] (source system, after the first agent step)")
             else:
+                _agent_fields_on(step, where, ctx)
                 system.append(text_of(step.get("message"), f"{where}.message", ctx))
         else:
             raise RunProblem(f"{where}.source", f"unknown source {source!r}; expected user, agent or system")
@@ -159,6 +161,18 @@ def _agent(chat: ChatSteps, step: dict[str, Any], where: str, ctx: RunContext) -
             chat.tool_result(result.get("source_call_id"), text, f"{where}.observation.results[{k}]")
     elif texts:  # results of an action that is no tool call: the observation of the text action
         chat.user_text(PART_JOIN.join(texts))
+
+
+def _agent_fields_on(step: dict[str, Any], where: str, ctx: RunContext) -> None:
+    """Count the agent-step fields a user or system step carries (only its message is kept): by path, a problem
+    under ``--strict`` when they hold text."""
+    for key in ("reasoning_content", "tool_calls", "observation"):
+        value = step.get(key)
+        if value is not None and value not in ("", [], {}):
+            path = f"{field_pattern(where)}.{key}"
+            ctx.drop(f"{path} (on a {step.get('source')} step)")
+            if holds_text(value):
+                ctx.dropped_text[path] += 1
 
 
 def _call(call: object, at: str, ctx: RunContext) -> tuple[Any, dict[str, Any]]:
