@@ -34,11 +34,17 @@ EXIT = re.compile(r"\s*Exit(?:ed)? due to\b")  # SWE-agent's thought for a step 
 
 
 def samples(fmt: str) -> list[Path]:
-    """The sample inputs of a format: files, or Harbor trial folders for ATIF."""
+    """The sample inputs of a format: files, or for ATIF one folder per run (a Harbor trial, or tbench's output)."""
     folder = REAL / fmt
     if fmt == "atif":
         return sorted(p for p in folder.iterdir() if p.is_dir())
     return sorted(p for p in folder.iterdir() if p.is_file())
+
+
+def atif_input(folder: Path) -> tuple[Path, Path]:
+    """``(what to import, the trajectory file)``: a Harbor trial folder, or tbench's ``trajectory.json``."""
+    harbor = folder / "agent" / "trajectory.json"
+    return (folder, harbor) if harbor.is_file() else (folder / "trajectory.json", folder / "trajectory.json")
 
 
 # ---- independent readers: raw file -> [(reasoning, action, observation)], action a [(tool, args)] list or a text
@@ -123,6 +129,33 @@ def read_atif(doc: dict[str, Any]) -> list[tuple]:
         else:
             steps.append((reasoning, message, "\n".join(r["content"] for r in results) if results else None))
     return steps
+
+
+RESULT_FOR = re.compile(r"Tool result for (\S+)")  # tbench's tool result steps name their call so
+
+
+def tbench_results(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """tbench's tool result steps, in file order."""
+    return [s for s in doc["steps"] if s["source"] == "system" and RESULT_FOR.fullmatch(s.get("message") or "")]
+
+
+def read_tbench(doc: dict[str, Any]) -> list[tuple]:
+    """OpenAgents tbench's ATIF (its ``crates/harbor/src/bin/tbench.rs``): every text block of the model is an agent
+    step, every tool result a system step written when it came back, and the calls seen so far ride on the next
+    agent step. So a call was made where its result is, after the last text written before that result."""
+    calls = {c["id"]: (c["name"], c["arguments"]) for s in doc["steps"] if s["source"] == "agent"
+             for c in s.get("tool_calls") or []}
+    steps: list[tuple] = []
+    text = None
+    for s in doc["steps"]:
+        if s in tbench_results(doc):
+            steps.append((text or "", [calls[RESULT_FOR.fullmatch(s["message"])[1]]], s["observation"]["content"]))
+            text = None
+        elif s["source"] == "agent":
+            if text is not None:
+                steps.append(("", text, None))
+            text = s["message"]
+    return steps + ([("", text, None)] if text is not None else [])
 
 
 def read_inspect(path: Path) -> list[list[tuple]]:
@@ -214,11 +247,49 @@ def test_tau2_samples_equal_an_independent_reading(source, tmp_path):
 
 @pytest.mark.parametrize("source", samples("atif"), ids=lambda p: p.name)
 def test_atif_samples_equal_an_independent_reading(source, tmp_path):
-    doc = json.loads((source / "agent" / "trajectory.json").read_text(encoding="utf-8"))
-    report, (traj,) = imported(source, tmp_path)
+    given, file = atif_input(source)
+    doc = json.loads(file.read_text(encoding="utf-8"))
+    report, (traj,) = imported(given, tmp_path)
     assert report.formats == {"atif": 1}
-    assert actual(traj) == read_atif(doc)
+    assert actual(traj) == (read_tbench(doc) if tbench_results(doc) else read_atif(doc))
     assert traj.extra["metadata"]["agent"] == doc["agent"]
+
+
+TBENCH = REAL / "atif" / "openagents-tbench_regex-log" / "trajectory.json"
+
+
+def test_tbench_results_before_their_calls_answer_them_as_the_turns_happened(tmp_path):
+    """OpenAgents tbench (claude-code): the results of steps 3-6 come before the agent step 7 that carries their
+    calls, and step 7's text was written after them ("I see there's a permission issue"): each call is a step of
+    its own where its result is, and a failed result is an error."""
+    doc = json.loads(TBENCH.read_text(encoding="utf-8"))
+    report, (traj,) = imported(TBENCH, tmp_path)
+    results = tbench_results(doc)
+    called = [s for s in traj.steps if s.action.calls]
+    assert len(called) == len(results) == sum(len(s.get("tool_calls") or []) for s in doc["steps"])
+    assert [s.extra.get("is_error", False) for s in called] == [not r["observation"]["result"]["success"]
+                                                               for r in results]
+    assert called[-1].reasoning == doc["steps"][6]["message"]  # step 7's text: before the call after it
+    assert called[-1].action.calls[0].arguments["file_path"] == "/tmp/tmp.Gtrekx29jH/regex.txt"
+    assert len(traj.steps) == doc["final_metrics"]["total_steps"]  # claude-code's own count of model turns
+    assert traj.task == doc["steps"][0]["message"] and traj.final_answer == doc["steps"][-1]["message"]
+    assert traj.task_id == doc["session_id"] and traj.outcome == {}  # extra.success: claude-code's exit status
+    assert traj.extra["metadata"]["extra"] == doc["extra"]
+    for key in ("output", "error"):  # the copy of content in result: counted, one per result step holding it
+        n = sum(1 for r in results if r["observation"]["result"].get(key) == r["observation"]["content"])
+        assert report.dropped[f"steps[].observation.result.{key} (the same text as content)"] == n > 0
+
+
+def test_a_tbench_result_for_no_call_is_refused_naming_file_step_and_field(tmp_path):
+    doc = json.loads(TBENCH.read_text(encoding="utf-8"))
+    doc["steps"][2]["message"] = "Tool result for toolu_nowhere"
+    source = tmp_path / "trajectory.json"
+    source.write_text(json.dumps(doc), encoding="utf-8")
+    out = tmp_path / "t.jsonl"
+    report = import_runs("auto", source, out)
+    assert not report.written and not out.exists()
+    assert report.problems == [f"{source}:1: steps[2].message: tool result for call id 'toolu_nowhere' answers no "
+                               "tool call of the run"]
 
 
 @pytest.mark.parametrize("source", samples("inspect"), ids=lambda p: p.name)
@@ -337,6 +408,21 @@ def test_one_atif_result_for_several_calls_is_the_steps_observation(tmp_path):
     report, (traj,) = imported(trial.parent, tmp_path)
     assert traj.steps[0].observation == screen and traj.steps[0].extra["observation_scope"] == "step"
     assert len(traj.steps[0].action.calls) == 2 and actual(traj) == read_atif(doc)
+
+
+def test_agent_fields_on_a_user_or_system_step_are_counted_and_refused_under_strict(tmp_path):
+    """Only a user or system step's message is kept: a tool result it carries (as OpenAgents' MechaCoder
+    orchestrator writes on system steps) is counted by path, a problem under --strict."""
+    doc = json.loads((REAL / "atif" / "rfc_example" / "agent" / "trajectory.json").read_text("utf-8"))
+    doc["steps"][0]["observation"] = {"results": [{"content": "tests failed"}]}
+    source = tmp_path / "trajectory.json"
+    source.write_text(json.dumps(doc), encoding="utf-8")
+    report = import_runs("atif", source, tmp_path / "t.jsonl")
+    assert report.written and report.dropped["steps[].observation (on a user step)"] == 1
+    strict = import_runs("atif", source, tmp_path / "s.jsonl", strict=True)
+    assert not strict.written and strict.problems == [
+        f"{source}:1: steps[].observation: field holding text, dropped (atif does not map it; 1 such field(s)); "
+        "--strict refuses a text it would lose"]
 
 
 def test_import_help_names_every_format():

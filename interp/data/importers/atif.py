@@ -30,16 +30,32 @@ A run is one ATIF object: ``schema_version``, ``session_id``, ``agent``
   or ``TRIAL/result.json`` ``verifier_result.rewards.reward`` when present;
 * ``agent``, ``session_id``, ``schema_version``, ``notes``, ``final_metrics``
   and ``extra`` go to ``metadata``.
+
+OpenAgents' ``tbench`` (a claude-code runner) writes a dialect of v1.4: a bare
+``schema_version`` (``"1.4"``), calls as ``{id, name, arguments}``, and each
+tool result as a ``system`` step of its own (``observation`` ``{type:
+"tool_result", content, result: {success, output|error}}``, ``message``
+``Tool result for <call id>``). It attaches the calls it has seen to the NEXT
+agent text, so an agent step carries calls its model made before writing that
+text (their results come earlier in the file). A run with such result steps
+is read as the turns happened: each call becomes a step where its result
+step is, with the agent text written just before it as the step's reasoning;
+the carrying step's text starts the next turn (a text action when no result
+follows it). ``result.success`` false is ``is_error``; ``result.output`` and
+``.error`` repeat ``content`` (counted). Its ``extra.success`` is claude-code's
+exit status, not the task's verdict, so it stays in ``metadata``, not
+``outcome``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from interp.data.importers.common import (
-    PART_JOIN, REASONING_JOIN, ChatSteps, RunContext, RunProblem, expect, field_pattern, metadata_of,
+    PART_JOIN, REASONING_JOIN, ChatSteps, RunContext, RunProblem, expect, field_pattern, holds_text, metadata_of,
     parse_arguments, text_of,
 )
 
@@ -47,19 +63,26 @@ FORMAT = "atif"
 DEFAULT_DOMAIN = "unknown"
 USED = {"steps", "task_id", "id", "domain", "subagent_trajectories"}
 STEP_USED = frozenset({"source", "message", "reasoning_content", "tool_calls", "observation"})
-CALL_USED = frozenset({"tool_call_id", "function_name", "arguments"})
 CALL_KNOWN = frozenset({"extra"})
 RESULT_USED = frozenset({"source_call_id", "content", "subagent_trajectory_ref"})
 RESULT_KNOWN = frozenset({"extra"})
 # documented as dropped (counted): ids, timing, per-step model settings and token metrics
 STEP_KNOWN = frozenset({"step_id", "timestamp", "model_name", "reasoning_effort", "metrics", "extra",
                         "is_copied_context", "llm_call_count"})
+BARE_VERSION = re.compile(r"\d+\.\d+(?:\.\d+)?")  # tbench's schema_version ("1.4"), without "ATIF-v"
+RESULT_STEP = "tool_result"  # observation.type of tbench's tool result steps
+RESULT_FOR = re.compile(r"Tool result for (\S+)")  # their message, naming the call
+RESULT_STEP_USED = frozenset({"type", "content", "result"})
 
 
 def looks_like(record: object) -> bool:
-    """Sniff (``interp import auto``): an object whose ``schema_version`` starts with ``ATIF``, with ``steps``."""
-    return (isinstance(record, dict) and str(record.get("schema_version", "")).upper().startswith("ATIF")
-            and isinstance(record.get("steps"), list))
+    """Sniff (``interp import auto``): an object with ``steps`` whose ``schema_version`` starts with ``ATIF``, or
+    is a bare version number beside an ``agent`` object and a ``session_id`` (tbench)."""
+    if not isinstance(record, dict) or not isinstance(record.get("steps"), list):
+        return False
+    version = str(record.get("schema_version", ""))
+    return version.upper().startswith("ATIF") or (BARE_VERSION.fullmatch(version) is not None
+                                                  and isinstance(record.get("agent"), dict) and "session_id" in record)
 
 
 def convert(record: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
@@ -69,21 +92,34 @@ def convert(record: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
     system: list[str] = []
     chat = ChatSteps(ctx)
     for i, step in enumerate(steps):
+        expect(step, dict, f"steps[{i}]", "a step object")
+    turns = _ResultSteps(chat, steps, ctx) if any(_is_result_step(s) for s in steps) else None
+    for i, step in enumerate(steps):
         where = f"steps[{i}]"
-        expect(step, dict, where, "a step object")
         ctx.unmapped(step, where, STEP_USED, STEP_KNOWN)
         source = step.get("source")
-        if source == "agent":
-            _agent(chat, step, where, ctx)
+        if turns is not None and _is_result_step(step):
+            turns.result(step, where)
+        elif source == "agent":
+            if turns is not None:
+                turns.agent(step, where)
+            else:
+                _agent(chat, step, where, ctx)
         elif source == "user":
+            if turns is not None:
+                turns.flush()
+            _agent_fields_on(step, where, ctx)
             chat.user_text(text_of(step.get("message"), f"{where}.message", ctx))
         elif source == "system":
             if chat.steps:
                 ctx.drop("steps[] (source system, after the first agent step)")
             else:
+                _agent_fields_on(step, where, ctx)
                 system.append(text_of(step.get("message"), f"{where}.message", ctx))
         else:
             raise RunProblem(f"{where}.source", f"unknown source {source!r}; expected user, agent or system")
+    if turns is not None:
+        turns.finish()
     subagents = record.get("subagent_trajectories")
     if isinstance(subagents, list) and subagents:
         ctx.drop("subagent_trajectories[] (runs of their own, not imported)", len(subagents))
@@ -98,14 +134,7 @@ def convert(record: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
 def _agent(chat: ChatSteps, step: dict[str, Any], where: str, ctx: RunContext) -> None:
     text = text_of(step.get("message"), f"{where}.message", ctx)
     reasoning = text_of(step.get("reasoning_content"), f"{where}.reasoning_content", ctx)
-    calls = []
-    for j, call in enumerate(step.get("tool_calls") or []):
-        at = f"{where}.tool_calls[{j}]"
-        expect(call, dict, at, "a tool call object")
-        ctx.unmapped(call, at, CALL_USED, CALL_KNOWN)
-        name = expect(call.get("function_name"), str, f"{at}.function_name", "the tool name as a string")
-        calls.append((call.get("tool_call_id"), {"tool": name, "arguments": parse_arguments(call.get("arguments"),
-                                                                                             f"{at}.arguments")}))
+    calls = [_call(call, f"{where}.tool_calls[{j}]", ctx) for j, call in enumerate(step.get("tool_calls") or [])]
     chat.assistant(reasoning, text, calls, where)
     observation = step.get("observation")
     if observation is None:
@@ -120,11 +149,7 @@ def _agent(chat: ChatSteps, step: dict[str, Any], where: str, ctx: RunContext) -
         ctx.unmapped(result, at, RESULT_USED, RESULT_KNOWN)
         if result.get("subagent_trajectory_ref"):
             ctx.drop(f"{field_pattern(at)}.subagent_trajectory_ref (a reference to another run)")
-        content = result.get("content")
-        if content is None:
-            ctx.null(f"{at}.content")
-        texts.append("" if content is None else content if isinstance(content, str) else (
-            text_of(content, f"{at}.content", ctx) if isinstance(content, list) else json.dumps(content)))
+        texts.append(_content(result.get("content"), f"{at}.content", ctx))
     ids = {c[0] for c in calls if c[0] is not None}
     if calls and len(results) != len(calls) and not all(r.get("source_call_id") in ids for r in results):
         # one result for the step's N calls (Terminus-2: the terminal screen after a batch of keystrokes)
@@ -136,6 +161,121 @@ def _agent(chat: ChatSteps, step: dict[str, Any], where: str, ctx: RunContext) -
             chat.tool_result(result.get("source_call_id"), text, f"{where}.observation.results[{k}]")
     elif texts:  # results of an action that is no tool call: the observation of the text action
         chat.user_text(PART_JOIN.join(texts))
+
+
+def _agent_fields_on(step: dict[str, Any], where: str, ctx: RunContext) -> None:
+    """Count the agent-step fields a user or system step carries (only its message is kept): by path, a problem
+    under ``--strict`` when they hold text."""
+    for key in ("reasoning_content", "tool_calls", "observation"):
+        value = step.get(key)
+        if value is not None and value not in ("", [], {}):
+            path = f"{field_pattern(where)}.{key}"
+            ctx.drop(f"{path} (on a {step.get('source')} step)")
+            if holds_text(value):
+                ctx.dropped_text[path] += 1
+
+
+def _call(call: object, at: str, ctx: RunContext) -> tuple[Any, dict[str, Any]]:
+    """``(id, {"tool", "arguments"})`` of one call: ATIF's ``tool_call_id``/``function_name``, else tbench's
+    ``id``/``name``."""
+    obj: dict[str, Any] = expect(call, dict, at, "a tool call object")
+    name_key = "name" if "function_name" not in obj and "name" in obj else "function_name"
+    id_key = "id" if "tool_call_id" not in obj and "id" in obj else "tool_call_id"
+    ctx.unmapped(obj, at, {id_key, name_key, "arguments"}, CALL_KNOWN)
+    name = expect(obj.get(name_key), str, f"{at}.{name_key}", "the tool name as a string")
+    return obj.get(id_key), {"tool": name, "arguments": parse_arguments(obj.get("arguments"), f"{at}.arguments")}
+
+
+def _content(content: Any, at: str, ctx: RunContext) -> str:  # Any: a result's JSON content
+    """A result's content as text: a string as is, a list of parts as text, another value as JSON; null is
+    counted."""
+    if content is None:
+        ctx.null(at)
+        return ""
+    if isinstance(content, str):
+        return content
+    return text_of(content, at, ctx) if isinstance(content, list) else json.dumps(content)
+
+
+def _is_result_step(step: object) -> bool:
+    """Whether a step is one of tbench's tool result steps (``source: system``, observation type ``tool_result``)."""
+    observation = step.get("observation") if isinstance(step, dict) else None
+    return (isinstance(step, dict) and step.get("source") == "system" and isinstance(observation, dict)
+            and observation.get("type") == RESULT_STEP)
+
+
+class _ResultSteps:
+    """tbench's dialect: each call becomes a step where its result step is, with the agent text before it."""
+
+    def __init__(self, chat: ChatSteps, steps: list[Any], ctx: RunContext):
+        self.chat, self.ctx = chat, ctx
+        self.calls: dict[str, tuple[dict[str, Any], str]] = {}  # call id: (call, where it is carried)
+        for i, step in enumerate(steps):
+            for j, raw in enumerate((step.get("tool_calls") or []) if step.get("source") == "agent" else []):
+                at = f"steps[{i}].tool_calls[{j}]"
+                call_id, call = _call(raw, at, ctx)
+                if not isinstance(call_id, str) or not call_id:
+                    raise RunProblem(f"{at}.id", "expected the call id as a string (its result step names it)")
+                if call_id in self.calls:
+                    raise RunProblem(f"{at}.id", f"a second call with id {call_id!r} (first at "
+                                                 f"{self.calls[call_id][1]})")
+                self.calls[call_id] = (call, at)
+        self.answered: set[str] = set()
+        self.turn: tuple[str, str, str] | None = None  # (reasoning, text, where) of agent text not yet a step
+
+    def agent(self, step: dict[str, Any], where: str) -> None:
+        """An agent step: its text opens the next turn (its calls were read up front)."""
+        if step.get("observation") is not None:
+            raise RunProblem(f"{where}.observation", "an agent step's observation in a run whose tool results are "
+                                                     "steps of their own (source system, type tool_result)")
+        self.flush()
+        self.turn = (text_of(step.get("reasoning_content"), f"{where}.reasoning_content", self.ctx),
+                     text_of(step.get("message"), f"{where}.message", self.ctx), where)
+
+    def result(self, step: dict[str, Any], where: str) -> None:
+        """A tool result step: its call, with the open turn's text, as one step answered by this result."""
+        message = step.get("message")
+        found = RESULT_FOR.fullmatch(message) if isinstance(message, str) else None
+        if found is None:
+            raise RunProblem(f"{where}.message", f"expected 'Tool result for <call id>', got {message!r}")
+        call_id = found.group(1)
+        if call_id not in self.calls:
+            raise RunProblem(f"{where}.message", f"tool result for call id {call_id!r} answers no tool call of "
+                                                 "the run")
+        if call_id in self.answered:
+            raise RunProblem(f"{where}.message", f"a second tool result for call id {call_id!r}")
+        self.answered.add(call_id)
+        at = f"{where}.observation"
+        observation = step["observation"]
+        self.ctx.unmapped(observation, at, RESULT_STEP_USED, set())
+        content = observation.get("content")
+        status = observation.get("result") or {}
+        expect(status, dict, f"{at}.result", "an object with 'success'")
+        success = status.get("success")
+        if success is not None:
+            expect(success, bool, f"{at}.result.success", "a boolean")
+        same = {k for k in ("output", "error") if content and status.get(k) == content}
+        self.ctx.unmapped(status, f"{at}.result", {"success", *same}, set())
+        for key in sorted(same):
+            self.ctx.drop(f"{field_pattern(at)}.result.{key} (the same text as content)")
+        reasoning, text, _ = self.turn or ("", "", where)
+        self.turn = None
+        self.chat.assistant(reasoning, text, [(call_id, self.calls[call_id][0])], where)
+        self.chat.tool_result(call_id, _content(content, f"{at}.content", self.ctx), where, is_error=success is False)
+
+    def flush(self) -> None:
+        """The open turn's text, when no result followed it, as a text action."""
+        if self.turn is not None:
+            reasoning, text, where = self.turn
+            self.turn = None
+            self.chat.assistant(reasoning, text, [], where)
+
+    def finish(self) -> None:
+        """End of the run: the open text is the last step; a call no result step answers is refused."""
+        self.flush()
+        missing = [at for call_id, (_, at) in self.calls.items() if call_id not in self.answered]
+        if missing:
+            raise RunProblem(missing[0], "no tool result step ('Tool result for <call id>') answers this call")
 
 
 def _trial(file: Path) -> Path | None:
