@@ -17,6 +17,16 @@ DEMO = ROOT / "data" / "demo" / "trajectories.jsonl"
 MINI = ROOT / "tests" / "data" / "mini.jsonl"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Children the tests interrupt must see SIGINT as a terminal sends it: a suite started in the background
+    (``make test &``, nohup, a CI runner's non-interactive shell) inherits SIGINT *ignored*, every child started
+    from it would too, and the interrupt tests' ``interp patch``/``extract`` would never stop (they hung here)."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # children exec with SIGINT default again
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _threads():
     torch.set_num_threads(1)  # xdist runs two workers on two cores
