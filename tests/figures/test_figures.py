@@ -319,14 +319,30 @@ def test_png_export_survives_the_start_up_error(tmp_path, monkeypatch):
 
     failures: list[int] = []
 
-    def write_images(figs, paths, **kwargs):
+    def write_fig_from_object_sync(specs, kopts=None, cancel_on_error=False):
+        assert cancel_on_error  # a figure's error must raise, not come back in a tuple plotly would drop
         if not failures:
             failures.append(1)
             raise RuntimeError(f"ReferenceError: {export.KALEIDO_NOT_LOADED}")
-        for path in paths:
-            Path(path).write_bytes(b"png")
+        for spec in specs:
+            Path(spec["path"]).write_bytes(b"png")
 
-    monkeypatch.setattr(export.pio, "write_images", write_images)
+    monkeypatch.setattr("kaleido.write_fig_from_object_sync", write_fig_from_object_sync)
     monkeypatch.setattr(export, "find_chromium", lambda: "/usr/bin/chromium")
     paths, why_not = export.write_pngs({"a": go.Figure(), "b": go.Figure()}, tmp_path)
     assert why_not is None and failures == [1] and [p.read_bytes() for p in paths] == [b"png", b"png"]
+
+
+def test_a_figure_that_fails_to_render_is_named_and_leaves_no_png(tmp_path, monkeypatch):
+    """One figure's render error (a timeout under load) is the export's error: no half set of PNGs, the HTML kept."""
+    import plotly.graph_objects as go
+
+    def write_fig_from_object_sync(specs, kopts=None, cancel_on_error=False):
+        Path(specs[0]["path"]).write_bytes(b"png")
+        raise TimeoutError(f"rendering {Path(specs[1]['path']).name} timed out")
+
+    monkeypatch.setattr("kaleido.write_fig_from_object_sync", write_fig_from_object_sync)
+    monkeypatch.setattr(export, "find_chromium", lambda: "/usr/bin/chromium")
+    paths, why_not = export.write_pngs({"a": go.Figure(), "b": go.Figure()}, tmp_path)
+    assert paths == [] and "TimeoutError" in why_not and ".b.png." in why_not
+    assert not list(tmp_path.iterdir())  # neither PNG nor a temporary file

@@ -113,9 +113,14 @@ def full_layout(fig: go.Figure) -> go.Figure:
 
 def _render_pngs(figures: dict[str, go.Figure], final: list[Path]) -> None:
     """One kaleido call for every figure; each PNG renamed into place only when all were rendered."""
+    import kaleido
+
     with ExitStack() as stack:
         temporary = [stack.enter_context(atomic_path(path)) for path in final]
-        pio.write_images(
-            list(figures.values()), temporary, format="png", scale=PNG_SCALE, width=PNG_WIDTH,
-            height=[fig.layout.height or DEFAULT_HEIGHT for fig in figures.values()],
-        )
+        specs = [{"fig": fig, "path": tmp, "topojson": pio.defaults.topojson,
+                  "opts": {"format": "png", "width": PNG_WIDTH, "height": fig.layout.height or DEFAULT_HEIGHT,
+                           "scale": PNG_SCALE}} for fig, tmp in zip(figures.values(), temporary)]
+        kopts = {k: getattr(pio.defaults, k) for k in ("plotlyjs", "mathjax", "headers") if getattr(pio.defaults, k)}
+        # kaleido directly, not pio.write_images: plotly drops the per-figure errors kaleido returns (it deletes a
+        # failed figure's file and goes on), so a render that failed under load surfaced as a missing file
+        kaleido.write_fig_from_object_sync(specs, kopts=kopts, cancel_on_error=True)
