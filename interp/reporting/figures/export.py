@@ -37,6 +37,7 @@ PNG_SCALE = 2
 DEFAULT_HEIGHT = 550
 KALEIDO_NOT_LOADED = "kaleido_scopes is not defined"  # the export page evaluated before its script loaded
 KALEIDO_START_RETRIES = 2
+KALEIDO_TIMEOUT_S = 600  # per figure (kaleido: 90 s); a loaded 2-core machine can take minutes to render one
 T = TypeVar("T")
 
 NO_CHROMIUM = (
@@ -121,6 +122,7 @@ def _render_pngs(figures: dict[str, go.Figure], final: list[Path]) -> None:
                   "opts": {"format": "png", "width": PNG_WIDTH, "height": fig.layout.height or DEFAULT_HEIGHT,
                            "scale": PNG_SCALE}} for fig, tmp in zip(figures.values(), temporary)]
         kopts = {k: getattr(pio.defaults, k) for k in ("plotlyjs", "mathjax", "headers") if getattr(pio.defaults, k)}
+        kopts["timeout"] = KALEIDO_TIMEOUT_S
         # kaleido directly, not pio.write_images: plotly drops the per-figure errors kaleido returns (it deletes a
         # failed figure's file and goes on), so a render that failed under load surfaced as a missing file
         kaleido.write_fig_from_object_sync(specs, kopts=kopts, cancel_on_error=True)
