@@ -374,14 +374,20 @@ def test_a_planted_field_holding_text_inside_a_tool_call_is_reported_and_refused
     doc = json.loads((REAL / "mini-swe-agent" / "deepseek_2.3_astropy__astropy-12907.traj.json").read_text("utf-8"))
     call = doc["messages"][2]["tool_calls"][0]
     call["thought"] = "the model's own note on this call"
-    source = tmp_path / "run.traj.json"
+    _counted_then_refused_under_strict(doc, tmp_path / "run.traj.json", "auto", "openai",
+                                       "messages[].tool_calls[].thought", "unknown")
+
+
+def _counted_then_refused_under_strict(doc: dict, source: Path, fmt: str, mapper: str, field: str, why: str) -> None:
+    """``doc`` written to ``source`` imports with ``field`` counted once (``field (why)``), and ``--strict`` refuses
+    it with the one-line message naming file, line and field."""
     source.write_text(json.dumps(doc), encoding="utf-8")
-    report = import_runs("auto", source, tmp_path / "t.jsonl")
-    assert report.written and report.dropped["messages[].tool_calls[].thought (unknown)"] == 1
-    strict = import_runs("auto", source, tmp_path / "s.jsonl", strict=True)
+    report = import_runs(fmt, source, source.with_name("t.jsonl"))
+    assert report.written and report.dropped[f"{field} ({why})"] == 1
+    strict = import_runs(fmt, source, source.with_name("s.jsonl"), strict=True)
     assert not strict.written and strict.problems == [
-        f"{source}:1: messages[].tool_calls[].thought: field holding text, dropped (openai does not map it; 1 such "
-        "field(s)); --strict refuses a text it would lose"]
+        f"{source}:1: {field}: field holding text, dropped ({mapper} does not map it; 1 such field(s)); "
+        "--strict refuses a text it would lose"]
 
 
 def test_openai_on_an_anthropic_file_refuses_every_run(tmp_path):
@@ -415,14 +421,8 @@ def test_agent_fields_on_a_user_or_system_step_are_counted_and_refused_under_str
     orchestrator writes on system steps) is counted by path, a problem under --strict."""
     doc = json.loads((REAL / "atif" / "rfc_example" / "agent" / "trajectory.json").read_text("utf-8"))
     doc["steps"][0]["observation"] = {"results": [{"content": "tests failed"}]}
-    source = tmp_path / "trajectory.json"
-    source.write_text(json.dumps(doc), encoding="utf-8")
-    report = import_runs("atif", source, tmp_path / "t.jsonl")
-    assert report.written and report.dropped["steps[].observation (on a user step)"] == 1
-    strict = import_runs("atif", source, tmp_path / "s.jsonl", strict=True)
-    assert not strict.written and strict.problems == [
-        f"{source}:1: steps[].observation: field holding text, dropped (atif does not map it; 1 such field(s)); "
-        "--strict refuses a text it would lose"]
+    _counted_then_refused_under_strict(doc, tmp_path / "trajectory.json", "atif", "atif", "steps[].observation",
+                                       "on a user step")
 
 
 def test_import_help_names_every_format():
