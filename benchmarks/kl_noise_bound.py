@@ -17,6 +17,9 @@ Usage (the demo's KL subset, the 4 shortest demo trajectories)::
         --dtype fp32 --out runs/fp32
     OMP_NUM_THREADS=1 python -m interp patch ... --dtype bf16 --out runs/bf16
     python benchmarks/kl_noise_bound.py runs/fp32 runs/bf16
+
+The reduced-precision run may be split over several processes by ``--task-ids``
+(one folder each): pass every folder after the float32 one.
 """
 
 from __future__ import annotations
@@ -69,9 +72,11 @@ def main() -> None:
     """Print the table and its summary line."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("fp32", type=Path, help="interp patch output folder, float32 (the reference)")
-    ap.add_argument("other", type=Path, help="interp patch output folder, the reduced precision")
+    ap.add_argument("other", type=Path, nargs="+",
+                    help="interp patch output folder(s) of the reduced precision (runs split by --task-ids)")
     args = ap.parse_args()
-    rows, kept, unbounded = table(rows_of(args.fp32), rows_of(args.other))
+    other = {key: row for folder in args.other for key, row in rows_of(folder).items()}
+    rows, kept, unbounded = table(rows_of(args.fp32), other)
     print(markdown_table(HEADER, rows))
     print(f"\n{len(rows)} boundaries in both runs; kept in the dtype: {kept}; kept with |err| > "
           f"{NOISE_FACTOR:g} x noise: {unbounded}")

@@ -41,10 +41,10 @@ def samples(fmt: str) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file())
 
 
-def atif_input(folder: Path) -> tuple[Path, Path]:
-    """``(what to import, the trajectory file)``: a Harbor trial folder, or tbench's ``trajectory.json``."""
+def atif_file(folder: Path) -> Path:
+    """The trajectory file of an ATIF run folder: a Harbor trial's ``agent/trajectory.json``, or tbench's own."""
     harbor = folder / "agent" / "trajectory.json"
-    return (folder, harbor) if harbor.is_file() else (folder / "trajectory.json", folder / "trajectory.json")
+    return harbor if harbor.is_file() else folder / "trajectory.json"
 
 
 # ---- independent readers: raw file -> [(reasoning, action, observation)], action a [(tool, args)] list or a text
@@ -247,12 +247,25 @@ def test_tau2_samples_equal_an_independent_reading(source, tmp_path):
 
 @pytest.mark.parametrize("source", samples("atif"), ids=lambda p: p.name)
 def test_atif_samples_equal_an_independent_reading(source, tmp_path):
-    given, file = atif_input(source)
-    doc = json.loads(file.read_text(encoding="utf-8"))
-    report, (traj,) = imported(given, tmp_path)
+    doc = json.loads(atif_file(source).read_text(encoding="utf-8"))
+    report, (traj,) = imported(source, tmp_path)  # the run's folder, as a user names it
     assert report.formats == {"atif": 1}
     assert actual(traj) == (read_tbench(doc) if tbench_results(doc) else read_atif(doc))
     assert traj.extra["metadata"]["agent"] == doc["agent"]
+
+
+def test_a_folder_of_atif_runs_imports_each_producers_layout_and_leaves_nothing_unread(tmp_path):
+    """Harbor trials (``TRIAL/agent/trajectory.json``) and tbench's output folder (``trajectory.json`` at its
+    top) side by side: the folder imports one run per trajectory file, none listed as not read."""
+    runs = samples("atif")
+    report = import_runs("atif", REAL / "atif", tmp_path / "t.jsonl", strict=True)
+    assert report.converted == len(runs) == 4 and report.not_read == []
+    by_id = {t.task_id: t for t in load_trajectories(tmp_path / "t.jsonl")}
+    assert len(by_id) == len(runs)
+    for run in runs:
+        (tmp_path / run.name).mkdir()
+        _, (alone,) = imported(run, tmp_path / run.name)
+        assert by_id[alone.task_id] == alone
 
 
 TBENCH = REAL / "atif" / "openagents-tbench_regex-log" / "trajectory.json"

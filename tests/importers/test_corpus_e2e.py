@@ -28,12 +28,11 @@ OTEL_TRACES = ("any-agent", "veadk")
 
 
 def corpus() -> list[Path]:
-    """Every real sample that holds runs: files, ATIF trial folders (or tbench's file), exported OTel traces."""
+    """Every real sample that holds runs: files, ATIF run folders, exported OTel traces."""
     found: list[Path] = []
     for folder in sorted(p for p in REAL.iterdir() if p.is_dir()):
         if folder.name == "atif":
-            for trial in sorted(p for p in folder.iterdir() if p.is_dir()):
-                found.append(trial if (trial / "agent" / "trajectory.json").is_file() else trial / "trajectory.json")
+            found += sorted(p for p in folder.iterdir() if p.is_dir())  # Harbor trials and tbench's folder
         elif folder.name == "otel":
             found += sorted(f for name in OTEL_TRACES for f in (folder / name).iterdir() if f.suffix == ".json")
         else:

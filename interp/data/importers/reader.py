@@ -1,8 +1,9 @@
 """Reading runs from an input path, each with the file and line it starts on (for ``FILE:LINE`` errors).
 
 * a directory: every run file under it (recursively, sorted): ``*.traj`` and
-  ``*.traj.json`` (SWE-agent, mini-swe-agent) and Harbor's
-  ``agent/trajectory.json`` (ATIF), one run each, and Inspect AI ``*.eval`` logs;
+  ``*.traj.json`` (SWE-agent, mini-swe-agent) and ATIF's ``trajectory.json``
+  (Harbor's ``TRIAL/agent/trajectory.json``, or a producer's output folder
+  such as OpenAgents' tbench), one run each, and Inspect AI ``*.eval`` logs;
   its other data files are not read and are listed (:func:`unread_files`);
 * ``.eval`` (Inspect AI's binary log): one record naming the file, which the
   ``inspect`` importer reads with ``inspect_ai``'s own reader;
@@ -29,8 +30,8 @@ EVAL_FILE = "$inspect_eval_file"  # the record of a .eval file (the inspect impo
 
 LINE_SUFFIXES = (".jsonl", ".ndjson")
 WHOLE_SUFFIXES = (".json", ".traj")
-DIR_PATTERNS = ("*.traj", "*.traj.json", "agent/trajectory.json", "*.eval")
-EVAL_SUFFIX = ".eval"  # Inspect AI's binary log: read by its own reader (interp.data.importers.inspect_log)  # the run files read from a directory
+DIR_PATTERNS = ("*.traj", "*.traj.json", "trajectory.json", "*.eval")  # the run files read from a directory
+EVAL_SUFFIX = ".eval"  # Inspect AI's binary log: read by its own reader (interp.data.importers.inspect_log)
 
 
 @dataclass(frozen=True)

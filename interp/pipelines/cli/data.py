@@ -63,7 +63,7 @@ def import_(
                                                                  "one run), a JSON file (one run, an array of runs, "
                                                                  "a tau2-bench result file, an Inspect log), an "
                                                                  "Inspect .eval log, or a directory of .traj, "
-                                                                 ".traj.json, agent/trajectory.json and .eval files "
+                                                                 ".traj.json, (ATIF) trajectory.json and .eval files "
                                                                  "(its other data files are listed, not read).")],
     out: Annotated[Path, typer.Option("--out", help="Trajectory file to write (JSON Lines, atomically).")],
     field_map: Annotated[Optional[Path], typer.Option("--map", help="JSON field map (dotted paths; format in "
