@@ -90,13 +90,13 @@ def slice_seconds(lengths: list[int], n_new: int, uncached_max: int = 0, repeats
     with torch.inference_mode(), attention_implementation(model, IMPLEMENTATION, chunk_attention):
         for _ in range(repeats):  # round-robin over the lengths: drifting load touches each alike
             for length in lengths:
-                cache = model(torch.randint(0, 1024, (1, 16)), use_cache=True).past_key_values  # a fresh cache:
+                cache = model(torch.randint(0, 1024, (1, 16)), use_cache=True).cache  # a fresh cache:
                 layer = cache.layers[full]  # the forward below mutates it in place
                 layer.keys, layer.values = (torch.randn(1, config.num_key_value_heads, length, config.head_dim)
                                             for _ in range(2))
                 ids = torch.randint(0, 1024, (1, n_new))
                 start, cpu = time.perf_counter(), time.process_time()
-                model(ids, past_key_values=cache, use_cache=True)
+                model(ids, cache=cache, use_cache=True)
                 cached[length].append((time.perf_counter() - start, time.process_time() - cpu))
                 print(f"9B-shaped slice, cache: {n_new} new tokens after {length}: {cached[length][-1][0]:.2f} s wall, "
                       f"{cached[length][-1][1]:.2f} s CPU (load {load_average():.2f})", flush=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -224,8 +225,27 @@ def _load_hf(source: Path | str, dtype: torch.dtype, trust_remote_code: bool, al
         local_files_only=local_only, attn_implementation="sdpa", device_map=torch.device(device),
         use_kernels=False,  # transformers >= 5.25 kernelizes from the hub by default: offline here, unreported numerics
     )
+    require_cache_argument(model, source)
     tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, local_files_only=local_only)
     return model.eval(), tokenizer
+
+
+def require_cache_argument(model: Any, source: Path | str) -> None:
+    """Refuse a model whose forward takes no ``cache`` argument, before any analysis runs.
+
+    Every cached forward here (prefix snapshots, chunked prefill, the online
+    sensor) passes ``cache=``: transformers' name since 5.24. Older versions
+    (``past_key_values``) and remote code written for them take an unknown
+    ``cache`` into ``**kwargs`` and drop it, so a continuation would run
+    without its prefix and every number after it would be silently wrong
+    (measured on transformers 5.23: the cache stays empty)."""
+    import transformers
+
+    if "cache" not in inspect.signature(model.base_model.forward).parameters:
+        raise RuntimeError(
+            f"{source}: {type(model.base_model).__name__}.forward takes no 'cache' argument (transformers "
+            f"{transformers.__version__}); this toolkit passes the KV/recurrent cache as 'cache', which "
+            "transformers >= 5.24 names so: upgrade transformers (pip install 'transformers>=5.24,<6')")
 
 
 def _weight_sharing_twin(model: Any) -> Any:

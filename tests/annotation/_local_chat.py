@@ -72,7 +72,7 @@ class LocalChat:
         if self.prefix is None or self.prefix[0] != system:
             with torch.no_grad():
                 out = self.model(torch.tensor([system]), use_cache=True)
-            self.prefix = (system, out.past_key_values)
+            self.prefix = (system, out.cache)
         return copy.deepcopy(self.prefix[1])
 
     def complete(self, messages: list[dict[str, str]], max_tokens: int) -> str:
@@ -85,7 +85,7 @@ class LocalChat:
         cache = self._prefix_cache(ids, head)
         with torch.no_grad():
             out = self.model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                                      past_key_values=cache, max_new_tokens=max_tokens, do_sample=False,
+                                      cache=cache, max_new_tokens=max_tokens, do_sample=False,
                                       pad_token_id=self.tokenizer.eos_token_id)
         self.served += 1
         return str(self.tokenizer.decode(out[0, len(ids):], skip_special_tokens=True))

@@ -70,7 +70,7 @@ def test_float64_hybrid_cache_continuation_equals_whole_forward(tiny_sensor_fp64
         whole = model(input_ids=ids).logits[0]
         out = model(input_ids=ids[:, :27], use_cache=True)
         steps = [out.logits[0]]
-        cache = out.past_key_values
+        cache = out.cache
         for t in range(27, 30):
             out = model(input_ids=ids[:, t:t + 1], cache=cache, use_cache=True)
             steps.append(out.logits[0])

@@ -41,6 +41,26 @@ def test_load_model_reads_weights_onto_the_device(monkeypatch):
     assert sensor.device == META and sensor.dtype == torch.float32
 
 
+def test_a_model_whose_forward_drops_the_cache_argument_is_refused_at_load(monkeypatch):
+    """transformers < 5.24 names the cache ``past_key_values`` and drops an unknown ``cache`` into ``**kwargs``;
+    a model like that (here: the tiny model's forward behind such a signature) is refused when loaded."""
+    real = transformers.AutoModelForCausalLM.from_pretrained.__func__
+
+    def old_signature(cls, *args, **kwargs):
+        model = real(cls, *args, **kwargs)
+        forward = model.base_model.forward
+
+        def legacy(input_ids=None, past_key_values=None, use_cache=None, **kwargs):
+            return forward(input_ids=input_ids, cache=past_key_values, use_cache=use_cache, **kwargs)
+
+        model.base_model.forward = legacy
+        return model
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", classmethod(old_signature))
+    with pytest.raises(RuntimeError, match=r"takes no 'cache' argument .*transformers >= 5\.24"):
+        load_model("tiny-qwen3.5", device="meta")
+
+
 @pytest.mark.parametrize("device", ["cuda", "cuda:1", "cpu", "meta"])
 def test_auto_dtype_without_an_analysis_is_float32(device):
     """The sensor layer knows no analysis: ``auto`` with no precision given is float32 on every device (correct for
