@@ -76,10 +76,13 @@ def main() -> None:
                     help="interp patch output folder(s) of the reduced precision (runs split by --task-ids)")
     args = ap.parse_args()
     other = {key: row for folder in args.other for key, row in rows_of(folder).items()}
-    rows, kept, unbounded = table(rows_of(args.fp32), other)
+    ref = rows_of(args.fp32)
+    rows, kept, unbounded = table(ref, other)
     print(markdown_table(HEADER, rows))
+    ratios = [abs(r["d"] - ref[k]["d"]) / r["noise"] for k, r in other.items() if k in ref and r["noise"] > 0]
     print(f"\n{len(rows)} boundaries in both runs; kept in the dtype: {kept}; kept with |err| > "
-          f"{NOISE_FACTOR:g} x noise: {unbounded}")
+          f"{NOISE_FACTOR:g} x noise: {unbounded}; largest |err| / noise over every boundary: "
+          f"{max(ratios, default=float('nan')):.3g} (the smallest factor that would bound them all)")
 
 
 if __name__ == "__main__":
