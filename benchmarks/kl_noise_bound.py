@@ -52,9 +52,11 @@ def _g(x: Any) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3g}"
 
 
-def table(ref: dict[str, dict[str, Any]], other: dict[str, dict[str, Any]]) -> tuple[list[list[str]], int, int]:
-    """The per-boundary rows (boundaries in both runs), the count of kept boundaries and of kept ones unbounded."""
-    out, kept, unbounded = [], 0, 0
+def table(ref: dict[str, dict[str, Any]],
+          other: dict[str, dict[str, Any]]) -> tuple[list[list[str]], int, int, float]:
+    """The per-boundary rows (boundaries in both runs), the count of kept boundaries and of kept ones unbounded,
+    and the largest |err| / noise over every boundary (the smallest factor that would bound them all)."""
+    out, kept, unbounded, ratios = [], 0, 0, []
     for key, r in other.items():
         if key not in ref:
             continue
@@ -62,10 +64,12 @@ def table(ref: dict[str, dict[str, Any]], other: dict[str, dict[str, Any]]) -> t
         is_kept = r["d"] > max(MIN_KL, limit)  # the rule, applied again as summarize does
         kept += is_kept
         unbounded += is_kept and err > limit
+        if r["noise"] > 0:
+            ratios.append(err / r["noise"])
         out.append([key, f"{ref[key]['d']:.4g}", f"{r['d']:.4g}", _g(err), _g(r["noise"]), _g(limit),
                     "kept" if is_kept else "excluded", "yes" if err <= limit else "NO",
                     " / ".join(_g(r.get(k)) for k in ("noise_null", "noise_schedule", "noise_d", "noise_weights"))])
-    return out, kept, unbounded
+    return out, kept, unbounded, max(ratios, default=math.nan)
 
 
 def main() -> None:
@@ -76,13 +80,11 @@ def main() -> None:
                     help="interp patch output folder(s) of the reduced precision (runs split by --task-ids)")
     args = ap.parse_args()
     other = {key: row for folder in args.other for key, row in rows_of(folder).items()}
-    ref = rows_of(args.fp32)
-    rows, kept, unbounded = table(ref, other)
+    rows, kept, unbounded, worst = table(rows_of(args.fp32), other)
     print(markdown_table(HEADER, rows))
-    ratios = [abs(r["d"] - ref[k]["d"]) / r["noise"] for k, r in other.items() if k in ref and r["noise"] > 0]
     print(f"\n{len(rows)} boundaries in both runs; kept in the dtype: {kept}; kept with |err| > "
           f"{NOISE_FACTOR:g} x noise: {unbounded}; largest |err| / noise over every boundary: "
-          f"{max(ratios, default=float('nan')):.3g} (the smallest factor that would bound them all)")
+          f"{worst:.3g} (the smallest factor that would bound them all)")
 
 
 if __name__ == "__main__":
