@@ -41,7 +41,7 @@ from interp.sensor.specs import SPECS, ModelSpec, ModelUnavailable, cache_dir
 
 if TYPE_CHECKING:
     from transformer_lens.ActivationCache import ActivationCache
-    from transformers import PreTrainedTokenizerBase
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["DTYPES", "SPECS", "LoadedSensor", "ModelSpec", "ModelUnavailable", "Sensor", "cache_dir",
            "check_device", "load_model", "load_tokenizer", "resolve_dtype", "resolve_spec", "weights_checksum"]
@@ -230,7 +230,7 @@ def _load_hf(source: Path | str, dtype: torch.dtype, trust_remote_code: bool, al
     return model.eval(), tokenizer
 
 
-def require_cache_argument(model: Any, source: Path | str) -> None:
+def require_cache_argument(model: PreTrainedModel, source: Path | str) -> None:
     """Refuse a model whose forward takes no ``cache`` argument, before any analysis runs.
 
     Every cached forward here (prefix snapshots, chunked prefill, the online
