@@ -4,6 +4,13 @@
 synthetic features with a weak signal planted around layer 20 of the "last"
 pooling, labels clustered within tasks. Run: python benchmarks/bench_probes.py
 
+``--solver`` instead times one nested CV at the demo's scale (25 tasks x 8
+boundaries, 30 layers x 4 poolings, d = 576) with the span path's Newton solver
+and with the L-BFGS solver it replaced (kept here as the reference), in one
+process on one thread, and says how far the inner selection's AUROCs differ
+(``--store results/demo/store``: on the demo's real SmolLM2 features instead,
+whose few large residual dimensions make the problem ill-conditioned).
+
 ``--permutation-cost K`` instead measures the cost per permutation of the two
 permutation statistics on the same data (`probes.stats.permutation_tests`):
 the exact one (``permutation="nested"``: the whole nested CV rerun on each of
@@ -61,7 +68,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--permutation-cost", type=int, default=0, metavar="K",
                         help="measure the cost per permutation of the nested vs fixed statistic with K permutations")
+    parser.add_argument("--solver", action="store_true", help="Newton vs L-BFGS in the span path, demo scale")
+    parser.add_argument("--store", type=Path, help="--solver on a store's features (e.g. results/demo/store)")
     args = parser.parse_args()
+    if args.solver:
+        solver_ab(args)
+        return
     if args.permutation_cost:
         permutation_cost(args)
         return
@@ -135,6 +147,57 @@ def permutation_cost(args: argparse.Namespace) -> None:
           f"{fixed[0]:.2f} s wall / {fixed[1]:.1f} s CPU; nested / fixed = {nested[1] / max(fixed[1], 1e-9):.0f}x CPU; "
           f"nested permutation / one nested CV = {nested[0] / timings[names[0]][0]:.2f} (wall)")
     print(f"load average at end {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+
+
+def lbfgs_fit(Z: np.ndarray, y: np.ndarray, C: float) -> np.ndarray:
+    """The span path's previous solver (L-BFGS-B, gtol 1e-6): the reference of `solver_ab`."""
+    from scipy.optimize import minimize
+    from scipy.special import expit
+
+    sign = 2.0 * y - 1.0
+    weight = (y.size / (2.0 * np.bincount(y, minlength=2)))[y]
+
+    def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        margin = sign * (Z @ theta[:-1] + theta[-1])
+        slope = -weight * sign * expit(-margin)
+        return (weight @ np.logaddexp(0.0, -margin) + theta[:-1] @ theta[:-1] / (2 * C),
+                np.append(Z.T @ slope + theta[:-1] / C, slope.sum()))
+
+    return minimize(objective, np.zeros(Z.shape[1] + 1), jac=True, method="L-BFGS-B",
+                    options={"maxiter": 100_000, "gtol": 1e-6}).x
+
+
+def solver_ab(args: argparse.Namespace) -> None:
+    """One nested CV at demo scale with each solver (one thread, same process): CPU seconds, ratio, score gap."""
+    from contextlib import nullcontext
+    from unittest import mock
+
+    from threadpoolctl import threadpool_limits
+
+    if args.store:
+        from interp.extraction.store import Store
+
+        fs = FeatureSet.from_store(Store(args.store), site="resid_pre", condition="full").drop_missing()[0]
+    else:
+        fs = synthetic_boundaries(n_tasks=25, per_task=8, n_layers=30, d=576, strength=args.strength, seed=args.seed)
+    config = ProbeConfig(n_jobs=1, search=args.search, seed=args.seed)
+    print(f"data: {args.store or 'synthetic'}, {len(fs.sample_ids)} samples, {len(fs.features)} candidates x "
+          f"d={next(iter(fs.features.values())).shape[1]}; one nested CV, n_jobs=1, "
+          f"1 thread; load average at start {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    runs = {}
+    with threadpool_limits(limits=1):
+        for name in ("lbfgs", "newton", "lbfgs again", "newton again"):
+            with mock.patch("probes.span._fit_logreg", lbfgs_fit) if name.startswith("lbfgs") else nullcontext():
+                cpu = time.process_time()
+                runs[name] = (run_nested_cv(fs, config), time.process_time() - cpu)
+            print(f"  {name}: {runs[name][1]:.1f} s CPU, AUROC {runs[name][0].auroc:.4f}")
+    old, new = runs["lbfgs"][0], runs["newton"][0]
+    gap = max(abs(a["inner_auroc"] - b["inner_auroc"]) for a, b in zip(old.folds, new.folds))
+    same = [(f["layer"], f["pooling"], f["pca"], f["C"]) for f in old.folds] == \
+        [(f["layer"], f["pooling"], f["pca"], f["C"]) for f in new.folds]
+    print(f"L-BFGS / Newton CPU: {(runs['lbfgs'][1] + runs['lbfgs again'][1]) / (runs['newton'][1] + runs['newton again'][1]):.2f}x; "
+          f"max |inner AUROC gap| {gap:.2g}; same choices in every fold: {same}; "
+          f"load average at end {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

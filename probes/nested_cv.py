@@ -16,7 +16,7 @@ joblib. Inside each outer fold, on the training tasks only:
 Inner fits use the exact span fast path (`probes.span`): per candidate, inner
 fold and standardize, one eigendecomposition of the n x n Gram matrix of the
 inner training rows (scaling fitted on those rows only) serves every PCA size
-and C, each then one small L-BFGS fit. Cost per outer fold, with
+and C, each then one small Newton fit. Cost per outer fold, with
 S = len(standardize_grid): two_stage, n_inner x (n_candidates + S)
 decompositions and n_inner x (n_candidates + len(grid)) small fits; full,
 n_inner x n_candidates x S decompositions and n_inner x n_candidates x

@@ -68,3 +68,25 @@ def test_many_label_vectors_and_Cs_match_separate_fits():
     for row, label, C in zip(rows, labels, Cs):
         alone = _exact_logreg(C).fit(Z_train, label).decision_function(Z_test)
         np.testing.assert_allclose(row, alone, atol=1e-3 * alone.std())
+
+
+@pytest.mark.parametrize("C", [0.01, 10.0])
+def test_unscaled_features_with_outlier_dimensions_reach_the_optimum(C):
+    """Residual-stream features carry a few dimensions hundreds of times larger than the rest; unstandardized, the
+    Newton fit still lands on the optimum (sklearn's independent Newton-Cholesky solver at tol 1e-12)."""
+    X, y, X_test = _data()
+    X[:, :3] *= 500.0
+    X_test[:, :3] *= 500.0
+    Z_train, Z_test = span_coordinates(X, X_test, standardize=False)
+    exact = LogisticRegression(C=C, class_weight="balanced", solver="newton-cholesky", tol=1e-12,
+                               max_iter=1000).fit(Z_train, y).decision_function(Z_test)
+    fast = logreg_scores(Z_train, y[None, :], Z_test, C)[0]
+    np.testing.assert_allclose(fast, exact, atol=1e-6 * exact.std())
+
+
+def test_an_unconverged_fit_raises_instead_of_returning(monkeypatch):
+    X, y, X_test = _data()
+    Z_train, Z_test = span_coordinates(X, X_test, standardize=True)
+    monkeypatch.setattr("probes.span.MAX_NEWTON", 2)
+    with pytest.raises(RuntimeError, match="no convergence in 2 Newton steps"):
+        logreg_scores(Z_train, y[None, :], Z_test, 10.0)
