@@ -34,10 +34,11 @@ class ProbeConfig:
     candidates of the fixed probe's AUROC, one batched scan; it tests the
     best point of the layer curve, not the headline). Cost of the default
     (``benchmarks/RESULTS.md``): one nested CV per permuted label vector and
-    null, ~5 CPU-s on the demo (175 boundaries, 120 candidates, d = 576) and
-    ~28 CPU-s at the reference study's scale, so ``n_perm = 100`` under both
-    nulls is ~18 CPU-min on the demo (the demo runs 20: smallest p 1/21) and
-    ~47 min on 2 cores at study scale; the smallest possible p is
+    null, ~9 CPU-s on the demo's SmolLM2 features (168 labelled boundaries,
+    120 candidates, d = 576; ~22 with the L-BFGS solver the span path used
+    before) and ~28 CPU-s at the reference study's scale (measured with
+    L-BFGS), so ``n_perm = 100`` under both nulls is ~30 CPU-min on the demo
+    (the demo runs 10: smallest p 1/11) and ~47 min on 2 cores at study scale; the smallest possible p is
     1 / (1 + n_perm), reported as ``permutation_p_min``. ``baselines`` runs the position
     baseline and probe + baseline through the same nested CV
     (`probes.baselines`) when the samples carry nuisance features.
