@@ -43,6 +43,8 @@ from interp.sensor.protocol import Sensor
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
+    from interp.sensor.forward import Snapshot
+
 OBSERVATION_OPEN = "<tool_response>"  # the model writing an observation itself: its turn is over
 STOP_RULE = "action_end.v1"  # part of the generation cache key: change when the stop rule changes
 TURN_QUANTILE = 0.95
@@ -110,11 +112,22 @@ class _ActionEnd:
         return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
 
 
+def prompt_snapshot(sensor: Sensor, input_ids: list[int]) -> Snapshot:
+    """The cache after all but the last prompt token: run once, it serves every generation from the prompt
+    (``generate_turn(prompt=...)``), so a greedy turn and its samples pay one prefill, not one each."""
+    from interp.sensor.forward import Plan, run_plan
+
+    return run_plan(sensor, input_ids[:-1], Plan(snapshots=[len(input_ids) - 1])).snapshots[len(input_ids) - 1]
+
+
 def generate_turn(sensor: Sensor, input_ids: list[int], max_new_tokens: int, seed: int | None = None,
-                  temperature: float = 0.7, top_p: float = 1.0) -> dict[str, Any]:
-    """One continuation up to the end of its first action: greedy when ``seed`` is None, else sampled."""
+                  temperature: float = 0.7, top_p: float = 1.0, prompt: Snapshot | None = None) -> dict[str, Any]:
+    """One continuation up to the end of its first action: greedy when ``seed`` is None, else sampled;
+    ``prompt`` (:func:`prompt_snapshot` of ``input_ids``) continues a copy of that cache instead of a prefill."""
     import torch
     from transformers import GenerationConfig, StoppingCriteriaList
+
+    from interp.sensor.forward import snapshot_cache
 
     stops = stop_token_ids(sensor)
     sampled = seed is not None
@@ -128,8 +141,9 @@ def generate_turn(sensor: Sensor, input_ids: list[int], max_new_tokens: int, see
     with torch.random.fork_rng(devices=cuda), torch.no_grad():  # the caller's RNG state is left as it was
         if sampled:
             torch.manual_seed(seed)
+        cache = {} if prompt is None else {"cache": snapshot_cache(prompt.cache)}  # generation mutates its cache
         out = sensor.hf_model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config,
-                                       stopping_criteria=criteria)
+                                       stopping_criteria=criteria, **cache)
     new = out[0, len(input_ids):].tolist()
     return finish_turn(sensor.tokenizer.decode, new, stops, max_new_tokens)
 

@@ -64,7 +64,8 @@ from interp.schema import Field, schema_dict
 from interp.data.trajectory import Trajectory
 from interp.sensor.protocol import Sensor
 from interp.stats import task_bootstrap_ci
-from interp.continuations.generation import STOP_RULE, generate_turn, measured_max_new_tokens, sample_seed
+from interp.continuations.generation import (STOP_RULE, generate_turn, measured_max_new_tokens, prompt_snapshot,
+                                             sample_seed)
 from interp.continuations.scoring import reacquires, score_turn
 from interp.continuations.states import State
 from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit, skip_record
@@ -191,12 +192,14 @@ def continue_states(sensor: Sensor, states: Sequence[State], trajectories: Seque
 
     def compute(key: str) -> dict[str, Any]:
         state, condition, rendered, _ = units[key]
+        prompt = prompt_snapshot(sensor, rendered.input_ids) if settings.samples else None  # one prefill per unit
         gens = [{"sample": "greedy", "seed": None,
-                 **generate_turn(sensor, rendered.input_ids, max_new_tokens)}]
+                 **generate_turn(sensor, rendered.input_ids, max_new_tokens, prompt=prompt)}]
         for i in range(settings.samples):
             s = sample_seed(settings.seed, state.state_id, condition, i)
             gens.append({"sample": i, "seed": s, **generate_turn(sensor, rendered.input_ids, max_new_tokens,
-                                                                  s, settings.temperature, settings.top_p)})
+                                                                  s, settings.temperature, settings.top_p,
+                                                                  prompt=prompt)})
         return {"state_id": state.state_id, "condition": condition, "generations": gens}
 
     cache = Path(out) / "units" / _settings_digest(sensor, settings)

@@ -113,7 +113,7 @@ def test_truncated_turns_are_counted_apart_from_wrong_actions(tmp_path, tiny_sen
         "next_tool": "read_file", "args_match": ["dates\\.py"]}}) + "\n")
     states = load_states(states_path, [mini_trajectory])
 
-    def scripted(sensor, input_ids, max_new_tokens, seed=None, temperature=0.7, top_p=1.0):
+    def scripted(sensor, input_ids, max_new_tokens, seed=None, temperature=0.7, top_p=1.0, prompt=None):
         prompt = sensor.tokenizer.decode(input_ids)
         if "run the tests first" not in prompt:  # the reasoning of step 1 was deleted
             return {"text": "<think>\nLet me think about this very care", "n_new_tokens": max_new_tokens,

@@ -99,7 +99,7 @@ def test_pipeline_with_a_scripted_model(tmp_path, tiny_sensor, mini_trajectory, 
     """A scripted 'model' re-runs the hidden command when its output is hidden, else reads the helper."""
     calls = []
 
-    def scripted(sensor, input_ids, max_new_tokens, seed=None, temperature=0.7, top_p=1.0):
+    def scripted(sensor, input_ids, max_new_tokens, seed=None, temperature=0.7, top_p=1.0, prompt=None):
         calls.append(seed)
         prompt = sensor.tokenizer.decode(input_ids)
         if "[output hidden]" in prompt and "FAILED" not in prompt:  # state @1: the failing test output is hidden

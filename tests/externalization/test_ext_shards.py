@@ -27,7 +27,7 @@ def test_shards_merge_to_the_unsharded_document(tmp_path, tiny_sensor, mini_traj
     states = load_states(path, [mini_trajectory])
     calls = []
 
-    def scripted(sensor, input_ids, max_new_tokens, seed=None, temperature=0.7, top_p=1.0):
+    def scripted(sensor, input_ids, max_new_tokens, seed=None, temperature=0.7, top_p=1.0, prompt=None):
         calls.append(len(input_ids))
         text = "<think>\nok\n</think>\n\n" + fallback_tool_call_text("read_file", {"path": f"f{len(input_ids)}.py"})
         return {"text": text, "n_new_tokens": 5, "stopped": True}

@@ -75,7 +75,7 @@ def test_continuations_skip_long_prompts(tiny_sensor, mini_trajectory, tmp_path,
     lengths = {b: render(traj, b, tiny_sensor.tokenizer).n_tokens for b in (1, 3)}
     limit = _split_limit(lengths)
 
-    def scripted(sensor, input_ids, max_new_tokens, seed=None, temperature=0.7, top_p=1.0):
+    def scripted(sensor, input_ids, max_new_tokens, seed=None, temperature=0.7, top_p=1.0, prompt=None):
         return {"text": '<tool_call>\n{"name": "read_file", "arguments": {"path": "a"}}\n</tool_call>',
                 "n_new_tokens": 9, "stopped": True, "truncated": False, "stop_reason": "action_end"}
 
