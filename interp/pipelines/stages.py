@@ -591,14 +591,32 @@ def _config(cls: type[C], settings: Mapping[str, Any]) -> C:
     return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in settings.items() if k != "subset"})
 
 
+def demo_trajectories(trajs: list[Trajectory], per_domain: int | None) -> list[Trajectory]:
+    """The trajectories the demo's model stages run on, in file order: the ``per_domain`` fewest-step trajectories
+    of each domain (ties: file order), so every domain stays in the CPU subset; all of them when None (--full)."""
+    if per_domain is None:
+        return list(trajs)
+    kept: dict[str, list[Trajectory]] = {}
+    for t in sorted(trajs, key=lambda t: t.n_steps):
+        if len(kept.setdefault(t.domain, [])) < per_domain:
+            kept[t.domain].append(t)
+    chosen = {id(t) for group in kept.values() for t in group}
+    return [t for t in trajs if id(t) in chosen]
+
+
 def _store_settings(ctx: StepContext) -> dict[str, Any]:
+    """The store's settings; its ``task_ids`` are the run's model-stage trajectories (``demo_trajectories``), so
+    a changed subset recomputes the store and every result read from it."""
     conditions = DEMO_CONDITIONS if ctx.config.full else DEMO_CONDITIONS[:1]
+    ids = [t.task_id for t in ctx.trajs]
     subset = {} if ctx.config.full else {
-        "subset": f"the {conditions[0]} history only (the probes, ICLR and the attention figure's first panel read "
-                  f"it; --full also extracts {', '.join(DEMO_CONDITIONS[1:])} for the attention figure's "
-                  "deleted-history panels)"}
+        "subset": f"{len(ids)} trajectories, the {ctx.config.per_domain} with the fewest steps in each domain "
+                  f"({', '.join(ids)}; ICLR, the probes and token accounting read these, the other model stages "
+                  f"choose among them; --full: every trajectory); the {conditions[0]} history only (the probes, "
+                  f"ICLR and the attention figure's first panel read it; --full also extracts "
+                  f"{', '.join(DEMO_CONDITIONS[1:])} for the attention figure's deleted-history panels)"}
     return {"layers": "all", "sites": ["resid_pre"], "poolings": list(DEMO_POOLINGS), "attention": "full_attention",
-            "block_entropy": True, "conditions": list(conditions), **subset}
+            "block_entropy": True, "conditions": list(conditions), "task_ids": ids, **subset}
 
 
 def _store(ctx: StepContext, settings: dict[str, Any]) -> None:
@@ -686,29 +704,38 @@ def _gate(ctx: StepContext, settings: dict[str, Any]) -> None:
     gate(ctx.out / analysis("drsr").folder, ctx.out / analysis("gate").folder, _config(GateConfig, settings))
 
 
-def _intervene_settings(ctx: StepContext) -> dict[str, Any]:
-    from interp.continuations.run import RunSettings
+def _states(ctx: StepContext) -> tuple[list[State], int]:
+    """The states file's states on the run's trajectories (validated against the whole trajectory file), in file
+    order, and how many the file holds."""
     from interp.continuations.states import load_states
 
+    states = load_states(ctx.config.states, trajectories(ctx.config.trajectories))
+    ids = {t.task_id for t in ctx.trajs}
+    return [s for s in states if s.task_id in ids], len(states)
+
+
+def _intervene_settings(ctx: StepContext) -> dict[str, Any]:
+    from interp.continuations.run import RunSettings
+
     config = ctx.config
-    states = load_states(config.states, ctx.trajs)
-    n = len(states) if config.full else config.intervention_states
+    states, n_file = _states(ctx)
+    chosen = states if config.full else states[: config.intervention_states]
     run = RunSettings() if config.full else config.interventions
     subset = {} if config.full else {
-        "subset": f"first {n} of {len(states)} states in {Path(config.states).name}, conditions "
+        "subset": f"the first {len(chosen)} of the {n_file} states in {Path(config.states).name} on the run's "
+                  f"trajectories ({', '.join(s.state_id for s in chosen)}), conditions "
                   f"{', '.join(run.conditions)}, greedy only, at most "
-                  f"{run.max_new_tokens} new tokens (CPU budget; --full uses every condition and the measured "
-                  "limit, p95 of the recorded turns); cut-off turns are counted as truncated, not scored"}
-    return {"states_sha256": hashlib.sha256(Path(config.states).read_bytes()).hexdigest(), "n_states": n,
-            "settings": run.to_json(), **subset}
+                  f"{run.max_new_tokens} new tokens (CPU budget; --full uses every state and condition and the "
+                  "measured limit, p95 of the recorded turns); cut-off turns are counted as truncated, not scored"}
+    return {"states_sha256": hashlib.sha256(Path(config.states).read_bytes()).hexdigest(),
+            "states": [s.state_id for s in chosen], "settings": run.to_json(), **subset}
 
 
 def _intervene(ctx: StepContext, settings: dict[str, Any]) -> None:
     from interp.continuations.run import RunSettings
-    from interp.continuations.states import load_states
 
     run = settings["settings"]
-    states = load_states(ctx.config.states, ctx.trajs)[: settings["n_states"]]
+    states = [s for s in _states(ctx)[0] if s.state_id in set(settings["states"])]
     intervene(ctx.sensor, states, ctx.trajs, ctx.out / analysis("interventions").folder,
               RunSettings(conditions=tuple(run["conditions"]), samples=run["samples"],
                           max_new_tokens=run["max_new_tokens"]))

@@ -40,7 +40,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class StepContext:
-    """What every step of one run sees: the run's config, output folder, sensor and trajectories, the inputs
+    """What every step of one run sees: the run's config, output folder, sensor and the trajectories its model
+    stages run on (the demo's subset, ``interp.pipelines.stages.demo_trajectories``), the inputs
     shared by every step (``base``: model, revision, dtype, device, trajectories_sha256), and what the steps
     report back (``subsets``: step title -> the subset it ran on; ``timings``: step title -> seconds)."""
 

@@ -104,3 +104,35 @@ def test_steps_run_in_order_of_their_needs_and_changes_name_fields(tmp_path):
     assert changes({"settings": {"k": 1}, "x": "a" * 64}, {"settings": {"k": 2}, "x": "b" * 64}) == [
         "settings.k: 1 -> 2", "x: aaaaaaaaaaaa... -> bbbbbbbbbbbb..."]
     assert changes({"a": 1}, {"a": 1}) == []
+
+
+def test_the_cpu_subset_keeps_the_fewest_step_trajectories_of_every_domain():
+    trajs = stages.trajectories(demo.DEMO_TRAJECTORIES)
+    chosen = stages.demo_trajectories(trajs, 3)
+    by_domain: dict[str, list] = {}
+    for t in trajs:
+        by_domain.setdefault(t.domain, []).append(t)
+    assert len(by_domain) == 4 and len(chosen) == 12
+    for domain, group in by_domain.items():  # a hand rule per domain: the 3 smallest step counts, file order on ties
+        expected = sorted(range(len(group)), key=lambda i: (group[i].n_steps, i))[:3]
+        assert [t.task_id for t in chosen if t.domain == domain] == [group[i].task_id for i in sorted(expected)]
+    assert chosen == [t for t in trajs if t in chosen], "file order"
+    assert stages.demo_trajectories(trajs, None) == trajs == stages.demo_trajectories(trajs, 99)
+
+
+def test_a_changed_trajectory_subset_recomputes_what_reads_the_model_stages(run, tmp_path):
+    run("model-a", per_domain=2)
+    text = run("model-a", per_domain=3)
+    done = _done(tmp_path)
+    ids = done["store"]["settings"]["task_ids"]
+    assert ids == [t.task_id for t in stages.demo_trajectories(stages.trajectories(demo.DEMO_TRAJECTORIES), 3)]
+    assert "extract boundary features: inputs changed (settings.task_ids" in text
+    for name in ("iclr", "probe", "tokens", "externalization"):  # read the store, directly or through a step
+        title = next(s.title for s in STUBS if s.name == name)
+        assert f"{title}: inputs changed (needs." in text, name
+    assert "externalization labels (rule-based vs annotations): reusing" in text  # every trajectory, no model
+    states = done["interventions"]["settings"]["states"]
+    assert states and all(s.rpartition("@")[0] in ids for s in states)
+    assert len(states) == demo.DemoConfig.intervention_states
+    assert set(done["kl_repair"]["settings"]["task_ids"]) <= set(ids)
+    assert {k.rpartition("@")[0] for k in done["drsr"]["settings"]["boundaries"]} <= set(ids)

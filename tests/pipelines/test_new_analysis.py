@@ -107,14 +107,14 @@ def test_a_new_analysis_runs_through_the_demo_figures_and_report(registered, tmp
     console = Console(record=True, width=300)
     path = demo.run_demo(demo.DemoConfig(out=tmp_path, model="stub", png=False), console, steps=(TOY_STEP,))
     doc = json.loads((tmp_path / "toy" / "toy.json").read_text())
-    trajs = stages.trajectories(demo.DEMO_TRAJECTORIES)
+    trajs = stages.demo_trajectories(stages.trajectories(demo.DEMO_TRAJECTORIES), demo.DemoConfig.per_domain)
     assert doc == {"mean_steps": pytest.approx(3.0 * sum(t.n_steps for t in trajs) / len(trajs)),
                    "n_trajectories": len(trajs)}
     assert json.loads((tmp_path / "toy" / "toy.inputs.json").read_text())["settings"] == {"scale": 3.0}
     assert (tmp_path / "figures" / "fig99_toy.html").is_file()
     assert f"| mean steps | {doc['mean_steps']:.2f} |" in (tmp_path / "tables" / "toy.md").read_text()
     text = path.read_text()
-    assert "## Toy analysis" in text and f"mean steps x scale = {doc['mean_steps']:.2f} over 25 trajectories" in text
+    assert "## Toy analysis" in text and f"mean steps x scale = {doc['mean_steps']:.2f} over {len(trajs)} trajectories" in text
     again = Console(record=True, width=300)
     demo.run_demo(demo.DemoConfig(out=tmp_path, model="stub", png=False), again, steps=(TOY_STEP,))
     assert "toy analysis: reusing" in again.export_text()
