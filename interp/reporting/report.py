@@ -290,7 +290,8 @@ def write_report(out: Path, subsets: dict[str, str], timings: dict[str, float], 
     lines += ["## About this run", "",
               f"Model `{settings.get('model')}`; full run: {settings.get('full')}. "
               "Reference-study numbers are from Qwen3.5-9B on the study's own trajectories; a 135M model on "
-              "25 hand-written demo trajectories is not expected to reproduce them.", ""]
+              "the bundled hand-written demo trajectories (25, or the subset below) is not expected to reproduce them.",
+              ""]
     if subsets:
         lines += ["Subsets (run with `--full` for everything):", ""]
         lines += [f"- **{name}**: {what}" for name, what in subsets.items()] + [""]

@@ -566,6 +566,42 @@ def _numbers(doc) -> int:
     return int(isinstance(doc, (int, float)) and not isinstance(doc, bool))
 
 
+def _value(v) -> bool:
+    """A drawable coordinate: a category label or a finite number."""
+    return isinstance(v, str) or (isinstance(v, (int, float, np.number)) and bool(np.isfinite(v)))
+
+
+def _drawn(trace) -> bool:
+    """Whether a trace puts anything on its panel: a finite z (heatmap), a point with both coordinates finite,
+    or a finite value of its one data axis (box, histogram)."""
+    flat = {k: np.asarray(v, dtype=object).ravel() for k in ("x", "y", "z")
+            if (v := getattr(trace, k, None)) is not None}
+    if "z" in flat:
+        return any(_value(v) for v in flat["z"])
+    if "x" in flat and "y" in flat:
+        return any(_value(a) and _value(b) for a, b in zip(flat["x"], flat["y"]))
+    return any(_value(v) for values in flat.values() for v in values)
+
+
+def empty_panels(fig) -> list[str]:
+    """The x axes of a figure (one per panel) on which no trace draws anything: empty panels."""
+    axes = ["x" + k.removeprefix("xaxis") for k in fig.layout.to_plotly_json() if k.startswith("xaxis")] or ["x"]
+    drawn = {trace.xaxis or "x" for trace in fig.data if _drawn(trace)}
+    return [axis for axis in axes if axis not in drawn]
+
+
+def test_empty_panels_finds_a_panel_without_data():
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=3)
+    fig.add_trace(go.Bar(x=["a", "b"], y=[1.0, 2.0]), row=1, col=1)
+    fig.add_trace(go.Scatter(x=[1, 2], y=[float("nan")] * 2), row=1, col=2)  # drawn, but nothing to see
+    fig.add_trace(go.Heatmap(z=[[0.5]]), row=1, col=3)
+    assert empty_panels(fig) == ["x2"]
+    assert empty_panels(go.Figure(go.Box(y=[1.0]))) == [] and empty_panels(go.Figure()) == ["x"]
+
+
 def _check_report_size(out: Path) -> None:
     """What a reader downloads (the folder without the store) stays under 10 MB, and the files that grow with the
     model's width cost at most their numbers' text: the gate's float64 weights <= 22 bytes a number (shortest repr
@@ -581,7 +617,7 @@ def _check_report_size(out: Path) -> None:
 
 @pytest.mark.slow
 def test_demo_on_tiny_qwen_writes_every_result_as_strict_json(tmp_path):
-    from interp.reporting.figures import FIGURES
+    from interp.reporting.figures import FIGURES, load_result
 
     out = tmp_path / "demo"
     proc = subprocess.run([sys.executable, "-m", "interp", "demo", "--model", TINY, "--out", str(out), "--no-png"],
@@ -591,9 +627,10 @@ def test_demo_on_tiny_qwen_writes_every_result_as_strict_json(tmp_path):
     assert "Traceback" not in proc.stderr
     report = (out / "report.md").read_text(encoding="utf-8")
     assert report.strip() and TINY in report
-    for spec in FIGURES:  # every figure's input file, and the figure itself
+    for spec in FIGURES:  # every figure's input file, the figure itself, and data in every panel of it
         assert (out / spec.source).is_file(), spec.source
         assert (out / "figures" / f"{spec.name}.html").is_file(), spec.name
+        assert not empty_panels(spec.build(load_result(out / spec.source))), spec.name
     results = sorted(out.rglob("*.json"))
     assert len(results) > len(FIGURES)
     for path in results:
