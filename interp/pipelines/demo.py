@@ -97,7 +97,7 @@ def run_demo(config: DemoConfig, console: Console | None = None,
                   f"kernels: {kernels_line(sensor.kernels)}", markup=False)
     base = {"model": sensor.spec, "revision": sensor.revision, "dtype": str(sensor.dtype).removeprefix("torch."),
             "device": str(sensor.device), "trajectories_sha256": trajectories_sha256(trajs)}
-    ctx = StepContext(config, out, sensor, used, base)  # base: the whole file's hash, as the rule-based steps read it
+    ctx = StepContext(config, out, sensor, used, base, every=trajs)  # base: the whole file's hash (rule-based steps)
     run_steps(steps, ctx, console)
     return _figures_and_report(console, config, out, ctx.subsets, ctx.timings)
 

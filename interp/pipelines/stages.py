@@ -596,12 +596,12 @@ def demo_trajectories(trajs: list[Trajectory], per_domain: int | None) -> list[T
     of each domain (ties: file order), so every domain stays in the CPU subset; all of them when None (--full)."""
     if per_domain is None:
         return list(trajs)
-    kept: dict[str, list[Trajectory]] = {}
-    for t in sorted(trajs, key=lambda t: t.n_steps):
+    kept: dict[str, list[str]] = {}
+    for t in sorted(trajs, key=lambda t: t.n_steps):  # stable: file order on ties
         if len(kept.setdefault(t.domain, [])) < per_domain:
-            kept[t.domain].append(t)
-    chosen = {id(t) for group in kept.values() for t in group}
-    return [t for t in trajs if id(t) in chosen]
+            kept[t.domain].append(t.task_id)
+    chosen = {task_id for ids in kept.values() for task_id in ids}
+    return [t for t in trajs if t.task_id in chosen]
 
 
 def _store_settings(ctx: StepContext) -> dict[str, Any]:
@@ -705,11 +705,11 @@ def _gate(ctx: StepContext, settings: dict[str, Any]) -> None:
 
 
 def _states(ctx: StepContext) -> tuple[list[State], int]:
-    """The states file's states on the run's trajectories (validated against the whole trajectory file), in file
-    order, and how many the file holds."""
+    """The states file's states on the run's trajectories (validated against the whole trajectory file, as loaded
+    once by the run), in file order, and how many the file holds."""
     from interp.continuations.states import load_states
 
-    states = load_states(ctx.config.states, trajectories(ctx.config.trajectories))
+    states = load_states(ctx.config.states, ctx.every or ctx.trajs)
     ids = {t.task_id for t in ctx.trajs}
     return [s for s in states if s.task_id in ids], len(states)
 
@@ -735,7 +735,8 @@ def _intervene(ctx: StepContext, settings: dict[str, Any]) -> None:
     from interp.continuations.run import RunSettings
 
     run = settings["settings"]
-    states = [s for s in _states(ctx)[0] if s.state_id in set(settings["states"])]
+    chosen = set(settings["states"])
+    states = [s for s in _states(ctx)[0] if s.state_id in chosen]
     intervene(ctx.sensor, states, ctx.trajs, ctx.out / analysis("interventions").folder,
               RunSettings(conditions=tuple(run["conditions"]), samples=run["samples"],
                           max_new_tokens=run["max_new_tokens"]))

@@ -42,8 +42,9 @@ if TYPE_CHECKING:
 class StepContext:
     """What every step of one run sees: the run's config, output folder, sensor and the trajectories its model
     stages run on (the demo's subset, ``interp.pipelines.stages.demo_trajectories``), the inputs
-    shared by every step (``base``: model, revision, dtype, device, trajectories_sha256), and what the steps
-    report back (``subsets``: step title -> the subset it ran on; ``timings``: step title -> seconds)."""
+    shared by every step (``base``: model, revision, dtype, device, trajectories_sha256), what the steps
+    report back (``subsets``: step title -> the subset it ran on; ``timings``: step title -> seconds), and every
+    trajectory of the run's file (``every``: what a states file is validated against; empty: ``trajs``)."""
 
     config: DemoConfig
     out: Path
@@ -52,6 +53,7 @@ class StepContext:
     base: Mapping[str, Any]
     subsets: dict[str, str] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    every: list[Trajectory] = field(default_factory=list)
 
 
 MODEL_KEYS = ("model", "revision", "dtype", "device")
