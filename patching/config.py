@@ -18,12 +18,13 @@ mean Repair moved by up to 0.2 on the tiny model; harm pairs ordered at a margin
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from interp.data.conditions import check_condition_name
+from interp.params import (LAYERS_NOTE, N_BOOT, Check, ConfigError, Integer, Items, Maybe, Options, Real, Text,
+                           field_of, param, validate)
 from interp.data.deletions import DRSR_UNIT_KINDS, UNIT_KINDS, parse_unit_kinds
 from interp.sensor.limits import DEFAULT_MAX_TOKENS
 
@@ -36,30 +37,15 @@ GATE_SCORERS = ("ridge", "set-mlp")  # patching.gate.make_scorer: the bootstrap 
 N_MEMBERS = 8  # the ridge ensemble's bootstrap members when none are given (set-mlp: patching.gate_mlp.N_MEMBERS)
 
 
-def _count(name: str, value: object, low: int) -> None:
-    """ValueError naming ``name`` unless ``value`` is an int >= ``low``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name}: must be an integer >= {low}, got {value!r}")
+def _unit_kinds(value: str) -> None:
+    """ValueError with the reason unless ``value`` is one unit kind (``parse_unit_kinds``'s rule)."""
+    parse_unit_kinds(value)
 
 
-def _nonnegative(name: str, value: object, unit: str) -> None:
-    """ValueError naming ``name`` unless ``value`` is a finite number >= 0."""
-    if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-        raise ValueError(f"{name}: must be a finite number >= 0 ({unit}), got {value!r}")
-
-
-def _names(name: str, value: object) -> tuple[str, ...] | None:
-    """``value`` (None, a comma list or a sequence of names) as a tuple of non-blank names; ValueError naming
-    ``name`` otherwise."""
-    if value is None:
-        return None
-    items = value.split(",") if isinstance(value, str) else value
-    if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) for v in items):
-        raise ValueError(f"{name}: must be a comma list of names, got {value!r}")
-    names = tuple(v.strip() for v in items if v.strip())
-    if not names:
-        raise ValueError(f"{name}: must name at least one item, got {value!r}")
-    return names
+UNIT_KIND = Check(_unit_kinds, "a unit kind (" + ", ".join(UNIT_KINDS) + ")")
+BOUNDARY = Text("a boundary task_id@b")
+TOKEN_LIMIT = Integer(1)
+TOKEN_LIMIT_HELP = "Boundaries with longer renders are skipped and recorded, never truncated."
 
 
 def _boundary_keys(boundaries: tuple[str, ...] | None, trajectories: Sequence[Trajectory]) -> list[str]:
@@ -75,53 +61,38 @@ def _boundary_keys(boundaries: tuple[str, ...] | None, trajectories: Sequence[Tr
         raise ValueError(f"boundaries: {exc}") from None
 
 
-def _units(value: object) -> tuple[str, ...]:
-    """Unit kinds (a comma list or names) normalised by ``parse_unit_kinds``; ValueError naming ``units``."""
-    try:
-        return tuple(parse_unit_kinds(value))  # type: ignore[arg-type]  # checked there, message names the kind
-    except (ValueError, TypeError) as exc:
-        raise ValueError(f"units: {exc}") from None
-
-
 @dataclass(frozen=True)
 class PatchConfig:
     """KL Repair (``interp patch``): the deletion condition giving P_del, the site kind patched and the layers
-    (``all`` | ``full_attention`` | ``0,4,8`` | ``1based:4,8,32``, resolved on the model), the method, how many
-    final positions are patched, the trajectories (None: all) and the token limit of a boundary's render (longer
-    ones are skipped and listed). The noise rule (a boundary is kept when d exceeds ``NOISE_FACTOR`` times its
-    measured noise) is ``patching.kl_repair``'s."""
+    (resolved on the model by the stage), the method, how many final positions are patched, the trajectories
+    (None: all) and the token limit of a boundary's render (longer ones are skipped and listed). The noise rule (a
+    boundary is kept when d exceeds ``NOISE_FACTOR`` times its measured noise) is ``patching.kl_repair``'s."""
 
     analysis: ClassVar[str] = "kl_repair"
     precision: ClassVar[str] = "float32"
 
-    condition: str = "delete_all_reasoning"
-    site: str = "resid_pre"
-    layers: str = "all"
-    method: str = "fast"
-    positions: int = 1
-    task_ids: tuple[str, ...] | None = None
-    max_tokens: int = DEFAULT_MAX_TOKENS
+    condition: str = param("delete_all_reasoning", Check(check_condition_name, "a condition name"),
+                           "Deletion condition giving P_del.")
+    site: str = param("resid_pre", Options(PATCH_SITES), "Site kind patched.")
+    layers: str = param("all", Text("a layer spec (all, full_attention, 0,4,8 or 1based:4,8,32)"),
+                        "Layers patched: all, full_attention, a comma list (0,4,8) or 1based:4,8,32. " + LAYERS_NOTE)
+    method: str = param("fast", Options(PATCH_METHODS), "fast: the full-history prefix cached once per boundary; "
+                        "reference: one plain forward per site (the slow check).")
+    positions: int = param(1, Integer(1), "Final positions patched (the boundary token and the ones before it).",
+                           "tokens")
+    task_ids: tuple[str, ...] | None = param(None, Maybe(Items(Text("a task id"), unique=True), "every trajectory"),
+                                             "Trajectories patched (comma list of task ids).")
+    max_tokens: int = param(DEFAULT_MAX_TOKENS, TOKEN_LIMIT, TOKEN_LIMIT_HELP, "tokens")
 
     def __post_init__(self) -> None:
-        check_condition_name(self.condition)  # its message names the condition
-        if self.site not in PATCH_SITES:
-            raise ValueError(f"site {self.site!r}: use {', '.join(PATCH_SITES[:-1])} or {PATCH_SITES[-1]}")
-        if not isinstance(self.layers, str) or not self.layers.strip():
-            raise ValueError(f"layers: must be a layer spec (all, full_attention, 0,4,8), got {self.layers!r}")
-        # its syntax and range are checked on the model (interp.extraction.batch.parse_layers, by the stage; the
-        # CLI checks the syntax before the model loads): patching does not import the extraction layer
-        if self.method not in PATCH_METHODS:
-            raise ValueError(f"method {self.method!r}: use {' or '.join(PATCH_METHODS)}")
-        _count("positions", self.positions, 1)
-        object.__setattr__(self, "task_ids", _names("task_ids", self.task_ids))
-        _count("max_tokens", self.max_tokens, 1)
+        validate(self)  # the layer spec's syntax and range are checked on the model, by the stage
 
     def check_task_ids(self, trajectories: Iterable[Trajectory]) -> tuple[str, ...] | None:
         """``task_ids`` after checking each names one of ``trajectories`` (ValueError naming the field)."""
         known = {t.task_id for t in trajectories}
         unknown = [k for k in self.task_ids or () if k not in known]
         if unknown:
-            raise ValueError(f"task_ids: {', '.join(unknown)} not in the trajectory file")
+            raise ConfigError("task_ids", f"{', '.join(unknown)} not in the trajectory file")
         return self.task_ids
 
 
@@ -139,31 +110,24 @@ class DrsrConfig:
     analysis: ClassVar[str] = "drsr"
     precision: ClassVar[str] = "float32"
 
-    boundaries: tuple[str, ...] | None = None
-    max_k: int = 4
-    budget: int = 10
-    seed: int = 0
-    units: tuple[str, ...] = UNIT_KINDS
-    margin: float = 0.020
-    unsafe: float = 0.020
-    relation_layer: int | None = None
-    proj_dim: int = 64
-    n_boot: int = 1000
-    max_tokens: int = DEFAULT_MAX_TOKENS
+    boundaries: tuple[str, ...] | None = param(None, Maybe(Items(BOUNDARY, unique=True),
+                                                           "the middle boundary of each trajectory"),
+                                               "Boundaries task_id@b (comma list).")
+    max_k: int = param(4, Integer(1), "Largest set size (DRSR reports sets up to 4 units).", "units")
+    budget: int = param(10, Integer(0), "Sampled sets per size >= 2 (singletons: all).", "sets")
+    seed: int = param(0, Integer(0), "Seed of the set sampling.")
+    units: tuple[str, ...] = param(UNIT_KINDS, Items(UNIT_KIND, unique=True),
+                                   "Unit kinds deleted (comma list; granularity needs step and a block kind).")
+    margin: float = param(0.020, Real(0), "Pair-ordering margin (DRSR's).", "nats/token")
+    unsafe: float = param(0.020, Real(0), "Unsafe-harm threshold (the toolkit's assumption).", "nats/token")
+    relation_layer: int | None = param(None, Maybe(Integer(0), "the middle layer"),
+                                       "Layer of the margin curve and of semantic overlap.")
+    proj_dim: int = param(64, Integer(0), "Stored representation size (seeded Gaussian projection; 0: none).")
+    n_boot: int = param(N_BOOT, Integer(1), "Task-bootstrap resamples of the CIs.")
+    max_tokens: int = param(DEFAULT_MAX_TOKENS, TOKEN_LIMIT, TOKEN_LIMIT_HELP, "tokens")
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "boundaries", _names("boundaries", self.boundaries))
-        _count("max_k", self.max_k, 1)
-        _count("budget", self.budget, 0)
-        _count("seed", self.seed, 0)
-        object.__setattr__(self, "units", _units(self.units))
-        _nonnegative("margin", self.margin, "nats/token")
-        _nonnegative("unsafe", self.unsafe, "nats/token")
-        if self.relation_layer is not None:
-            _count("relation_layer", self.relation_layer, 0)
-        _count("proj_dim", self.proj_dim, 0)
-        _count("n_boot", self.n_boot, 1)
-        _count("max_tokens", self.max_tokens, 1)
+        validate(self)
 
     def boundary_keys(self, trajectories: Sequence[Trajectory]) -> list[str]:
         """The ``task_id@b`` boundaries run on ``trajectories``: ``boundaries`` checked, or the default."""
@@ -180,22 +144,17 @@ class HarmConfig:
     analysis: ClassVar[str] = "harm"
     precision: ClassVar[str] = DrsrConfig.precision  # harm is DRSR's set-level measurement
 
-    boundaries: tuple[str, ...] | None = None
-    max_k: int = DrsrConfig.max_k
-    budget: int = DrsrConfig.budget
-    seed: int = DrsrConfig.seed
-    units: tuple[str, ...] = DRSR_UNIT_KINDS
-    margin: float = DrsrConfig.margin
-    max_tokens: int = DEFAULT_MAX_TOKENS
+    boundaries: tuple[str, ...] | None = field_of(DrsrConfig, "boundaries")
+    max_k: int = field_of(DrsrConfig, "max_k")
+    budget: int = field_of(DrsrConfig, "budget")
+    seed: int = field_of(DrsrConfig, "seed")
+    units: tuple[str, ...] = param(DRSR_UNIT_KINDS, Items(UNIT_KIND, unique=True),
+                                   "Unit kinds deleted (comma list; default DRSR's block kinds).")
+    margin: float = field_of(DrsrConfig, "margin")
+    max_tokens: int = field_of(DrsrConfig, "max_tokens")
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "boundaries", _names("boundaries", self.boundaries))
-        _count("max_k", self.max_k, 1)
-        _count("budget", self.budget, 0)
-        _count("seed", self.seed, 0)
-        object.__setattr__(self, "units", _units(self.units))
-        _nonnegative("margin", self.margin, "nats/token")
-        _count("max_tokens", self.max_tokens, 1)
+        validate(self)
 
     def boundary_keys(self, trajectories: Sequence[Trajectory]) -> list[str]:
         """The ``task_id@b`` boundaries run on ``trajectories``: ``boundaries`` checked, or the default."""
@@ -212,17 +171,12 @@ class GateConfig:
     analysis: ClassVar[str] = "gate"
     precision: ClassVar[str | None] = None  # reads DRSR's parts; runs no model
 
-    scorer: str = "ridge"
-    seed: int = 0
-    n_members: int | None = None
-    unsafe: float = DrsrConfig.unsafe
-    n_boot: int = 1000
+    scorer: str = param("ridge", Options(GATE_SCORERS), "Set-harm scorer: ridge (a bootstrap ridge ensemble) or "
+                        "set-mlp (DRSR's set model).")
+    seed: int = param(0, Integer(0), "Seed of the trajectory split and of the ensemble.")
+    n_members: int | None = param(None, Maybe(Integer(1), "the scorer's own"), "Ensemble members.")
+    unsafe: float = field_of(DrsrConfig, "unsafe")
+    n_boot: int = param(N_BOOT, Integer(0), "Task-bootstrap resamples of the held-out metrics (0: no CIs).")
 
     def __post_init__(self) -> None:
-        if self.scorer not in GATE_SCORERS:
-            raise ValueError(f"scorer: unknown scorer {self.scorer!r}; known: {', '.join(GATE_SCORERS)}")
-        _count("seed", self.seed, 0)
-        if self.n_members is not None:
-            _count("n_members", self.n_members, 1)
-        _nonnegative("unsafe", self.unsafe, "nats/token")
-        _count("n_boot", self.n_boot, 0)  # 0: no CIs
+        validate(self)

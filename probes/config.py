@@ -9,6 +9,8 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
+from interp.params import N_BOOT, ConfigError, Flag, Integer, Items, Maybe, Options, Real, param, validate
+
 ProbeParams = tuple[bool, int | None, float]
 """(standardize, pca, C): the hyperparameters of one `LinearProbe`."""
 
@@ -49,45 +51,35 @@ class ProbeConfig:
     analysis: ClassVar[str] = "probe"
     precision: ClassVar[str | None] = None  # reads a store; runs no model
 
-    outer: Literal["kfold", "loto"] = "kfold"
-    n_outer: int = 5
-    n_inner: int = 3
-    seed: int = 0
-    search: Literal["two_stage", "full"] = "two_stage"
-    standardize_grid: tuple[bool, ...] = (True, False)
-    pca_grid: tuple[int | None, ...] = (None, 16, 64)
-    C_grid: tuple[float, ...] = (0.01, 0.1, 1.0, 10.0)
-    fixed_standardize: bool = True
-    fixed_C: float = 1.0
-    n_boot: int = 1000
-    n_perm: int = 100
-    permutation: Literal["fixed", "nested"] = "nested"
-    baselines: bool = True
-    n_jobs: int = -1
+    outer: Literal["kfold", "loto"] = param("kfold", Options(("kfold", "loto")),
+                                            "Outer CV: kfold, or loto (leave one task out).")
+    n_outer: int = param(5, Integer(2), "Outer folds of outer=kfold (needs at least as many labelled tasks).")
+    n_inner: int = param(3, Integer(2), "Inner folds of the hyperparameter search.")
+    seed: int = param(0, Integer(0), "Seed of the splits, bootstrap and permutations.")
+    search: Literal["two_stage", "full"] = param("two_stage", Options(("two_stage", "full")),
+                                                 "Inner search: two_stage or full (see ProbeConfig).")
+    standardize_grid: tuple[bool, ...] = param((True, False), Items(Flag(), unique=True),
+                                               "Inner grid of standardize (comma list of true/false).")
+    pca_grid: tuple[int | None, ...] = param((None, 16, 64), Items(Maybe(Integer(1), "no PCA"), unique=True),
+                                             "Inner grid of PCA sizes (comma list; none: no PCA).")
+    C_grid: tuple[float, ...] = param((0.01, 0.1, 1.0, 10.0), Items(Real(0, low_open=True), unique=True),
+                                      "Inner grid of the inverse L2 strength C (comma list).", option="--c-grid")
+    fixed_standardize: bool = param(True, Flag(), "Standardize in the fixed probe (screening, layer curve).")
+    fixed_C: float = param(1.0, Real(0, low_open=True), "C of the fixed probe.", option="--fixed-c")
+    n_boot: int = param(N_BOOT, Integer(0), "Task-bootstrap resamples for CIs (0: none).")
+    n_perm: int = param(100, Integer(0), "Permutations per null for the p-values (0: none).")
+    permutation: Literal["fixed", "nested"] = param(
+        "nested", Options(("fixed", "nested")), "Permutation statistic: nested (the headline nested-CV AUROC, the "
+        "whole nested CV rerun per permutation) or fixed (a fast screen: max over candidates of the fixed probe's "
+        "AUROC).")
+    baselines: bool = param(True, Flag(), "Also run the position baseline and probe + baseline through the same "
+                            "nested CV.")
+    n_jobs: int = param(-1, Integer(-1), "Parallel outer folds / permutations (joblib; -1: all cores).")
 
     def __post_init__(self) -> None:
-        if self.outer not in ("kfold", "loto"):
-            raise ValueError(f"ProbeConfig.outer must be 'kfold' or 'loto', got {self.outer!r}")
-        if self.search not in ("two_stage", "full"):
-            raise ValueError(f"ProbeConfig.search must be 'two_stage' or 'full', got {self.search!r}")
-        if self.permutation not in ("fixed", "nested"):
-            raise ValueError(f"ProbeConfig.permutation must be 'fixed' or 'nested', got {self.permutation!r}")
-        if not isinstance(self.baselines, bool):
-            raise ValueError(f"ProbeConfig.baselines must be True or False, got {self.baselines!r}")
-        if self.n_outer < 2 or self.n_inner < 2:
-            raise ValueError(f"ProbeConfig needs n_outer >= 2 and n_inner >= 2, got {self.n_outer}, {self.n_inner}")
-        if not (self.standardize_grid and self.pca_grid and self.C_grid):
-            raise ValueError("ProbeConfig grids must be non-empty")
-        if any(k is not None and k < 1 for k in self.pca_grid):
-            raise ValueError(f"ProbeConfig.pca_grid entries must be None or >= 1, got {self.pca_grid}")
-        if isinstance(self.n_jobs, bool) or not isinstance(self.n_jobs, int) or self.n_jobs == 0 \
-                or self.n_jobs < -1:
-            raise ValueError(f"ProbeConfig.n_jobs must be a positive number of workers or -1 (all cores), "
-                             f"got {self.n_jobs!r}")
-        for name in ("n_boot", "n_perm"):
-            if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int) \
-                    or getattr(self, name) < 0:
-                raise ValueError(f"ProbeConfig.{name} must be an integer >= 0, got {getattr(self, name)!r}")
+        validate(self)
+        if self.n_jobs == 0:
+            raise ConfigError("n_jobs", "must be a positive number of workers or -1 (all cores), got 0")
 
     @property
     def outer_splits(self) -> int | Literal["loto"]:

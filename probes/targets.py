@@ -100,6 +100,7 @@ from typing import Any, ClassVar, TypedDict
 from interp.data.labels import agreement, annotation_labels, final_boundaries, read_labels_csv, write_labels_csv
 from interp.data.trajectory import Trajectory, load_trajectories
 from interp.io import atomic_write_json
+from interp.params import Integer, Items, Maybe, Real, Text, param, validate
 from interp.schema import Field, schema_dict
 
 FIELDS = (
@@ -156,19 +157,15 @@ class TargetLabelerConfig:
     analysis: ClassVar[str] = "label"  # its labels feed ``probe`` (and are compared in ``externalize label``)
     precision: ClassVar[str | None] = None  # reads text; runs no model
 
-    window: int | None = None
-    surge_factor: float = 1.8
-    cues: tuple[str, ...] = REPLAN_CUES
+    window: int | None = param(None, Maybe(Integer(1), "the whole rest of the trajectory"),
+                               "Later steps inspected after each boundary.", "steps")
+    surge_factor: float = param(1.8, Real(0, low_open=True), "Reasoning surge: length over this multiple of the "
+                                "running mean.")
+    cues: tuple[str, ...] = param(REPLAN_CUES, Items(Text("a non-empty cue (an empty cue matches every step)")),
+                                  "Re-planning cues (comma list).")
 
     def __post_init__(self) -> None:
-        if self.window is not None and (isinstance(self.window, bool) or not isinstance(self.window, int)
-                                        or self.window < 1):
-            raise ValueError(f"window: must be an integer >= 1 (later steps inspected) or None (the rest of the "
-                             f"trajectory), got {self.window!r}")
-        if not self.surge_factor > 0:
-            raise ValueError(f"surge_factor: must be > 0, got {self.surge_factor!r}")
-        if not self.cues or not all(isinstance(c, str) and c for c in self.cues):
-            raise ValueError(f"cues: must be non-empty strings (an empty cue matches every step), got {self.cues!r}")
+        validate(self)
 
 
 @dataclass

@@ -112,6 +112,7 @@ from interp.data.trajectory import Trajectory
 from interp.sensor.prefix import lcp
 from interp.schema import Field, schema_dict
 from interp.stats import task_resamples
+from interp.params import Check, Integer, Items, param, validate
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -502,6 +503,11 @@ def tokens_document(requests: pd.DataFrame, skipped: list[dict], tokenizer: PreT
             "pair": pair, "entropy_table": entropy_table, "seconds": float(seconds)}
 
 
+def _policy(spec: str) -> None:
+    """ValueError with the reason unless ``spec`` is a history policy (:func:`parse_policy`)."""
+    parse_policy(spec)
+
+
 @dataclass(frozen=True)
 class TokensConfig:
     """Token accounting (``interp tokens``): the history policies accounted (each a condition or
@@ -514,30 +520,20 @@ class TokensConfig:
     analysis: ClassVar[str] = "tokens"
     precision: ClassVar[str] = "float32"
 
-    policies: tuple[str, ...] = DEFAULT_POLICIES
-    cache_block: int = 1
-    min_prefix: int = 0
-    paired_policy: str = "iclr"
+    policies: tuple[str, ...] = param(DEFAULT_POLICIES, Items(Check(_policy, "a policy (a condition or "
+                                      "name:key=value;...)"), unique=True),
+                                      "History policies accounted: comma list of conditions or name:key=value "
+                                      "(';' separates one policy's parameters: random:r=0.1;seed=2).")
+    cache_block: int = param(1, Integer(1), "Prefix cache: served in multiples of this many tokens.", "tokens")
+    min_prefix: int = param(0, Integer(0), "Prefix cache: shorter shared prefixes are not served.", "tokens")
+    paired_policy: str = param("iclr", Check(_policy, "a policy"), "The policy a --paired run used.")
 
     def __post_init__(self) -> None:
         # the command line's comma list: ';' separates the parameters of one policy (random:r=0.1;seed=2)
-        items = ([p.replace(";", ",") for p in self.policies.split(",") if p.strip()]
-                 if isinstance(self.policies, str) else self.policies)
-        if not isinstance(items, (list, tuple)) or not items or not all(isinstance(p, str) for p in items):
-            raise ValueError(f"policies: must name at least one policy, got {self.policies!r}")
-        object.__setattr__(self, "policies", tuple(p.strip() for p in items))
-        for spec in self.policies:
-            try:
-                parse_policy(spec)
-            except ValueError as exc:
-                raise ValueError(f"policies: {exc}") from None
-        for name, value, low in (("cache_block", self.cache_block, 1), ("min_prefix", self.min_prefix, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name}: must be an integer >= {low}, got {value!r}")
-        try:
-            parse_policy(self.paired_policy)
-        except ValueError as exc:
-            raise ValueError(f"paired_policy: {exc}") from None
+        if isinstance(self.policies, str):
+            object.__setattr__(self, "policies", tuple(p.replace(";", ",").strip()
+                                                       for p in self.policies.split(",") if p.strip()))
+        validate(self)
 
     @property
     def cache(self) -> CacheModel:

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -60,6 +59,7 @@ from interp.io import run_units
 from interp.data.parse import parse_turn
 from interp.data.render import Rendered, render
 from interp.io import atomic_write_bytes, atomic_write_json
+from interp.params import Check, Integer, Items, Maybe, Real, Text, param, validate
 from interp.schema import Field, schema_dict
 from interp.data.trajectory import Trajectory
 from interp.sensor.protocol import Sensor
@@ -108,6 +108,12 @@ FIELDS = (
 SCHEMA = schema_dict(FIELDS)
 
 
+def _continuation_condition(name: str) -> None:
+    """ValueError unless ``name`` is a condition continuations run (not the ones that need a model's scorer)."""
+    if name not in CONDITIONS or name in ("iclr", "drsr_gate"):
+        raise ValueError(f"{name!r} is not a continuation condition")
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """Generation settings of a run (``interp intervene``; the cache digest covers all of them and the model).
@@ -117,27 +123,22 @@ class RunSettings:
     analysis: ClassVar[str] = "interventions"
     precision: ClassVar[str] = "bfloat16"
 
-    conditions: tuple[str, ...] = CONTINUATION_CONDITIONS
-    samples: int = 2
-    max_new_tokens: int | None = None  # None: measured on the trajectories (generation.measured_max_new_tokens)
-    seed: int = 0
-    temperature: float = 0.7
-    top_p: float = 1.0
-    max_tokens: int = DEFAULT_MAX_TOKENS
-    max_new_tokens_source: str = "given"
+    conditions: tuple[str, ...] = param(CONTINUATION_CONDITIONS, Items(Check(_continuation_condition,
+                                        "a continuation condition (" + ", ".join(CONTINUATION_CONDITIONS)
+                                        + " or random)"), unique=True), "Conditions continued (comma list).")
+    samples: int = param(2, Integer(0), "Sampled continuations per state and condition, besides the greedy one.")
+    max_new_tokens: int | None = param(None, Maybe(Integer(1), "measured on the trajectories: p95 of the recorded "
+                                       "turns"), "Largest continuation.", "tokens")
+    seed: int = param(0, Integer(0), "Seed of the sampled continuations.")
+    temperature: float = param(0.7, Real(0, low_open=True), "Sampling temperature.")
+    top_p: float = param(1.0, Real(0, 1, low_open=True), "Nucleus sampling mass.")
+    max_tokens: int = param(DEFAULT_MAX_TOKENS, Integer(1), "Prompts with longer renders are skipped and recorded.",
+                            "tokens")
+    max_new_tokens_source: str = param("given", Text("given, or how max_new_tokens was measured"),
+                                       "How max_new_tokens was set (recorded by the run).")
 
     def __post_init__(self) -> None:
-        bad = [c for c in self.conditions if c not in CONDITIONS or c in ("iclr", "drsr_gate")]
-        if bad or not self.conditions:
-            raise ValueError(f"conditions: unknown or unsupported condition(s) {bad} for continuations; "
-                             f"use: {', '.join(CONTINUATION_CONDITIONS)} (or random)")
-        for name, ok, rule in (("samples", self.samples >= 0, ">= 0"),
-                               ("max_new_tokens", self.max_new_tokens is None or self.max_new_tokens >= 1, ">= 1"),
-                               ("temperature", self.temperature > 0 and math.isfinite(self.temperature), "> 0"),
-                               ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
-                               ("max_tokens", self.max_tokens >= 1, ">= 1")):
-            if not ok:
-                raise ValueError(f"{name}: must be {rule}, got {getattr(self, name)!r}")
+        validate(self)
 
     def to_json(self) -> dict[str, Any]:
         """JSON-able form."""

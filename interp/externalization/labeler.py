@@ -108,6 +108,7 @@ from interp.data.labels import (
 )
 from interp.data.trajectory import Action, Step, Trajectory, load_trajectories
 from interp.io import atomic_write_bytes, atomic_write_json
+from interp.params import N_BOOT, Integer, Items, Options, Real, param, validate
 
 ITEM_KINDS = ("url", "email", "path", "code_symbol", "quoted", "number", "identifier", "cue")
 STATUSES = ("given", "copied", "minor", "externalized", "not_externalized")
@@ -230,32 +231,19 @@ class GapLabelerConfig:
     analysis: ClassVar[str] = "externalization_labels"  # the demo's step; its labels feed ``externalization``
     precision: ClassVar[str | None] = None  # reads text; runs no model
 
-    scope: str = "all"
-    min_overlap: float = 0.34
-    min_novel_words: int = 5
-    kinds: tuple[str, ...] = ITEM_KINDS
-    carriers: tuple[str, ...] = STUDY_CARRIERS
-    seed: int = 0
-    n_boot: int = 1000
+    scope: str = param("all", Options(SCOPES), "Derived-state scope: all, latest or since_code.")
+    min_overlap: float = param(0.34, Real(0, 1, low_open=True), "Overlap with a carrier that counts as "
+                               "externalized (0 would count every novel cue).", "fraction")
+    min_novel_words: int = param(5, Integer(0), "Novel words a cue needs.", "words")
+    kinds: tuple[str, ...] = param(ITEM_KINDS, Items(Options(ITEM_KINDS), min_len=0, unique=True),
+                                   "Item kinds extracted (comma list).")
+    carriers: tuple[str, ...] = param(STUDY_CARRIERS, Items(Options(CARRIER_KINDS), unique=True),
+                                      "Carrier kinds that externalize (comma list).")
+    seed: int = param(0, Integer(0), "Seed of the tuning/evaluation task split and of the bootstrap.")
+    n_boot: int = param(N_BOOT, Integer(0), "Task-bootstrap resamples of the kappa CIs (0: none).")
 
     def __post_init__(self) -> None:
-        if self.scope not in SCOPES:
-            raise ValueError(f"scope: unknown scope {self.scope!r}; use one of {', '.join(SCOPES)}")
-        bad = sorted(set(self.carriers) - set(CARRIER_KINDS))
-        if bad or not self.carriers:
-            raise ValueError(f"carriers: unknown or no carrier kinds {bad}; known: {', '.join(CARRIER_KINDS)}")
-        unknown = sorted(set(self.kinds) - set(ITEM_KINDS))
-        if unknown:
-            raise ValueError(f"kinds: unknown item kinds {unknown}; known: {', '.join(ITEM_KINDS)}")
-        if not 0.0 < self.min_overlap <= 1.0:  # 0 would count every novel cue as externalized
-            raise ValueError(f"min_overlap: must be in (0, 1], got {self.min_overlap!r}")
-        if isinstance(self.min_novel_words, bool) or not isinstance(self.min_novel_words, int) \
-                or self.min_novel_words < 0:
-            raise ValueError(f"min_novel_words: must be an integer >= 0, got {self.min_novel_words!r}")
-        for name in ("seed", "n_boot"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name}: must be an integer >= 0, got {value!r}")
+        validate(self)
 
 
 def _normalize(text: str) -> str:

@@ -61,6 +61,7 @@ import pandas as pd
 from interp.data.labels import annotation_labels, final_boundaries, read_labels_csv
 from interp.data.trajectory import Trajectory, load_trajectories
 from interp.io import atomic_write_json, read_text
+from interp.params import N_BOOT, Integer, Text, param, validate
 from interp.schema import Field, schema_dict
 from interp.stats import task_bootstrap_ci
 
@@ -240,20 +241,14 @@ class RiskConfig:
     analysis: ClassVar[str] = "externalization"
     precision: ClassVar[str | None] = None  # reads labels and probe scores; runs no model
 
-    condition: str = "full"
-    g_column: str = "externalization_gap"
-    n_boot: int = 1000
-    seed: int = 0
+    condition: str = param("full", Text("a condition name"), "Condition of the probe samples whose scores give "
+                           "the hidden-score gap.")
+    g_column: str = param("externalization_gap", Text("a column name"), "Column of the labels CSV holding G.")
+    n_boot: int = param(N_BOOT, Integer(0), "Task-bootstrap resamples of the CIs (0: none).")
+    seed: int = param(0, Integer(0), "Seed of the bootstrap.")
 
     def __post_init__(self) -> None:
-        for name in ("condition", "g_column"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value.strip():
-                raise ValueError(f"{name}: must be a non-empty name, got {value!r}")
-        for name in ("n_boot", "seed"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name}: must be an integer >= 0, got {value!r}")
+        validate(self)
 
 
 def risk_command(out: Path, labels: Path | None = None, probe_results: Path | None = None,

@@ -175,7 +175,6 @@ def check_request(
     condition_params: dict[str, dict[str, Any]] | None = None,
 ) -> None:
     """ValueError unless an extraction request is valid as a whole (see :func:`extract_to_store`)."""
-    config.validate()
     config.check_sensor(sensor)
     if isinstance(conditions, str) or not conditions:
         raise ValueError(f"conditions must be a non-empty list of: {', '.join(CONDITIONS)}; got {conditions!r}")

@@ -79,6 +79,7 @@ from interp.data.render import Rendered, Segment, render
 from interp.data.trajectory import Trajectory
 from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit
 from interp.progress import track
+from interp.params import Flag, Integer, Options, Real, param, validate
 from interp.schema import Field
 from interp.sensor.forward import Plan, run_plan
 from interp.sensor.prefix import Resume
@@ -184,21 +185,18 @@ class IclrConfig:
     analysis: ClassVar[str] = "iclr"
     precision: ClassVar[str] = "float32"
 
-    rho: float = ICLR_RHO
-    context: str = "online"
-    compare_full: bool = True
-    max_tokens: int = DEFAULT_MAX_TOKENS
+    rho: float = param(ICLR_RHO, Real(0, 1), "Fraction of each step's reasoning blocks dropped (the lowest-entropy "
+                       "ones).", "fraction")
+    context: str = param("online", Options(CONTEXTS), "Scorer context: online (step t on the history with steps "
+                         "1..t-1 already compressed, the study), full (the uncompressed trajectory, a departure) or "
+                         "step_only (the step's reasoning only).")
+    compare_full: bool = param(True, Flag(), "Also add the full-context scores and drops beside (one more forward "
+                               "per trajectory).")
+    max_tokens: int = param(DEFAULT_MAX_TOKENS, Integer(1), "The scorer's input limit (over it the step is not "
+                            "scored, never truncated).", "tokens")
 
     def __post_init__(self) -> None:
-        if isinstance(self.rho, bool) or not (isinstance(self.rho, (int, float)) and math.isfinite(self.rho)
-                                              and 0 <= self.rho <= 1):
-            raise ValueError(f"rho: must be a fraction in [0, 1], got {self.rho!r}")
-        if self.context not in CONTEXTS:
-            raise ValueError(f"context {self.context!r}: use {', '.join(CONTEXTS[:-1])} or {CONTEXTS[-1]}")
-        if not isinstance(self.compare_full, bool):
-            raise ValueError(f"compare_full: must be true or false, got {self.compare_full!r}")
-        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise ValueError(f"max_tokens: must be an integer >= 1, got {self.max_tokens!r}")
+        validate(self)
 
 
 @dataclass

@@ -32,8 +32,8 @@ definition of the probe's position baseline columns).
 from __future__ import annotations
 
 import math
-import operator
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any, ClassVar, cast
 
 import torch
@@ -45,6 +45,7 @@ from interp.extraction.entropy import block_mean_entropy, entropy_positions
 from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit
 from interp.extraction.pooling import parse_pooling, pooling_positions
 from interp.extraction.position import position_features
+from interp.params import REQUIRED, Check, ConfigError, Flag, Integer, Items, Options, param, validate
 from interp.sensor.forward import Outputs, Plan
 from interp.sensor.prefix import Branch, run_branches
 from interp.sensor.hooks import SITES
@@ -53,10 +54,15 @@ from interp.sensor.protocol import Sensor
 LN2 = math.log(2.0)
 
 
-@dataclass
+def _pooling(rule: str) -> None:
+    """ValueError with the reason unless ``rule`` is a pooling rule (``interp.extraction.pooling``)."""
+    parse_pooling(rule)
+
+
+@dataclass(frozen=True)
 class ExtractConfig:
     """What to keep at each boundary (``interp extract``; the store the probes, ICLR's full context and the attention
-    summary read).
+    summary read). Checked on construction (``interp.params``); list fields are stored as tuples.
 
     ``precision``: bfloat16 under ``--dtype auto`` on CUDA (the model's trained precision; features are read as
     activations, stored in float32, and the probe's AUROC is the check)."""
@@ -64,37 +70,21 @@ class ExtractConfig:
     analysis: ClassVar[str] = "extract"  # the store: no result of its own in the registry (interp.reporting)
     precision: ClassVar[str] = "bfloat16"
 
-    layers: list[int]
-    sites: list[str] = field(default_factory=lambda: ["resid_pre"])
-    poolings: list[str] = field(default_factory=lambda: ["last"])
-    attention_layers: list[int] = field(default_factory=list)
-    max_tokens: int = DEFAULT_MAX_TOKENS
-    share_prefix: bool = True
-    block_entropy: bool = False  # ICLR block entropies from the same forward (shared `full` renders)
+    layers: Sequence[int] = param(REQUIRED, Items(Integer(0), min_len=0, unique=True),
+                                    "Layers whose features are kept (0-based).")
+    sites: Sequence[str] = param(("resid_pre",), Items(Options(SITES), unique=True), "Hooked sites kept.")
+    poolings: Sequence[str] = param(("last",), Items(Check(_pooling, "a pooling rule (interp.extraction.pooling)",
+                                                             "mean_nowhere"), unique=True),
+                                      "Pooling rules of the boundary features.")
+    attention_layers: Sequence[int] = param((), Items(Integer(0), min_len=0, unique=True),
+                                              "Full-attention layers whose boundary attention mass is kept.")
+    max_tokens: int = param(DEFAULT_MAX_TOKENS, Integer(1), "Boundaries with longer renders are skipped and "
+                            "recorded, never truncated.", "tokens")
+    share_prefix: bool = param(True, Flag(), "Share one prefix forward between a trajectory's boundaries.")
+    block_entropy: bool = param(False, Flag(), "ICLR block entropies from the same forward (shared full renders).")
 
     def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        """Refuse bad settings before anything runs or touches disk (ValueError naming the field and
-        the allowed values); normalises list fields to lists. Run on construction."""
-        self.layers = _int_list("layers", self.layers)
-        self.attention_layers = _int_list("attention_layers", self.attention_layers)
-        self.sites = _name_list("sites", self.sites, "one of " + ", ".join(SITES))
-        bad = [x for x in self.sites if x not in SITES]
-        if bad:
-            raise ValueError(f"ExtractConfig.sites: unknown {', '.join(map(repr, bad))}; allowed: {', '.join(SITES)}")
-        self.poolings = _name_list("poolings", self.poolings, "pooling rules (interp.extraction.pooling)")
-        for rule in self.poolings:
-            try:
-                parse_pooling(rule)
-            except ValueError as exc:
-                raise ValueError(f"ExtractConfig.poolings: {exc}") from None
-        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens <= 0:
-            raise ValueError(f"ExtractConfig.max_tokens must be a positive int, got {self.max_tokens!r}")
-        for name in ("share_prefix", "block_entropy"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"ExtractConfig.{name} must be True or False, got {getattr(self, name)!r}")
+        validate(self)
 
     def check_sensor(self, sensor: Sensor) -> None:
         """Refuse layers the model does not have and attention layers without softmax attention."""
@@ -103,40 +93,19 @@ class ExtractConfig:
             for name in ("layers", "attention_layers"):
                 bad = [x for x in getattr(self, name) if x >= n_layers]
                 if bad:
-                    raise ValueError(f"ExtractConfig.{name}: {bad} out of range 0..{n_layers - 1}")
+                    raise ConfigError(name, f"{bad} out of range 0..{n_layers - 1}")
         full = getattr(sensor, "full_attention_layers", None)
         if full is not None:
             bad = sorted(set(self.attention_layers) - set(full))
             if bad:
-                raise ValueError(f"ExtractConfig.attention_layers: {bad} are linear attention layers (no attention "
+                raise ConfigError("attention_layers", f"{bad} are linear attention layers (no attention "
                                  f"pattern); allowed: {', '.join(map(str, full))}")
 
     def to_json(self) -> dict[str, Any]:
         """JSON-able settings (stored in the activation store's schema)."""
-        return {"layers": self.layers, "sites": self.sites, "poolings": self.poolings,
-                "attention_layers": self.attention_layers, "max_tokens": self.max_tokens,
+        return {"layers": list(self.layers), "sites": list(self.sites), "poolings": list(self.poolings),
+                "attention_layers": list(self.attention_layers), "max_tokens": self.max_tokens,
                 "block_entropy": self.block_entropy}
-
-
-def _int_list(name: str, value: Any) -> list[int]:
-    """``value`` as a list of non-negative ints, or ValueError naming ``ExtractConfig.<name>``."""
-    try:
-        if isinstance(value, (str, bytes)) or any(isinstance(x, bool) for x in value):
-            raise TypeError
-        out = [operator.index(x) for x in value]
-    except TypeError:
-        raise ValueError(f"ExtractConfig.{name} must be a list of non-negative ints, got {value!r}") from None
-    if any(x < 0 for x in out):
-        raise ValueError(f"ExtractConfig.{name} must be a list of non-negative ints, got {value!r}")
-    return out
-
-
-def _name_list(name: str, value: Any, allowed: str) -> list[str]:
-    """``value`` as a non-empty list of strings, or ValueError naming ``ExtractConfig.<name>``."""
-    if isinstance(value, str) or not isinstance(value, (list, tuple)) or not value \
-            or not all(isinstance(x, str) for x in value):
-        raise ValueError(f"ExtractConfig.{name} must be a non-empty list of {allowed}; got {value!r}")
-    return list(value)
 
 
 @dataclass
@@ -191,7 +160,6 @@ def extract_trajectory(
     condition_params: dict[str, Any] | None = None,
 ) -> list[BoundaryFeatures]:
     """Features of every requested boundary of ``traj`` under ``condition`` (see module docstring)."""
-    config.validate()
     config.check_sensor(sensor)
     tok = sensor.tokenizer
     params = condition_params or {}

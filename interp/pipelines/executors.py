@@ -25,7 +25,6 @@ unit run (host, worker, seconds, attempts, error).
 from __future__ import annotations
 
 import importlib.util
-import math
 import os
 import time
 import traceback
@@ -36,6 +35,7 @@ from typing import Any
 
 from interp.io import UnitRun, Work, run_work, timed_unit
 from interp.progress import track
+from interp.params import Integer, Maybe, Options, Real, Text, param, validate
 
 EXECUTORS = ("local", "ray")
 
@@ -203,24 +203,17 @@ class ExecutorSettings:
     GPUs and memory (GiB, for scheduling) per actor. Checked on construction (each message names the field), so
     the command line and the sweep's ``[executor]`` refuse the same values."""
 
-    kind: str = "local"
-    address: str | None = None
-    workers: int | None = None
-    num_gpus: float = 0
-    memory_gb: float | None = None
+    kind: str = param("local", Options(EXECUTORS), "Where units run: local (this process) or ray (actors, one "
+                      "model load each; needs pip install '.[ray]').", option="--executor")
+    address: str | None = param(None, Maybe(Text("a Ray cluster address"), "start a local cluster"),
+                                "Ray cluster address (auto: the running cluster).")
+    workers: int | None = param(None, Maybe(Integer(1), "as many as the resources fit"), "Ray actors.")
+    num_gpus: float = param(0, Real(0), "GPUs per Ray worker (use --device cuda with it).")
+    memory_gb: float | None = param(None, Maybe(Real(0), "no reservation"), "Memory per Ray worker (scheduling).",
+                                    "GiB")
 
     def __post_init__(self) -> None:
-        if self.kind not in EXECUTORS:
-            raise ValueError(f"kind: use {' or '.join(EXECUTORS)}, got {self.kind!r}")
-        if self.address is not None and not isinstance(self.address, str):
-            raise ValueError(f"address: expected a string, got {self.address!r}")
-        for name, low, integer in (("workers", 1, True), ("num_gpus", 0, False), ("memory_gb", 0, False)):
-            value = getattr(self, name)
-            if value is None and name != "num_gpus":
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or not value >= low or (integer and not isinstance(value, int)):
-                raise ValueError(f"{name}: expected {'an integer' if integer else 'a number'} >= {low}, got {value!r}")
+        validate(self)
 
     def make(self) -> LocalExecutor | RayExecutor | None:
         """The executor (None for ``local``: the caller's loaded model runs the units in process)."""

@@ -30,6 +30,8 @@ DEFAULTS = {
     "gate ensemble size": (("n_members", "N_MEMBERS"), 8, "patching/config.py"),
     # the iclr history condition (data layer) owns rho; IclrConfig.rho and every other user read ICLR_RHO
     "ICLR rho": (("rho", "ICLR_RHO"), 0.8, "interp/data/conditions.py"),
+    # every analysis's task-bootstrap resamples: library functions below a stage take them as required arguments
+    "bootstrap resamples": (("n_boot", "N_BOOT"), 1000, "interp/params.py"),
 }
 
 
@@ -42,7 +44,10 @@ def _numbers_given_to(names: tuple[str, ...], value: float) -> list[str]:
             if isinstance(node, ast.Assign):
                 pairs += [(getattr(t, "id", getattr(t, "attr", None)), node.value) for t in node.targets]
             elif isinstance(node, ast.AnnAssign) and node.value is not None:
-                pairs.append((getattr(node.target, "id", getattr(node.target, "attr", None)), node.value))
+                given = node.value  # a declared config field, param(default, rule, ...): its default
+                if isinstance(given, ast.Call) and getattr(given.func, "id", None) == "param" and given.args:
+                    given = given.args[0]
+                pairs.append((getattr(node.target, "id", getattr(node.target, "attr", None)), given))
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 args = node.args.posonlyargs + node.args.args
                 pairs += list(zip([a.arg for a in args[len(args) - len(node.args.defaults):]], node.args.defaults))

@@ -8,14 +8,16 @@ import inspect
 import math
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import MISSING, Field
 from dataclasses import fields as dataclass_fields
 from dataclasses import is_dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar
 
 import typer
 from rich.console import Console
 
+from interp.params import ConfigError, Items, Maybe, Options, declared
 from interp.pipelines import stages
 
 if TYPE_CHECKING:
@@ -47,10 +49,6 @@ TrajectoriesOpt = Annotated[Path, typer.Option("--trajectories", help="Trajector
 AllowControlOpt = Annotated[bool, typer.Option(
     "--allow-control-tokens", help="Accept trajectory text holding chat-template control tokens (<|im_end|>, "
     "</think>, ...): rendered as written, they act as the template's own tokens. Refused by default.")]
-LAYERS_0_BASED = ("Layers are 0-based (resid_pre of layer l = hidden_states[l]); the reference study numbers them "
-                  "from 1 (its full-attention layers 4, 8, ..., 32 are 3, 7, ..., 31 here): write 1based:4,8,32 "
-                  "for its numbering. `interp models` lists each model's full-attention layers in both.")
-
 DeviceOpt = Annotated[str, typer.Option(help="torch device: cpu, cuda, cuda:1 ...")]
 DtypeOpt = Annotated[str, typer.Option(help="Model dtype: auto (fp32 off CUDA; on CUDA the analysis config's precision: fp32 for patch, harm, drsr, entropy and the demo, bf16 for extract and intervene), fp32, bf16, fp16 or fp64 (fp64 for parity checks on small models). An explicit dtype is obeyed. Stored features, the final norm, the unembedding and all log-softmax/KL/entropy/NLL arithmetic are float32.")]
 
@@ -74,16 +72,57 @@ def option_name(field: str, options: Mapping[str, str] | None = None) -> str:
 
 
 def build(cls: Callable[..., T], options: Mapping[str, str] | None = None, **kwargs: object) -> T:
-    """``cls(**kwargs)``; a ValueError names the option of the first field its message mentions (``--n-boot``)."""
+    """``cls(**kwargs)``; a refused field (``interp.params.ConfigError``) is named by its option (``--n-boot``)."""
     try:
         return cls(**kwargs)
-    except ValueError as exc:
-        msg = str(exc)
-        named = sorted((msg.find(k), k) for k in kwargs if k in msg)
-        if not named:
-            raise
-        field = named[0][1]
-        raise ValueError(f"{option_name(field, options)}: {msg.removeprefix(f'{field}: ')}") from None
+    except ConfigError as exc:
+        raise ValueError(f"{option_name(exc.field, options)}: {exc.reason}") from None
+
+
+def config_options(cls: type, options: Mapping[str, str] | None = None, skip: tuple[str, ...] = (),
+                   name: str = "config", fixed: Mapping[str, object] | None = None
+                   ) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A command with one option per declared field of the config class ``cls`` (``interp.params``): the option's
+    type, default, help and unit are the field's, its name ``--field-name`` unless the field's declaration or
+    ``options`` (field -> option) says otherwise; ``skip``: fields the command sets itself (``fixed``: their
+    values until it does, e.g. layers resolved on the model with ``dataclasses.replace``). The command receives
+    the checked config in its parameter ``name``; a refused value is named by its option before anything is
+    read. The wrapped command lists ``(cls, {field: option})`` in ``__configs__`` (what the common tests discover)."""
+
+    def wrap(command: Callable[..., None]) -> Callable[..., None]:
+        own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != name]
+        chosen = [f for f in declared(cls) if f.name not in skip]
+        names = {f.name: f.metadata["option"] or option_name(f.name, options) for f in chosen}
+        group = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.metadata["rule"].to_cli(f.default)
+                                   if f.default is not MISSING else ..., annotation=_option_type(f, names[f.name]))
+                 for f in chosen]
+
+        @functools.wraps(command)
+        def run(*args: object, **kwargs: object) -> None:
+            values = {f.name: f.metadata["rule"].from_cli(kwargs.pop(f.name)) for f in chosen}
+            command(*args, **kwargs, **{name: build(cls, names, **values, **(fixed or {}))})
+
+        run.__signature__ = inspect.Signature([*own, *group])  # type: ignore[attr-defined]  # what Typer reads
+        run.__annotations__ = {p.name: p.annotation for p in (*own, *group)}
+        run.__configs__ = [*getattr(command, "__configs__", []), (cls, names)]  # type: ignore[attr-defined]
+        return run
+
+    return wrap
+
+
+def _option_type(f: Field[Any], option: str) -> object:
+    """The ``Annotated`` type of a config field's option: its rule's command-line type, the field's help and
+    unit, ``--x/--no-x`` for a flag."""
+    rule = f.metadata["rule"]
+    optional = isinstance(rule, Maybe)
+    inner = rule.inner if optional else rule
+    kind: Any = str if isinstance(inner, Items) else inner.cli_type
+    unit = f" [{f.metadata['unit']}]" if f.metadata["unit"] else ""
+    extra = f" One of: {', '.join(inner.choices)}." if isinstance(inner, Options) else ""
+    none = f" Unset: {rule.none}." if optional else ""
+    decl = f"{option}/--no-{option.removeprefix('--')}" if kind is bool else option
+    return Annotated[Optional[kind] if optional else kind,  # noqa: UP007  (typer reads Optional)
+                     typer.Option(decl, help=f"{f.metadata['help']}{unit}{extra}{none}")]
 
 
 def checked(call: Callable[..., T], *args: object, options: Mapping[str, str] | None = None, **kwargs: object) -> T:
@@ -92,6 +131,8 @@ def checked(call: Callable[..., T], *args: object, options: Mapping[str, str] | 
     message the config's own check gives through :func:`build`)."""
     try:
         return call(*args, **kwargs)
+    except ConfigError as exc:
+        raise ValueError(f"{option_name(exc.field, options)}: {exc.reason}") from None
     except ValueError as exc:
         msg = str(exc)
         owner = getattr(call, "__self__", None)
@@ -145,44 +186,13 @@ AddressOpt = Annotated[Optional[str], typer.Option(help="Ray cluster address (au
                                                         "start a local one).")]
 
 
-def _executor_group() -> list[inspect.Parameter]:
-    """The executor options, declared once (defaults: ``ExecutorSettings``'s; ``--address`` is the sweep's too)."""
-    from interp.pipelines.executors import ExecutorSettings as E
-
-    return [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=kind)
-            for name, kind, default in (
-        ("executor", Annotated[str, typer.Option("--executor", help="Where units run: local (this process) or ray "
-                                                 "(actors, one model load each; needs pip install '.[ray]').")],
-         E.kind),
-        ("address", AddressOpt, E.address),
-        ("workers", Annotated[Optional[int], typer.Option("--workers", help="Ray actors (default: as many as the "
-                                                          "resources fit).")], E.workers),
-        ("num_gpus", Annotated[float, typer.Option("--num-gpus", help="GPUs per Ray worker (use --device cuda with "
-                                                   "it).")], E.num_gpus),
-        ("memory_gb", Annotated[Optional[float], typer.Option("--memory-gb", help="Memory per Ray worker, GiB "
-                                                              "(scheduling).")], E.memory_gb))]
-
-
 def executor_options(command: Callable[..., None]) -> Callable[..., None]:
     """A command with the executor option group (``--executor``, ``--address``, ``--workers``, ``--num-gpus``,
-    ``--memory-gb``, declared once in :func:`_executor_group`): ``command`` takes them as one checked
-    ``interp.pipelines.executors.ExecutorSettings`` in its ``executor`` parameter (a bad value is refused, naming
-    its option, before anything is read)."""
+    ``--memory-gb``: the fields of ``interp.pipelines.executors.ExecutorSettings``), received as one checked
+    ``ExecutorSettings`` in its ``executor`` parameter."""
     from interp.pipelines.executors import ExecutorSettings
 
-    group = _executor_group()
-    names = [p.name for p in group]
-    own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "executor"]
-
-    @functools.wraps(command)
-    def run(*args: object, **kwargs: object) -> None:
-        values = {n: kwargs.pop(n) for n in names}
-        settings = build(ExecutorSettings, {"kind": "--executor"}, kind=values.pop("executor"), **values)
-        command(*args, **kwargs, executor=settings)
-
-    run.__signature__ = inspect.Signature([*own, *group])  # type: ignore[attr-defined]  # what Typer reads
-    run.__annotations__ = {p.name: p.annotation for p in (*own, *group)}
-    return run
+    return config_options(ExecutorSettings, name="executor")(command)
 
 
 def shard_option(shard: str | None) -> tuple[int, int]:

@@ -14,9 +14,8 @@ from interp.externalization.risk import RiskConfig
 from interp.pipelines.cli.common import (
     TrajectoriesOpt,
     app,
-    build,
+    config_options,
     console,
-    split_list,
 )
 from interp.reporting.numbers import ci_text, num
 from interp.reporting.numbers import pct as pct_text
@@ -27,33 +26,20 @@ app.add_typer(externalize_app, name="externalize")
 
 
 @externalize_app.command("label")
+@config_options(GapLabelerConfig)
 def externalize_label(
     trajectories: TrajectoriesOpt,
     out: Annotated[Path, typer.Option("--out", help="Directory for externalization_labels.json/.csv and "
                                                     "externalization_evidence.csv.")],
     labels: Annotated[Optional[Path], typer.Option("--labels", help="Reference CSV task_id,after_step,"
                                                    "externalization_gap (default: the annotations).")] = None,
-    scope: Annotated[str, typer.Option(help="Reasoning that holds derived state: all (steps 1..b, the study's "
-                                            "definition), latest (step b only: a proxy) or since_code (a proxy).")
-                     ] = GapLabelerConfig.scope,
-    carriers: Annotated[str, typer.Option(help="Comma list of carrier kinds: the study's written_file,tool_output,"
-                                               "feedback; opt-in tool_argument, text_action.")
-                        ] = ",".join(GapLabelerConfig.carriers),
-    min_overlap: Annotated[float, typer.Option("--min-overlap", help="Cue sentences: fraction of their novel "
-                                               "words a carrier must hold.")] = GapLabelerConfig.min_overlap,
-    min_novel_words: Annotated[int, typer.Option("--min-novel-words", help="Cue sentences with fewer novel "
-                                                 "words count as minor.")] = GapLabelerConfig.min_novel_words,
-    seed: Annotated[int, typer.Option(help="Seed of the tuning/evaluation task split and the bootstrap.")
-                    ] = GapLabelerConfig.seed,
-    n_boot: Annotated[int, typer.Option("--n-boot", help="Task-bootstrap resamples for the kappa CIs.")
-                      ] = GapLabelerConfig.n_boot,
+    *,
+    config: GapLabelerConfig,
 ) -> None:
     """Rule-based G labels with per-item evidence; Cohen's kappa against reference labels, in-sample and held out by task."""
     check_output_dir(out, "--out")
-    config = build(GapLabelerConfig, scope=scope, min_overlap=min_overlap, min_novel_words=min_novel_words,
-                   carriers=tuple(split_list(carriers)), seed=seed, n_boot=n_boot)
     summary = stages.externalize(trajectories, out, labels, config)
-    line = (f"{out}: {summary['n_boundaries']} boundaries, scope {scope} ({summary['scope_note']}), "
+    line = (f"{out}: {summary['n_boundaries']} boundaries, scope {config.scope} ({summary['scope_note']}), "
             f"rule G=1 for {summary['rule_positive_rate']:.1%}")
     agreement = summary["agreement"]
     if agreement["n"]:
@@ -70,6 +56,7 @@ def externalize_label(
 
 
 @externalize_app.command("risk")
+@config_options(RiskConfig)
 def externalize_risk(
     out: Annotated[Path, typer.Option("--out", help="Directory for externalization.json.")],
     labels: Annotated[Optional[Path], typer.Option("--labels", help="CSV task_id,after_step,externalization_gap "
@@ -81,16 +68,13 @@ def externalize_risk(
                                                          "for G or y where no CSV gives them.")] = None,
     targets: Annotated[Optional[Path], typer.Option("--targets", help="CSV task_id,after_step,future_necessity "
                                                     "(default: --labels' column, else annotations).")] = None,
-    condition: Annotated[str, typer.Option(help="Condition of the probe samples.")] = RiskConfig.condition,
-    g_column: Annotated[str, typer.Option("--g-column", help="Column of --labels holding G.")] = RiskConfig.g_column,
-    n_boot: Annotated[int, typer.Option("--n-boot", help="Task-bootstrap resamples for CIs.")] = RiskConfig.n_boot,
-    seed: Annotated[int, typer.Option(help="Seed of the task bootstrap.")] = RiskConfig.seed,
+    *,
+    config: RiskConfig,
 ) -> None:
     """Future behavioural risk by G: P(y|G=1), P(y|G=0), within-task gap, hidden-score gap, with task-bootstrap CIs."""
     from interp.reporting import reference
 
     check_output_dir(out, "--out")
-    config = build(RiskConfig, condition=condition, g_column=g_column, n_boot=n_boot, seed=seed)
     doc = stages.risk(out, labels, probe_results, trajectories, targets, config)
 
     def pct(stat: dict) -> str:

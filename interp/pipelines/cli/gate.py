@@ -10,8 +10,8 @@ import typer
 
 from interp.io import check_output_dir
 from interp.pipelines import stages
-from interp.pipelines.cli.common import app, build, console
-from patching.config import GATE_SCORERS, N_MEMBERS, GateConfig
+from interp.pipelines.cli.common import app, config_options, console
+from patching.config import GateConfig
 
 OPTIONS = {"n_members": "--members"}  # config field -> option, where the option's name is not the field's
 
@@ -25,25 +25,16 @@ PartsOpt = Annotated[Optional[Path], typer.Option("--parts", help="The parts/drs
 
 
 @gate_app.command("train")
+@config_options(GateConfig, OPTIONS, skip=("n_boot",))
 def gate_train(
     drsr: DrsrOpt,
     out: Annotated[Path, typer.Option("--out", help="Folder for gate_scorer.json.")],
-    seed: Annotated[int, typer.Option(help="Seed of the trajectory split and the bootstrap members.")
-                    ] = GateConfig.seed,
-    members: Annotated[Optional[int], typer.Option("--members", help=(
-        f"Bootstrap members of the scorer (unset: the scorer's own: {N_MEMBERS} for ridge, "
-        "patching.gate_mlp.N_MEMBERS for set-mlp)."))] = GateConfig.n_members,
     parts: PartsOpt = None,
-    unsafe: Annotated[float, typer.Option(help="Unsafe-harm threshold of the gate's labels in nats/token (the "
-                                               "toolkit's assumption; DRSR states 0.020 as its pair margin and "
-                                               "mean-harm limit, not as an unsafe cut).")] = GateConfig.unsafe,
-    scorer: Annotated[str, typer.Option("--scorer", help=f"One of {', '.join(GATE_SCORERS)}: ridge (bootstrap "
-                                                         "ridge ensemble on pooled set features) or set-mlp "
-                                                         "(DRSR's Table 7 set model, torch).")] = GateConfig.scorer,
+    *,
+    config: GateConfig,
 ) -> None:
     """Fit the set-harm scorer on the train trajectories and select K, beta, tau on validation."""
     check_output_dir(out, "--out")
-    config = build(GateConfig, OPTIONS, scorer=scorer, seed=seed, n_members=members, unsafe=unsafe)
     info = stages.gate_train(drsr, out, config, parts)
     s = info["setting"]
     console.print(f"{info['scorer']}: {info['n_rows']} sets; split {len(info['split']['train'])}/"
@@ -52,17 +43,17 @@ def gate_train(
 
 
 @gate_app.command("eval")
+@config_options(GateConfig, skip=("scorer", "seed", "n_members", "unsafe"))  # the scorer file holds those
 def gate_eval(
     drsr: DrsrOpt,
     scorer: Annotated[Path, typer.Option("--scorer", help="gate_scorer.json of `interp gate train`.")],
     out: Annotated[Path, typer.Option("--out", help="Folder for gate.json.")],
-    n_boot: Annotated[int, typer.Option("--n-boot", help="Task-bootstrap resamples for the CIs.")
-                      ] = GateConfig.n_boot,
     parts: PartsOpt = None,
+    *,
+    config: GateConfig,
 ) -> None:
     """Evaluate a scorer file's gate on its held-out test trajectories (gate.json)."""
     check_output_dir(out, "--out")
-    config = build(GateConfig, OPTIONS, n_boot=n_boot)
     doc = stages.gate_eval(drsr, scorer, out, config, parts)
     g, p = doc["gate"], doc["prediction"]
     console.print(f"{Path(out) / 'gate.json'}: test MAE {p['mae']}, Spearman {p['spearman']}; gate coverage "

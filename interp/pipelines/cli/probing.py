@@ -10,8 +10,9 @@ from typer.core import TyperCommand, TyperGroup
 
 from interp.io import check_output_dir
 from interp.pipelines import stages
-from interp.pipelines.cli.common import TrajectoriesOpt, app, build, console
+from interp.pipelines.cli.common import TrajectoriesOpt, app, config_options, console
 from interp.reporting.numbers import ci_text, num
+from probes.config import ProbeConfig
 from probes.targets import TargetLabelerConfig
 
 
@@ -38,50 +39,35 @@ class _JudgeSwitch(TyperCommand):
 @app.command(cls=_JudgeSwitch, epilog="With --judge: G and y labels from an OpenAI-compatible chat model instead, "
              "the guideline as its rubric; the options are those of `interp labels judge` (interp label --judge "
              "--help).")
+@config_options(TargetLabelerConfig, skip=("cues",))  # the guideline's cue list; Python API only
 def label(
     trajectories: TrajectoriesOpt,
     out: Annotated[Path, typer.Option("--out", help="Directory for future_necessity_labels.json and .csv.")],
     labels: Annotated[Optional[Path], typer.Option(help="Reference CSV task_id,after_step,future_necessity "
                                                         "(default: the annotations).")] = None,
-    window: Annotated[Optional[int], typer.Option(help="Later steps inspected after each boundary (default: "
-                                                  "the whole rest of the trajectory).")] = TargetLabelerConfig.window,
-    surge_factor: Annotated[float, typer.Option("--surge-factor", help="Reasoning surge: length over this "
-                                                "multiple of the running mean.")] = TargetLabelerConfig.surge_factor,
+    *,
+    config: TargetLabelerConfig,
 ) -> None:
     """Rule-based future-necessity targets with evidence, and agreement (kappa) with reference labels."""
     check_output_dir(out, "--out")
-    config = build(TargetLabelerConfig, window=window, surge_factor=surge_factor)
     summary = stages.label(trajectories, out, labels, config)
     console.print(f"{out}: {summary['n_boundaries']} boundaries, {summary['n_positive']} positive; "
                   f"agreement {summary['agreement']}", markup=False)
 
 
 @app.command()
+@config_options(ProbeConfig)
 def probe(
     store: Annotated[Path, typer.Option("--store", help="Activation store directory.")],
     out: Annotated[Path, typer.Option("--out", help="Directory for probe_results.json and oof_predictions.csv.")],
     labels: Annotated[Optional[Path], typer.Option(help="CSV task_id,after_step,future_necessity (default: annotations).")] = None,
     condition: Annotated[str, typer.Option(help="Condition of the samples to probe.")] = "full",
     site: Annotated[str, typer.Option(help="Hooked site of the features.")] = "resid_pre",
-    outer: Annotated[str, typer.Option(help="kfold or loto (leave one task out).")] = "kfold",
-    n_outer: Annotated[int, typer.Option("--n-outer", help="Outer folds of --outer kfold (needs at least as many "
-                                                           "labelled tasks).")] = 5,
-    n_perm: Annotated[int, typer.Option("--n-perm", help="Permutations for the p-value.")] = 100,
-    n_boot: Annotated[int, typer.Option("--n-boot", help="Task-bootstrap resamples for CIs.")] = 1000,
-    search: Annotated[str, typer.Option(help="two_stage or full inner search.")] = "two_stage",
-    permutation: Annotated[str, typer.Option(help="Permutation statistic: nested (the headline nested-CV AUROC, "
-                                                  "the whole nested CV rerun per permutation) or fixed (a fast "
-                                                  "screen: max over candidates of the fixed probe's AUROC).")] = "nested",
-    baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="Also run the position baseline "
-                                            "and probe + baseline through the same nested CV.")] = True,
-    n_jobs: Annotated[int, typer.Option("--n-jobs", help="Parallel outer folds / permutations (joblib).")] = -1,
+    *,
+    config: ProbeConfig,
 ) -> None:
     """Task-level nested-CV future-necessity probes on a store: gain over the position baseline, AUROC, AP, CIs, p."""
-    from probes.config import ProbeConfig
-
     check_output_dir(out, "--out")
-    config = build(ProbeConfig, outer=outer, n_outer=n_outer, n_perm=n_perm, n_boot=n_boot, search=search, permutation=permutation,
-                    baselines=baselines, n_jobs=n_jobs)
     result = stages.probe(store, out, config, labels, condition, site)
     gain = result["gain"]
     ci = gain and gain["auroc_ci"]
@@ -90,6 +76,6 @@ def probe(
             + f" (baseline AUROC {result['baseline']['auroc']:.3f}); " if gain else "")
     console.print(f"{lead}AUROC {result['auroc']:.3f} {ci_text(result['auroc_ci']) or '(no CI)'}, AP {result['ap']:.3f}, "
                   f"balanced acc {result['balanced_accuracy']:.3f}, p={result['permutation_p']} (across tasks), "
-                  f"p={result['permutation_p_position']} (position kept), {permutation} statistic; "
+                  f"p={result['permutation_p_position']} (position kept), {config.permutation} statistic; "
                   f"{result['n_excluded_final']} final boundaries excluded -> {out / 'probe_results.json'}",
                   markup=False, highlight=False)

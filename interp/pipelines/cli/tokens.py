@@ -10,11 +10,12 @@ import typer
 from interp.io import check_output_dir
 from interp.pipelines import stages
 from interp.accounting.tokens import TokensConfig
-from interp.pipelines.cli.common import AllowControlOpt, GateScorerOpt, ModelPathOpt, TrajectoriesOpt, app, build, \
-    check_gate_scorer, console, option
+from interp.pipelines.cli.common import AllowControlOpt, GateScorerOpt, ModelPathOpt, TrajectoriesOpt, app, \
+    check_gate_scorer, config_options, console, option
 
 
 @app.command()
+@config_options(TokensConfig)
 def tokens(
     trajectories: TrajectoriesOpt,
     out: Annotated[Path, typer.Option("--out", help="Directory for tokens.json.")],
@@ -22,19 +23,9 @@ def tokens(
                                            "`interp models`) or a local HF directory; the acting model's tokenizer "
                                            "is what a bill counts.")] = "smollm2-135m",
     model_path: ModelPathOpt = None,
-    policies: Annotated[str, typer.Option(help="Comma list of policies: a condition, name:key=value (random:r=0.1, "
-                                               "keep_last_k_reasoning:k=5) or sliding_window:k=K; separate several "
-                                               "parameters of one policy with ';'. Default: the nine of the "
-                                               "benchmark.")] = ",".join(p.replace(",", ";")
-                                                                         for p in TokensConfig.policies),
     entropy: Annotated[Optional[Path], typer.Option(
         "--entropy", help="Block-entropy CSV of `interp entropy` (online rows for iclr, step_only rows for "
                           "iclr_step_only); without it the ICLR policies are skipped.")] = None,
-    cache_block: Annotated[int, typer.Option("--cache-block", help="The cache serves prefixes in multiples of "
-                                             "this many tokens (1: exact token-prefix reuse).")
-                         ] = TokensConfig.cache_block,
-    min_prefix: Annotated[int, typer.Option("--min-prefix", help="Shared prefixes shorter than this are not "
-                                            "served from the cache.")] = TokensConfig.min_prefix,
     paired: Annotated[Optional[Path], typer.Option(
         "--paired", help="Trajectory file of a compressed run of the same tasks (matched by task_id); "
                          "--trajectories is then the base run, accounted under full. Or the run log of `interp "
@@ -43,10 +34,10 @@ def tokens(
     prices: Annotated[Optional[Path], typer.Option(
         "--prices", help="Paired run logs: a JSON price table, USD per million tokens of uncached_input, "
                          "cache_read, cache_write and output.")] = None,
-    paired_policy: Annotated[str, typer.Option("--paired-policy", help="The policy the --paired run used.")
-                             ] = TokensConfig.paired_policy,
     allow_control_tokens: AllowControlOpt = False,
     gate_scorer: GateScorerOpt = None,
+    *,
+    config: TokensConfig,
 ) -> None:
     """Input, cache-read, cache-write and output tokens per request under each policy; paired-run amplification."""
     from interp.accounting.tokens import read_entropy_table
@@ -57,8 +48,6 @@ def tokens(
     if paired is not None and is_run_log(paired):
         _paired_logs(trajectories, paired, prices, out)
         return
-    config = build(TokensConfig, policies=policies, cache_block=cache_block, min_prefix=min_prefix,
-                   paired_policy=paired_policy)
     with option("--gate-scorer"):
         check_gate_scorer(["drsr_gate"] if config.uses("drsr_gate") else [], gate_scorer)
     if entropy is not None:
