@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from interp.io import atomic_write_bytes, atomic_write_json, run_units, writer_lock
+from interp.params import settings as record
 from interp.pipelines.steps import Step, StepContext
 from interp.reporting.analyses import analysis
 
@@ -587,8 +588,9 @@ DEMO_CONDITIONS = ("full", "delete_all_reasoning")  # --full; the CPU subset ext
 
 
 def _config(cls: type[C], settings: Mapping[str, Any]) -> C:
-    """The config of a step from its recorded settings (JSON: lists for tuples), the "subset" text left out."""
-    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in settings.items() if k != "subset"})
+    """The config of a step from its recorded settings (``interp.params.settings``: the config's rules read the
+    JSON lists back as tuples), the "subset" text left out."""
+    return cls(**{k: v for k, v in settings.items() if k != "subset"})
 
 
 def demo_trajectories(trajs: list[Trajectory], per_domain: int | None) -> list[Trajectory]:
@@ -641,7 +643,7 @@ def _probe_settings(ctx: StepContext) -> dict[str, Any]:
     subset = {} if ctx.config.full else {
         "subset": f"{config.n_perm} permutations per null for the nested-CV p-values (smallest possible p "
                   f"1/{config.n_perm + 1} = {1 / (config.n_perm + 1):.3f}; --full: {full})"}
-    return {**asdict(config), **subset}
+    return {**record(config), **subset}
 
 
 def _patch_settings(ctx: StepContext) -> dict[str, Any]:
@@ -650,7 +652,7 @@ def _patch_settings(ctx: StepContext) -> dict[str, Any]:
     ids = [t.task_id for t in _shortest(ctx)][: None if ctx.config.full else ctx.config.patch_trajectories]
     subset = {} if ctx.config.full else {
         "subset": f"{len(ids)} shortest trajectories of {len(ctx.trajs)} ({', '.join(ids)})"}
-    return {**asdict(PatchConfig(task_ids=tuple(ids))), **subset}
+    return {**record(PatchConfig(task_ids=tuple(ids))), **subset}
 
 
 def _patch(ctx: StepContext, settings: dict[str, Any]) -> None:
@@ -664,7 +666,7 @@ def _drsr_settings(ctx: StepContext) -> dict[str, Any]:
     from patching.config import DrsrConfig
 
     if ctx.config.full:  # DRSR's defaults: the middle boundary of every trajectory, units of every kind, sets up to 4
-        return asdict(replace(DrsrConfig(), boundaries=tuple(DrsrConfig().boundary_keys(ctx.trajs))))
+        return record(replace(DrsrConfig(), boundaries=tuple(DrsrConfig().boundary_keys(ctx.trajs))))
     b = ctx.config.harm_after_step  # CPU budget: an early boundary has fewer units and shorter renders
     keys = [f"{t.task_id}@{b}" for t in _shortest(ctx) if t.n_steps > b][: ctx.config.harm_boundaries]
     config = replace(ctx.config.drsr, boundaries=tuple(keys))
@@ -674,7 +676,7 @@ def _drsr_settings(ctx: StepContext) -> dict[str, Any]:
               "(reasoning, observation, tool exchange, step), "
               f"{config.budget} sampled sets per cardinality 2..{config.max_k} (DRSR: sets up to "
               f"{DrsrConfig.max_k}, {DrsrConfig.budget} per size); set-level harm is summarised from the same forwards")
-    return {**asdict(config), "subset": subset}
+    return {**record(config), "subset": subset}
 
 
 def _drsr(ctx: StepContext, settings: dict[str, Any]) -> None:
@@ -695,7 +697,7 @@ def _gate_settings(ctx: StepContext) -> dict[str, Any]:
     subset = {} if ctx.config.full else {
         "subset": "the DRSR step's boundaries (one per trajectory) split 80:10:10 by trajectory; validation and "
                   "test hold one or two trajectories each, so tau and the test metrics rest on a few boundaries"}
-    return {**asdict(config), **subset}
+    return {**record(config), **subset}
 
 
 def _gate(ctx: StepContext, settings: dict[str, Any]) -> None:
@@ -728,18 +730,16 @@ def _intervene_settings(ctx: StepContext) -> dict[str, Any]:
                   f"{run.max_new_tokens} new tokens (CPU budget; --full uses every state and condition and the "
                   "measured limit, p95 of the recorded turns); cut-off turns are counted as truncated, not scored"}
     return {"states_sha256": hashlib.sha256(Path(config.states).read_bytes()).hexdigest(),
-            "states": [s.state_id for s in chosen], "settings": run.to_json(), **subset}
+            "states": [s.state_id for s in chosen], "settings": record(run), **subset}
 
 
 def _intervene(ctx: StepContext, settings: dict[str, Any]) -> None:
     from interp.continuations.run import RunSettings
 
-    run = settings["settings"]
     chosen = set(settings["states"])
     states = [s for s in _states(ctx)[0] if s.state_id in chosen]
     intervene(ctx.sensor, states, ctx.trajs, ctx.out / analysis("interventions").folder,
-              RunSettings(conditions=tuple(run["conditions"]), samples=run["samples"],
-                          max_new_tokens=run["max_new_tokens"]))
+              RunSettings(**settings["settings"]))  # every field as recorded: the record is what runs
 
 
 _EXT = analysis("externalization")
@@ -783,9 +783,8 @@ STEPS: tuple[Step, ...] = (
 
 
 def probe_config(settings: Mapping[str, Any]) -> ProbeConfig:
-    """A ProbeConfig from its JSON/TOML form (a step's recorded settings, a sweep's ``[probe]``): lists become
-    tuples; a bad value raises the config's own error."""
+    """A ProbeConfig from its JSON/TOML form (a step's recorded settings, a sweep's ``[probe]``); a bad value
+    raises the config's own error."""
     from probes.config import ProbeConfig
 
-    values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in settings.items()}
-    return ProbeConfig(**values)
+    return ProbeConfig(**settings)

@@ -136,3 +136,25 @@ def test_a_changed_trajectory_subset_recomputes_what_reads_the_model_stages(run,
     assert len(states) == demo.DemoConfig.intervention_states
     assert set(done["kl_repair"]["settings"]["task_ids"]) <= set(ids)
     assert {k.rpartition("@")[0] for k in done["drsr"]["settings"]["boundaries"]} <= set(ids)
+
+
+def test_the_demo_records_the_generation_settings_it_runs(run, tmp_path, monkeypatch):
+    """A DemoConfig whose continuations differ from RunSettings' defaults in every field: the real interventions
+    step runs exactly those settings, and its record (the reuse key) equals what ran, field by field."""
+    from interp.continuations.run import RunSettings
+    from interp.params import settings as record
+
+    wanted = RunSettings(conditions=("full", "delete_all_reasoning"), samples=1, max_new_tokens=64, seed=7,
+                         temperature=0.3, top_p=0.9, max_tokens=5000)
+    ran: list[RunSettings] = []
+    monkeypatch.setattr(stages, "intervene", lambda sensor, states, trajs, out, settings: ran.append(settings))
+    steps = tuple(s if s.name == "interventions" else replace(s, run=lambda ctx, settings: None)
+                  for s in STUBS)
+    real = next(s for s in stages.STEPS if s.name == "interventions")
+    steps = tuple(real if s.name == "interventions" else s for s in steps)
+    console = Console(record=True, width=400)
+    demo.run_demo(demo.DemoConfig(out=tmp_path, model="m", interventions=wanted), console, steps=steps)
+    assert ran == [wanted]
+    saved = json.loads(real.record_path(tmp_path).read_text())["settings"]["settings"]
+    assert saved == record(wanted) == record(ran[0])
+    assert RunSettings(**saved) == wanted
