@@ -27,7 +27,7 @@ def task_resamples(groups: np.ndarray, n_boot: int, rng: np.random.Generator) ->
         yield np.concatenate([members[t] for t in rng.integers(tasks.size, size=tasks.size)])
 
 
-def task_bootstrap_ci(values: np.ndarray, groups: np.ndarray, n_boot: int = 1000, seed: int = 0,
+def task_bootstrap_ci(values: np.ndarray, groups: np.ndarray, n_boot: int, seed: int = 0,
                       level: float = 0.95) -> np.ndarray:
     """Per-column percentile CI ``[n_cols, 2]`` of the nan-mean of ``values`` ``[n_rows, n_cols]`` over tasks."""
     rng = np.random.default_rng(seed)

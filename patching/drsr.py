@@ -155,7 +155,7 @@ def summarize_drsr(records: Sequence[dict[str, Any]], model: dict[str, Any] | No
         "unsafe_threshold": unsafe,
         "proj_dim": stored,
         "relation_layer": chosen,
-        "granularity": granularity(records, unsafe, n_boot, seed),
+        "granularity": granularity(records, unsafe, n_boot=n_boot, seed=seed),
         "relations": relations_by_layer(compared, margin, chosen, n_boot=n_boot, seed=seed),
         "interaction": interaction_structure(compared, layers.index(chosen) if layers else 0, n_boot=n_boot,
                                              seed=seed),

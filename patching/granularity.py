@@ -29,7 +29,7 @@ UNSAFE = DrsrConfig.unsafe
 BLOCK_KINDS = ("reasoning", "observation", "tool_exchange")
 
 
-def median_ci(values: Sequence[float], groups: Sequence[str], n_boot: int = 1000, seed: int = 0
+def median_ci(values: Sequence[float], groups: Sequence[str], n_boot: int, seed: int = 0
               ) -> tuple[float | None, list[float] | None]:
     """The median of ``values`` and its task-bootstrap 95% CI (None with fewer than 3 tasks)."""
     v = np.asarray(values, float)
@@ -57,7 +57,7 @@ def step_children(record: dict[str, Any], unsafe: float = UNSAFE) -> list[dict[s
     return rows
 
 
-def granularity(records: Sequence[dict[str, Any]], unsafe: float = UNSAFE, n_boot: int = 1000, seed: int = 0
+def granularity(records: Sequence[dict[str, Any]], unsafe: float = UNSAFE, *, n_boot: int, seed: int = 0
                 ) -> dict[str, Any]:
     """The ``granularity`` section of ``drsr.json`` (``patching.drsr.FIELDS``) from harm boundary records."""
     step_range: list[tuple[str, float]] = []

@@ -362,7 +362,7 @@ def _sets(row: dict[str, Any]) -> list[SetHarm]:
             for s in row["sets"]]
 
 
-def pooled_ratio_ci(per_task: dict[str, list[float]], n_boot: int = 1000, seed: int = 0) -> list[float] | None:
+def pooled_ratio_ci(per_task: dict[str, list[float]], n_boot: int, seed: int = 0) -> list[float] | None:
     """95% task-bootstrap CI of a pooled ratio sum(score) / sum(count) from per-task ``[score, count]`` (tasks
     with no count carry no weight); None with fewer than 3 counted tasks (no interval worth the name) or no draws
     (``n_boot`` 0)."""
@@ -430,7 +430,7 @@ def _aggregates(per_boundary: list[dict[str, Any]], margin: float, n_boot: int, 
 
 
 def summarize_harm(per_boundary: list[dict[str, Any]], model: dict[str, Any] | None = None,
-                   margin: float = MARGIN, n_boot: int = 1000, seed: int = 0,
+                   margin: float = MARGIN, *, n_boot: int, seed: int = 0,
                    source: str | None = None) -> dict[str, Any]:
     """The ``harm.json`` document (``FIELDS``) from boundary_harm records; pure: no model is run.
 

@@ -76,7 +76,7 @@ def _semantic_bin(x: float) -> str:
     return f">{edges[-1]:g}"
 
 
-def grouped_means(rows: Sequence[dict[str, Any]], key: str, n_boot: int = 1000, seed: int = 0
+def grouped_means(rows: Sequence[dict[str, Any]], key: str, n_boot: int, seed: int = 0
                   ) -> list[dict[str, Any]]:
     """[{group, mean_interaction, ci, n_sets, n_tasks}] of ``rows`` grouped by ``key`` (semantic: binned, heads:
     rounded to a whole head), in group order."""
@@ -105,7 +105,7 @@ def grouped_means(rows: Sequence[dict[str, Any]], key: str, n_boot: int = 1000, 
 
 
 def interaction_structure(records: Sequence[dict[str, Any]], layer_index: int,
-                          head_threshold: float = HEAD_THRESHOLD, n_boot: int = 1000, seed: int = 0
+                          head_threshold: float = HEAD_THRESHOLD, *, n_boot: int, seed: int = 0
                           ) -> dict[str, Any]:
     """The ``interaction`` section of ``drsr.json``: mean interaction by size, composition, semantic overlap,
     attention-head overlap and temporal span, with task-bootstrap CIs, and the per-set rows."""

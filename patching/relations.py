@@ -244,7 +244,7 @@ def pair_scores(table: SetTable, pred: np.ndarray, margin: float) -> dict[str, t
     return {k: (v[0], int(v[1])) for k, v in out.items()}
 
 
-def accuracy_ci(per_task: dict[str, tuple[float, int]], n_boot: int = 1000, seed: int = 0
+def accuracy_ci(per_task: dict[str, tuple[float, int]], n_boot: int, seed: int = 0
                 ) -> tuple[float | None, list[float] | None, int]:
     """Pooled pair accuracy, its task-bootstrap 95% CI (ratio of resampled sums; None with < 3 tasks or n_boot 0) and pairs."""
     score = np.array([v[0] for v in per_task.values()], float)
@@ -261,7 +261,7 @@ def accuracy_ci(per_task: dict[str, tuple[float, int]], n_boot: int = 1000, seed
 
 
 def relations_by_layer(records: Sequence[dict[str, Any]], margin: float, relation_layer: int | None = None,
-                       margin_grid: Sequence[float] = MARGIN_GRID, n_boot: int = 1000, seed: int = 0
+                       margin_grid: Sequence[float] = MARGIN_GRID, *, n_boot: int, seed: int = 0
                        ) -> dict[str, Any]:
     """Pair-ordering accuracy at ``margin`` of every family at every captured layer (surface once), and the
     accuracy-vs-margin curve of the aggregators of singleton harms and of the families at ``relation_layer``

@@ -112,7 +112,7 @@ from interp.data.trajectory import Trajectory
 from interp.sensor.prefix import lcp
 from interp.schema import Field, schema_dict
 from interp.stats import task_resamples
-from interp.params import Check, Integer, Items, param, validate
+from interp.params import N_BOOT, Check, Integer, Items, param, validate
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -446,7 +446,7 @@ def _ratio_ci(total: np.ndarray, removal: np.ndarray, groups: np.ndarray, n_boot
 def decompose_pair(base: Sequence[Trajectory], compressed: Sequence[Trajectory], policy: str | Policy,
                    tokenizer: PreTrainedTokenizerBase, cache: CacheModel = CacheModel(),
                    entropy: pd.DataFrame | None = None,
-                   n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+                   *, n_boot: int, seed: int = 0) -> dict[str, Any]:
     """The paired-run document: per task and in total, the exact split of the token change (module docstring),
     the amplification factor and saving ratio with task-bootstrap CIs; tasks in one run only are listed."""
     policy = policy if isinstance(policy, Policy) else parse_policy(policy)
@@ -554,7 +554,8 @@ def run_accounting(trajectories: Sequence[Trajectory], policies: Iterable[str], 
     name of the entropy CSV, recorded)."""
     start = time.perf_counter()
     requests, skipped = account(trajectories, policies, tokenizer, cache, entropy, gate)
-    pair = decompose_pair(trajectories, paired[0], paired[1], tokenizer, cache, entropy) if paired else None
+    pair = decompose_pair(trajectories, paired[0], paired[1], tokenizer, cache, entropy,
+                          n_boot=N_BOOT) if paired else None
     return tokens_document(requests, skipped, tokenizer, cache, pair, time.perf_counter() - start, entropy_table)
 
 

@@ -59,7 +59,7 @@ from interp.io import run_units
 from interp.data.parse import parse_turn
 from interp.data.render import Rendered, render
 from interp.io import atomic_write_bytes, atomic_write_json
-from interp.params import Check, Integer, Items, Maybe, Real, Text, param, validate
+from interp.params import N_BOOT, Check, Integer, Items, Maybe, Real, Text, param, validate
 from interp.schema import Field, schema_dict
 from interp.data.trajectory import Trajectory
 from interp.sensor.protocol import Sensor
@@ -225,12 +225,12 @@ def continue_states(sensor: Sensor, states: Sequence[State], trajectories: Seque
                          "reacquired": reacquires(turn, hidden), "hidden_step": state.hidden_step,
                          "n_prompt_tokens": rendered.n_tokens, "n_new_tokens": gen["n_new_tokens"],
                          "stopped": gen["stopped"], "edit": edit})
-    return interventions_document(rows, settings, sensor.describe(), len(states), skipped)
+    return interventions_document(rows, settings, sensor.describe(), len(states), skipped, n_boot=N_BOOT)
 
 
 def interventions_document(rows: list[dict[str, Any]], settings: RunSettings, model: dict[str, Any], n_states: int,
                            skipped: list[dict[str, Any]], states_file: str | None = None,
-                           trajectories_file: str | None = None, n_boot: int = 1000) -> dict[str, Any]:
+                           trajectories_file: str | None = None, *, n_boot: int) -> dict[str, Any]:
     """The ``interventions.json`` document (``FIELDS``) from scored rows; pure: no model is run.
 
     Rows recorded without ``truncated`` / ``stop_reason`` (older runs) get them from ``stopped``
@@ -244,7 +244,7 @@ def interventions_document(rows: list[dict[str, Any]], settings: RunSettings, mo
             "states_file": states_file, "trajectories_file": trajectories_file}
 
 
-def summarize(rows: list[dict[str, Any]], conditions: Sequence[str], n_boot: int = 1000,
+def summarize(rows: list[dict[str, Any]], conditions: Sequence[str], n_boot: int,
               seed: int = 0) -> dict[str, Any]:
     """Per condition: mean score (truncated turns left out) with task-bootstrap CI, truncation, parse failures, re-acquisition."""
     out = {}

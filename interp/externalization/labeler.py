@@ -482,7 +482,7 @@ def grid_labeler(trajectories: list[Trajectory]) -> Callable[[GapLabelerConfig],
 
 def held_out_report(trajectories: list[Trajectory], reference: dict[tuple[str, int], int],
                     config: GapLabelerConfig = GapLabelerConfig(), seed: int = 0,
-                    n_boot: int = 1000) -> dict[str, Any]:
+                    *, n_boot: int) -> dict[str, Any]:
     """Thresholds tuned on half the tasks (split by task, stratified by domain), kappa with CI on the other half."""
     tasks = sorted({k[0] for k in reference})
     split = task_split(tasks, {t.task_id: t.domain for t in trajectories}, seed=seed)
@@ -554,7 +554,7 @@ def label_command(trajectories: Path, out: Path, labels_csv: Path | None = None,
     seed, n_boot = config.seed, config.n_boot
     held_out: dict[str, Any] | None = None
     if len({k[0] for k in reference}) >= 2:  # a split needs a tuning and an evaluation task
-        held_out = {"externalization_gap": held_out_report(trajs, reference, config, seed, n_boot)}
+        held_out = {"externalization_gap": held_out_report(trajs, reference, config, seed, n_boot=n_boot)}
         strata = {t.task_id: t.domain for t in trajs}
         for name, (label_fn, grid, default, field_name) in (others or {}).items():
             ref = annotation_labels(trajs, field_name)

@@ -167,7 +167,7 @@ def _ci(values: np.ndarray, groups: np.ndarray, n_boot: int, seed: int) -> list[
     return [float(lo), float(hi)]
 
 
-def conditional_risk(rows: pd.DataFrame, g: int, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+def conditional_risk(rows: pd.DataFrame, g: int, n_boot: int, seed: int = 0) -> dict[str, Any]:
     """P(y=1 | G=g) pooled over boundaries, with its task-bootstrap CI."""
     mask = rows["G"].to_numpy() == g
     y = rows["y"].to_numpy(dtype=float)
@@ -178,7 +178,7 @@ def conditional_risk(rows: pd.DataFrame, g: int, n_boot: int = 1000, seed: int =
             "n_tasks": int(rows.loc[mask, "task_id"].nunique())}
 
 
-def paired_task_gap(rows: pd.DataFrame, column: str, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+def paired_task_gap(rows: pd.DataFrame, column: str, n_boot: int, seed: int = 0) -> dict[str, Any]:
     """Mean over tasks with both G values of mean(column | G=1) - mean(column | G=0) within the task, with CI."""
     data = rows.dropna(subset=[column])
     means = data.groupby(["task_id", "G"])[column].mean().unstack("G")
@@ -190,7 +190,7 @@ def paired_task_gap(rows: pd.DataFrame, column: str, n_boot: int = 1000, seed: i
             "n_tasks": int(len(diff)), "per_task": {t: round(float(d), 6) for t, d in zip(both.index, diff)}}
 
 
-def risk_analysis(rows: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+def risk_analysis(rows: pd.DataFrame, n_boot: int, seed: int = 0) -> dict[str, Any]:
     """Every statistic of the module docstring on the rows of :func:`risk_rows`."""
     p1, p0 = conditional_risk(rows, 1, n_boot, seed), conditional_risk(rows, 0, n_boot, seed)
     has_scores = rows["score"].notna().any()

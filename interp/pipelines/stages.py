@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from interp.io import atomic_write_bytes, atomic_write_json, run_units, writer_lock
+from interp.params import N_BOOT
 from interp.params import settings as record
 from interp.pipelines.steps import Step, StepContext
 from interp.reporting.analyses import analysis
@@ -375,7 +376,7 @@ def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, config: HarmConfig 
                        {k: cost(k) for k in keys} if shard[1] > 1 else None, executor, load)
         if shard[1] > 1:
             return {"shard": list(shard), "units": list(parts), "parts": str(cache)}
-        result = summarize_harm([parts[k] for k in keys], model=sensor.describe(), margin=config.margin)
+        result = summarize_harm([parts[k] for k in keys], model=sensor.describe(), margin=config.margin, n_boot=N_BOOT)
         atomic_write_json(out / "harm.json", result)
     return result
 
@@ -499,7 +500,7 @@ def harm_from_parts(drsr_dir: Path, out: Path, model: dict[str, Any] | None = No
     records, doc = drsr_records(drsr_dir)  # the boundaries of drsr.json, from the parts folder it names
     with writer_lock(out, command="harm"):
         result = summarize_harm([harm_record(r) for r in records], model=model,
-                                margin=HarmConfig.margin if margin is None else margin,
+                                margin=HarmConfig.margin if margin is None else margin, n_boot=N_BOOT,
                                 source=str(Path(drsr_dir) / doc["parts"]) if doc.get("parts") else str(drsr_dir))
         atomic_write_json(out / "harm.json", result)
     return result

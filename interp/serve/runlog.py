@@ -87,6 +87,7 @@ import numpy as np
 
 from interp.accounting.tokens import _ratio_ci, decomposition
 from interp.io import atomic_write_json, read_json, safe_stem
+from interp.params import N_BOOT
 from interp.schema import Field, schema_dict
 
 REQUEST_FIELDS = (
@@ -245,7 +246,7 @@ def run_cost(rows: list[dict[str, Any]], prices: Mapping[str, float]) -> dict[st
             "cost_usd": sum(tokens[k] * prices[k] for k in PRICE_KEYS) / 1e6}
 
 
-def paired_document(base: Path, compressed: Path, prices: Mapping[str, float] | None = None, n_boot: int = 1000,
+def paired_document(base: Path, compressed: Path, prices: Mapping[str, float] | None = None, *, n_boot: int,
                     seed: int = 0) -> dict[str, Any]:
     """Paired live runs (module docstring): per task and in total, the decomposition of the token change, the
     amplification factor and saving ratio with task-bootstrap CIs, and each run's cost under ``prices``."""
@@ -293,7 +294,7 @@ def paired_document(base: Path, compressed: Path, prices: Mapping[str, float] | 
 def write_paired(base: Path, compressed: Path, out: Path, prices: Mapping[str, float] | None = None
                  ) -> dict[str, Any]:
     """:func:`paired_document` written to ``out/paired.json`` (``PAIRED_FIELDS``); the document."""
-    doc = paired_document(base, compressed, prices)
+    doc = paired_document(base, compressed, prices, n_boot=N_BOOT)
     Path(out).mkdir(parents=True, exist_ok=True)
     atomic_write_json(Path(out) / "paired.json", {"schema": schema_dict(PAIRED_FIELDS), **doc})
     return doc

@@ -125,7 +125,7 @@ def test_two_extra_requests_amplify_the_change_and_no_extra_request_does_not():
     assert same["amplification"] == 1.0 and same["saving_ratio"] == 1.0
     assert same["totals"]["request_count_change"] == 0 and same["totals"]["context_change"] == 0
     with pytest.raises(ValueError, match="no task_id"):
-        decompose_pair(base, [three_steps("c")], "full", TOK)
+        decompose_pair(base, [three_steps("c")], "full", TOK, n_boot=1000)
 
 
 def test_policy_specs_are_checked():

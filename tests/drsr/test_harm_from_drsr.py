@@ -69,7 +69,7 @@ def test_pooled_ratio_ci_matches_a_hand_bootstrap_and_needs_three_tasks():
     np.testing.assert_allclose(pooled_ratio_ci(per_task, 400, 3), _bootstrap_by_hand(per_task, 400, 3))
     lo, hi = pooled_ratio_ci(per_task, 400, 3)
     assert lo < sum(v[0] for v in per_task.values()) / sum(v[1] for v in per_task.values()) < hi
-    assert pooled_ratio_ci({"a": [1.0, 2], "b": [1.0, 2], "c": [0.0, 0]}) is None  # two counted tasks
+    assert pooled_ratio_ci({"a": [1.0, 2], "b": [1.0, 2], "c": [0.0, 0]}, 1000) is None  # two counted tasks
     assert pooled_ratio_ci(per_task, 0) is None  # no draws, no interval (it used to fail on an empty percentile)
 
 
@@ -89,10 +89,10 @@ def test_harm_aggregates_have_a_ci_that_narrows_with_more_tasks():
                         "target_tokens": 3, "nll_full": 1.0, "sets": sets})
         return out
 
-    few, many = summarize_harm(records(4)), summarize_harm(records(40))
+    few, many = summarize_harm(records(4), n_boot=1000), summarize_harm(records(40), n_boot=1000)
     row = lambda doc: next(r for r in doc["aggregates"] if r["aggregator"] == "sum" and r["cardinality"] == "2")
     assert row(few)["n_tasks"] == 4 and row(many)["n_tasks"] == 40
     (lo1, hi1), (lo2, hi2) = row(few)["ci"], row(many)["ci"]
     assert lo1 <= row(few)["pair_accuracy"] <= hi1 and lo2 <= row(many)["pair_accuracy"] <= hi2
     assert 0 < hi2 - lo2 < hi1 - lo1
-    assert summarize_harm(records(2))["aggregates"][0]["ci"] is None
+    assert summarize_harm(records(2), n_boot=1000)["aggregates"][0]["ci"] is None

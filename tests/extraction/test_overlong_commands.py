@@ -63,7 +63,7 @@ def test_harm_skips_a_long_boundary(tiny_sensor, mini_trajectory):
     assert short["target_tokens"] > 0 and "skipped" not in short
     assert skipped == {"task_id": traj.task_id, "after_step": 1, "n_tokens": n, "skipped": True,
                        "reason": f"context of {n} tokens exceeds the limit of {n - 1}"}
-    doc = summarize_harm([short, skipped])
+    doc = summarize_harm([short, skipped], n_boot=1000)
     assert doc["boundaries"] == [short]
     assert doc["skipped"] == [{"task_id": traj.task_id, "after_step": 1, "n_tokens": n,
                                "reason": f"context of {n} tokens exceeds the limit of {n - 1}"}]

@@ -83,7 +83,7 @@ def _write_iclr(root: Path, a: Analysis, rng: np.random.Generator) -> None:
 
 
 def _write_harm(root: Path, a: Analysis, rng: np.random.Generator) -> None:
-    atomic_write_json(root / a.path(), summarize_harm(_harm_boundaries(rng), model=MODEL, margin=0.0))
+    atomic_write_json(root / a.path(), summarize_harm(_harm_boundaries(rng), model=MODEL, margin=0.0, n_boot=1000))
 
 
 def _write_drsr(root: Path, a: Analysis, rng: np.random.Generator) -> None:

@@ -125,7 +125,7 @@ def test_summarize_harm_writes_its_declared_fields(tmp_path):
             {"members": [b], "tokens_removed": 5, "nll": 1.2, "harm": 0.2, "interaction": None},
             {"members": [a, b], "tokens_removed": 10, "nll": 1.25, "harm": 0.25, "interaction": -0.05}]
     doc = summarize_harm([{"task_id": "t", "after_step": 1, "units": ["reasoning", "step"], "target": "y",
-                           "target_tokens": 1, "nll_full": 1.0, "sets": sets}], model={"spec": "toy"})
+                           "target_tokens": 1, "nll_full": 1.0, "sets": sets}], model={"spec": "toy"}, n_boot=1000)
     # the pair holds a whole step: reported apart (step_sets), never in the rows compared with DRSR
     assert "2" not in doc["per_cardinality"] and doc["model"] == {"spec": "toy"}
     assert doc["step_sets"]["per_cardinality"]["2"]["mean_interaction"] == pytest.approx(-0.05)
@@ -137,7 +137,7 @@ def test_summarize_harm_writes_its_declared_fields(tmp_path):
     assert doc["schema"] == schema_dict(FIELDS) and list(doc) == [f.name for f in FIELDS]
     atomic_write_json(tmp_path / "harm.json", doc)
     check(json.loads((tmp_path / "harm.json").read_text()), FIELDS, "harm.json")
-    assert summarize_harm([])["model"] is None
+    assert summarize_harm([], n_boot=1000)["model"] is None
 
 
 def test_every_unit_kind_on_the_tiny_model_and_aggregates_equal_numpy(tiny_sensor, mini_trajectory):
@@ -154,7 +154,7 @@ def test_every_unit_kind_on_the_tiny_model_and_aggregates_equal_numpy(tiny_senso
     pairs = {frozenset(map(tuple, s["members"])) for s in record["sets"] if len(s["members"]) == 2}
     assert triples and all({frozenset(p) for p in itertools.combinations(map(tuple, s["members"]), 2)} <= pairs
                            for s in triples)
-    doc = summarize_harm([record], margin=0.0)
+    doc = summarize_harm([record], margin=0.0, n_boot=1000)
     check_against_numpy(doc)
     assert doc["per_cardinality"]["3"]["n_pairwise"] == len(triples)
 

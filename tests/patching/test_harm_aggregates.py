@@ -102,7 +102,7 @@ def check_against_numpy(doc: dict, steps: bool = False) -> None:
 @pytest.mark.parametrize("margin", [0.0, 0.02, 0.05])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_stored_aggregates_equal_numpy(tmp_path, seed, margin):
-    doc = summarize_harm(synthetic_boundaries(seed), margin=margin)
+    doc = summarize_harm(synthetic_boundaries(seed), margin=margin, n_boot=1000)
     atomic_write_json(tmp_path / "harm.json", doc)
     stored = json.loads((tmp_path / "harm.json").read_text())
     check_against_numpy(stored)
@@ -122,12 +122,12 @@ def test_margin_excludes_close_pairs_by_hand():
     # joint harms 0.030, 0.045, 0.100; additive predictions 0.03, 0.05, 0.06 (ab, ac, bc)
     for members, h in (([a, b], 0.03), ([a, c], 0.045), ([b, c], 0.10)):
         sets.append({"members": members, "tokens_removed": 2, "nll": 1.0, "harm": h, "interaction": None})
-    doc = summarize_harm([{"task_id": "t", "after_step": 1, "nll_full": 1.0, "sets": sets}])  # margin 0.020
+    doc = summarize_harm([{"task_id": "t", "after_step": 1, "nll_full": 1.0, "sets": sets}], n_boot=1000)  # margin 0.020
     row = {(r["aggregator"], r["cardinality"]): r for r in doc["aggregates"]}
     # pairs: (ab, ac) differ by 0.015 < 0.020: not counted; (ab, bc) 0.07 and (ac, bc) 0.055: counted, both agree
     assert row[("sum", "2")]["n_pairs"] == 2 and row[("sum", "2")]["pair_accuracy"] == 1.0
     # max predicts 0.02, 0.04, 0.04: (ac, bc) tie -> half
     assert row[("max", "2")]["pair_accuracy"] == pytest.approx(0.75)
     assert row[("sum", "2")]["mae"] == pytest.approx((0.0 + 0.005 + 0.04) / 3)
-    assert summarize_harm([{"task_id": "t", "after_step": 1, "nll_full": 1.0, "sets": sets}], margin=0.0)[
+    assert summarize_harm([{"task_id": "t", "after_step": 1, "nll_full": 1.0, "sets": sets}], margin=0.0, n_boot=1000)[
         "aggregates"][0]["n_pairs"] == 3
