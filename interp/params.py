@@ -243,7 +243,8 @@ class Check(Rule):
 @dataclass(frozen=True)
 class Items(Rule):
     """A tuple of values each admitted by ``item`` (at least ``min_len``); a list is taken as a tuple and, for
-    string items, a comma list ``"a,b"`` as ``("a", "b")`` (blank entries dropped). ``unique``: no repeats."""
+    string items, a comma list ``"a,b"`` as ``("a", "b")`` (blank entries dropped). ``unique``: a repeated
+    value is dropped (first occurrence kept)."""
 
     item: Rule
     min_len: int = 1
@@ -251,8 +252,7 @@ class Items(Rule):
 
     def describe(self) -> str:
         return (f"a list of {'at least ' + str(self.min_len) + ' ' if self.min_len > 1 else ''}"
-                f"{'distinct ' if self.unique else ''}values, each {self.item.describe()}"
-                + ("" if self.min_len else " (may be empty)"))
+                f"values, each {self.item.describe()}" + ("" if self.min_len else " (may be empty)"))
 
     def coerce(self, value: Any) -> Any:
         if isinstance(value, str) and self.item.cli_type is str:
@@ -265,7 +265,9 @@ class Items(Rule):
                 out.append(self.item.coerce(v))
             except Refused as exc:
                 raise Refused(f"entry {k} {v!r}: " + (exc.why or f"not {self.item.describe()}")) from None
-        if len(out) < self.min_len or (self.unique and len(set(out)) != len(out)):
+        if self.unique:
+            out = list(dict.fromkeys(out))
+        if len(out) < self.min_len:
             raise Refused
         return tuple(out)
 

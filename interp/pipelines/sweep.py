@@ -62,6 +62,7 @@ import pandas as pd
 
 from interp.io import (UnitRun, Work, atomic_write_bytes, atomic_write_json, check_output_dir, inside,
                        read_json, safe_stem, writer_lock)
+from interp.params import ConfigError
 from interp.pipelines import stages
 from interp.pipelines.executors import EXECUTORS, LocalExecutor, RayExecutor, make_executor
 from probes.config import ProbeConfig
@@ -135,6 +136,8 @@ def _check_values(path: Path, config: dict[str, Any]) -> None:
                     layer_numbers(item, "layers")
                 elif key == "poolings":
                     ExtractConfig(layers=[0], poolings=list(item))
+            except ConfigError as exc:
+                fail(f"[grid].{key}", exc.reason)
             except ValueError as exc:
                 fail(f"[grid].{key}", str(exc))
     extract = config.get("extract", {})
@@ -143,6 +146,8 @@ def _check_values(path: Path, config: dict[str, Any]) -> None:
         if key in extract:
             try:
                 check(extract[key])
+            except ConfigError as exc:
+                fail(f"[extract].{key}", exc.reason)
             except (ValueError, TypeError) as exc:
                 fail(f"[extract].{key}", str(exc))
     executor = config.get("executor", {})
@@ -157,6 +162,8 @@ def _check_values(path: Path, config: dict[str, Any]) -> None:
             fail(f"[executor].{key}", f"expected a number >= {low}, got {value!r}")
     try:
         probe_config(config)
+    except ConfigError as exc:
+        fail(f"[probe].{exc.field}", exc.reason)
     except (ValueError, TypeError) as exc:
         fail("[probe]", str(exc))
 

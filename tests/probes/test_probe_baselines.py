@@ -203,5 +203,5 @@ def test_nuisance_features_are_manifest_columns():
 
 
 def test_config_refuses_an_unknown_permutation():
-    with pytest.raises(ValueError, match="permutation must be 'fixed' or 'nested'"):
+    with pytest.raises(ValueError, match="^permutation: must be one of fixed, nested"):
         ProbeConfig(permutation="exact")

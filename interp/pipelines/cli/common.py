@@ -50,7 +50,18 @@ AllowControlOpt = Annotated[bool, typer.Option(
     "--allow-control-tokens", help="Accept trajectory text holding chat-template control tokens (<|im_end|>, "
     "</think>, ...): rendered as written, they act as the template's own tokens. Refused by default.")]
 DeviceOpt = Annotated[str, typer.Option(help="torch device: cpu, cuda, cuda:1 ...")]
-DtypeOpt = Annotated[str, typer.Option(help="Model dtype: auto (fp32 off CUDA; on CUDA the analysis config's precision: fp32 for patch, harm, drsr, entropy and the demo, bf16 for extract and intervene), fp32, bf16, fp16 or fp64 (fp64 for parity checks on small models). An explicit dtype is obeyed. Stored features, the final norm, the unembedding and all log-softmax/KL/entropy/NLL arithmetic are float32.")]
+def _dtype_help() -> str:
+    """``--dtype``'s help, the precision of each analysis read from its config class (``CONFIGS``)."""
+    from interp.pipelines.configs import CONFIGS
+
+    chosen = ", ".join(f"{name} {getattr(cls, 'precision')}" for name, cls in CONFIGS.items()
+                       if getattr(cls, "precision", None))
+    return (f"Model dtype: auto (float32 off CUDA; on CUDA the analysis config's precision: {chosen}), fp32, bf16, "
+            "fp16 or fp64 (fp64 for parity checks on small models). An explicit dtype is obeyed. Stored features, "
+            "the final norm, the unembedding and all log-softmax/KL/entropy/NLL arithmetic are float32.")
+
+
+DtypeOpt = Annotated[str, typer.Option(help=_dtype_help())]
 
 
 def split_list(value: str) -> list[str]:
