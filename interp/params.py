@@ -28,10 +28,11 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-__all__ = ["LAYERS_NOTE", "N_BOOT", "REQUIRED", "Check", "ConfigError", "Flag", "Integer", "Items", "Maybe", "Options", "Real", "Rule", "Text",
-           "declared", "field_of", "param", "settings", "validate"]
+__all__ = ["LAYERS_NOTE", "N_BOOT", "REQUIRED", "Check", "ConfigError", "File", "Flag", "Instance", "Integer", "Items",
+           "Maybe", "Options", "Real", "Rule", "Text", "declared", "field_of", "param", "settings", "validate"]
 
 
 REQUIRED: Any = dataclasses.MISSING  # param()'s default of a field the caller must give
@@ -289,6 +290,53 @@ class Items(Rule):
                     else _parse_scalar(kind, v.strip()) for v in value.split(",") if v.strip()]
         except ValueError:
             return value  # the config names the field and what it admits
+
+
+@dataclass(frozen=True)
+class File(Rule):
+    """A path (``str`` or ``Path``, stored as a ``Path``); ``exists``: it must name an existing file."""
+
+    exists: bool = False
+    cli_type = Path
+
+    def describe(self) -> str:
+        return "an existing file" if self.exists else "a path"
+
+    def coerce(self, value: Any) -> Any:
+        if not isinstance(value, (str, Path)) or not str(value).strip():
+            raise Refused
+        path = Path(value)
+        if self.exists and not path.is_file():
+            raise Refused(f"{path} does not exist")
+        return path
+
+    def invalid(self) -> list[Any]:
+        return [3, ""] + (["no/such/file.jsonl"] if self.exists else [])
+
+
+@dataclass(frozen=True)
+class Instance(Rule):
+    """An instance of the config class ``kind`` (a nested config: checked by its own rules)."""
+
+    kind: type
+
+    def describe(self) -> str:
+        return f"a {self.kind.__name__}"
+
+    def coerce(self, value: Any) -> Any:
+        if isinstance(value, Mapping):  # a nested record read back (``settings``)
+            try:
+                return self.kind(**value)
+            except ConfigError as exc:
+                raise Refused(str(exc)) from None
+            except TypeError as exc:  # a field the class does not have
+                raise Refused(str(exc).split(".", 1)[-1].strip()) from None
+        if not isinstance(value, self.kind):
+            raise Refused
+        return value
+
+    def invalid(self) -> list[Any]:
+        return [3, "x", {"no_such_field": 1}]
 
 
 def _parse_scalar(kind: type, text: str) -> Any:

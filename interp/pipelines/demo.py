@@ -24,6 +24,7 @@ from pathlib import Path
 from rich.console import Console
 
 from interp.continuations.run import RunSettings
+from interp.params import File, Flag, Instance, Integer, Maybe, Text, param, validate
 from interp.pipelines import stages
 from interp.pipelines.steps import Step, StepContext, run_steps
 from patching.config import DrsrConfig, GateConfig
@@ -41,39 +42,38 @@ class DemoConfig:
     boundaries after step ``harm_after_step`` for DRSR and harm, the first ``intervention_states`` states) and the
     analysis configs below; ``full`` runs each analysis's defaults on everything."""
 
-    out: Path = Path("results/demo")
-    model: str = "smollm2-135m"
-    model_path: Path | None = None
-    device: str = "cpu"
-    dtype: str = "auto"  # one sensor for all steps: auto is the strictest precision of them (float32)
-    trajectories: Path = DEMO_TRAJECTORIES
-    states: Path = DEMO_STATES
-    full: bool = False
-    per_domain: int = 3  # 12 of the 25 bundled trajectories: extraction, ICLR, probes, token accounting
-    patch_trajectories: int = 4
-    harm_boundaries: int = 4  # set-level harm and DRSR's appendix: one set of forwards (harm reads DRSR's parts)
-    harm_after_step: int = 2  # the subset's boundary (--full: the middle boundary of every trajectory)
-    drsr: DrsrConfig = DrsrConfig(max_k=3, budget=2)  # boundaries chosen above
-    probe: ProbeConfig = ProbeConfig(n_perm=10, n_jobs=2)  # smallest p 1/11; --full: the config's default
-    gate: GateConfig = GateConfig(n_boot=200)
-    intervention_states: int = 4
-    interventions: RunSettings = RunSettings(  # greedy only; --full: every condition, the measured limit
-        conditions=("full", "keep_latest_reasoning", "delete_all_reasoning"), samples=0, max_new_tokens=96)
-    png: bool = True
+    out: Path = param(Path("results/demo"), File(), "Results directory.")
+    model: str = param("smollm2-135m", Text("a model spec or a local HF directory"),
+                       "Model spec (see `interp models`) or a local HF directory.")
+    model_path: Path | None = param(None, Maybe(File(), "the spec's own"), "Local checkpoint directory for the spec.")
+    device: str = param("cpu", Text("a torch device"), "torch device: cpu, cuda, cuda:1 ...")
+    dtype: str = param("auto", Text("a dtype name"), "One sensor for every step: auto is the strictest precision of "
+                       "the analyses (float32).")
+    trajectories: Path = param(DEMO_TRAJECTORIES, File(exists=True), "Trajectory file (the bundled demo set).")
+    states: Path = param(DEMO_STATES, File(exists=True), "States file of the continuations.")
+    full: bool = param(False, Flag(), "Run every analysis on everything (no CPU subsets).")
+    per_domain: int = param(3, Integer(1), "Model stages: the trajectories with the fewest steps in each domain "
+                            "(extraction, ICLR, probes, token accounting).", "trajectories per domain")
+    patch_trajectories: int = param(4, Integer(1), "KL Repair: the shortest of those.", "trajectories")
+    harm_boundaries: int = param(4, Integer(1), "DRSR and set-level harm (one set of forwards): boundaries.",
+                                 "boundaries")
+    harm_after_step: int = param(2, Integer(1), "DRSR and harm: the subset's boundary (--full: the middle boundary "
+                                 "of every trajectory).", "steps")
+    drsr: DrsrConfig = param(DrsrConfig(max_k=3, budget=2), Instance(DrsrConfig),
+                             "DRSR's subset settings (boundaries chosen above).")
+    probe: ProbeConfig = param(ProbeConfig(n_perm=10, n_jobs=2), Instance(ProbeConfig),
+                               "The probe's subset settings (smallest p 1/11; --full: the config's default).")
+    gate: GateConfig = param(GateConfig(n_boot=200), Instance(GateConfig), "The gate's subset settings.")
+    intervention_states: int = param(4, Integer(1), "Continuations: the first states on the run's trajectories.",
+                                     "states")
+    interventions: RunSettings = param(RunSettings(conditions=("full", "keep_latest_reasoning", "delete_all_reasoning"),
+                                                   samples=0, max_new_tokens=96), Instance(RunSettings),
+                                       "Continuation settings: greedy only (--full: every condition, the measured "
+                                       "limit).")
+    png: bool = param(True, Flag(), "Export PNG figures (needs Debian's chromium).")
 
     def __post_init__(self) -> None:
-        for name in ("per_domain", "patch_trajectories", "harm_boundaries", "harm_after_step",
-                     "intervention_states"):
-            if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int) \
-                    or getattr(self, name) < 1:
-                raise ValueError(f"DemoConfig.{name} must be an integer >= 1, got {getattr(self, name)!r}")
-        for name, cls in (("drsr", DrsrConfig), ("probe", ProbeConfig), ("gate", GateConfig),
-                          ("interventions", RunSettings)):
-            if not isinstance(getattr(self, name), cls):
-                raise ValueError(f"DemoConfig.{name} must be a {cls.__name__}, got {getattr(self, name)!r}")
-        for name in ("trajectories", "states"):
-            if not Path(getattr(self, name)).is_file():
-                raise FileNotFoundError(f"DemoConfig.{name}: {getattr(self, name)} does not exist")
+        validate(self)
 
 
 def run_demo(config: DemoConfig, console: Console | None = None,

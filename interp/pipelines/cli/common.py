@@ -128,7 +128,7 @@ def _option_type(f: Field[Any], option: str) -> object:
     optional = isinstance(rule, Maybe)
     inner = rule.inner if optional else rule
     kind: Any = str if isinstance(inner, Items) else inner.cli_type
-    unit = f" [{f.metadata['unit']}]" if f.metadata["unit"] else ""
+    unit = f" Unit: {f.metadata['unit']}." if f.metadata["unit"] else ""
     extra = f" One of: {', '.join(inner.choices)}." if isinstance(inner, Options) else ""
     none = f" Unset: {rule.none}." if optional else ""
     decl = f"{option}/--no-{option.removeprefix('--')}" if kind is bool else option

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from interp.continuations.run import RunSettings
+from interp.pipelines.demo import DemoConfig
 from interp.io import check_output_dir
 from interp.pipelines import stages
 from interp.pipelines.cli.common import (
@@ -84,25 +86,16 @@ def sweep(config: Annotated[Path, typer.Argument(help="Sweep config (TOML; forma
 
 
 @app.command()
-def demo(
-    out: Annotated[Path, typer.Option(help="Results directory.")] = Path("results/demo"),
-    model: ModelOpt = "smollm2-135m", model_path: ModelPathOpt = None,
-    full: Annotated[bool, typer.Option(help="Run every analysis on everything (no CPU subsets).")] = False,
-    png: Annotated[bool, typer.Option(help="Export PNG figures (needs Debian's chromium).")] = True,
-    device: DeviceOpt = "cpu",
-    dtype: DtypeOpt = "auto",
-) -> None:
+@config_options(DemoConfig, skip=("drsr", "probe", "gate", "interventions"))  # nested configs: Python only
+def demo(*, config: DemoConfig) -> None:
     """The main job: every analysis on the bundled demo set, figures and report.md (a re-run reuses the results made
     from the same inputs and recomputes the others)."""
-    from interp.pipelines.demo import DemoConfig, run_demo
-
     from interp.pipelines.configs import CONFIGS, precision_of
+    from interp.pipelines.demo import run_demo
 
-    check_output_dir(out, "--out")
-    dtype = model_options(device, dtype, precision_of(CONFIGS.values()))  # one sensor for every analysis
-
-    run_demo(DemoConfig(out=out, model=model, model_path=model_path, full=full, png=png, device=device,
-                        dtype=dtype), console)
+    check_output_dir(config.out, "--out")
+    dtype = model_options(config.device, config.dtype, precision_of(CONFIGS.values()))  # one sensor for every analysis
+    run_demo(replace(config, dtype=dtype), console)
 
 
 @app.command()
