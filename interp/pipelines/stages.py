@@ -43,6 +43,7 @@ result, and a re-run reuses a result only when they are the same).
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -50,6 +51,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from interp.io import atomic_write_bytes, atomic_write_json, run_units, writer_lock
 from interp.pipelines.steps import Step, StepContext
+from interp.record import config_from, record
 from interp.reporting.analyses import analysis
 
 if TYPE_CHECKING:
@@ -188,7 +190,9 @@ def attention(store: Path, out: Path, condition: str = "full") -> Path:
     from interp.extraction.attention_summary import attention_summary
     from interp.extraction.store import Store
 
-    atomic_write_json(out / "attention.json", attention_summary(Store(store), condition))
+    made_by = Store(store).settings()  # the store's model, revision and dtype
+    atomic_write_json(out / "attention.json", {**attention_summary(Store(store), condition), **record(
+        {"condition": condition}, model=made_by, inputs={"store": Path(store) / "store.json"})})
     return out / "attention.json"
 
 
@@ -199,22 +203,27 @@ def iclr(sensor: Sensor, trajs: list[Trajectory], store: Path, out: Path, config
     from interp.extraction.store import Store
 
     full = Store(store).block_entropy("full")
-    entropy(sensor, trajs, out / "iclr_blocks.csv", config, full=full if not full.empty else None)
+    entropy(sensor, trajs, out / "iclr_blocks.csv", config, full=full if not full.empty else None,
+            inputs={"store": Path(store) / "store.json"})
     return out / "iclr_blocks.csv"
 
 
 def entropy(sensor: Sensor, trajs: list[Trajectory], out: Path, config: IclrConfig | None = None,
-            full: pd.DataFrame | None = None) -> pd.DataFrame:
+            full: pd.DataFrame | None = None, inputs: Mapping[str, Path] | None = None) -> pd.DataFrame:
     """Per-block ICLR entropy (bits) scored in ``config.context`` (online: on the compressed history, as the
     study), what ICLR drops at ``config.rho``, and the full-context decisions beside them (``full``: those scores
-    as given; else computed when ``config.compare_full``)."""
-    from interp.extraction.entropy import IclrConfig, entropy_table
+    as given; else computed when ``config.compare_full``); the run's record beside the table (``out`` as .json,
+    ``interp.extraction.entropy.TABLE_RECORD_FIELDS``; ``inputs``: files read besides the trajectories)."""
+    from interp.extraction.batch import trajectories_sha256
+    from interp.extraction.entropy import IclrConfig, entropy_table, table_record
 
     config = config or IclrConfig()
     with writer_lock(Path(out).parent, command=f"entropy {Path(out).name}"):
         table = entropy_table(sensor, trajs, rho=config.rho, max_tokens=config.max_tokens, context=config.context,
                               full=full if full is not None else config.compare_full)
         atomic_write_bytes(out, table.to_csv(index=False).encode())
+        atomic_write_json(Path(out).with_suffix(".json"), table_record(Path(out).name, record(
+            config, sensor=sensor, inputs={"trajectories": trajectories_sha256(trajs), **(inputs or {})})))
     return table
 
 
@@ -256,6 +265,7 @@ def probe(store: Path, out: Path, config: ProbeConfig, labels: Path | None = Non
     _check_labelled(fs, config, f"--labels {labels}" if labels is not None else f"the annotations in {store}")
     with writer_lock(out, command="probe"):
         result = run_probe(fs, config)
+        result.update(record(config, model=settings, inputs={"store": Path(store) / "store.json", "labels": labels}))
         write_probe_results(result, oof_frame(result), out)
     return result
 
@@ -288,7 +298,7 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, config: PatchConfi
     ``drsr_gate`` condition.
 
     ``shard=(I, N)`` computes shard I's trajectories (by tokens) and writes no summary (merge, then re-run)."""
-    from interp.extraction.batch import parse_layers, render_tokens
+    from interp.extraction.batch import parse_layers, render_tokens, trajectories_sha256
     from interp.sensor.limits import DEFAULT_MAX_TOKENS
     from patching.config import PatchConfig
     from patching.kl_repair import BoundaryRepair, default_sites, kl_repair_trajectory, summarize
@@ -317,7 +327,8 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, config: PatchConfi
         if shard[1] > 1:
             return {"shard": list(shard), "units": list(parts), "parts": str(out / "parts" / tag)}
         rows = [BoundaryRepair(**r) for k in keys for r in parts[k]]
-        result = summarize(rows, sites, condition, sensor, method, positions)
+        result = {**summarize(rows, sites, condition, sensor, method, positions), **record(
+            config, sensor=sensor, inputs={"trajectories": trajectories_sha256(trajs), "gate_scorer": gate_scorer})}
         atomic_write_json(out / "kl_repair.json", result)
     return result
 
@@ -349,7 +360,7 @@ def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, config: HarmConfig 
     boundaries over ``config.max_tokens`` are skipped and listed.
 
     ``shard=(I, N)`` computes shard I's boundaries (by tokens) and writes no summary (merge, then re-run)."""
-    from interp.extraction.batch import render_tokens
+    from interp.extraction.batch import render_tokens, trajectories_sha256
     from interp.sensor.limits import DEFAULT_MAX_TOKENS
     from patching.config import HarmConfig
     from patching.harm import boundary_harm, summarize_harm
@@ -374,7 +385,8 @@ def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, config: HarmConfig 
                        {k: cost(k) for k in keys} if shard[1] > 1 else None, executor, load)
         if shard[1] > 1:
             return {"shard": list(shard), "units": list(parts), "parts": str(cache)}
-        result = summarize_harm([parts[k] for k in keys], model=sensor.describe(), margin=config.margin)
+        result = {**summarize_harm([parts[k] for k in keys], model=sensor.describe(), margin=config.margin),
+                  **record(config, sensor=sensor, inputs={"trajectories": trajectories_sha256(trajs)})}
         atomic_write_json(out / "harm.json", result)
     return result
 
@@ -413,13 +425,17 @@ def intervene(sensor: Sensor, states: list[State], trajs: list[Trajectory], out:
     """Controlled continuations of each state under each condition, rubric-scored (``interventions.json/.md``).
 
     ``shard=(I, N)`` generates shard I's units and writes no summary (merge, then re-run without a shard)."""
-    from interp.continuations.run import continue_states, write_results
+    from interp.continuations.run import RunSettings, continue_states, write_results
+    from interp.extraction.batch import trajectories_sha256
 
     with writer_lock(out, command="intervene"):
         doc = continue_states(sensor, states, trajs, out, settings, shard=shard)
         if shard[1] > 1:
             return doc
         doc.update(sources or {})
+        doc.update(record(config_from(RunSettings, doc["settings"]), sensor=sensor, inputs={
+            "trajectories": trajectories_sha256(trajs),
+            "states": hashlib.sha256(json.dumps([asdict(s) for s in states], sort_keys=True).encode()).hexdigest()}))
         write_results(doc, out)
     return doc
 
@@ -449,7 +465,7 @@ def drsr(sensor: Sensor, trajs: list[Trajectory], out: Path, config: DrsrConfig 
     ``shard=(I, N)`` computes shard I's boundaries (by tokens) and writes no summary (merge, then re-run).
     ``gate_scorer``: a scorer file (``interp gate train``) whose gate splits the attention density (DRSR's split;
     without one, exact harm splits it)."""
-    from interp.extraction.batch import render_tokens
+    from interp.extraction.batch import render_tokens, trajectories_sha256
     from patching.config import DrsrConfig
     from patching.drsr import boundary_record, check_gate, parts_folder, stored_dim, summarize_drsr
     from patching.gate import GateModel
@@ -482,6 +498,8 @@ def drsr(sensor: Sensor, trajs: list[Trajectory], out: Path, config: DrsrConfig 
         result = summarize_drsr([parts[k] for k in keys], sensor.describe(), config.margin, config.unsafe,
                                 config.relation_layer, dim, config.n_boot, parts=str(cache.relative_to(out)),
                                 gate=gate_model, scorer=None if gate_scorer is None else str(gate_scorer))
+        result.update(record(config, sensor=sensor, inputs={"trajectories": trajectories_sha256(trajs),
+                                                            "gate_scorer": gate_scorer}))
         atomic_write_json(out / "drsr.json", result)
     return result
 
@@ -490,16 +508,27 @@ def harm_from_parts(drsr_dir: Path, out: Path, model: dict[str, Any] | None = No
                     margin: float | None = None) -> dict[str, Any]:
     """``harm.json`` from a :func:`drsr` run's parts (its records are harm records plus representations), with no
     forward: the demo's set-level harm and DRSR appendix share one set of harm forwards. ``margin`` None:
-    ``HarmConfig``'s."""
+    ``HarmConfig``'s. Its recorded config is the ``HarmConfig`` of the DRSR run's sets (drsr.json's config) at
+    ``margin``."""
+    from dataclasses import fields
+
     from patching.config import HarmConfig
     from patching.drsr import drsr_records
     from patching.harm import harm_record, summarize_harm
 
     records, doc = drsr_records(drsr_dir)  # the boundaries of drsr.json, from the parts folder it names
+    if "config" not in doc or "provenance" not in doc:
+        raise ValueError(f"{Path(drsr_dir) / 'drsr.json'}: no config/provenance record (written before results "
+                         "recorded what ran): re-run `interp drsr`")
+    names = {f.name for f in fields(HarmConfig)}
+    config = replace(config_from(HarmConfig, {k: v for k, v in doc["config"].items() if k in names}),
+                     margin=HarmConfig.margin if margin is None else margin)
+    made = doc["provenance"]
     with writer_lock(out, command="harm"):
-        result = summarize_harm([harm_record(r) for r in records], model=model,
-                                margin=HarmConfig.margin if margin is None else margin,
-                                source=str(Path(drsr_dir) / doc["parts"]) if doc.get("parts") else str(drsr_dir))
+        result = {**summarize_harm([harm_record(r) for r in records], model=model, margin=config.margin,
+                                   source=str(Path(drsr_dir) / doc["parts"]) if doc.get("parts") else str(drsr_dir)),
+                  **record(config, model=model or doc.get("model"), device=made.get("device"),
+                           inputs={"drsr": Path(drsr_dir) / "drsr.json", **made.get("inputs", {})})}
         atomic_write_json(out / "harm.json", result)
     return result
 
@@ -538,6 +567,9 @@ def gate_eval(drsr_dir: Path, scorer: Path, out: Path, config: GateConfig | None
     with writer_lock(out, command="gate eval"):
         result = evaluate(records, gate_model, doc.get("model"), config.n_boot, seed=gate_model.scorer.seed,
                           scorer_file=str(scorer), train_seconds=train_seconds)
+        result.update(record(config, model=doc.get("model"), inputs={"drsr": Path(drsr_dir) / "drsr.json",
+                                                                     "scorer": scorer},
+                             seeds={"scorer_seed": gate_model.scorer.seed}))
         atomic_write_json(Path(out) / "gate.json", result)
     return result
 
@@ -556,6 +588,7 @@ def tokens(trajs: list[Trajectory], out: Path, tokenizer: PreTrainedTokenizerBas
     ``interp.accounting.tokens``); no model forward but the ``drsr_gate`` policy's set gate (``gate_scorer``: its
     scorer file; the sensor is the model the scorer names, in the config's precision)."""
     from interp.accounting.tokens import TokensConfig, read_entropy_table, run_accounting
+    from interp.extraction.batch import trajectories_sha256
 
     config = config or TokensConfig()
     table = read_entropy_table(entropy) if entropy is not None else None
@@ -570,6 +603,9 @@ def tokens(trajs: list[Trajectory], out: Path, tokenizer: PreTrainedTokenizerBas
     doc = run_accounting(trajs, list(config.policies), tokenizer, config.cache, table,
                          None if paired is None else (paired, config.paired_policy),
                          None if entropy is None else str(entropy), gate)
+    doc.update(record(config, model={"spec": doc["tokenizer"]}, inputs={
+        "trajectories": trajectories_sha256(trajs), "paired": None if paired is None else trajectories_sha256(paired),
+        "entropy": entropy, "gate_scorer": gate_scorer}))
     with writer_lock(out, command="tokens"):
         atomic_write_json(out / "tokens.json", doc)
     return doc
