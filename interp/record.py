@@ -78,9 +78,10 @@ def _tuples(value: Any) -> Any:
 
 
 def config_from(cls: type[C], block: Mapping[str, Any]) -> C:
-    """The config ``cls`` a result's ``config`` block records (lists back to tuples); the config's own error for a
-    bad value, a TypeError naming the field the class does not have."""
-    return cls(**{k: _tuples(v) for k, v in block.items()})
+    """The config ``cls`` a result's ``config`` block records (lists back to tuples where the field is declared a
+    tuple); the config's own error for a bad value, a TypeError naming a field the class does not have."""
+    declared = {f.name: str(f.type) for f in dataclasses.fields(cls)}  # type: ignore[arg-type]  # a config class
+    return cls(**{k: _tuples(v) if "tuple" in declared.get(k, "") else v for k, v in block.items()})
 
 
 def file_sha256(path: Path | str) -> str:
