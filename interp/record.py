@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
@@ -36,8 +37,8 @@ from typing import Any, TypeVar
 
 from interp.schema import Field, JsonValue
 
-__all__ = ["PACKAGE", "RECORD_FIELDS", "config_dict", "config_from", "file_sha256", "package_version", "provenance",
-           "record"]
+__all__ = ["PACKAGE", "RECORD_FIELDS", "config_dict", "config_from", "file_sha256", "json_sha256", "package_version",
+           "provenance", "record"]
 
 PACKAGE = "reasoning-persistence"
 C = TypeVar("C")
@@ -97,6 +98,12 @@ def file_sha256(path: Path | str) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def json_sha256(value: Any) -> str:
+    """sha256 of a value's canonical JSON (sorted keys): the input hash of what was read rather than a file
+    (records of a parts folder, states, loaded items)."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def package_version() -> str:

@@ -28,6 +28,11 @@ stage               result                                        writer / schem
 :func:`figures`     ``figures/*.html|png``, ``tables/*``            ``interp.reporting``
 ==================  ===========================================  ==========================================
 
+Every result file a stage writes records what ran (``interp.record.record``): the ``config`` it ran under
+(``asdict``) and the ``provenance`` (the sensor's model, revision, dtype and device, the seeds, the package
+version and the sha256 of each input); ICLR's CSV has it beside it (``iclr_blocks.json``). The figures, tables
+and report.md print their parameters from there (``interp.reporting.ran``).
+
 ``extract``, ``patch`` and ``harm`` take ``shard=(I, N)`` (units split by
 tokens, ``interp.io.balanced_shards``) and an ``executor``
 (``interp.pipelines.executors``: in process, or Ray actors that load the model
@@ -43,7 +48,6 @@ result, and a re-run reuses a result only when they are the same).
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -51,7 +55,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from interp.io import atomic_write_bytes, atomic_write_json, run_units, writer_lock
 from interp.pipelines.steps import Step, StepContext
-from interp.record import config_from, record
+from interp.record import config_from, json_sha256, record
 from interp.reporting.analyses import analysis
 
 if TYPE_CHECKING:
@@ -435,7 +439,7 @@ def intervene(sensor: Sensor, states: list[State], trajs: list[Trajectory], out:
         doc.update(sources or {})
         doc.update(record(config_from(RunSettings, doc["settings"]), sensor=sensor, inputs={
             "trajectories": trajectories_sha256(trajs),
-            "states": hashlib.sha256(json.dumps([asdict(s) for s in states], sort_keys=True).encode()).hexdigest()}))
+            "states": json_sha256([asdict(s) for s in states])}))
         write_results(doc, out)
     return doc
 
@@ -547,7 +551,8 @@ def gate_train(drsr_dir: Path, out: Path, config: GateConfig | None = None, part
     with writer_lock(out, command="gate train"):
         gate_model, info = train(records, doc.get("model"), doc.get("proj_dim"), config.seed, config.n_members,
                                  config.unsafe, scorer=config.scorer)
-        gate_model.save(Path(out) / "gate_scorer.json")
+        gate_model.save(Path(out) / "gate_scorer.json", record(config, model=doc.get("model"),
+                                                              inputs={"drsr_records": json_sha256(records)}))
     return {"scorer": str(Path(out) / "gate_scorer.json"), "setting": asdict(gate_model.setting),
             "split": gate_model.split, **info}
 
@@ -567,7 +572,7 @@ def gate_eval(drsr_dir: Path, scorer: Path, out: Path, config: GateConfig | None
     with writer_lock(out, command="gate eval"):
         result = evaluate(records, gate_model, doc.get("model"), config.n_boot, seed=gate_model.scorer.seed,
                           scorer_file=str(scorer), train_seconds=train_seconds)
-        result.update(record(config, model=doc.get("model"), inputs={"drsr": Path(drsr_dir) / "drsr.json",
+        result.update(record(config, model=doc.get("model"), inputs={"drsr_records": json_sha256(records),
                                                                      "scorer": scorer},
                              seeds={"scorer_seed": gate_model.scorer.seed}))
         atomic_write_json(Path(out) / "gate.json", result)

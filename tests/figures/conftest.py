@@ -102,7 +102,7 @@ def _write_drsr(root: Path, a: Analysis, rng: np.random.Generator, config: DrsrC
 def _write_gate(root: Path, a: Analysis, rng: np.random.Generator, config: GateConfig) -> None:
     records = drsr_records(rng, n_tasks=10)
     gate, info = train(records, MODEL, n_members=3, unsafe=config.unsafe)
-    gate.save(root / a.path("gate_scorer.json"))
+    gate.save(root / a.path("gate_scorer.json"), record(config, model=MODEL))
     atomic_write_json(root / a.path(), {**evaluate(records, gate, MODEL, n_boot=config.n_boot,
                                                    scorer_file="gate_scorer.json", train_seconds=info["train_seconds"]),
                                         **record(config, model=MODEL)})
