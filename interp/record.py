@@ -33,7 +33,7 @@ import json
 from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from interp.schema import Field, JsonValue
 
@@ -42,6 +42,15 @@ __all__ = ["PACKAGE", "RECORD_FIELDS", "config_dict", "config_from", "file_sha25
 
 PACKAGE = "reasoning-persistence"
 C = TypeVar("C")
+
+class Described(Protocol):
+    """What :func:`record` reads of a loaded sensor (``interp.sensor.protocol.Sensor``)."""
+
+    @property
+    def device(self) -> object: ...  # noqa: D102
+
+    def describe(self) -> dict[str, Any]: ...  # noqa: D102
+
 
 RECORD_FIELDS = (
     Field("config", "{...}", "object", "-",
@@ -64,10 +73,10 @@ def _json(value: Any) -> JsonValue:
     raise TypeError(f"config value {value!r} ({type(value).__name__}) is not JSON-able")
 
 
-def config_dict(config: Any) -> dict[str, JsonValue]:
+def config_dict(config: object) -> dict[str, JsonValue]:
     """A config's ``config`` block: ``dataclasses.asdict`` (a dataclass instance) or the mapping itself, JSON-able."""
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
-        return {k: _json(v) for k, v in dataclasses.asdict(config).items()}
+        return {k: _json(v) for k, v in dataclasses.asdict(cast(Any, config)).items()}
     if isinstance(config, Mapping):
         return {str(k): _json(v) for k, v in config.items()}
     raise TypeError(f"a config must be a dataclass instance or a mapping, got {type(config).__name__}")
@@ -100,7 +109,7 @@ def file_sha256(path: Path | str) -> str:
     return digest.hexdigest()
 
 
-def json_sha256(value: Any) -> str:
+def json_sha256(value: object) -> str:
     """sha256 of a value's canonical JSON (sorted keys): the input hash of what was read rather than a file
     (records of a parts folder, states, loaded items)."""
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
@@ -116,7 +125,7 @@ def package_version() -> str:
         return __version__
 
 
-def provenance(config: Any = None, model: Mapping[str, Any] | None = None, device: object = None,
+def provenance(config: object = None, model: Mapping[str, Any] | None = None, device: object = None,
                inputs: Mapping[str, Path | str | None] | None = None,
                seeds: Mapping[str, int] | None = None) -> dict[str, JsonValue]:
     """The ``provenance`` block (module docstring). ``model``: a sensor's ``describe()`` or the model record of
@@ -140,11 +149,11 @@ def provenance(config: Any = None, model: Mapping[str, Any] | None = None, devic
             "inputs": hashes}
 
 
-def record(config: Any, model: Mapping[str, Any] | None = None, device: object = None,
+def record(config: object, model: Mapping[str, Any] | None = None, device: object = None,
            inputs: Mapping[str, Path | str | None] | None = None, seeds: Mapping[str, int] | None = None,
-           sensor: Any = None) -> dict[str, JsonValue]:
+           sensor: Described | None = None) -> dict[str, JsonValue]:
     """``{"config": ..., "provenance": ...}``: the two blocks a result file embeds (arguments: :func:`provenance`;
     ``sensor``: a loaded sensor, whose ``describe()`` and ``device`` stand for ``model`` and ``device``)."""
     if sensor is not None:
-        model, device = sensor.describe(), getattr(sensor, "device", device)
+        model, device = sensor.describe(), sensor.device
     return {"config": config_dict(config), "provenance": provenance(config, model, device, inputs, seeds)}
