@@ -38,7 +38,9 @@ Fields of ``drsr.json`` (``FIELDS``):
 | ``boundaries`` | ``[n_boundaries] of {task_id, after_step, target_tokens, nll_full, n_sets}`` | object | nats/token | the boundaries analysed (their harm records and representations are in the parts) |
 | ``skipped`` | ``[n_skipped] of {task_id, after_step, n_tokens, reason}`` | object | n_tokens: tokens | boundaries not run (over max_tokens) |
 | ``model`` | ``{...}`` | object or null | - | the sensor's describe() |
-| ``parts`` | ``[]`` | str or null | - | the folder of the per-boundary records under drsr.json's folder (null: not written by the drsr stage) |"""
+| ``parts`` | ``[]`` | str or null | - | the folder of the per-boundary records under drsr.json's folder (null: not written by the drsr stage) |
+| ``config`` | ``{...}`` | object | - | the frozen config of the analysis that made this file: dataclasses.asdict, tuples as lists (interp.record.config_from builds it back) |
+| ``provenance`` | ``{...}`` | object | - | what ran (interp.record): model, revision, dtype (resolved), device, seeds, package, version, inputs (name -> sha256) |"""
 
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ from interp.data.deletions import UNIT_KINDS, Unit, history_units, parse_unit_ki
 from interp.data.trajectory import Trajectory
 from interp.io import read_json, safe_stem
 from interp.sensor.limits import DEFAULT_MAX_TOKENS
+from interp.record import RECORD_FIELDS
 from interp.schema import Field, schema_dict
 from interp.sensor.prefix import DEFAULT_BATCH_BYTES
 from patching.config import DrsrConfig
@@ -77,6 +80,7 @@ FIELDS = (
     Field('skipped', '[n_skipped] of {task_id, after_step, n_tokens, reason}', 'object', 'n_tokens: tokens', 'boundaries not run (over max_tokens)'),
     Field('model', '{...}', 'object or null', '-', "the sensor's describe()"),
     Field('parts', '[]', 'str or null', '-', "the folder of the per-boundary records under drsr.json's folder (null: not written by the drsr stage)"),
+    *RECORD_FIELDS,
 )
 
 

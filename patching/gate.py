@@ -64,6 +64,8 @@ Fields of the scorer file (``SCORER_FIELDS``):
 | ``split`` | ``{train, validation, test}`` | object | - | the task_ids of each part |
 | ``model`` | ``{spec, d_model, proj_dim}`` | object | dims | the sensor the representations came from and their projection (proj_dim null: not projected) |
 | ``unit_kinds`` | ``[n_kinds]`` | str | - | the unit kinds the gate may delete |
+| ``config`` | ``{...}`` | object | - | the frozen config of the analysis that made this file: dataclasses.asdict, tuples as lists (interp.record.config_from builds it back) |
+| ``provenance`` | ``{...}`` | object | - | what ran (interp.record): model, revision, dtype (resolved), device, seeds, package, version, inputs (name -> sha256) |
 
 **Selection** (:func:`select`) on validation: ``K`` in ``K_GRID``, ``beta`` in ``BETA_GRID``, ``tau`` just above each
 observed validation score (at most ``TAU_POINTS`` observed quantiles); a setting is admissible when the deletions it makes have an empirical unsafe rate
@@ -82,7 +84,7 @@ The admissible one with the largest mean direct removal wins (ties: smaller K, b
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -96,6 +98,7 @@ from interp.data.deletions import (DRSR_UNIT_KINDS, UNIT_KINDS, Unit, delete_uni
 from interp.data.render import render
 from interp.data.trajectory import Trajectory
 from interp.io import atomic_write_json, read_json
+from interp.record import RECORD_FIELDS
 from interp.schema import Field, schema_dict
 from patching.config import GATE_SCORERS, N_MEMBERS
 from patching.granularity import UNSAFE
@@ -127,6 +130,7 @@ SCORER_FIELDS = (
     Field('split', '{train, validation, test}', 'object', '-', 'the task_ids of each part'),
     Field('model', '{spec, d_model, proj_dim}', 'object', 'dims', 'the sensor the representations came from and their projection (proj_dim null: not projected)'),
     Field('unit_kinds', '[n_kinds]', 'str', '-', 'the unit kinds the gate may delete'),
+    *RECORD_FIELDS,
 )
 _ONLINE = ("task_id", "after_step", "layers", "attention_layers", "prompt_tokens", "state", "candidates", "shapes")
 
@@ -704,9 +708,10 @@ class GateModel:
                 "setting": asdict(self.setting), "split": self.split, "model": self.model,
                 "unit_kinds": list(self.unit_kinds)}
 
-    def save(self, path: Path) -> Path:
-        """Write the scorer file atomically."""
-        atomic_write_json(Path(path), self.to_json())
+    def save(self, path: Path, made: Mapping[str, Any]) -> Path:
+        """Write the scorer file atomically, with the record of the training run that made it (``made``:
+        ``interp.record.record`` of its ``GateConfig``)."""
+        atomic_write_json(Path(path), {**self.to_json(), **made})
         return Path(path)
 
     @classmethod

@@ -41,6 +41,8 @@ Fields of ``gate.json`` (``FIELDS``):
 | ``notes`` | ``[n_notes]`` | str | - | what limits this run's evidence (tiny splits, no admissible deletion) |
 | ``scorer`` | ``{file, kind, train_seconds, n_features}`` | object | seconds | the scorer file evaluated (kind: ridge or set-mlp; n_features: per set for ridge, per candidate for set-mlp) |
 | ``model`` | ``{...}`` | object or null | - | the sensor's describe() from drsr.json |
+| ``config`` | ``{...}`` | object | - | the frozen config of the analysis that made this file: dataclasses.asdict, tuples as lists (interp.record.config_from builds it back) |
+| ``provenance`` | ``{...}`` | object | - | what ran (interp.record): model, revision, dtype (resolved), device, seeds, package, version, inputs (name -> sha256) |
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from interp.record import RECORD_FIELDS
 from interp.schema import Field, schema_dict
 from interp.stats import percentile_ci, task_resamples
 from patching.gate import (BETA_GRID, GATE_KINDS, K_GRID, MAX_MEAN_HARM, MAX_REMOVAL, MAX_UNSAFE_RATE,
@@ -77,6 +80,7 @@ FIELDS = (
     Field('notes', '[n_notes]', 'str', '-', "what limits this run's evidence (tiny splits, no admissible deletion)"),
     Field('scorer', '{file, kind, train_seconds, n_features}', 'object', 'seconds', 'the scorer file evaluated (kind: ridge or set-mlp; n_features: per set for ridge, per candidate for set-mlp)'),
     Field('model', '{...}', 'object or null', '-', "the sensor's describe() from drsr.json"),
+    *RECORD_FIELDS,
 )
 GATE_METRICS = ("coverage", "removal", "unsafe_rate", "mean_harm")
 OPERATING_POINTS = 41

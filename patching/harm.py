@@ -86,7 +86,9 @@ Fields of ``harm.json`` (``FIELDS``; ``summarize_harm`` writes them):
 | ``boundaries`` | ``[n_boundaries] of {task_id, after_step, units, target, target_tokens, nll_full, sets}`` | object | nats/token | one boundary_harm record per boundary: units = kinds drawn from; target = the recorded next output y (text) and target_tokens its token count; nll_full = NLL(y given H); sets = [{members: [[kind, step, index], ...], tokens_removed, nll, harm, interaction}] (index null for a step unit), harm = NLL(y given H minus A) - NLL(y given H), interaction = harm - sum of its singleton harms (null for singletons) |
 | ``skipped`` | ``[n_skipped] of {task_id, after_step, n_tokens, reason}`` | object | n_tokens: tokens | boundaries not run: the teacher-forced render (n_tokens) exceeds max_tokens or the model's positions; in no aggregate |
 | ``model`` | ``{...}`` | object or null | - | the sensor's describe() (null when not given) |
-| ``source`` | ``[]`` | str or null | - | the DRSR parts folder the boundary records were read from (the demo: harm and DRSR share one set of forwards); null when harm ran its own forwards |"""
+| ``source`` | ``[]`` | str or null | - | the DRSR parts folder the boundary records were read from (the demo: harm and DRSR share one set of forwards); null when harm ran its own forwards |
+| ``config`` | ``{...}`` | object | - | the frozen config of the analysis that made this file: dataclasses.asdict, tuples as lists (interp.record.config_from builds it back) |
+| ``provenance`` | ``{...}`` | object | - | what ran (interp.record): model, revision, dtype (resolved), device, seeds, package, version, inputs (name -> sha256) |"""
 
 from __future__ import annotations
 
@@ -102,6 +104,7 @@ import numpy as np
 from interp.data.deletions import (DRSR_UNIT_KINDS, UNIT_KINDS, Unit, delete_units, drsr_compared, history_units,
                                    parse_unit_kinds, units_overlap)
 from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit, skip_record
+from interp.record import RECORD_FIELDS
 from interp.schema import Field, schema_dict
 from interp.stats import percentile_ci, task_resamples
 from interp.sensor.forward import Plan
@@ -146,6 +149,7 @@ FIELDS = (
     Field("source", "[]", "str or null", "-",
           "the DRSR parts folder the boundary records were read from (the demo: harm and DRSR share one set of "
           "forwards); null when harm ran its own forwards"),
+    *RECORD_FIELDS,
 )
 MARGIN = DrsrConfig.margin  # nats/token: the reference study's pair-ordering margin (one home: patching.config)
 DRSR_MAX_K = DrsrConfig.max_k  # DRSR reports sets up to 4 units

@@ -159,6 +159,7 @@ Fields of ``kl_repair.json`` (``FIELDS``; ``summarize`` writes them):
 | ``d_threshold`` | ``[]`` | float | nats | the formula bound max(MIN_KL, C x eps(dtype) x sqrt(d_model)) (module docstring): a sanity figure, not the exclusion rule; a threshold given to summarize replaces the measured-noise rule |
 | ``d_threshold_rule`` | ``[]`` | str | - | how d_threshold was derived, with the numbers put in |
 | ``exclusion_rule`` | ``[]`` | str | - | the rule applied: d > max(MIN_KL, NOISE_FACTOR x noise) per boundary, with the numbers put in (or the given threshold) |
+| ``noise_factor`` | ``[]`` | float or null | - | the NOISE_FACTOR the rule applied (null: a given threshold replaced the rule) |
 | ``noise_median`` | ``[]`` | float or null | nats | median over run boundaries of the measured noise (the max of its components); null without rows |
 | ``noise_null_median`` | ``[]`` | float or null | nats | median over run boundaries of noise_null = KL(P_full ‖ P_null) (the null patch); null without rows |
 | ``noise_schedule_median`` | ``[]`` | float or null | nats | median over run boundaries of noise_schedule = max over schedules k of KL(P_full ‖ P_full'_k) (P_full rechunked); null without rows |
@@ -170,6 +171,8 @@ Fields of ``kl_repair.json`` (``FIELDS``; ``summarize`` writes them):
 | ``excluded`` | ``[n_excluded]`` | str | - | the excluded samples as task_id@after_step |
 | ``skipped`` | ``[n_skipped] of {task_id, after_step, n_tokens, reason}`` | object | n_tokens: tokens | boundaries not run because a render (full, deleted or donor) exceeds max_tokens or the model's positions; n_tokens = the longer of the full and deleted renders; in no summary |
 | ``per_sample`` | ``[n_rows] of {task_id, after_step, d, noise, noise_null, noise_schedule, noise_schedules, noise_d, d_null, d_schedules, noise_weights, d_weights, noise_threshold, kl_patch, repair, top1, n_tokens_full, n_tokens_deleted, excluded}`` | object | d, noise*, d_*, noise_threshold, kl_patch: nats; repair: unitless; n_tokens: tokens | every sample: d = KL(P_full ‖ P_del) (float32 arithmetic); noise = the max of the measured components: noise_null = KL(P_full ‖ P_null) (null patch), noise_schedules[k] = KL(P_full ‖ P_full'_k) (P_full with schedule k's cache cuts; 1 schedule in float32/float64, N_SCHEDULES below), noise_schedule = their max, and below float32 only (null / empty otherwise): d_null = KL(P_null ‖ P_del), d_schedules[k] = KL(P_full'_k ‖ P_del'_k), noise_d = max abs(d_null - d), abs(d_schedules[k] - d), d_weights[j] = d with the weights nudged by one ulp (seed j), noise_weights = max abs(d_weights[j] - d); noise_threshold = max(MIN_KL, NOISE_FACTOR x noise); kl_patch = KL(P_full ‖ P_patch) per site, repair and top1 per site (repair null when excluded), render lengths |
+| ``config`` | ``{...}`` | object | - | the frozen config of the analysis that made this file: dataclasses.asdict, tuples as lists (interp.record.config_from builds it back) |
+| ``provenance`` | ``{...}`` | object | - | what ran (interp.record): model, revision, dtype (resolved), device, seeds, package, version, inputs (name -> sha256) |
 """
 
 from __future__ import annotations
@@ -185,6 +188,7 @@ import torch
 
 from interp.data.conditions import apply_condition
 from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit, skip_record
+from interp.record import RECORD_FIELDS
 from interp.schema import Field, schema_dict
 from interp.sensor.forward import Plan, run_plan
 from interp.sensor.unembed import final_norm, log_probs, logit_dtype, promotes
@@ -231,6 +235,8 @@ FIELDS = (
           "how d_threshold was derived, with the numbers put in"),
     Field("exclusion_rule", "[]", "str", "-",
           "the rule applied: d > max(MIN_KL, NOISE_FACTOR x noise) per boundary, with the numbers put in (or the given threshold)"),
+    Field("noise_factor", "[]", "float or null", "-",
+          "the NOISE_FACTOR the rule applied (null: a given threshold replaced the rule)"),
     Field("noise_median", "[]", "float or null", "nats",
           "median over run boundaries of the measured noise (the max of its components); null without rows"),
     Field("noise_null_median", "[]", "float or null", "nats",
@@ -266,6 +272,7 @@ FIELDS = (
           "the weights nudged by one ulp (seed j), noise_weights = max abs(d_weights[j] - d); noise_threshold = "
           "max(MIN_KL, NOISE_FACTOR x noise); kl_patch = KL(P_full ‖ P_patch) per site, repair and top1 per site "
           "(repair null when excluded), render lengths"),
+    *RECORD_FIELDS,
 )
 
 
@@ -663,6 +670,7 @@ def summarize(rows: list[BoundaryRepair], sites: list[tuple[str, int]], conditio
         "repair_ratio": (1.0 - kls.sum(axis=0) / d.sum()).tolist() if kept else [],
         "top1_mean": top1.mean(axis=0).tolist() if kept else [],
         "d_threshold": bound, "d_threshold_rule": bound_rule, "exclusion_rule": rule,
+        "noise_factor": NOISE_FACTOR if threshold is None else None,
         "noise_median": float(np.median(noise)) if noise else None, "noise_max": max(noise) if noise else None,
         **{f"{k}_median": float(np.median(v)) if v else None for k, v in parts.items()},
         "n_samples": len(kept), "n_excluded": len(rows) - len(kept),

@@ -47,12 +47,13 @@ Fields of probe_results.json (``FIELDS``; ``probe_document`` builds them):
 | ``candidates`` | ``[n_candidates, 2]`` | any | - | [layer, pooling] feature candidates searched, in selection order (ties go to the earlier) |
 | ``folds`` | ``[n_folds] of {fold, test_tasks, n_train, n_test, layer, pooling, standardize, pca, C, threshold, inner_auroc, auroc, n_inner_skipped}`` | object | threshold: log-odds; auroc: unitless | per outer fold: chosen layer, pooling, standardize, pca (requested components or null), C (inverse L2 strength), threshold, inner_auroc (mean inner AUROC of the chosen configuration), auroc (null if one class), n_inner_skipped (inner folds without both classes) |
 | ``layer_curve`` | ``{pooling: {layers, auroc, auroc_ci}}`` | object | AUROC | DESCRIPTIVE, not the headline: pooled out-of-fold AUROC of the fixed probe (config fixed_standardize, no PCA, fixed_C) per candidate under the outer grouped folds, no selection; auroc_ci: 95% task-bootstrap CI per point ([lo, hi] or null) |
-| ``config`` | ``{...}`` | object | - | the ProbeConfig of the run |
 | ``elapsed_s`` | ``{phase: seconds}`` | object | s | wall-clock seconds per phase (nested_cv, bootstrap, baselines, permutation_and_layer_curve, control_task) |
 | ``schema_version`` | ``[]`` | int | - | version of this layout |
 | ``code_version`` | ``[]`` | str | - | version of the probes package |
 | ``sklearn_version`` | ``[]`` | str | - | scikit-learn version used |
 | ``schema`` | ``{...}`` | object | - | this table: {field: {shape, dtype, units, doc}} |
+| ``config`` | ``{...}`` | object | - | the frozen config of the analysis that made this file: dataclasses.asdict, tuples as lists (interp.record.config_from builds it back) |
+| ``provenance`` | ``{...}`` | object | - | what ran (interp.record): model, revision, dtype (resolved), device, seeds, package, version, inputs (name -> sha256) |
 
 Columns of oof_predictions.csv (``OOF_FIELDS``):
 
@@ -71,7 +72,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -80,6 +80,7 @@ import sklearn
 from sklearn.metrics import average_precision_score
 
 from interp.io import atomic_write_bytes
+from interp.record import RECORD_FIELDS, record
 from interp.schema import Field, schema_dict
 from probes import __version__
 from probes.baselines import BaselineComparison, compare_baselines, estimate_summary
@@ -160,7 +161,6 @@ FIELDS = (
           "DESCRIPTIVE, not the headline: pooled out-of-fold AUROC of the fixed probe (config "
           "fixed_standardize, no PCA, fixed_C) per candidate under the outer grouped folds, no selection; "
           "auroc_ci: 95% task-bootstrap CI per point ([lo, hi] or null)"),
-    Field("config", "{...}", "object", "-", "the ProbeConfig of the run"),
     Field("elapsed_s", "{phase: seconds}", "object", "s",
           "wall-clock seconds per phase (nested_cv, bootstrap, baselines, permutation_and_layer_curve, "
           "control_task)"),
@@ -168,6 +168,7 @@ FIELDS = (
     Field("code_version", "[]", "str", "-", "version of the probes package"),
     Field("sklearn_version", "[]", "str", "-", "scikit-learn version used"),
     Field("schema", "{...}", "object", "-", "this table: {field: {shape, dtype, units, doc}}"),
+    *RECORD_FIELDS,
 )
 OOF_FIELDS = (
     Field("sample_id", "[n_samples]", "str", "-", "the labelled sample"),
@@ -269,9 +270,9 @@ def probe_document(cv: NestedCVResult, boot: BootstrapResult | None, perm: Permu
         "candidates": [[int(layer), pooling] for layer, pooling in labelled.keys],
         "folds": cv.folds,
         "layer_curve": curve,
-        "config": asdict(config),
         "elapsed_s": elapsed,
         "schema": SCHEMA,
+        **record(config),  # the stage adds the model and input hashes
         "oof": {column: oof[column].tolist() for column in OOF_COLUMNS},
     }
 

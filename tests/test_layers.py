@@ -18,7 +18,8 @@ pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[1]
 # (module prefix, rank); the longest matching prefix wins
 LAYERS = (
-    ("interp", 0), ("interp.io", 0), ("interp.stats", 0), ("interp.schema", 0), ("interp.progress", 0),
+    ("interp", 0), ("interp.io", 0), ("interp.stats", 0), ("interp.schema", 0), ("interp.record", 0),
+    ("interp.progress", 0),
     ("interp.data", 1),
     ("interp.sensor", 2),
     ("interp.extraction", 3),

@@ -90,6 +90,8 @@ Fields of ``tokens.json`` (``FIELDS``; :func:`tokens_document` writes them):
 | ``pair`` | ``{...}`` | object or null | tokens | decompose_pair's document (null when no paired run was given) |
 | ``entropy_table`` | ``[]`` | str or null | - | the block-entropy CSV ICLR's decisions were read from (null: none given) |
 | ``seconds`` | ``[]`` | float | s | wall time of the accounting |
+| ``config`` | ``{...}`` | object | - | the frozen config of the analysis that made this file: dataclasses.asdict, tuples as lists (interp.record.config_from builds it back) |
+| ``provenance`` | ``{...}`` | object | - | what ran (interp.record): model, revision, dtype (resolved), device, seeds, package, version, inputs (name -> sha256) |
 """
 
 from __future__ import annotations
@@ -110,6 +112,7 @@ from interp.data.conditions import STEP_POLICIES, BlockScorer, apply_condition, 
 from interp.data.render import Rendered, RenderError, render
 from interp.data.trajectory import Trajectory
 from interp.sensor.prefix import lcp
+from interp.record import RECORD_FIELDS
 from interp.schema import Field, schema_dict
 from interp.stats import task_resamples
 from interp.params import N_BOOT, Check, Integer, Items, param, validate
@@ -160,6 +163,7 @@ FIELDS = (
           "str or null", "-",
           "the block-entropy CSV ICLR's decisions were read from (null: none given)"),
     Field("seconds", "[]", "float", "s", "wall time of the accounting"),
+    *RECORD_FIELDS,
 )
 TOKEN_COLUMNS = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens", "total_tokens",
                  "direct_removal_tokens", "direct_removal_cumulative_tokens")

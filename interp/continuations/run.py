@@ -41,6 +41,8 @@ Fields of ``interventions.json`` (``FIELDS``; ``interventions_document`` builds 
 | ``rows`` | ``[n_rows] of {state_id, task_id, domain, after_step, condition, sample, seed, text, parsed, parse_failure, truncated, stop_reason, score, checks, reacquired, hidden_step, n_prompt_tokens, n_new_tokens, stopped, edit}`` | object | score: rubric, 0..1 or null; n_*_tokens: tokens | one per state x condition x generation: sample = greedy or the sample index; parsed = {status, reasoning, calls, text, error}; truncated = cut off by max_new_tokens (then score null, checks [], parse_failure false); stop_reason = end_of_turn, action_end or max_new_tokens; checks = [{check, passed, ...}]; stopped = the turn ended before the limit; edit = the condition's edit log |
 | ``states_file`` | ``[]`` | str or null | - | the states file (null when the states were given in memory) |
 | ``trajectories_file`` | ``[]`` | str or null | - | the trajectories file (null when given in memory) |
+| ``config`` | ``{...}`` | object | - | the frozen config of the analysis that made this file: dataclasses.asdict, tuples as lists (interp.record.config_from builds it back) |
+| ``provenance`` | ``{...}`` | object | - | what ran (interp.record): model, revision, dtype (resolved), device, seeds, package, version, inputs (name -> sha256) |
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from interp.data.parse import parse_turn
 from interp.data.render import Rendered, render
 from interp.io import atomic_write_bytes, atomic_write_json
 from interp.params import N_BOOT, Check, Integer, Items, Maybe, Real, Text, param, validate
+from interp.record import RECORD_FIELDS
 from interp.schema import Field, schema_dict
 from interp.data.trajectory import Trajectory
 from interp.sensor.protocol import Sensor
@@ -104,6 +107,7 @@ FIELDS = (
           "passed, ...}]; stopped = the turn ended before the limit; edit = the condition's edit log"),
     Field("states_file", "[]", "str or null", "-", "the states file (null when the states were given in memory)"),
     Field("trajectories_file", "[]", "str or null", "-", "the trajectories file (null when given in memory)"),
+    *RECORD_FIELDS,
 )
 SCHEMA = schema_dict(FIELDS)
 

@@ -42,6 +42,8 @@ Fields of ``externalization.json`` (``FIELDS``):
 | ``condition`` | ``[]`` | str or null | - | probe-score condition used (null without scores) |
 | ``n_boot`` | ``[]`` | int | resamples | bootstrap resamples |
 | ``seed`` | ``[]`` | int | - | bootstrap seed |
+| ``config`` | ``{...}`` | object | - | the frozen config of the analysis that made this file: dataclasses.asdict, tuples as lists (interp.record.config_from builds it back) |
+| ``provenance`` | ``{...}`` | object | - | what ran (interp.record): model, revision, dtype (resolved), device, seeds, package, version, inputs (name -> sha256) |
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from interp.data.labels import annotation_labels, final_boundaries, read_labels_
 from interp.data.trajectory import Trajectory, load_trajectories
 from interp.io import atomic_write_json, read_text
 from interp.params import N_BOOT, Integer, Text, param, validate
+from interp.record import RECORD_FIELDS, record
 from interp.schema import Field, schema_dict
 from interp.stats import task_bootstrap_ci
 
@@ -90,6 +93,7 @@ FIELDS = (
     Field("condition", "[]", "str or null", "-", "probe-score condition used (null without scores)"),
     Field("n_boot", "[]", "int", "resamples", "bootstrap resamples"),
     Field("seed", "[]", "int", "-", "bootstrap seed"),
+    *RECORD_FIELDS,
 )
 SCHEMA = schema_dict(FIELDS)
 _SAMPLE_ID = re.compile(r"^(?P<task_id>.+)@(?P<after_step>\d+):(?P<condition>.+)$")
@@ -272,6 +276,8 @@ def risk_command(out: Path, labels: Path | None = None, probe_results: Path | No
         raise ValueError(f"no boundary has both G ({sources['G']}) and y ({sources['y']}); check the task ids")
     doc = {"schema": SCHEMA, **risk_analysis(rows, n_boot, seed),
            "n_without_y": len(set(gap) - set(necessity)), "n_undefined": n_undefined, "sources": sources,
-           "condition": condition if scores is not None else None, "n_boot": n_boot, "seed": seed}
+           "condition": condition if scores is not None else None, "n_boot": n_boot, "seed": seed,
+           **record(config, inputs={"labels": labels, "probe_results": probe_results, "trajectories": trajectories,
+                                    "targets": targets})}
     atomic_write_json(Path(out) / "externalization.json", doc)
     return doc

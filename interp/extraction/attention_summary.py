@@ -18,6 +18,8 @@ Fields of ``attention.json`` (``FIELDS``; ``attention_document`` builds them):
 | ``n`` | ``[]`` | int | boundaries | boundaries averaged |
 | ``mass`` | ``[n_layers, n_kinds]`` | float | fraction of 1 | mean over boundaries and heads of the boundary query's attention mass per segment kind |
 | ``conditions`` | ``{condition: {...}}`` | object | - | per history condition in the store: ``n`` (boundaries), ``mass`` and ``per_token`` ``[n_layers][n_kinds]`` means, ``mass_q`` and ``per_token_q`` ``[n_layers][n_kinds][2]`` 25th/75th percentiles over boundaries (per_token: mass / tokens of the kind, fraction per token; null where no boundary has the kind), ``tokens`` ``[n_kinds]`` mean tokens per kind |
+| ``config`` | ``{...}`` | object | - | the frozen config of the analysis that made this file: dataclasses.asdict, tuples as lists (interp.record.config_from builds it back) |
+| ``provenance`` | ``{...}`` | object | - | what ran (interp.record): model, revision, dtype (resolved), device, seeds, package, version, inputs (name -> sha256) |
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import numpy as np
 
 from interp.data.render import SEGMENT_KINDS
 from interp.extraction.store import Store
+from interp.record import RECORD_FIELDS
 from interp.schema import Field, schema_dict
 
 FIELDS = (
@@ -43,6 +46,7 @@ FIELDS = (
           "``[n_layers][n_kinds]`` means, ``mass_q`` and ``per_token_q`` ``[n_layers][n_kinds][2]`` 25th/75th "
           "percentiles over boundaries (per_token: mass / tokens of the kind, fraction per token; null where "
           "no boundary has the kind), ``tokens`` ``[n_kinds]`` mean tokens per kind"),
+    *RECORD_FIELDS,
 )
 
 

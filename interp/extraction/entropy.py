@@ -61,6 +61,16 @@ scores and decisions beside it for comparison. Its columns
 | ``dropped`` | ``[n_blocks]`` | bool | - | ICLR at rho replaces the block with [SKIP] |
 | ``mean_entropy_bits_full`` | ``[n_blocks]`` | float or null | bits/token | the block's score under the full uncompressed trajectory (context full); null when not computed or not scored |
 | ``dropped_full`` | ``[n_blocks]`` | bool or null | - | what ICLR at rho drops with full-context scores; null when not computed |
+
+The record beside the table (``TABLE_RECORD_FIELDS``; ``iclr_blocks.json``, written with it by
+``interp.pipelines.stages.entropy``): the readers print rho and the token limit from its ``config``.
+
+| name | shape | dtype | units | meaning |
+|---|---|---|---|---|
+| ``schema`` | ``{...}`` | object | - | this table: {field: {shape, dtype, units, doc}} |
+| ``table`` | ``[]`` | str | - | the file name of the per-block CSV this record describes (beside it) |
+| ``config`` | ``{...}`` | object | - | the frozen config of the analysis that made this file: dataclasses.asdict, tuples as lists (interp.record.config_from builds it back) |
+| ``provenance`` | ``{...}`` | object | - | what ran (interp.record): model, revision, dtype (resolved), device, seeds, package, version, inputs (name -> sha256) |
 """
 
 from __future__ import annotations
@@ -80,7 +90,8 @@ from interp.data.trajectory import Trajectory
 from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit
 from interp.progress import track
 from interp.params import Flag, Integer, Options, Real, param, validate
-from interp.schema import Field
+from interp.record import RECORD_FIELDS
+from interp.schema import Field, schema_dict
 from interp.sensor.forward import Plan, run_plan
 from interp.sensor.prefix import Resume
 from interp.sensor.protocol import Sensor
@@ -111,6 +122,19 @@ DROP_TABLE_FIELDS = (  # iclr_blocks.csv, one row per block
     Field("dropped_full", "[n_blocks]", "bool or null", "-",
           "what ICLR at rho drops with full-context scores; null when not computed"),
 )
+
+
+TABLE_RECORD_FIELDS = (  # iclr_blocks.json (the table's name as .json): what made the table beside it
+    Field("schema", "{...}", "object", "-", "this table: {field: {shape, dtype, units, doc}}"),
+    Field("table", "[]", "str", "-", "the file name of the per-block CSV this record describes (beside it)"),
+    *RECORD_FIELDS,
+)
+
+
+def table_record(table: str, made: Mapping[str, Any]) -> dict[str, Any]:
+    """The record written beside a per-block table (``TABLE_RECORD_FIELDS``): its name and what made it
+    (``interp.record.record`` of the ``IclrConfig``: rho, context, max_tokens, and the model)."""
+    return {"schema": schema_dict(TABLE_RECORD_FIELDS), "table": table, **made}
 
 
 def entropy_positions(spans: Iterable[Segment]) -> list[int]:

@@ -28,6 +28,11 @@ stage               result                                        writer / schem
 :func:`figures`     ``figures/*.html|png``, ``tables/*``            ``interp.reporting``
 ==================  ===========================================  ==========================================
 
+Every result file a stage writes records what ran (``interp.record.record``): the ``config`` it ran under
+(``asdict``) and the ``provenance`` (the sensor's model, revision, dtype and device, the seeds, the package
+version and the sha256 of each input); ICLR's CSV has it beside it (``iclr_blocks.json``). The figures, tables
+and report.md print their parameters from there (``interp.reporting.ran``).
+
 ``extract``, ``patch`` and ``harm`` take ``shard=(I, N)`` (units split by
 tokens, ``interp.io.balanced_shards``) and an ``executor``
 (``interp.pipelines.executors``: in process, or Ray actors that load the model
@@ -50,8 +55,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from interp.io import atomic_write_bytes, atomic_write_json, run_units, writer_lock
 from interp.params import N_BOOT
-from interp.params import settings as record
 from interp.pipelines.steps import Step, StepContext
+from interp.record import config_dict, config_from, json_sha256, record
 from interp.reporting.analyses import analysis
 
 if TYPE_CHECKING:
@@ -190,7 +195,9 @@ def attention(store: Path, out: Path, condition: str = "full") -> Path:
     from interp.extraction.attention_summary import attention_summary
     from interp.extraction.store import Store
 
-    atomic_write_json(out / "attention.json", attention_summary(Store(store), condition))
+    made_by = Store(store).settings()  # the store's model, revision and dtype
+    atomic_write_json(out / "attention.json", {**attention_summary(Store(store), condition), **record(
+        {"condition": condition}, model=made_by, inputs={"store": Path(store) / "store.json"})})
     return out / "attention.json"
 
 
@@ -201,22 +208,27 @@ def iclr(sensor: Sensor, trajs: list[Trajectory], store: Path, out: Path, config
     from interp.extraction.store import Store
 
     full = Store(store).block_entropy("full")
-    entropy(sensor, trajs, out / "iclr_blocks.csv", config, full=full if not full.empty else None)
+    entropy(sensor, trajs, out / "iclr_blocks.csv", config, full=full if not full.empty else None,
+            inputs={"store": Path(store) / "store.json"})
     return out / "iclr_blocks.csv"
 
 
 def entropy(sensor: Sensor, trajs: list[Trajectory], out: Path, config: IclrConfig | None = None,
-            full: pd.DataFrame | None = None) -> pd.DataFrame:
+            full: pd.DataFrame | None = None, inputs: Mapping[str, Path] | None = None) -> pd.DataFrame:
     """Per-block ICLR entropy (bits) scored in ``config.context`` (online: on the compressed history, as the
     study), what ICLR drops at ``config.rho``, and the full-context decisions beside them (``full``: those scores
-    as given; else computed when ``config.compare_full``)."""
-    from interp.extraction.entropy import IclrConfig, entropy_table
+    as given; else computed when ``config.compare_full``); the run's record beside the table (``out`` as .json,
+    ``interp.extraction.entropy.TABLE_RECORD_FIELDS``; ``inputs``: files read besides the trajectories)."""
+    from interp.extraction.batch import trajectories_sha256
+    from interp.extraction.entropy import IclrConfig, entropy_table, table_record
 
     config = config or IclrConfig()
     with writer_lock(Path(out).parent, command=f"entropy {Path(out).name}"):
         table = entropy_table(sensor, trajs, rho=config.rho, max_tokens=config.max_tokens, context=config.context,
                               full=full if full is not None else config.compare_full)
         atomic_write_bytes(out, table.to_csv(index=False).encode())
+        atomic_write_json(Path(out).with_suffix(".json"), table_record(Path(out).name, record(
+            config, sensor=sensor, inputs={"trajectories": trajectories_sha256(trajs), **(inputs or {})})))
     return table
 
 
@@ -258,6 +270,7 @@ def probe(store: Path, out: Path, config: ProbeConfig, labels: Path | None = Non
     _check_labelled(fs, config, f"--labels {labels}" if labels is not None else f"the annotations in {store}")
     with writer_lock(out, command="probe"):
         result = run_probe(fs, config)
+        result.update(record(config, model=settings, inputs={"store": Path(store) / "store.json", "labels": labels}))
         write_probe_results(result, oof_frame(result), out)
     return result
 
@@ -290,7 +303,7 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, config: PatchConfi
     ``drsr_gate`` condition.
 
     ``shard=(I, N)`` computes shard I's trajectories (by tokens) and writes no summary (merge, then re-run)."""
-    from interp.extraction.batch import parse_layers, render_tokens
+    from interp.extraction.batch import parse_layers, render_tokens, trajectories_sha256
     from interp.sensor.limits import DEFAULT_MAX_TOKENS
     from patching.config import PatchConfig
     from patching.kl_repair import BoundaryRepair, default_sites, kl_repair_trajectory, summarize
@@ -319,7 +332,8 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, config: PatchConfi
         if shard[1] > 1:
             return {"shard": list(shard), "units": list(parts), "parts": str(out / "parts" / tag)}
         rows = [BoundaryRepair(**r) for k in keys for r in parts[k]]
-        result = summarize(rows, sites, condition, sensor, method, positions)
+        result = {**summarize(rows, sites, condition, sensor, method, positions), **record(
+            config, sensor=sensor, inputs={"trajectories": trajectories_sha256(trajs), "gate_scorer": gate_scorer})}
         atomic_write_json(out / "kl_repair.json", result)
     return result
 
@@ -351,7 +365,7 @@ def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, config: HarmConfig 
     boundaries over ``config.max_tokens`` are skipped and listed.
 
     ``shard=(I, N)`` computes shard I's boundaries (by tokens) and writes no summary (merge, then re-run)."""
-    from interp.extraction.batch import render_tokens
+    from interp.extraction.batch import render_tokens, trajectories_sha256
     from interp.sensor.limits import DEFAULT_MAX_TOKENS
     from patching.config import HarmConfig
     from patching.harm import boundary_harm, summarize_harm
@@ -376,7 +390,9 @@ def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, config: HarmConfig 
                        {k: cost(k) for k in keys} if shard[1] > 1 else None, executor, load)
         if shard[1] > 1:
             return {"shard": list(shard), "units": list(parts), "parts": str(cache)}
-        result = summarize_harm([parts[k] for k in keys], model=sensor.describe(), margin=config.margin, n_boot=N_BOOT)
+        result = {**summarize_harm([parts[k] for k in keys], model=sensor.describe(), margin=config.margin,
+                                   n_boot=N_BOOT),
+                  **record(config, sensor=sensor, inputs={"trajectories": trajectories_sha256(trajs)})}
         atomic_write_json(out / "harm.json", result)
     return result
 
@@ -415,13 +431,17 @@ def intervene(sensor: Sensor, states: list[State], trajs: list[Trajectory], out:
     """Controlled continuations of each state under each condition, rubric-scored (``interventions.json/.md``).
 
     ``shard=(I, N)`` generates shard I's units and writes no summary (merge, then re-run without a shard)."""
-    from interp.continuations.run import continue_states, write_results
+    from interp.continuations.run import RunSettings, continue_states, write_results
+    from interp.extraction.batch import trajectories_sha256
 
     with writer_lock(out, command="intervene"):
         doc = continue_states(sensor, states, trajs, out, settings, shard=shard)
         if shard[1] > 1:
             return doc
         doc.update(sources or {})
+        doc.update(record(config_from(RunSettings, doc["settings"]), sensor=sensor, inputs={
+            "trajectories": trajectories_sha256(trajs),
+            "states": json_sha256([asdict(s) for s in states])}))
         write_results(doc, out)
     return doc
 
@@ -451,7 +471,7 @@ def drsr(sensor: Sensor, trajs: list[Trajectory], out: Path, config: DrsrConfig 
     ``shard=(I, N)`` computes shard I's boundaries (by tokens) and writes no summary (merge, then re-run).
     ``gate_scorer``: a scorer file (``interp gate train``) whose gate splits the attention density (DRSR's split;
     without one, exact harm splits it)."""
-    from interp.extraction.batch import render_tokens
+    from interp.extraction.batch import render_tokens, trajectories_sha256
     from patching.config import DrsrConfig
     from patching.drsr import boundary_record, check_gate, parts_folder, stored_dim, summarize_drsr
     from patching.gate import GateModel
@@ -484,6 +504,8 @@ def drsr(sensor: Sensor, trajs: list[Trajectory], out: Path, config: DrsrConfig 
         result = summarize_drsr([parts[k] for k in keys], sensor.describe(), config.margin, config.unsafe,
                                 config.relation_layer, dim, config.n_boot, parts=str(cache.relative_to(out)),
                                 gate=gate_model, scorer=None if gate_scorer is None else str(gate_scorer))
+        result.update(record(config, sensor=sensor, inputs={"trajectories": trajectories_sha256(trajs),
+                                                            "gate_scorer": gate_scorer}))
         atomic_write_json(out / "drsr.json", result)
     return result
 
@@ -492,16 +514,27 @@ def harm_from_parts(drsr_dir: Path, out: Path, model: dict[str, Any] | None = No
                     margin: float | None = None) -> dict[str, Any]:
     """``harm.json`` from a :func:`drsr` run's parts (its records are harm records plus representations), with no
     forward: the demo's set-level harm and DRSR appendix share one set of harm forwards. ``margin`` None:
-    ``HarmConfig``'s."""
+    ``HarmConfig``'s. Its recorded config is the ``HarmConfig`` of the DRSR run's sets (drsr.json's config) at
+    ``margin``."""
+    from dataclasses import fields
+
     from patching.config import HarmConfig
     from patching.drsr import drsr_records
     from patching.harm import harm_record, summarize_harm
 
     records, doc = drsr_records(drsr_dir)  # the boundaries of drsr.json, from the parts folder it names
+    if "config" not in doc or "provenance" not in doc:
+        raise ValueError(f"{Path(drsr_dir) / 'drsr.json'}: no config/provenance record (written before results "
+                         "recorded what ran): re-run `interp drsr`")
+    names = {f.name for f in fields(HarmConfig)}
+    config = replace(config_from(HarmConfig, {k: v for k, v in doc["config"].items() if k in names}),
+                     margin=HarmConfig.margin if margin is None else margin)
+    made = doc["provenance"]
     with writer_lock(out, command="harm"):
-        result = summarize_harm([harm_record(r) for r in records], model=model,
-                                margin=HarmConfig.margin if margin is None else margin, n_boot=N_BOOT,
-                                source=str(Path(drsr_dir) / doc["parts"]) if doc.get("parts") else str(drsr_dir))
+        result = {**summarize_harm([harm_record(r) for r in records], model=model, margin=config.margin, n_boot=N_BOOT,
+                                   source=str(Path(drsr_dir) / doc["parts"]) if doc.get("parts") else str(drsr_dir)),
+                  **record(config, model=model or doc.get("model"), device=made.get("device"),
+                           inputs={"drsr": Path(drsr_dir) / "drsr.json", **made.get("inputs", {})})}
         atomic_write_json(out / "harm.json", result)
     return result
 
@@ -520,7 +553,8 @@ def gate_train(drsr_dir: Path, out: Path, config: GateConfig | None = None, part
     with writer_lock(out, command="gate train"):
         gate_model, info = train(records, doc.get("model"), doc.get("proj_dim"), config.seed, config.n_members,
                                  config.unsafe, scorer=config.scorer)
-        gate_model.save(Path(out) / "gate_scorer.json")
+        gate_model.save(Path(out) / "gate_scorer.json", record(config, model=doc.get("model"),
+                                                              inputs={"drsr_records": json_sha256(records)}))
     return {"scorer": str(Path(out) / "gate_scorer.json"), "setting": asdict(gate_model.setting),
             "split": gate_model.split, **info}
 
@@ -540,6 +574,9 @@ def gate_eval(drsr_dir: Path, scorer: Path, out: Path, config: GateConfig | None
     with writer_lock(out, command="gate eval"):
         result = evaluate(records, gate_model, doc.get("model"), config.n_boot, seed=gate_model.scorer.seed,
                           scorer_file=str(scorer), train_seconds=train_seconds)
+        result.update(record(config, model=doc.get("model"), inputs={"drsr_records": json_sha256(records),
+                                                                     "scorer": scorer},
+                             seeds={"scorer_seed": gate_model.scorer.seed}))
         atomic_write_json(Path(out) / "gate.json", result)
     return result
 
@@ -558,6 +595,7 @@ def tokens(trajs: list[Trajectory], out: Path, tokenizer: PreTrainedTokenizerBas
     ``interp.accounting.tokens``); no model forward but the ``drsr_gate`` policy's set gate (``gate_scorer``: its
     scorer file; the sensor is the model the scorer names, in the config's precision)."""
     from interp.accounting.tokens import TokensConfig, read_entropy_table, run_accounting
+    from interp.extraction.batch import trajectories_sha256
 
     config = config or TokensConfig()
     table = read_entropy_table(entropy) if entropy is not None else None
@@ -572,6 +610,9 @@ def tokens(trajs: list[Trajectory], out: Path, tokenizer: PreTrainedTokenizerBas
     doc = run_accounting(trajs, list(config.policies), tokenizer, config.cache, table,
                          None if paired is None else (paired, config.paired_policy),
                          None if entropy is None else str(entropy), gate)
+    doc.update(record(config, model={"spec": doc["tokenizer"]}, inputs={
+        "trajectories": trajectories_sha256(trajs), "paired": None if paired is None else trajectories_sha256(paired),
+        "entropy": entropy, "gate_scorer": gate_scorer}))
     with writer_lock(out, command="tokens"):
         atomic_write_json(out / "tokens.json", doc)
     return doc
@@ -644,7 +685,7 @@ def _probe_settings(ctx: StepContext) -> dict[str, Any]:
     subset = {} if ctx.config.full else {
         "subset": f"{config.n_perm} permutations per null for the nested-CV p-values (smallest possible p "
                   f"1/{config.n_perm + 1} = {1 / (config.n_perm + 1):.3f}; --full: {full})"}
-    return {**record(config), **subset}
+    return {**config_dict(config), **subset}
 
 
 def _patch_settings(ctx: StepContext) -> dict[str, Any]:
@@ -653,7 +694,7 @@ def _patch_settings(ctx: StepContext) -> dict[str, Any]:
     ids = [t.task_id for t in _shortest(ctx)][: None if ctx.config.full else ctx.config.patch_trajectories]
     subset = {} if ctx.config.full else {
         "subset": f"{len(ids)} shortest trajectories of {len(ctx.trajs)} ({', '.join(ids)})"}
-    return {**record(PatchConfig(task_ids=tuple(ids))), **subset}
+    return {**config_dict(PatchConfig(task_ids=tuple(ids))), **subset}
 
 
 def _patch(ctx: StepContext, settings: dict[str, Any]) -> None:
@@ -667,7 +708,7 @@ def _drsr_settings(ctx: StepContext) -> dict[str, Any]:
     from patching.config import DrsrConfig
 
     if ctx.config.full:  # DRSR's defaults: the middle boundary of every trajectory, units of every kind, sets up to 4
-        return record(replace(DrsrConfig(), boundaries=tuple(DrsrConfig().boundary_keys(ctx.trajs))))
+        return config_dict(replace(DrsrConfig(), boundaries=tuple(DrsrConfig().boundary_keys(ctx.trajs))))
     b = ctx.config.harm_after_step  # CPU budget: an early boundary has fewer units and shorter renders
     keys = [f"{t.task_id}@{b}" for t in _shortest(ctx) if t.n_steps > b][: ctx.config.harm_boundaries]
     config = replace(ctx.config.drsr, boundaries=tuple(keys))
@@ -677,7 +718,7 @@ def _drsr_settings(ctx: StepContext) -> dict[str, Any]:
               "(reasoning, observation, tool exchange, step), "
               f"{config.budget} sampled sets per cardinality 2..{config.max_k} (DRSR: sets up to "
               f"{DrsrConfig.max_k}, {DrsrConfig.budget} per size); set-level harm is summarised from the same forwards")
-    return {**record(config), "subset": subset}
+    return {**config_dict(config), "subset": subset}
 
 
 def _drsr(ctx: StepContext, settings: dict[str, Any]) -> None:
@@ -698,7 +739,7 @@ def _gate_settings(ctx: StepContext) -> dict[str, Any]:
     subset = {} if ctx.config.full else {
         "subset": "the DRSR step's boundaries (one per trajectory) split 80:10:10 by trajectory; validation and "
                   "test hold one or two trajectories each, so tau and the test metrics rest on a few boundaries"}
-    return {**record(config), **subset}
+    return {**config_dict(config), **subset}
 
 
 def _gate(ctx: StepContext, settings: dict[str, Any]) -> None:
@@ -731,7 +772,7 @@ def _intervene_settings(ctx: StepContext) -> dict[str, Any]:
                   f"{run.max_new_tokens} new tokens (CPU budget; --full uses every state and condition and the "
                   "measured limit, p95 of the recorded turns); cut-off turns are counted as truncated, not scored"}
     return {"states_sha256": hashlib.sha256(Path(config.states).read_bytes()).hexdigest(),
-            "states": [s.state_id for s in chosen], "settings": record(run), **subset}
+            "states": [s.state_id for s in chosen], "settings": config_dict(run), **subset}
 
 
 def _intervene(ctx: StepContext, settings: dict[str, Any]) -> None:

@@ -111,7 +111,8 @@ ANALYSES: tuple[Analysis, ...] = (
         reference=MappingProxyType({"kl_repair": ref.KL_REPAIR, "n_layers": ref.N_LAYERS})),
     Analysis(
         "iclr", "ICLR block entropy", "iclr", "iclr_blocks.csv",
-        files=(ResultFile("iclr_blocks.csv", "interp.extraction.entropy:DROP_TABLE_FIELDS"),),
+        files=(ResultFile("iclr_blocks.csv", "interp.extraction.entropy:DROP_TABLE_FIELDS"),
+               ResultFile("iclr_blocks.json", "interp.extraction.entropy:TABLE_RECORD_FIELDS")),
         figures=(Figure("fig6_iclr", "iclr_blocks.csv", "interp.reporting.figures.iclr:iclr_figure"),),
         section="interp.reporting.report:iclr_section"),
     Analysis(

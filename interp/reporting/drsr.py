@@ -7,6 +7,7 @@ from typing import Any
 from interp.reporting import reference as ref
 from interp.reporting.figures.drsr import density_split_labels
 from interp.reporting.numbers import ci_text, num, pct, shown
+from interp.reporting.ran import setting
 
 
 def drsr_section(res: dict[str, Any]) -> list[str]:
@@ -15,9 +16,11 @@ def drsr_section(res: dict[str, Any]) -> list[str]:
     rg = ref.DRSR_GRANULARITY
     apart = (" (whole steps enter the granularity rows only; relations, interaction and attention read the sets "
              "of DRSR's block kinds)") if "step" in res["units"] else ""
-    lines = [f"{len(res['boundaries'])} boundaries, units {', '.join(res['units'])}{apart}; "
-             f"margin {shown(num(res['margin']))} "
-             f"nats/token; unsafe: harm above {shown(num(res['unsafe_threshold']))} nats/token. Reference numbers: "
+    margin = setting(res, "margin")
+    lines = [f"{len(res['boundaries'])} boundaries, units {', '.join(res['units'])}{apart}; sets up to "
+             f"{setting(res, 'max_k')} units, {setting(res, 'budget')} sampled per size; margin {shown(num(margin))} "
+             f"nats/token; unsafe: harm above {shown(num(setting(res, 'unsafe')))} nats/token; CIs from "
+             f"{setting(res, 'n_boot')} task-bootstrap resamples. Reference numbers: "
              f"{ref.MODEL}, 1,698 decision states of 566 trajectories.", "",
              "| history granularity | this run | 95% CI (task bootstrap) | n | reference study |", "|---|---|---|---|---|",
              f"| median within-state step-harm range | {shown(num(g['step_range']['median']))} | {shown(ci_text(g['step_range']['ci']))} | "
@@ -42,7 +45,7 @@ def drsr_section(res: dict[str, Any]) -> list[str]:
                          f"{shown(pct(best['pair_accuracy'] if best else None))} | {shown(pct(fixed['pair_accuracy']))} | "
                          f"{ci_text(fixed['ci'], 100, ' %') or 'n/a'} | {fixed['n_pairs']} | {reference} |")
         curve = rel["margin_curve"]
-        at = min(range(len(curve["margins"])), key=lambda i: abs(curve["margins"][i] - res["margin"]))
+        at = min(range(len(curve["margins"])), key=lambda i: abs(curve["margins"][i] - margin))
         lines += ["", f"Singleton aggregators at margin {curve['margins'][at]} (the curve over 0..0.1 is figure 9b):", "",
                   "| aggregator | pair-ordering accuracy | reference study |", "|---|---|---|"]
         lines += [f"| {name} | {shown(pct(curve['accuracy'][name][at]))} | {pct(value)} |"

@@ -11,13 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from interp.data.conditions import ICLR_RHO
 from interp.io import atomic_write_bytes
 
 from interp.reporting import reference as ref
 from interp.reporting.analyses import ANALYSES, Analysis, resolve
 from interp.reporting.drsr import drsr_section
 from interp.reporting.numbers import ci_text, num, shown
+from interp.reporting.ran import provenance_of, ran_line, setting
 from interp.reporting.figures import load_result
 from interp.reporting.figures.externalization import externalization_sections
 from interp.reporting.figures.iclr import csv_bool
@@ -41,9 +41,10 @@ def _section(analysis: Analysis, out: Path) -> list[str]:
     if not path.is_file():
         return ["_not run_"]
     try:
-        return resolve(analysis.section)(load_result(path), path.parent)
+        result = load_result(path)
+        return [*resolve(analysis.section)(result, path.parent), "", ran_line(result)]
     except SchemaError as exc:
-        return [f"_not readable: {exc}_"]
+        return [f"_not readable: {path}: {exc}_" if not str(exc).startswith(str(path)) else f"_not readable: {exc}_"]
 
 
 def attention_section(res: dict[str, Any], folder: Path) -> list[str]:
@@ -112,7 +113,8 @@ def repair_section(res: dict[str, Any], folder: Path) -> list[str]:
     """KL Repair at a spread of sites (mean, CI, median, ratio of sums, top-1) beside the reference layers."""
     rule = res.get("exclusion_rule") or "the threshold"
     lines = [f"Condition `{res['condition']}`, {res['n_samples']} boundaries ({res['n_excluded']} excluded, kept "
-             f"when {rule}), method `{res['method']}`, model dtype {res.get('model', {}).get('dtype', '?')}."
+             f"when {rule}), method `{res['method']}`, layers `{setting(res, 'layers')}`, model dtype "
+             f"{provenance_of(res).get('dtype')}."
              + _noise_line(res)
              + (f" Formula bound (a sanity figure, not the rule): {res['d_threshold_rule']}."
                 if res.get("d_threshold_rule") else ""),
@@ -132,7 +134,9 @@ def repair_section(res: dict[str, Any], folder: Path) -> list[str]:
 
 
 def iclr_section(frame: pd.DataFrame, folder: Path) -> list[str]:
-    """ICLR's drop statistics at rho (tokens and blocks dropped, steps not scored, online vs full context)."""
+    """ICLR's drop statistics at the recorded rho (tokens and blocks dropped, steps not scored over the recorded
+    token limit, online vs full context)."""
+    rho, limit = setting(frame, "rho"), setting(frame, "max_tokens")
     frame = frame.assign(scored=csv_bool(frame["scored"]), dropped=csv_bool(frame["dropped"]))
     dropped = frame[frame["dropped"]]
     steps = frame.groupby(["task_id", "step"], sort=False).agg(
@@ -143,13 +147,13 @@ def iclr_section(frame: pd.DataFrame, folder: Path) -> list[str]:
     lines = [f"Scorer context: **{context}** (online = the study's method: step t scored on the history with steps "
              f"1..t-1 already compressed). {len(frame)} reasoning blocks in {len(steps)} steps; mean entropy "
              f"{frame['mean_entropy_bits'].mean():.3f} bits/token (sd {frame['mean_entropy_bits'].std():.3f}).", "",
-             "| ICLR statistic (rho = " + f"{ICLR_RHO}) | value |", "|---|---|",
+             f"| ICLR statistic (rho = {rho}) | value |", "|---|---|",
              f"| reasoning tokens removed | {int(dropped['n_tokens'].sum())} of {int(frame['n_tokens'].sum())} "
              f"({dropped['n_tokens'].sum() / max(frame['n_tokens'].sum(), 1):.1%}) |",
              f"| blocks dropped | {len(dropped)} of {len(frame)} ({len(dropped) / max(len(frame), 1):.1%}) |",
              f"| blocks dropped per step (steps with > 1 block) | mean {multi['drops'].mean():.2f}, "
              f"max {int(multi['drops'].max()) if len(multi) else 0} over {len(multi)} steps |",
-             f"| steps not scored (input over the 42K-token rule; left whole) | {len(skipped)}"
+             f"| steps not scored (input over the {limit}-token limit; left whole) | {len(skipped)}"
              + (f", inputs {int(skipped['input_tokens'].min())}..{int(skipped['input_tokens'].max())} tokens"
                 if len(skipped) and skipped["input_tokens"].notna().all() else "") + " |"]
     if "dropped_full" in frame and frame["dropped_full"].notna().any():
@@ -171,7 +175,8 @@ def harm_section(res: dict[str, Any], folder: Path) -> list[str]:
     lines = [f"{len(res['boundaries'])} boundaries; units: {', '.join(res['units']) or '-'}; set sizes "
              f"{', '.join(map(str, res['cardinalities'])) or '-'}; recorded next output: "
              f"{min(tokens, default=0)}-{max(tokens, default=0)} tokens. Pairs of sets whose exact harms differ by "
-             f"less than {shown(num(res['margin']))} nats/token are not counted.", "",
+             f"less than {shown(num(setting(res, 'margin')))} nats/token are not counted; sets up to "
+             f"{setting(res, 'max_k')} units, {setting(res, 'budget')} sampled per size.", "",
              "| set size | mean interaction (nats/token) | sets | MAE, singletons + pairwise interactions (triples) |",
              "|---|---|---|---|"]
     for k, row in res["per_cardinality"].items():

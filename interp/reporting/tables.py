@@ -21,6 +21,7 @@ from interp.reporting.analyses import ANALYSES, resolve
 from interp.reporting.numbers import ci_text as _ci
 from interp.reporting.numbers import num as _num
 from interp.reporting.numbers import pct as _pct
+from interp.reporting.ran import setting
 from interp.reporting.figures import load_result
 from interp.reporting.figures.externalization import externalization_sections
 from interp.reporting.figures.interventions import intervention_conditions
@@ -132,9 +133,7 @@ def harm_table(result: dict) -> pd.DataFrame:
              for k, entry in result["per_cardinality"].items() if entry.get("n_pairwise")]
     if not rows:
         raise ValueError("no set of two or more units in 'aggregates'")
-    margin = result.get("margin")
-    return pd.DataFrame(rows, columns=["aggregator", "set size", "sets",
-                                       f"pairs (margin {margin if margin is not None else '?'})",
+    return pd.DataFrame(rows, columns=["aggregator", "set size", "sets", f"pairs (margin {setting(result, 'margin')})",
                                        "pair-ordering accuracy", "95% CI", "MAE (nats/token)"])
 
 

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 from interp.io import atomic_write_json
+from interp.record import record
 from interp.reporting.drsr import drsr_section
 from interp.reporting.figures import load_result
 from interp.reporting.figures.drsr import attention_density_figure
 from interp.reporting.figures.harm import additivity_test, harm_figure
-from patching.config import GateConfig
+from patching.config import DrsrConfig, GateConfig, HarmConfig
 from patching.drsr import gate_selection, summarize_drsr
 from patching.gate import FeatureSpec, GateModel, GateSetting
 from patching.harm import summarize_harm
@@ -40,7 +41,8 @@ def planted_boundary(task: str) -> dict:
 
 
 def test_step_sets_stay_out_of_the_rows_compared_with_drsr(tmp_path):
-    doc = summarize_harm([planted_boundary(f"t{i}") for i in range(3)], n_boot=50)
+    doc = {**summarize_harm([planted_boundary(f"t{i}") for i in range(3)], n_boot=50),
+           **record(HarmConfig())}  # as the stage writes it
     atomic_write_json(tmp_path / "harm" / "harm.json", doc)
     assert load_result(tmp_path / "harm" / "harm.json")["step_sets"] == doc["step_sets"]  # its declared schema
     row = {(r["aggregator"], r["cardinality"]): r for r in doc["aggregates"]}
@@ -62,7 +64,7 @@ def test_step_sets_stay_out_of_the_rows_compared_with_drsr(tmp_path):
     # no step unit drawn: nothing apart
     blocks = planted_boundary("t")
     blocks["sets"] = [s for s in blocks["sets"] if all(m[0] != "step" for m in s["members"])]
-    alone = summarize_harm([blocks], n_boot=0)
+    alone = {**summarize_harm([blocks], n_boot=0), **record(HarmConfig())}
     assert alone["step_sets"] is None
     atomic_write_json(tmp_path / "blocks" / "harm.json", alone)
     assert load_result(tmp_path / "blocks" / "harm.json")["step_sets"] is None
@@ -142,8 +144,10 @@ def test_density_split_by_the_gates_selection():
 def test_drsr_summary_labels_its_split_and_leaves_step_sets_to_granularity():
     rec = density_record()
     model = {"d_model": 4}
-    plain = summarize_drsr([rec], model, proj_dim=0, n_boot=10)
-    gated = summarize_drsr([rec], model, proj_dim=0, n_boot=10, gate=stand_in_gate(), scorer="gate_scorer.json")
+    made = record(DrsrConfig(proj_dim=0, n_boot=10), model=model)  # the record the stage adds
+    plain = {**summarize_drsr([rec], model, proj_dim=0, n_boot=10), **made}
+    gated = {**summarize_drsr([rec], model, proj_dim=0, n_boot=10, gate=stand_in_gate(), scorer="gate_scorer.json"),
+             **made}
     assert plain["attention_density"]["split"] == "harm"
     assert ["step", 2, None] not in [c["unit"] for c in plain["attention_density"]["candidates"]]
     assert gated["attention_density"]["split"] == "gate"

@@ -119,10 +119,15 @@ def test_summary_writes_its_declared_fields(tmp_path):
     import json
 
     from interp.io import atomic_write_json
+    from interp.record import RECORD_FIELDS, record
     from interp.schema import check
+    from patching.config import DrsrConfig
 
     doc = summarize_drsr(_records(planted=True, n_tasks=6), model={"d_model": 8}, relation_layer=1, n_boot=20)
-    assert list(doc) == [f.name for f in FIELDS] and doc["proj_dim"] is None and doc["relation_layer"] == 1
+    # the summary is every field but the record of the run, which the stage adds (interp.record)
+    assert list(doc) == [f.name for f in FIELDS if f not in RECORD_FIELDS] and doc["proj_dim"] is None
+    assert doc["relation_layer"] == 1
+    doc = {**doc, **record(DrsrConfig(relation_layer=1, n_boot=20), model={"d_model": 8})}
     atomic_write_json(tmp_path / "drsr.json", doc)
     check(json.loads((tmp_path / "drsr.json").read_text()), FIELDS, "drsr.json")
     with pytest.raises(ValueError, match="relation layer 5"):

@@ -15,20 +15,24 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 
+from interp.accounting.tokens import TokensConfig
 from interp.continuations.run import RunSettings, interventions_document, write_results as write_interventions
 from interp.externalization.risk import RiskConfig, risk_command
 from interp.extraction.attention_summary import attention_document, condition_summary
-from interp.extraction.entropy import drop_table
+from interp.extraction.entropy import IclrConfig, drop_table, table_record
 from interp.io import atomic_write_json
+from interp.record import record
 from interp.reporting.analyses import ANALYSES, Analysis, analysis
+from patching.config import DrsrConfig, GateConfig, HarmConfig, PatchConfig
 from patching.drsr import summarize_drsr
 from patching.gate_eval import evaluate, train
 from patching.harm import summarize_harm
@@ -44,76 +48,98 @@ KINDS = ["system", "tools", "task", "reasoning_block", "action", "observation", 
 MODEL = {"spec": "qwen3.5-toy", "revision": "synthetic", "n_layers": 32, "layer_types": ["linear_attention"] * 32}
 
 
-def write_results(root: Path, seed: int = 0) -> Path:
+def write_results(root: Path, seed: int = 0, configs: Mapping[str, Any] | None = None) -> Path:
     """Write the files of every analysis of the registry under root (a results directory) and return root.
 
-    Each writer gets its analysis's folder from ``interp.reporting.analyses``; an analysis without a writer
-    here fails (a new analysis adds its synthetic writer to ``WRITERS``)."""
+    Each writer gets its analysis's folder from ``interp.reporting.analyses`` and its config (``configs``, else
+    ``CONFIGS``: the one it computes with and records); an analysis without a writer here fails (a new analysis
+    adds its synthetic writer to ``WRITERS``)."""
     missing = sorted({a.name for a in ANALYSES} - set(WRITERS))
     assert not missing, f"tests/figures/conftest.py: no synthetic writer for {missing}"
     rng = np.random.default_rng(seed)  # one stream, drawn in WRITERS' order (the expected values depend on it)
     for name, write in WRITERS.items():
-        write(root, analysis(name), rng)
+        write(root, analysis(name), rng, {**CONFIGS, **(configs or {})}[name])
     return root
 
 
-def _write_probe(root: Path, a: Analysis, rng: np.random.Generator) -> None:
-    _probe(root / a.folder, rng)
+def _write_probe(root: Path, a: Analysis, rng: np.random.Generator, config: ProbeConfig) -> None:
+    _probe(root / a.folder, rng, config)
 
 
-def _write_kl_repair(root: Path, a: Analysis, rng: np.random.Generator) -> None:
-    atomic_write_json(root / a.path(), kl_repair_doc(rng))
+def _write_kl_repair(root: Path, a: Analysis, rng: np.random.Generator, config: PatchConfig) -> None:
+    atomic_write_json(root / a.path(), kl_repair_doc(rng, config=config))
 
 
-def _write_externalization(root: Path, a: Analysis, rng: np.random.Generator) -> None:
-    risk_command(root / a.folder, **_risk_inputs(root / "_inputs", _externalization_cells()), config=RiskConfig(n_boot=200))
+def _write_externalization(root: Path, a: Analysis, rng: np.random.Generator, config: RiskConfig) -> None:
+    risk_command(root / a.folder, **_risk_inputs(root / "_inputs", _externalization_cells()), config=config)
 
 
-def _write_interventions(root: Path, a: Analysis, rng: np.random.Generator) -> None:
-    write_interventions(_interventions(), root / a.folder)
+def _write_interventions(root: Path, a: Analysis, rng: np.random.Generator, config: RunSettings) -> None:
+    write_interventions(_interventions(config), root / a.folder)
 
 
-def _write_attention(root: Path, a: Analysis, rng: np.random.Generator) -> None:
-    _json(root / a.path(), _attention(rng))
+def _write_attention(root: Path, a: Analysis, rng: np.random.Generator, config: dict) -> None:
+    _json(root / a.path(), {**_attention(rng), **record(config, model=MODEL)})
 
 
-def _write_iclr(root: Path, a: Analysis, rng: np.random.Generator) -> None:
+def _write_iclr(root: Path, a: Analysis, rng: np.random.Generator, config: IclrConfig) -> None:
     _mkdir(root / a.folder)
-    _iclr(rng).to_csv(root / a.path(), index=False)
+    _iclr(rng, config.rho).to_csv(root / a.path(), index=False)
+    atomic_write_json(root / a.path("iclr_blocks.json"), table_record(a.result, record(config, model=MODEL)))
 
 
-def _write_harm(root: Path, a: Analysis, rng: np.random.Generator) -> None:
-    atomic_write_json(root / a.path(), summarize_harm(_harm_boundaries(rng), model=MODEL, margin=0.0, n_boot=1000))
+def _write_harm(root: Path, a: Analysis, rng: np.random.Generator, config: HarmConfig) -> None:
+    atomic_write_json(root / a.path(), {**summarize_harm(_harm_boundaries(rng), model=MODEL, margin=config.margin,
+                                                         n_boot=1000),
+                                        **record(config, model=MODEL)})
 
 
-def _write_drsr(root: Path, a: Analysis, rng: np.random.Generator) -> None:
-    atomic_write_json(root / a.path(), summarize_drsr(drsr_records(rng), model=MODEL, n_boot=100))
+def _write_drsr(root: Path, a: Analysis, rng: np.random.Generator, config: DrsrConfig) -> None:
+    atomic_write_json(root / a.path(), {**summarize_drsr(drsr_records(rng), model=MODEL, margin=config.margin,
+                                                         unsafe=config.unsafe, n_boot=config.n_boot),
+                                        **record(config, model=MODEL)})
 
 
-def _write_gate(root: Path, a: Analysis, rng: np.random.Generator) -> None:
+def _write_gate(root: Path, a: Analysis, rng: np.random.Generator, config: GateConfig) -> None:
     records = drsr_records(rng, n_tasks=10)
-    gate, info = train(records, MODEL, n_members=3)
-    gate.save(root / a.path("gate_scorer.json"))
-    atomic_write_json(root / a.path(), evaluate(records, gate, MODEL, n_boot=50, scorer_file="gate_scorer.json",
-                                                train_seconds=info["train_seconds"]))
+    gate, info = train(records, MODEL, n_members=3, unsafe=config.unsafe)
+    gate.save(root / a.path("gate_scorer.json"), record(config, model=MODEL))
+    atomic_write_json(root / a.path(), {**evaluate(records, gate, MODEL, n_boot=config.n_boot,
+                                                   scorer_file="gate_scorer.json", train_seconds=info["train_seconds"]),
+                                        **record(config, model=MODEL)})
 
 
-def _write_tokens(root: Path, a: Analysis, rng: np.random.Generator) -> None:
-    atomic_write_json(root / a.path(), _tokens())  # hand figures: draws nothing from the stream
+def _write_tokens(root: Path, a: Analysis, rng: np.random.Generator, config: TokensConfig) -> None:
+    atomic_write_json(root / a.path(), _tokens(config))  # hand figures: draws nothing from the stream
 
 
-def _tokens() -> dict:
+def _tokens(config: TokensConfig | None = None) -> dict:
     """tokens.json of three hand trajectories under four policies, with a paired run (hand tokenizer)."""
     from interp.accounting.tokens import run_accounting
     from tests.accounting.test_tokens import TOK, three_steps
 
+    config = config or CONFIGS["tokens"]
     base = [three_steps(f"t{i}") for i in range(3)]
-    return run_accounting(base, ["full", "keep_latest_reasoning", "delete_all_reasoning", "sliding_window:k=1"], TOK,
-                          paired=([three_steps(f"t{i}", extra=i) for i in range(3)], "delete_all_reasoning"))
+    return {**run_accounting(base, list(config.policies), TOK,
+                             paired=([three_steps(f"t{i}", extra=i) for i in range(3)], config.paired_policy)),
+            **record(config, model={"spec": "hand tokenizer"})}
+
+
+# analysis name -> the config its synthetic writer computes with and records (the defaults the figure tests expect)
+CONFIGS: dict[str, Any] = {
+    "probe": ProbeConfig(permutation="fixed"), "kl_repair": PatchConfig(), "externalization": RiskConfig(n_boot=200),
+    "interventions": RunSettings(conditions=("full", "keep_latest_reasoning", "delete_latest_reasoning",
+                                             "delete_all_reasoning", "clear_after_code", "hide_observation"),
+                                 samples=1, max_new_tokens=64),
+    "attention": {"condition": "full"}, "iclr": IclrConfig(), "harm": HarmConfig(margin=0.0),
+    "drsr": DrsrConfig(n_boot=100), "gate": GateConfig(n_boot=50),
+    "tokens": TokensConfig(policies=("full", "keep_latest_reasoning", "delete_all_reasoning", "sliding_window:k=1"),
+                           paired_policy="delete_all_reasoning"),
+}
 
 
 # analysis name -> synthetic writer of its files, in the order they draw from the seeded stream
-WRITERS: dict[str, Callable[[Path, Analysis, np.random.Generator], None]] = {
+WRITERS: dict[str, Callable[[Path, Analysis, np.random.Generator, Any], None]] = {
     "probe": _write_probe, "kl_repair": _write_kl_repair, "externalization": _write_externalization,
     "interventions": _write_interventions, "attention": _write_attention, "iclr": _write_iclr, "harm": _write_harm,
     "drsr": _write_drsr, "tokens": _write_tokens, "gate": _write_gate,
@@ -132,7 +158,7 @@ def _json(path: Path, obj: dict) -> None:
 
 # ---------------------------------------------------------------- probe
 
-def _probe(out: Path, rng: np.random.Generator) -> None:
+def _probe(out: Path, rng: np.random.Generator, config: ProbeConfig) -> None:
     n, n_tasks = 120, 15
     y = np.zeros(n, dtype=int)
     y[rng.permutation(n)[:50]] = 1
@@ -167,14 +193,14 @@ def _probe(out: Path, rng: np.random.Generator) -> None:
                         n_used=1000, n_skipped=0))
     position = PermutationResult(observed=0.83, null=rng.uniform(0.6, 0.8, 249), p_value=0.036,
                                  candidate_auroc=None, fixed_tasks=1)
-    doc = probe_document(cv, boot, perm, curve, 0.52, fs, [], ProbeConfig(permutation="fixed"), {"nested_cv": 1.0},
+    doc = probe_document(cv, boot, perm, curve, 0.52, fs, [], config, {"nested_cv": 1.0},
                          comparison=comparison, position=position)
     write_probe_results(doc, oof_frame(doc), out)
 
 
 # ---------------------------------------------------------------- KL Repair
 
-def kl_repair_doc(rng: np.random.Generator, n_layers: int = 32) -> dict:
+def kl_repair_doc(rng: np.random.Generator, n_layers: int = 32, config: PatchConfig | None = None) -> dict:
     """kl_repair.json from 40 kept and 2 excluded synthetic boundaries of 10 tasks."""
     sites = default_sites(n_layers)
     base = np.array([(layer / (n_layers - 1)) ** 1.5 for _, layer in sites[:-1]] + [1.0])
@@ -190,7 +216,9 @@ def kl_repair_doc(rng: np.random.Generator, n_layers: int = 32) -> dict:
                                    kl_patch=[0.0 if excluded else d * (1.0 - r) for r in repair],  # Repair = 1 - kl / d
                                    excluded=excluded, n_tokens_full=400, n_tokens_deleted=300))
     sensor = SimpleNamespace(describe=lambda: MODEL, full_attention_layers=list(range(3, n_layers, 4)))
-    return summarize(rows, sites, "delete_all_reasoning", sensor, "fast", 1, n_boot=200)
+    config = config or CONFIGS["kl_repair"]
+    return {**summarize(rows, sites, config.condition, sensor, config.method, config.positions, n_boot=200),
+            **record(config, model=MODEL)}
 
 
 # ---------------------------------------------------------------- externalization
@@ -263,7 +291,7 @@ def _scores(mean: float, n: int) -> list[float]:
     return [1.0] * ones + ([rest] if rest else []) + [0.0] * (n - ones - bool(rest))
 
 
-def _interventions() -> dict:
+def _interventions(settings: RunSettings | None = None) -> dict:
     means = {"full": 0.86, "keep_latest_reasoning": 0.85, "delete_latest_reasoning": 0.74,
              "delete_all_reasoning": 0.66, "clear_after_code": 0.75, "hide_observation": 0.70}
     rows, seen = [], {}
@@ -275,8 +303,8 @@ def _interventions() -> dict:
         if r["state_id"] in seen.setdefault(r["condition"], set()):
             r["sample"], r["seed"] = 0, 1
         seen[r["condition"]].add(r["state_id"])
-    settings = RunSettings(conditions=tuple(means), samples=1, max_new_tokens=64)
-    return interventions_document(rows, settings, MODEL, 50, [], n_boot=200)
+    settings = settings or CONFIGS["interventions"]
+    return {**interventions_document(rows, settings, MODEL, 50, [], n_boot=200), **record(settings, model=MODEL)}
 
 
 def summary_layout_interventions() -> dict:
@@ -286,7 +314,8 @@ def summary_layout_interventions() -> dict:
             + _rows("hide_observation", _scores(0.5, 4), [True, True, True, False]))
     settings = RunSettings(conditions=("delete_all_reasoning", "full", "hide_observation", "keep_latest_reasoning"),
                            samples=0)
-    return json.loads(json.dumps(interventions_document(rows, settings, MODEL, 114, [], n_boot=200)))
+    return json.loads(json.dumps({**interventions_document(rows, settings, MODEL, 114, [], n_boot=200),
+                                  **record(settings, model=MODEL)}))
 
 
 # ---------------------------------------------------------------- demo files (attention, ICLR)
@@ -299,7 +328,7 @@ def _attention(rng: np.random.Generator) -> dict:
     return attention_document(per_boundary["full"].mean(axis=0), layers, "full", 40, conditions)  # the real writer's
 
 
-def _iclr(rng: np.random.Generator) -> pd.DataFrame:
+def _iclr(rng: np.random.Generator, rho: float) -> pd.DataFrame:
     rows = []
     for task in range(6):
         for step in range(1, 7):
@@ -309,7 +338,7 @@ def _iclr(rng: np.random.Generator) -> pd.DataFrame:
             rows += [{"task_id": f"t{task}", "domain": "code", "step": step, "block": b,
                       "n_tokens": int(rng.integers(10, 200)), "mean_entropy_bits": entropy[b] if scored else None}
                      for b in range(n)]
-    return drop_table(pd.DataFrame(rows))  # the real writer: ICLR's drop rule at rho = 0.8
+    return drop_table(pd.DataFrame(rows), rho)  # the real writer: ICLR's drop rule at the config's rho
 
 
 # ---------------------------------------------------------------- harm

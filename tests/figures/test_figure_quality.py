@@ -155,7 +155,7 @@ def test_harm_title_claims_nothing_for_additive_sets_or_too_few_tasks(tmp_path):
                 s["harm"], s["interaction"] = sum(single[tuple(m)] for m in s["members"]), 0.0
     assert additivity_test(result)["verdict"] is None  # margin 0: "additive within the margin" is never claimed
     assert not CLAIM.search(harm_figure(result).layout.title.text)
-    result["margin"] = 0.01
+    result["margin"] = result["config"]["margin"] = 0.01  # the figure reads the recorded config
     assert additivity_test(result)["verdict"] == "additive within the margin"
     few = _harm(tmp_path)
     few["boundaries"] = few["boundaries"][:2]  # 2 tasks: no CI, no conclusion, a note on the figure

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from interp.record import record
 from interp.reporting.figures import (FIGURES, PALETTE, externalization_figure, interventions_figure, kl_repair_figure,
-                                     make_figures, summary)
+                                     load_result, make_figures, summary)
+from patching.config import PatchConfig
 from interp.reporting.figures import export
 from interp.reporting.figures.theme import REFERENCE_LABEL
 
@@ -51,7 +53,7 @@ EXPECTED = {
                   "margin of 0.000 nats"],
     "fig8_granularity": ["Deletion harm of whole steps and of their blocks at the same state", "whole step",
                          "unsafe parent, safe block (shaded)", "step position in the history (step", "reference 0.312",
-                         "lowest harm of one of its blocks (nats", "8 boundaries, model qwen3.5-toy"],
+                         "lowest harm of one of its blocks (nats", "8 boundaries, sets up to 4 units (10 per size), CIs from 100 task-bootstrap resamples, model qwen3.5-toy"],
     "fig9_relations": ["Which features order deletion sets by their exact harm, layer by layer",
                        "decision-conditioned relation", "mismatched state (control)", "current state only (control)",
                        "surface features (tokens, recency, kind, position)", "sum of singleton harms",
@@ -110,8 +112,15 @@ def test_template_is_registered_for_users():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_html_has_titles_traces_and_axis_titles(made, name):
+    """Every figure of the registry: its title, a trace and titled axes in the HTML; then the content known for it."""
     text = (made[0] / "figures" / f"{name}.html").read_text(encoding="utf-8")
-    missing = [s for s in EXPECTED[name] if json.dumps(s)[1:-1].replace("/", "\\u002f") not in text]
+    spec = next(s for s in FIGURES if s.name == name)
+    fig = spec.build(load_result(made[0] / spec.source))
+    axes = [fig.layout[k].title.text for k in fig.layout if k.startswith(("xaxis", "yaxis")) and fig.layout[k].title.text]
+    assert fig.layout.title.text and fig.data and axes, name
+    expected = [fig.layout.title.text.split("<")[0], *axes, *EXPECTED.get(name, ())]
+    escaped = {"/": "\\u002f", "<": "\\u003c", ">": "\\u003e", "&": "\\u0026"}  # as plotly writes JSON into HTML
+    missing = [s for s in expected if json.dumps(s)[1:-1].translate(str.maketrans(escaped)) not in text]
     assert not missing
 
 
@@ -177,7 +186,7 @@ def test_kl_repair_sites_of_other_kinds_get_their_own_series():
     sites = ["attn_out.0", "attn_out.1", "mlp_out.0", "mlp_out.1", "resid_pre.0", "resid_pre.1", "resid_post.1"]
     layers = [0, 1, 0, 1, 0, 1, 1]
     fig = kl_repair_figure({"sites": sites, "layers": layers, "repair_mean": [0.1] * 7, "top1_mean": [0.5] * 7,
-                            "repair_ci": [[0.0, 0.2]] * 7, "model": {"n_layers": 2}})
+                            "repair_ci": [[0.0, 0.2]] * 7, "model": {"n_layers": 2}, **record(PatchConfig())})
     repair = {trace.name: list(trace.x) for trace in fig.data if trace.name.startswith("Repair")}
     assert repair == {"Repair, attn_out": [0, 1], "Repair, mlp_out": [0, 1], "Repair, residual stream": [0, 1, 2]}  # no repair_ratio: no ratio line
 

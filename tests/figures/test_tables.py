@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from interp.reporting.analyses import ANALYSES
 from interp.reporting.tables import externalization_table, interventions_table, kl_repair_table, write_tables
 
 from .conftest import risk_layout_externalization, summary_layout_interventions, write_results
@@ -21,8 +22,8 @@ def tables(tmp_path_factory):
 
 def test_one_markdown_and_one_latex_table_per_analysis(tables):
     root, paths = tables
-    assert sorted(p.name for p in paths) == sorted(f"{n}.{s}" for n in ("probe", "kl_repair", "externalization",
-                                                                         "interventions", "harm") for s in ("md", "tex"))
+    assert sorted(p.name for p in paths) == sorted(f"{t.name}.{s}" for a in ANALYSES for t in a.tables
+                                                   for s in ("md", "tex"))  # the registry's tables, every one
     assert all(p.parent == root / "tables" for p in paths)
 
 

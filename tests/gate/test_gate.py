@@ -15,6 +15,8 @@ from sklearn.base import clone
 from patching.gate import (MAX_UNSAFE_RATE, FeatureSpec, GateModel, SetRiskScorer, choose, decisions,
                            feature_matrix, gate_metrics, online_view, predict_rows, restrict, score_split, split_tasks,
                            supervision)
+from interp.record import record
+from patching.config import GateConfig
 from patching.drsr import drsr_records
 from patching.gate_eval import evaluate, train
 
@@ -126,7 +128,7 @@ def test_the_scorer_is_a_scikit_learn_regressor():
 
 def test_the_scorer_file_round_trips_and_bad_files_are_named(planted, tmp_path):
     recs, gate, _ = planted
-    path = gate.save(tmp_path / "gate_scorer.json")
+    path = gate.save(tmp_path / "gate_scorer.json", record(GateConfig()))
     again = GateModel.load(path)
     sup = supervision(recs)
     rows = np.arange(40)
@@ -187,7 +189,7 @@ def test_drsr_s_set_model_on_a_harm_no_feature_predicts_abstains():
 @pytest.mark.slow
 def test_the_set_model_file_round_trips_bit_for_bit_without_pickle(planted_mlp, tmp_path):
     recs, gate, _ = planted_mlp
-    path = gate.save(tmp_path / "gate_scorer.json")
+    path = gate.save(tmp_path / "gate_scorer.json", record(GateConfig()))
     doc = json.loads(path.read_text())
     assert doc["kind"] == "set-mlp" and len(doc["scorer"]["members"]) == 2
     again = GateModel.load(path)

@@ -161,6 +161,12 @@ def test_the_gate_that_is_trained_is_the_gate_that_runs(trained, tiny_sensor):
     assert n_rows >= 20
 
 
+def _made(scorer: Path) -> dict:
+    """The record of the training run a scorer file carries (an edited copy keeps it)."""
+    doc = json.loads(scorer.read_text())
+    return {"config": doc["config"], "provenance": doc["provenance"]}
+
+
 @pytest.fixture(scope="module")
 def open_gate(trained):
     """The trained scorer with tau above every score: it deletes (an edit to log), whatever it learned."""
@@ -168,7 +174,7 @@ def open_gate(trained):
 
     model = GateModel.load(trained / "gate" / "gate_scorer.json")
     model.setting = replace(model.setting, tau=1.01)
-    return model.save(trained / "open_scorer.json")
+    return model.save(trained / "open_scorer.json", _made(trained / "gate" / "gate_scorer.json"))
 
 
 def test_drsr_gate_renders_and_logs_the_online_gate_s_edits(open_gate, tiny_sensor, mini_trajectory):
@@ -227,7 +233,7 @@ def test_drsr_gate_extracts_and_patches(open_gate, tmp_path):
 
     model = GateModel.load(open_gate)
     model.setting = replace(model.setting, tau=1.02)
-    other = model.save(tmp_path / "other_scorer.json")
+    other = model.save(tmp_path / "other_scorer.json", _made(open_gate))
     again = CliRunner().invoke(app, ["extract", "--trajectories", str(mini), "--store", str(tmp_path / "store"),
                                      "--model", TINY, "--layers", "0,3", "--conditions", "drsr_gate",
                                      "--gate-scorer", str(other), "--boundaries", "2,3"])

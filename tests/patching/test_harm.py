@@ -117,7 +117,9 @@ def test_summarize_harm_writes_its_declared_fields(tmp_path):
     import json
 
     from interp.io import atomic_write_json
+    from interp.record import RECORD_FIELDS, record
     from interp.schema import check, schema_dict
+    from patching.config import HarmConfig
     from patching.harm import FIELDS, summarize_harm
 
     a, b = ["reasoning", 1, 0], ["step", 1, None]
@@ -134,7 +136,9 @@ def test_summarize_harm_writes_its_declared_fields(tmp_path):
         (g, k) for g in ("sum", "mean", "max", "min") for k in ("2", "all")}
     row = next(r for r in doc["step_sets"]["aggregates"] if (r["aggregator"], r["cardinality"]) == ("max", "2"))
     assert row["mae"] == pytest.approx(0.05) and row["n_sets"] == 1 and row["pair_accuracy"] is None
-    assert doc["schema"] == schema_dict(FIELDS) and list(doc) == [f.name for f in FIELDS]
+    # every field but the record of the run, which the stage adds (interp.record)
+    assert doc["schema"] == schema_dict(FIELDS) and list(doc) == [f.name for f in FIELDS if f not in RECORD_FIELDS]
+    doc = {**doc, **record(HarmConfig(), model=doc["model"])}
     atomic_write_json(tmp_path / "harm.json", doc)
     check(json.loads((tmp_path / "harm.json").read_text()), FIELDS, "harm.json")
     assert summarize_harm([], n_boot=1000)["model"] is None

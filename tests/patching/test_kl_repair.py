@@ -154,8 +154,10 @@ def test_summarize_is_pure_and_writes_its_declared_fields(tmp_path):
     from types import SimpleNamespace
 
     from interp.io import atomic_write_json
+    from interp.record import RECORD_FIELDS, record
     from interp.schema import check, schema_dict
-    from patching.kl_repair import FIELDS, BoundaryRepair
+    from patching.config import PatchConfig
+    from patching.kl_repair import FIELDS, NOISE_FACTOR, BoundaryRepair
 
     sites = default_sites(2)
     rows = [BoundaryRepair("a", 1, 0.5, [0.1, 0.6, 1.0], [False, True, True], [0.45, 0.2, 0.0]),
@@ -164,8 +166,10 @@ def test_summarize_is_pure_and_writes_its_declared_fields(tmp_path):
     sensor = SimpleNamespace(describe=lambda: {"spec": "toy", "n_layers": 2}, full_attention_layers=[1])
     doc = summarize(rows, sites, "delete_all_reasoning", sensor, "fast", 1, n_boot=50)
     assert doc["repair_mean"] == pytest.approx([0.2, 0.7, 1.0]) and doc["excluded"] == ["c@2"]
-    assert doc["schema"] == schema_dict(FIELDS) and set(doc) == {f.name for f in FIELDS}
-    atomic_write_json(tmp_path / "kl_repair.json", doc)
+    # every field but the record of the run, which the stage adds (interp.record)
+    assert doc["schema"] == schema_dict(FIELDS) and set(doc) == {f.name for f in FIELDS if f not in RECORD_FIELDS}
+    assert doc["noise_factor"] == NOISE_FACTOR  # the factor the rule applied
+    atomic_write_json(tmp_path / "kl_repair.json", {**doc, **record(PatchConfig(), sensor=sensor)})
     saved = json.loads((tmp_path / "kl_repair.json").read_text())
     assert saved["per_sample"][2]["repair"] == [None, None, None]
     check(saved, FIELDS, tmp_path / "kl_repair.json")

@@ -28,14 +28,16 @@ from rich.console import Console
 from interp.io import atomic_write_json
 from interp.pipelines import configs, demo, stages
 from interp.pipelines.steps import Step, StepContext
+from interp.record import RECORD_FIELDS, config_from, record
 from interp.reporting import analyses, report, tables
 from interp.reporting import figures as figures_module
+from interp.reporting.ran import setting
 from interp.schema import Field
 
 pytestmark = pytest.mark.e2e
 
 TOY_FIELDS = (Field("mean_steps", "[]", "float", "steps", "mean steps per trajectory, times scale"),
-              Field("n_trajectories", "[]", "int", "trajectories", "trajectories read"))
+              Field("n_trajectories", "[]", "int", "trajectories", "trajectories read"), *RECORD_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,8 @@ class ToyConfig:
 
 
 def toy_stage(trajs: list, out: Path, config: ToyConfig) -> dict:
-    doc = {"mean_steps": config.scale * sum(t.n_steps for t in trajs) / len(trajs), "n_trajectories": len(trajs)}
+    doc = {"mean_steps": config.scale * sum(t.n_steps for t in trajs) / len(trajs), "n_trajectories": len(trajs),
+           **record(config)}
     atomic_write_json(out / "toy.json", doc)
     return doc
 
@@ -71,7 +74,8 @@ def toy_table(doc):
 
 
 def toy_section(doc, folder):
-    return [f"mean steps x scale = {doc['mean_steps']:.2f} over {doc['n_trajectories']} trajectories"]
+    return [f"mean steps x {setting(doc, 'scale')} = {doc['mean_steps']:.2f} over {doc['n_trajectories']} "
+            "trajectories"]
 
 
 TOY = analyses.Analysis("toy", "Toy analysis", "toy", "toy.json",
@@ -108,13 +112,14 @@ def test_a_new_analysis_runs_through_the_demo_figures_and_report(registered, tmp
     path = demo.run_demo(demo.DemoConfig(out=tmp_path, model="stub", png=False), console, steps=(TOY_STEP,))
     doc = json.loads((tmp_path / "toy" / "toy.json").read_text())
     trajs = stages.demo_trajectories(stages.trajectories(demo.DEMO_TRAJECTORIES), demo.DemoConfig.per_domain)
-    assert doc == {"mean_steps": pytest.approx(3.0 * sum(t.n_steps for t in trajs) / len(trajs)),
-                   "n_trajectories": len(trajs)}
+    assert {k: doc[k] for k in ("mean_steps", "n_trajectories")} == {
+        "mean_steps": pytest.approx(3.0 * sum(t.n_steps for t in trajs) / len(trajs)), "n_trajectories": len(trajs)}
+    assert config_from(ToyConfig, doc["config"]) == ToyConfig(scale=3.0)  # the record is what ran
     assert json.loads((tmp_path / "toy" / "toy.inputs.json").read_text())["settings"] == {"scale": 3.0}
     assert (tmp_path / "figures" / "fig99_toy.html").is_file()
     assert f"| mean steps | {doc['mean_steps']:.2f} |" in (tmp_path / "tables" / "toy.md").read_text()
     text = path.read_text()
-    assert "## Toy analysis" in text and f"mean steps x scale = {doc['mean_steps']:.2f} over {len(trajs)} trajectories" in text
+    assert "## Toy analysis" in text and f"mean steps x 3.0 = {doc['mean_steps']:.2f} over {len(trajs)} trajectories" in text
     again = Console(record=True, width=300)
     demo.run_demo(demo.DemoConfig(out=tmp_path, model="stub", png=False), again, steps=(TOY_STEP,))
     assert "toy analysis: reusing" in again.export_text()

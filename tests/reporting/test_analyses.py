@@ -63,6 +63,7 @@ def test_a_registered_analysis_reaches_figures_tables_and_report(tmp_path, monke
     """A record added to the registry is tabled and reported with no other reporting file edited."""
     import json
 
+    from interp.record import record
     from interp.reporting import analyses, report, tables
     from interp.reporting.analyses import Analysis, Figure, ResultFile, Table
 
@@ -74,11 +75,12 @@ def test_a_registered_analysis_reaches_figures_tables_and_report(tmp_path, monke
     monkeypatch.setattr(tables, "ANALYSES", analyses.ANALYSES)
     monkeypatch.setattr(report, "ANALYSES", analyses.ANALYSES)
     (tmp_path / "toy").mkdir()
-    (tmp_path / "toy" / "toy.json").write_text(json.dumps({"value": 0.25}))
+    (tmp_path / "toy" / "toy.json").write_text(json.dumps({"value": 0.25, **record({"scale": 0.5})}))
     written = tables.write_tables(tmp_path)
     assert [p.name for p in written] == ["toy.md", "toy.tex"] and "| value | 0.25 |" in written[0].read_text()
     text = report.write_report(tmp_path, {}, {}, {"model": "toy", "full": False}).read_text()
     assert "## Toy analysis\n\nvalue = 0.25" in text
+    assert "_Ran with_ (the result's recorded config): scale = 0.5; no model" in text  # its record, unlisted
     assert text.count("_not run_") == len(ANALYSES)  # the registered analyses without results say so
 
 

@@ -68,7 +68,8 @@ def load_result(path: Path, fields: Sequence[Field] | None = None) -> dict[str, 
     """A result file as a dict (.json) or a DataFrame (.csv), checked against its writer's fields.
 
     ``fields`` defaults to ``result_fields(path)``; a file that does not match
-    raises ``interp.schema.SchemaError`` naming the file and the field.
+    raises ``interp.schema.SchemaError`` naming the file and the field. A table's record
+    (its name as ``.json``: config and provenance, ``interp.record``) is in ``frame.attrs["record"]``.
     """
     path = Path(path)
     fields = result_fields(path) if fields is None else fields
@@ -76,6 +77,8 @@ def load_result(path: Path, fields: Sequence[Field] | None = None) -> dict[str, 
         frame = pd.read_csv(path)
         if fields:
             check_columns(frame.columns, fields, path)
+        if path.with_suffix(".json").is_file():  # the record of what made the table (config, provenance)
+            frame.attrs["record"] = load_result(path.with_suffix(".json"))
         return frame
     doc = read_json(path)
     return check(doc, fields, path) if fields else doc

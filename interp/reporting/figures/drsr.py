@@ -10,6 +10,7 @@ from plotly.subplots import make_subplots
 
 from interp.reporting import reference as ref
 from interp.reporting.numbers import num, shown
+from interp.reporting.ran import setting
 from interp.reporting.figures.theme import (BOTTOM_LEGEND, GREY, PALETTE, TEMPLATE, ci_band, ci_whiskers, note,
                                            reference_markers, rgba, titled)
 
@@ -20,15 +21,18 @@ KIND_ABBREV = {"reasoning": "R", "observation": "O", "tool_exchange": "T", "step
 
 
 def _where(result: dict) -> str:
+    """Boundaries, the recorded set sizes and budget, model and dtype (the result's record)."""
     model = (result.get("model") or {}).get("spec", "?")
-    return f"{len(result['boundaries'])} boundaries, model {model}"
+    return (f"{len(result['boundaries'])} boundaries, sets up to {setting(result, 'max_k')} units "
+            f"({setting(result, 'budget')} per size), CIs from {setting(result, 'n_boot')} task-bootstrap resamples, "
+            f"model {model}")
 
 
 def granularity_figure(result: dict) -> go.Figure:
     """a: step harm against normalised position; b: parent-step harm against its lowest-harm block, with the
     unsafe-parent / safe-child region shaded."""
     g = result["granularity"]
-    u = g["unsafe_threshold"]
+    u = setting(result, "unsafe")
     steps = g["steps"]
     if not steps:
         raise ValueError("no step units in drsr.json: run with --units including step and a block kind")
@@ -75,11 +79,11 @@ def granularity_figure(result: dict) -> go.Figure:
 def relations_figure(result: dict) -> go.Figure:
     """a: pair-ordering accuracy at the margin by layer per feature family (grouped CV by trajectory); b: accuracy
     against the margin for the singleton aggregators and the families at the chosen layer."""
-    rel = result["relations"]
+    rel, margin = result["relations"], setting(result, "margin")
     if not rel["families"]:
         raise ValueError(f"relations: no grouped cross-validation ({rel['n_tasks']} trajectories; need 2)")
     fig = make_subplots(rows=1, cols=2, column_widths=[0.55, 0.45], horizontal_spacing=0.1, subplot_titles=(
-        f"a  pair-ordering accuracy by layer (margin {result['margin']:.3f})", "b  accuracy against the harm margin"))
+        f"a  pair-ordering accuracy by layer (margin {margin:.3f})", "b  accuracy against the harm margin"))
     colour = {f: PALETTE[i] for i, f in enumerate(FAMILY_LABEL)}
     for family, rows in rel["families"].items():
         if family == "surface":
@@ -99,7 +103,7 @@ def relations_figure(result: dict) -> go.Figure:
                                  name=FAMILY_LABEL["surface"], legendgroup="surface",
                                  line=dict(color=colour["surface"], dash="dash")), 1, 1)
     if all(r["pair_accuracy"] is None for rows in rel["families"].values() for r in rows):
-        note(fig, f"no pair of sets differs by the margin {result['margin']:.3f}", "")
+        note(fig, f"no pair of sets differs by the margin {margin:.3f}", "")
     fig.add_trace(reference_markers([rel["layers"][-1]], [ref.DRSR_STATE_ONLY],
                                     text=["current state only: 0.500"]), 1, 1)
     curve = rel["margin_curve"]
@@ -111,8 +115,8 @@ def relations_figure(result: dict) -> go.Figure:
         elif name in ("relation", "surface", "mismatched"):
             fig.add_trace(go.Scatter(x=curve["margins"], y=ys, mode="lines", name=FAMILY_LABEL[name],
                                      legendgroup=name, showlegend=False, line=dict(color=colour[name])), 1, 2)
-    fig.add_vline(x=result["margin"], line=dict(color=GREY, dash="dot"), row=1, col=2)
-    fig.add_trace(reference_markers([result["margin"]] * 4, list(ref.DRSR_PAIR_ACCURACY.values()), showlegend=False,
+    fig.add_vline(x=margin, line=dict(color=GREY, dash="dot"), row=1, col=2)
+    fig.add_trace(reference_markers([margin] * 4, list(ref.DRSR_PAIR_ACCURACY.values()), showlegend=False,
                                     text=[f"{k}: {v}" for k, v in ref.DRSR_PAIR_ACCURACY.items()]), 1, 2)
     fig.add_hline(y=0.5, line=dict(color=GREY, width=1), row=1, col=1)
     fig.add_hline(y=0.5, line=dict(color=GREY, width=1), row=1, col=2)

@@ -19,6 +19,7 @@ from plotly.subplots import make_subplots
 from interp.data.deletions import drsr_compared
 from interp.reporting.figures.theme import (BOTTOM_LEGEND, GREY, PALETTE, TEMPLATE, has_ci, note,
                                            titled)
+from interp.reporting.ran import setting
 from interp.stats import task_bootstrap_ci
 
 MIN_TASKS = 3
@@ -31,7 +32,7 @@ def additivity_test(result: dict, n_boot: int = 2000) -> dict:
     holding a whole step are reported apart), CI resampling tasks."""
     rows = [(b.get("task_id"), s["interaction"]) for b in result["boundaries"] for s in b["sets"]
             if len(s["members"]) > 1 and s.get("interaction") is not None and drsr_compared(s["members"])]
-    margin = result.get("margin") or 0.0
+    margin = setting(result, "margin")
     out: dict[str, Any] = {"verdict": None, "mean": None, "ci": None, "n_sets": len(rows), "margin": margin,
            "n_tasks": len({t for t, _ in rows})}
     if not rows:
@@ -98,7 +99,7 @@ def harm_figure(result: dict) -> go.Figure:
             1, 2)
     fig.add_hline(y=0, line=dict(color=GREY, width=1), row=1, col=2)
     units = ", ".join(result.get("units") or []) or "?"
-    margin = f"{result['margin']:.3f} nats/token" if result.get("margin") is not None else "?"
+    margin = f"{setting(result, 'margin'):.3f} nats/token"
     fig.update_xaxes(title_text="additive prediction: sum of singleton harms (nats/token)", range=[lo - pad, hi + pad],
                      row=1, col=1)
     fig.update_yaxes(title_text="exact harm of the set (nats/token)", range=[lo - pad, hi + pad], row=1, col=1)
@@ -115,7 +116,8 @@ def harm_figure(result: dict) -> go.Figure:
              else "Set-level deletion harm vs the additive prediction from single units")
     titled(fig, title, [*([stat] if stat else []), f"{len(result['boundaries'])} boundaries", f"units: {units}",
                         "harm = change in mean-token NLL of the recorded next output when the units are deleted",
-                        f"pair order counted at a margin of {margin}",
+                        f"pair order counted at a margin of {margin}; sets up to {setting(result, 'max_k')} units, "
+                        f"{setting(result, 'budget')} sampled per size",
                         *([f"sets of DRSR's block kinds; {result['step_sets']['n_sets']} sets holding a whole step "
                            "are reported apart (harm.json step_sets)"] if result.get("step_sets") else [])])
     return fig

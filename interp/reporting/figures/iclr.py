@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from interp.data.conditions import ICLR_RHO
+from interp.reporting.ran import setting
 from interp.reporting.figures.theme import BOTTOM_LEGEND, GREY, PALETTE, TEMPLATE, titled
 
 KEPT, SKIPPED = PALETTE[0], PALETTE[1]
@@ -21,8 +21,10 @@ def iclr_figure(blocks: pd.DataFrame) -> go.Figure:
     Reads iclr_blocks.csv (interp.extraction.entropy.DROP_TABLE_FIELDS): one row per reasoning block,
     columns task_id, context (online: scored on the compressed history, the study's method), step,
     n_tokens, mean_entropy_bits (bits/token, empty when not scored), scored (bool: the step's
-    input fit the limit), dropped (bool: replaced by [SKIP]).
+    input fit the limit), dropped (bool: replaced by [SKIP]); rho and the token limit from its record
+    (iclr_blocks.json, ``blocks.attrs["record"]``).
     """
+    rho, limit = setting(blocks, "rho"), setting(blocks, "max_tokens")
     blocks = blocks.assign(scored=csv_bool(blocks["scored"]), dropped=csv_bool(blocks["dropped"]))
     scored = blocks[blocks["scored"]]
     if scored.empty:
@@ -59,9 +61,9 @@ def iclr_figure(blocks: pd.DataFrame) -> go.Figure:
                              name=f"all steps pooled: {total:.0%} of reasoning tokens replaced"), 1, 2)
     fig.update_layout(template=TEMPLATE, height=600, barmode="group", legend=BOTTOM_LEGEND, margin=dict(b=170))
     titled(fig, "ICLR: predictive entropy of reasoning blocks and the blocks replaced by [SKIP]",
-           [f"{_context(blocks)}rho = {ICLR_RHO}", f"{len(scored)} scored blocks in {len(steps)} steps of "
-            f"{steps['task_id'].nunique()} tasks", f"{n_unscored} steps not scored (scorer context over the limit, "
-            "never truncated)", f"{int((per_step['size'] < MIN_TASKS_MEAN).sum())} late steps without a mean "
+           [f"{_context(blocks)}rho = {rho}", f"{len(scored)} scored blocks in {len(steps)} steps of "
+            f"{steps['task_id'].nunique()} tasks", f"{n_unscored} steps not scored (scorer context over the "
+            f"{limit}-token limit, never truncated)", f"{int((per_step['size'] < MIN_TASKS_MEAN).sum())} late steps without a mean "
             f"(fewer than {MIN_TASKS_MEAN} tasks)"])
     fig.update_xaxes(title_text="mean token predictive entropy of the block (bits/token)", row=1, col=1)
     fig.update_yaxes(title_text="reasoning blocks (count)", row=1, col=1)

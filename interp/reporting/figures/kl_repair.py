@@ -6,6 +6,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from interp.reporting.ran import provenance_of, setting
 from interp.reporting import reference
 from interp.reporting.figures.theme import (BOTTOM_LEGEND, PALETTE, TEMPLATE, ci_band, legend_swatch,
                                            reference_markers, rgba, titled)
@@ -95,13 +96,14 @@ def _label_final_site(fig: go.Figure, points: list[tuple]) -> None:
 
 
 def _subtitle(result: dict) -> list[str]:
-    """Condition, samples kept and excluded."""
+    """Condition, the recorded layers and dtype, samples kept and excluded."""
     parts = ["Repair = 1 − KL(P_full‖P_patched) / KL(P_full‖P_del)", "mean over boundaries, ratio of sums dotted",
-             f"P_del from condition {result.get('condition', '?')}", f"n = {result.get('n_samples', '?')} boundaries"]
+             f"P_del from condition {result.get('condition', '?')}", f"layers {setting(result, 'layers')}, "
+             f"dtype {provenance_of(result).get('dtype')}", f"n = {result.get('n_samples', '?')} boundaries"]
     if result.get("n_excluded"):
-        from patching.kl_repair import NOISE_FACTOR
-
         noise = result.get("noise_median")
-        parts.append(f"{result['n_excluded']} excluded (KL(full‖deleted) ≤ {NOISE_FACTOR:g} × its measured noise"
+        factor = result.get("noise_factor")
+        parts.append(f"{result['n_excluded']} excluded (KL(full‖deleted) ≤ "
+                     + (f"{factor:g} × its measured noise" if factor is not None else "the given threshold")
                      + (f", median noise {noise:.2g} nats)" if noise is not None else ")"))
     return parts
