@@ -29,10 +29,12 @@ from interp.sensor.limits import DEFAULT_MAX_TOKENS
 
 if TYPE_CHECKING:
     from interp.data.trajectory import Trajectory
+    from patching.gate import Calibration
 
 PATCH_SITES = ("resid_pre", "attn_out", "mlp_out")
 PATCH_METHODS = ("fast", "reference")
 GATE_SCORERS = ("ridge", "set-mlp")  # patching.gate.make_scorer: the bootstrap ridge ensemble, DRSR's set model
+GATE_RULES = ("bound", "empirical")  # patching.gate.select: the finite-sample bound, DRSR's empirical rule
 N_MEMBERS = 8  # the ridge ensemble's bootstrap members when none are given (set-mlp: patching.gate_mlp.N_MEMBERS)
 
 
@@ -206,8 +208,12 @@ class HarmConfig:
 class GateConfig:
     """DRSR's set-risk gate (``interp gate train/eval``, no model forward): the scorer kind, the seed of the split
     and the ensemble, the ensemble size (bootstrap members; None: the scorer's own, ``N_MEMBERS`` for ridge), the
-    unsafe-harm threshold of the gate's labels (nats/token; the toolkit's assumption, as ``DrsrConfig.unsafe``)
-    and the task-bootstrap resamples of the held-out metrics."""
+    unsafe-harm threshold of the gate's labels (nats/token; the toolkit's assumption, as ``DrsrConfig.unsafe``),
+    the task-bootstrap resamples of the held-out metrics, and the calibration (``patching.gate.Calibration``):
+    the rule selecting the setting (``GATE_RULES``: "bound", an unsafe rate of deletions <= ``alpha`` with
+    confidence ``1 - delta``; "empirical", DRSR's rule), the unsafe-rate limit ``alpha`` (DRSR's 0.10), the
+    bound's ``delta``, the task-level ``folds`` of the cross-fitted scoring and whether the empirical rate is
+    add-one ``smooth``ed (DRSR states the plain rate)."""
 
     analysis: ClassVar[str] = "gate"
     precision: ClassVar[str | None] = None  # reads DRSR's parts; runs no model
@@ -217,6 +223,11 @@ class GateConfig:
     n_members: int | None = None
     unsafe: float = DrsrConfig.unsafe
     n_boot: int = 1000
+    rule: str = "bound"
+    alpha: float = 0.100
+    delta: float = 0.100
+    folds: int = 5
+    smooth: bool = True
 
     def __post_init__(self) -> None:
         if self.scorer not in GATE_SCORERS:
@@ -226,3 +237,18 @@ class GateConfig:
             _count("n_members", self.n_members, 1)
         _nonnegative("unsafe", self.unsafe, "nats/token")
         _count("n_boot", self.n_boot, 0)  # 0: no CIs
+        if self.rule not in GATE_RULES:
+            raise ValueError(f"rule: must be one of {', '.join(GATE_RULES)}; got {self.rule!r}")
+        for name in ("alpha", "delta"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+                raise ValueError(f"{name}: must be a number in (0, 1); got {value!r}")
+        _count("folds", self.folds, 2)
+        if not isinstance(self.smooth, bool):
+            raise ValueError(f"smooth: must be true or false; got {self.smooth!r}")
+
+    def calibration(self) -> Calibration:
+        """The gate's calibration rule of this config (``patching.gate.Calibration``)."""
+        from patching.gate import Calibration
+
+        return Calibration(self.rule, float(self.alpha), float(self.delta), self.folds, self.smooth)

@@ -517,7 +517,7 @@ def gate_train(drsr_dir: Path, out: Path, config: GateConfig | None = None, part
     records, doc = drsr_records(drsr_dir, parts)
     with writer_lock(out, command="gate train"):
         gate_model, info = train(records, doc.get("model"), doc.get("proj_dim"), config.seed, config.n_members,
-                                 config.unsafe, scorer=config.scorer)
+                                 config.unsafe, scorer=config.scorer, calibration=config.calibration())
         gate_model.save(Path(out) / "gate_scorer.json")
     return {"scorer": str(Path(out) / "gate_scorer.json"), "setting": asdict(gate_model.setting),
             "split": gate_model.split, **info}

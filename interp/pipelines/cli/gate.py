@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -10,8 +11,8 @@ import typer
 
 from interp.io import check_output_dir
 from interp.pipelines import stages
-from interp.pipelines.cli.common import app, build, console
-from patching.config import GATE_SCORERS, N_MEMBERS, GateConfig
+from interp.pipelines.cli.common import app, build, console, err
+from patching.config import GATE_RULES, GATE_SCORERS, N_MEMBERS, GateConfig
 
 OPTIONS = {"n_members": "--members"}  # config field -> option, where the option's name is not the field's
 
@@ -40,15 +41,34 @@ def gate_train(
     scorer: Annotated[str, typer.Option("--scorer", help=f"One of {', '.join(GATE_SCORERS)}: ridge (bootstrap "
                                                          "ridge ensemble on pooled set features) or set-mlp "
                                                          "(DRSR's Table 7 set model, torch).")] = GateConfig.scorer,
+    rule: Annotated[str, typer.Option(help=f"One of {', '.join(GATE_RULES)}: bound (unsafe rate of deletions <= "
+                                           "alpha with confidence 1 - delta) or empirical (DRSR's rule).")
+                    ] = GateConfig.rule,
+    alpha: Annotated[float, typer.Option(help="Unsafe-rate limit of the gate's deletions.")] = GateConfig.alpha,
+    delta: Annotated[float, typer.Option(help="The bound's error probability (rule bound).")] = GateConfig.delta,
+    folds: Annotated[int, typer.Option(help="Task-level folds of the cross-fitted calibration scores.")
+                     ] = GateConfig.folds,
+    plain_rate: Annotated[bool, typer.Option("--plain-rate", help="Empirical rule: DRSR's plain unsafe rate instead "
+                                                                  "of the add-one smoothed one.")] = not GateConfig.smooth,
 ) -> None:
-    """Fit the set-harm scorer on the train trajectories and select K, beta, tau on validation."""
+    """Fit the set-harm scorer on the train and validation trajectories and select K, beta, tau on their
+    cross-fitted scores."""
     check_output_dir(out, "--out")
-    config = build(GateConfig, OPTIONS, scorer=scorer, seed=seed, n_members=members, unsafe=unsafe)
-    info = stages.gate_train(drsr, out, config, parts)
-    s = info["setting"]
+    config = build(GateConfig, OPTIONS, scorer=scorer, seed=seed, n_members=members, unsafe=unsafe, rule=rule,
+                   alpha=alpha, delta=delta, folds=folds, smooth=not plain_rate)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        info = stages.gate_train(drsr, out, config, parts)
+    for w in caught:
+        err.print(f"warning: {w.message}", markup=False)
+    s, c = info["setting"], info["summary"]
+    why = {"data": f"abstains: {c['n_boundaries']} calibration boundaries, {c['missing_boundaries']} short of the "
+                   f"{c['needed_boundaries']} an admissible setting needs",
+           "no_safe_setting": f"abstains: no safe setting on {c['n_boundaries']} calibration boundaries"}
     console.print(f"{info['scorer']}: {info['n_rows']} sets; split {len(info['split']['train'])}/"
-                  f"{len(info['split']['validation'])}/{len(info['split']['test'])} trajectories; selected K {s['k']}, "
-                  f"beta {s['beta']}, tau {s['tau']}; {info['train_seconds']:.1f} s", markup=False)
+                  f"{len(info['split']['validation'])}/{len(info['split']['test'])} trajectories; {c['n_folds']} "
+                  f"calibration folds; rule {c['rule']}: K {s['k']}, beta {s['beta']}, tau {s['tau']}"
+                  f"{'; ' + why[c['abstain']] if c['abstain'] else ''}; {info['train_seconds']:.1f} s", markup=False)
 
 
 @gate_app.command("eval")
@@ -65,5 +85,9 @@ def gate_eval(
     config = build(GateConfig, OPTIONS, n_boot=n_boot)
     doc = stages.gate_eval(drsr, scorer, out, config, parts)
     g, p = doc["gate"], doc["prediction"]
+    rate = (f"unsafe rate {g['unsafe_rate']} over {g['n_measured']} measured deletions" if g["n_measured"]
+            else f"no measured deletion ({g['n_deleted']} deletions)")
     console.print(f"{Path(out) / 'gate.json'}: test MAE {p['mae']}, Spearman {p['spearman']}; gate coverage "
-                  f"{g['coverage']}, removal {g['removal']}, unsafe rate {g['unsafe_rate']}", markup=False)
+                  f"{g['coverage']}, removal {g['removal']}, {rate}", markup=False)
+    for note in doc["notes"]:
+        console.print(f"- {note}", markup=False)
