@@ -137,7 +137,7 @@ def _float32(recs: list[dict]) -> list[dict]:
 def test_the_selected_setting_is_the_same_under_another_cpus_perturbations(kind):
     import torch
 
-    recs = records(60, planted=True, seed=5)  # every set measured: the bound counts an unmeasured deletion unsafe
+    recs = records(45, planted=True, seed=5)  # every set measured: the bound counts an unmeasured deletion unsafe
 
     def selected(rs: list[dict]) -> tuple:
         gate, info = train(rs, **_fast(kind))
