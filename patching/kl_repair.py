@@ -411,7 +411,7 @@ def kl_repair_trajectory(
             p_null = run_plan(sensor, full[b].input_ids, Plan(logprobs=[full[b].n_tokens - 1])).logprobs[
                 full[b].n_tokens - 1]
             sched = [rescheduled(sensor, {b: full[b]}, k)[b] for k in schedules]
-            sched_del = [rescheduled(sensor, {b: deleted[b]}, k)[b] for k in schedules] if reduced else []
+            sched_del = [rescheduled(sensor, {b: deleted[b]}, k)[b] for k in schedules]
             done[b] = _score(traj.task_id, b, p_full, p_del, p_patch, min_kl, full[b].n_tokens, deleted[b].n_tokens,
                              p_null, sched, sched_del, d_weights[b])
         return [done.get(b) or skipped[b] for b in boundaries]
@@ -424,7 +424,7 @@ def kl_repair_trajectory(
     results = dict(skipped)
     runs: dict[Hashable, PairRun] = {}
     p_sched = [rescheduled(sensor, full, k) for k in schedules]
-    p_sched_del = [rescheduled(sensor, deleted, k) for k in schedules] if reduced else []
+    p_sched_del = [rescheduled(sensor, deleted, k) for k in schedules]
     for res in patch_pairs(sensor, pairs, [[n] for n in names] + [names], n_positions):
         runs[res.key] = res
         b = cast(int, res.key[1] if isinstance(res.key, tuple) else res.key)
