@@ -149,7 +149,9 @@ FIXED = {  # command -> config fields it does not take, each with why
     "gate train": {"n_boot": "training computes no CI (gate eval's --n-boot)"},
     "gate eval": {"seed": "the scorer file's own seed", "n_members": "the scorer file's own ensemble",
                   "unsafe": "the scorer file's own unsafe threshold",
-                  "scorer": "the scorer file's own kind (eval's --scorer is that file)"},
+                  "scorer": "the scorer file's own kind (eval's --scorer is that file)",
+                  **{k: "the scorer file's own calibration (its rule, alpha, delta, folds, smoothing)"
+                     for k in ("rule", "alpha", "delta", "folds", "smooth")}},
     "label": {"cues": "the labeler's re-planning cue list (probes.targets.REPLAN_CUES), a rule of the study"},
     "externalize label": {"kinds": "every item kind the labeler knows (ITEM_KINDS); a subset is a Python-only study"},
     "intervene": {"max_new_tokens_source": "recorded by the run: how max_new_tokens was chosen, not a setting"},

@@ -48,14 +48,15 @@ def gate_train(
     delta: Annotated[float, typer.Option(help="The bound's error probability (rule bound).")] = GateConfig.delta,
     folds: Annotated[int, typer.Option(help="Task-level folds of the cross-fitted calibration scores.")
                      ] = GateConfig.folds,
-    plain_rate: Annotated[bool, typer.Option("--plain-rate", help="Empirical rule: DRSR's plain unsafe rate instead "
-                                                                  "of the add-one smoothed one.")] = not GateConfig.smooth,
+    smooth: Annotated[bool, typer.Option("--smooth/--plain-rate", help="Empirical rule: the add-one smoothed unsafe "
+                                                                       "rate, or DRSR's plain rate.")
+                      ] = GateConfig.smooth,
 ) -> None:
     """Fit the set-harm scorer on the train and validation trajectories and select K, beta, tau on their
     cross-fitted scores."""
     check_output_dir(out, "--out")
     config = build(GateConfig, OPTIONS, scorer=scorer, seed=seed, n_members=members, unsafe=unsafe, rule=rule,
-                   alpha=alpha, delta=delta, folds=folds, smooth=not plain_rate)
+                   alpha=alpha, delta=delta, folds=folds, smooth=smooth)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)
         info = stages.gate_train(drsr, out, config, parts)
