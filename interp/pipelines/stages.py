@@ -693,8 +693,9 @@ def _gate_settings(ctx: StepContext) -> dict[str, Any]:
 
     config = GateConfig() if ctx.config.full else ctx.config.gate
     subset = {} if ctx.config.full else {
-        "subset": "the DRSR step's boundaries (one per trajectory) split 80:10:10 by trajectory; validation and "
-                  "test hold one or two trajectories each, so tau and the test metrics rest on a few boundaries"}
+        "subset": "the DRSR step's boundaries (one per trajectory) split 80:10:10 by trajectory; train and "
+                  "validation calibrate tau cross-fitted, too few for an admissible setting (gate.json calibration: "
+                  "the boundaries one needs and how many are missing); test holds one or two trajectories"}
     return {**asdict(config), **subset}
 
 
