@@ -60,31 +60,40 @@ Fields of the scorer file (``SCORER_FIELDS``):
 | ``spec`` | ``{layers, attention_layers, retained, pairs}`` | object | 0-based layers | the features: representation layers, attention rows, retained-context and pair blocks on or off |
 | ``kind`` | ``[]`` | str | - | the scorer: ridge (SetRiskScorer) or set-mlp (patching.gate_mlp.SetMLPScorer); absent: ridge |
 | ``scorer`` | ``{params, n_features_in, resid_sd, ...}`` | object | harm: nats/token | the fitted scorer. ridge: per member [n_members, n_features] scaler mean and scale, ridge coef, [n_members] intercept; set-mlp: members [{mu, sd [n_features], w1 [64, n_features], b1, w2 [64, 259], b2, w3 [1, 64], b3}]; resid_sd the out-of-bag residual spread |
-| ``setting`` | ``{k, beta, tau, max_removal, protect_latest, abstain}`` | object | tau: unsafe score; max_removal: fraction of request tokens | the decision rule selected on validation (tau null: abstain always) |
+| ``setting`` | ``{k, beta, tau, max_removal, protect_latest, abstain}`` | object | tau: unsafe score; max_removal: fraction of request tokens | the decision rule selected on the cross-fitted calibration scores (tau null: abstain always) |
 | ``split`` | ``{train, validation, test}`` | object | - | the task_ids of each part |
 | ``model`` | ``{spec, d_model, proj_dim}`` | object | dims | the sensor the representations came from and their projection (proj_dim null: not projected) |
 | ``unit_kinds`` | ``[n_kinds]`` | str | - | the unit kinds the gate may delete |
 | ``calibration`` | ``{split_rule, rule, alpha, delta, smooth, folds_asked, n_folds, folds, n_tasks, n_boundaries, n_sets, n_unsafe, needed_boundaries, missing_boundaries, abstain, labels, rules}`` | object | alpha: unsafe rate; boundaries: count | how the setting was calibrated (patching.gate_eval.calibration_summary): the cross-fitting rule and folds, the calibration boundaries and measured sets, the boundaries an admissible setting needs and how many are missing, why the gate abstains (data / no_safe_setting / null), one-class labels named, and both rules' settings (bound, empirical); absent in older files |
 
-**Selection** (:func:`select`) on validation: ``K`` in ``K_GRID``, ``beta`` in ``BETA_GRID``, ``tau`` just above each
-observed validation score (at most ``TAU_POINTS`` observed quantiles); a setting is admissible when the deletions it makes have an empirical unsafe rate
-<= ``MAX_UNSAFE_RATE`` and a mean exact harm <= ``MAX_MEAN_HARM`` (abstaining everywhere is always admissible).
-The unsafe rate and mean harm are over the deletions whose set DRSR measured (a setting whose deletions were
-never measured is not admissible). The unsafe rate is smoothed add-one, ``(n_unsafe + 1) / (n_measured + 2)``
-(DRSR states the plain empirical rate): the search maximises removal, so it stops where the validation rate meets the limit, and the held-out
-rate then scatters around the limit; the smoothing keeps the selected rate below it (tested on planted harms)
-and needs 8 safe deletions before any deletion is admitted. On a harm no feature predicts, a small validation
-split can still admit a tau whose few deletions happen to be safe (``gate.json`` notes small splits; the null
-test of ``tests/gate`` uses ~80 validation boundaries, where the gate abstains).
-The admissible one with the largest mean direct removal wins (ties: smaller K, beta, tau). Evaluation:
-``patching.gate_eval``.
+**Selection** (:func:`select`) on calibration scores: the train and validation trajectories scored cross-fitted
+(``patching.gate_eval.cross_fit``: each trajectory by a model that never saw it). tau runs over ``TAU_GRID``, fixed
+exact decimals (the same thresholds on every machine; scores compared in float64), and :func:`sweep` counts every
+tau's deletions at once. Two rules (:class:`Calibration`, defaults in ``patching.config.GateConfig``):
+
+- ``bound`` (default, :func:`select_bound`): Learn then Test. Per K (beta 0) the taus are tested in ascending
+  fixed sequence by the binomial p-value ``P(Bin(n, alpha) <= n_bad)`` of their ``n`` deletions (``n_bad``: unsafe
+  or unmeasured) at level ``delta / len(K_GRID)``, skipping taus with fewer deletions than
+  :func:`needed_boundaries` (a function of the scores only) and stopping at the first not rejected; every tau
+  passed has an unsafe rate of deletions <= alpha with probability >= 1 - delta, assuming exchangeable
+  boundaries. Among them (mean harm <= ``MAX_MEAN_HARM``) the largest mean direct removal wins.
+- ``empirical`` (:func:`select_empirical`, DRSR's rule): K in ``K_GRID``, beta in ``BETA_GRID``; a setting is
+  :func:`admissible` when its measured deletions' unsafe rate is <= alpha and their mean exact harm <=
+  ``MAX_MEAN_HARM`` (a setting whose deletions were never measured is not). The rate is add-one smoothed,
+  ``(n_unsafe + 1) / (n_measured + 2)``, unless ``smooth`` is off (DRSR states the plain rate: a departure,
+  ``interp.reporting.reference.DEPARTURES["smoothing"]``): the search maximises removal, so with the plain rate
+  it stops where a lucky run of safe deletions meets the limit.
+
+The admissible setting with the largest mean direct removal wins (ties: smaller K, beta, tau); none: abstain
+everywhere. ``patching.gate_eval.calibration_summary`` records why (too few calibration boundaries for any
+admissible setting, or none safe) and how many boundaries are missing. Evaluation: ``patching.gate_eval``.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -126,7 +135,7 @@ SCORER_FIELDS = (
     Field('spec', '{layers, attention_layers, retained, pairs}', 'object', '0-based layers', 'the features: representation layers, attention rows, retained-context and pair blocks on or off'),
     Field('kind', '[]', 'str', '-', 'the scorer: ridge (SetRiskScorer) or set-mlp (patching.gate_mlp.SetMLPScorer); absent: ridge'),
     Field('scorer', '{params, n_features_in, resid_sd, ...}', 'object', 'harm: nats/token', 'the fitted scorer. ridge: per member [n_members, n_features] scaler mean and scale, ridge coef, [n_members] intercept; set-mlp: members [{mu, sd [n_features], w1 [64, n_features], b1, w2 [64, 259], b2, w3 [1, 64], b3}]; resid_sd the out-of-bag residual spread'),
-    Field('setting', '{k, beta, tau, max_removal, protect_latest, abstain}', 'object', 'tau: unsafe score; max_removal: fraction of request tokens', 'the decision rule selected on validation (tau null: abstain always)'),
+    Field('setting', '{k, beta, tau, max_removal, protect_latest, abstain}', 'object', 'tau: unsafe score; max_removal: fraction of request tokens', 'the decision rule selected on the cross-fitted calibration scores (tau null: abstain always)'),
     Field('split', '{train, validation, test}', 'object', '-', 'the task_ids of each part'),
     Field('model', '{spec, d_model, proj_dim}', 'object', 'dims', 'the sensor the representations came from and their projection (proj_dim null: not projected)'),
     Field('unit_kinds', '[n_kinds]', 'str', '-', 'the unit kinds the gate may delete'),

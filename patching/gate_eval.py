@@ -60,7 +60,7 @@ import numpy as np
 
 from interp.schema import Field, schema_dict
 from interp.stats import percentile_ci, task_resamples
-from patching.gate import (BETA_GRID, GATE_KINDS, K_GRID, MAX_MEAN_HARM, MAX_REMOVAL, MAX_UNSAFE_RATE, RULES,
+from patching.gate import (BETA_GRID, GATE_KINDS, K_GRID, MAX_MEAN_HARM, RULES,
                            SPLIT, Calibration, FeatureSpec, GateModel, GateSetting, Scored, Supervision, decisions,
                            gate_metrics, make_scorer, needed_boundaries, predict_rows, restrict, score_split, select,
                            select_empirical, split_tasks, supervision)
