@@ -23,17 +23,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from interp.data.conditions import check_condition_name
-from interp.params import (LAYERS_NOTE, N_BOOT, Check, ConfigError, Integer, Items, Maybe, Options, Real, Text,
+from interp.params import (LAYERS_NOTE, N_BOOT, Check, ConfigError, Flag, Integer, Items, Maybe, Options, Real, Text,
                            field_of, param, validate)
 from interp.data.deletions import DRSR_UNIT_KINDS, UNIT_KINDS, parse_unit_kinds
 from interp.sensor.limits import DEFAULT_MAX_TOKENS
 
 if TYPE_CHECKING:
     from interp.data.trajectory import Trajectory
+    from patching.gate import Calibration
 
 PATCH_SITES = ("resid_pre", "attn_out", "mlp_out")
 PATCH_METHODS = ("fast", "reference")
 GATE_SCORERS = ("ridge", "set-mlp")  # patching.gate.make_scorer: the bootstrap ridge ensemble, DRSR's set model
+GATE_RULES = ("bound", "empirical")  # patching.gate.select: the finite-sample bound, DRSR's empirical rule
 N_MEMBERS = 8  # the ridge ensemble's bootstrap members when none are given (set-mlp: patching.gate_mlp.N_MEMBERS)
 
 
@@ -165,8 +167,12 @@ class HarmConfig:
 class GateConfig:
     """DRSR's set-risk gate (``interp gate train/eval``, no model forward): the scorer kind, the seed of the split
     and the ensemble, the ensemble size (bootstrap members; None: the scorer's own, ``N_MEMBERS`` for ridge), the
-    unsafe-harm threshold of the gate's labels (nats/token; the toolkit's assumption, as ``DrsrConfig.unsafe``)
-    and the task-bootstrap resamples of the held-out metrics."""
+    unsafe-harm threshold of the gate's labels (nats/token; the toolkit's assumption, as ``DrsrConfig.unsafe``),
+    the task-bootstrap resamples of the held-out metrics, and the calibration (``patching.gate.Calibration``):
+    the rule selecting the setting (``GATE_RULES``: "bound", an unsafe rate of deletions <= ``alpha`` with
+    confidence ``1 - delta``; "empirical", DRSR's rule), the unsafe-rate limit ``alpha`` (DRSR's 0.10), the
+    bound's ``delta``, the task-level ``folds`` of the cross-fitted scoring and whether the empirical rate is
+    add-one ``smooth``ed (DRSR states the plain rate)."""
 
     analysis: ClassVar[str] = "gate"
     precision: ClassVar[str | None] = None  # reads DRSR's parts; runs no model
@@ -177,6 +183,21 @@ class GateConfig:
     n_members: int | None = param(None, Maybe(Integer(1), "the scorer's own"), "Ensemble members.")
     unsafe: float = field_of(DrsrConfig, "unsafe")
     n_boot: int = param(N_BOOT, Integer(0), "Task-bootstrap resamples of the held-out metrics (0: no CIs).")
+    rule: str = param("bound", Options(GATE_RULES), "Calibration rule: bound (unsafe rate of deletions <= alpha "
+                      "with confidence 1 - delta) or empirical (DRSR's rule).")
+    alpha: float = param(0.100, Real(0, 1, low_open=True, high_open=True), "Unsafe-rate limit of the gate's "
+                         "deletions.", "fraction")
+    delta: float = param(0.100, Real(0, 1, low_open=True, high_open=True), "The bound's error probability "
+                         "(rule bound).", "probability")
+    folds: int = param(5, Integer(2), "Task-level folds of the cross-fitted calibration scores.")
+    smooth: bool = param(True, Flag(), "Empirical rule: the add-one smoothed unsafe rate, or DRSR's plain rate.",
+                         option="--smooth/--plain-rate")
 
     def __post_init__(self) -> None:
         validate(self)
+
+    def calibration(self) -> Calibration:
+        """The gate's calibration rule of this config (``patching.gate.Calibration``)."""
+        from patching.gate import Calibration
+
+        return Calibration(self.rule, float(self.alpha), float(self.delta), self.folds, self.smooth)

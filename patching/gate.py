@@ -60,25 +60,35 @@ Fields of the scorer file (``SCORER_FIELDS``):
 | ``spec`` | ``{layers, attention_layers, retained, pairs}`` | object | 0-based layers | the features: representation layers, attention rows, retained-context and pair blocks on or off |
 | ``kind`` | ``[]`` | str | - | the scorer: ridge (SetRiskScorer) or set-mlp (patching.gate_mlp.SetMLPScorer); absent: ridge |
 | ``scorer`` | ``{params, n_features_in, resid_sd, ...}`` | object | harm: nats/token | the fitted scorer. ridge: per member [n_members, n_features] scaler mean and scale, ridge coef, [n_members] intercept; set-mlp: members [{mu, sd [n_features], w1 [64, n_features], b1, w2 [64, 259], b2, w3 [1, 64], b3}]; resid_sd the out-of-bag residual spread |
-| ``setting`` | ``{k, beta, tau, max_removal, protect_latest, abstain}`` | object | tau: unsafe score; max_removal: fraction of request tokens | the decision rule selected on validation (tau null: abstain always) |
+| ``setting`` | ``{k, beta, tau, max_removal, protect_latest, abstain}`` | object | tau: unsafe score; max_removal: fraction of request tokens | the decision rule selected on the cross-fitted calibration scores (tau null: abstain always) |
 | ``split`` | ``{train, validation, test}`` | object | - | the task_ids of each part |
 | ``model`` | ``{spec, d_model, proj_dim}`` | object | dims | the sensor the representations came from and their projection (proj_dim null: not projected) |
 | ``unit_kinds`` | ``[n_kinds]`` | str | - | the unit kinds the gate may delete |
 | ``config`` | ``{...}`` | object | - | the frozen config of the analysis that made this file: dataclasses.asdict, tuples as lists (interp.record.config_from builds it back) |
 | ``provenance`` | ``{...}`` | object | - | what ran (interp.record): model, revision, dtype (resolved), device, seeds, package, version, inputs (name -> sha256) |
+| ``calibration`` | ``{split_rule, rule, alpha, delta, smooth, folds_asked, n_folds, folds, n_tasks, n_boundaries, n_sets, n_unsafe, needed_boundaries, missing_boundaries, abstain, labels, rules}`` | object | alpha: unsafe rate; boundaries: count | how the setting was calibrated (patching.gate_eval.calibration_summary): the cross-fitting rule and folds, the calibration boundaries and measured sets, the boundaries an admissible setting needs and how many are missing, why the gate abstains (data / no_safe_setting / null), one-class labels named, and both rules' settings (bound, empirical); absent in older files |
 
-**Selection** (:func:`select`) on validation: ``K`` in ``K_GRID``, ``beta`` in ``BETA_GRID``, ``tau`` just above each
-observed validation score (at most ``TAU_POINTS`` observed quantiles); a setting is admissible when the deletions it makes have an empirical unsafe rate
-<= ``MAX_UNSAFE_RATE`` and a mean exact harm <= ``MAX_MEAN_HARM`` (abstaining everywhere is always admissible).
-The unsafe rate and mean harm are over the deletions whose set DRSR measured (a setting whose deletions were
-never measured is not admissible). The unsafe rate is smoothed add-one, ``(n_unsafe + 1) / (n_measured + 2)``
-(DRSR states the plain empirical rate): the search maximises removal, so it stops where the validation rate meets the limit, and the held-out
-rate then scatters around the limit; the smoothing keeps the selected rate below it (tested on planted harms)
-and needs 8 safe deletions before any deletion is admitted. On a harm no feature predicts, a small validation
-split can still admit a tau whose few deletions happen to be safe (``gate.json`` notes small splits; the null
-test of ``tests/gate`` uses ~80 validation boundaries, where the gate abstains).
-The admissible one with the largest mean direct removal wins (ties: smaller K, beta, tau). Evaluation:
-``patching.gate_eval``.
+**Selection** (:func:`select`) on calibration scores: the train and validation trajectories scored cross-fitted
+(``patching.gate_eval.cross_fit``: each trajectory by a model that never saw it). tau runs over ``TAU_GRID``, fixed
+exact decimals (the same thresholds on every machine; scores compared in float64), and :func:`sweep` counts every
+tau's deletions at once. Two rules (:class:`Calibration`, defaults in ``patching.config.GateConfig``):
+
+- ``bound`` (default, :func:`select_bound`): Learn then Test. Per K (beta 0) the taus are tested in ascending
+  fixed sequence by the binomial p-value ``P(Bin(n, alpha) <= n_bad)`` of their ``n`` deletions (``n_bad``: unsafe
+  or unmeasured) at level ``delta / len(K_GRID)``, skipping taus with fewer deletions than
+  :func:`needed_boundaries` (a function of the scores only) and stopping at the first not rejected; every tau
+  passed has an unsafe rate of deletions <= alpha with probability >= 1 - delta, assuming exchangeable
+  boundaries. Among them (mean harm <= ``MAX_MEAN_HARM``) the largest mean direct removal wins.
+- ``empirical`` (:func:`select_empirical`, DRSR's rule): K in ``K_GRID``, beta in ``BETA_GRID``; a setting is
+  :func:`admissible` when its measured deletions' unsafe rate is <= alpha and their mean exact harm <=
+  ``MAX_MEAN_HARM`` (a setting whose deletions were never measured is not). The rate is add-one smoothed,
+  ``(n_unsafe + 1) / (n_measured + 2)``, unless ``smooth`` is off (DRSR states the plain rate: a departure,
+  ``interp.reporting.reference.DEPARTURES["smoothing"]``): the search maximises removal, so with the plain rate
+  it stops where a lucky run of safe deletions meets the limit.
+
+The admissible setting with the largest mean direct removal wins (ties: smaller K, beta, tau); none: abstain
+everywhere. ``patching.gate_eval.calibration_summary`` records why (too few calibration boundaries for any
+admissible setting, or none safe) and how many boundaries are missing. Evaluation: ``patching.gate_eval``.
 """
 
 from __future__ import annotations
@@ -100,7 +110,7 @@ from interp.data.trajectory import Trajectory
 from interp.io import atomic_write_json, read_json
 from interp.record import RECORD_FIELDS
 from interp.schema import Field, schema_dict
-from patching.config import GATE_SCORERS, N_MEMBERS
+from patching.config import GATE_RULES, GATE_SCORERS, N_MEMBERS, GateConfig
 from patching.granularity import UNSAFE
 from patching.relations import ALPHAS, projection, prompt_capture
 
@@ -111,14 +121,16 @@ GATE_KINDS = DRSR_UNIT_KINDS
 SPLIT = (0.8, 0.1, 0.1)  # train, validation, test fractions of trajectories (DRSR's 80:10:10)
 K_GRID = (2, 3)
 BETA_GRID = (0.0, 0.25, 0.5, 1.0, 2.0)
-MAX_UNSAFE_RATE = 0.100
+MAX_UNSAFE_RATE = GateConfig.alpha  # the default unsafe-rate limit (alpha)
 MAX_MEAN_HARM = 0.020  # nats/token
 MAX_REMOVAL = 0.20  # fraction of the request's tokens
 MAX_LAYERS = 4
 MAX_SETS = 20_000  # the online gate's candidate cap (decide_view): sets grown at most
 SCORE_CHUNK = 512  # sets scored per vectorised batch (bounds memory; the pruned gate stops between batches)
 MEMO = 4096  # online decisions a SetGate remembers (oldest dropped first)
-TAU_POINTS = 256  # thresholds searched on validation: every observed score, or this many observed quantiles
+# thresholds searched (ascending, fixed before any score is seen; exact decimals, the same bits on every machine)
+TAU_GRID = tuple(sorted({i / 10 ** j for j in (6, 5, 4) for i in range(1, 10)} | {i / 1000 for i in range(1, 2001)}))
+RULES = GATE_RULES
 SCORER_FORMAT = "interp.gate_scorer/1"
 SCORER_FIELDS = (
     Field('schema', '{...}', 'object', '-', 'this table: {field: {shape, dtype, units, doc}}'),
@@ -126,10 +138,11 @@ SCORER_FIELDS = (
     Field('spec', '{layers, attention_layers, retained, pairs}', 'object', '0-based layers', 'the features: representation layers, attention rows, retained-context and pair blocks on or off'),
     Field('kind', '[]', 'str', '-', 'the scorer: ridge (SetRiskScorer) or set-mlp (patching.gate_mlp.SetMLPScorer); absent: ridge'),
     Field('scorer', '{params, n_features_in, resid_sd, ...}', 'object', 'harm: nats/token', 'the fitted scorer. ridge: per member [n_members, n_features] scaler mean and scale, ridge coef, [n_members] intercept; set-mlp: members [{mu, sd [n_features], w1 [64, n_features], b1, w2 [64, 259], b2, w3 [1, 64], b3}]; resid_sd the out-of-bag residual spread'),
-    Field('setting', '{k, beta, tau, max_removal, protect_latest, abstain}', 'object', 'tau: unsafe score; max_removal: fraction of request tokens', 'the decision rule selected on validation (tau null: abstain always)'),
+    Field('setting', '{k, beta, tau, max_removal, protect_latest, abstain}', 'object', 'tau: unsafe score; max_removal: fraction of request tokens', 'the decision rule selected on the cross-fitted calibration scores (tau null: abstain always)'),
     Field('split', '{train, validation, test}', 'object', '-', 'the task_ids of each part'),
     Field('model', '{spec, d_model, proj_dim}', 'object', 'dims', 'the sensor the representations came from and their projection (proj_dim null: not projected)'),
     Field('unit_kinds', '[n_kinds]', 'str', '-', 'the unit kinds the gate may delete'),
+    Field('calibration', '{split_rule, rule, alpha, delta, smooth, folds_asked, n_folds, folds, n_tasks, n_boundaries, n_sets, n_unsafe, needed_boundaries, missing_boundaries, abstain, labels, rules}', 'object', 'alpha: unsafe rate; boundaries: count', "how the setting was calibrated (patching.gate_eval.calibration_summary): the cross-fitting rule and folds, the calibration boundaries and measured sets, the boundaries an admissible setting needs and how many are missing, why the gate abstains (data / no_safe_setting / null), one-class labels named, and both rules' settings (bound, empirical); absent in older files"),
     *RECORD_FIELDS,
 )
 _ONLINE = ("task_id", "after_step", "layers", "attention_layers", "prompt_tokens", "state", "candidates", "shapes")
@@ -257,8 +270,10 @@ class Supervision:
 
 def supervision(records: Sequence[dict[str, Any]], unsafe: float = UNSAFE, k: int = max(K_GRID),
                 max_removal: float = MAX_REMOVAL, kinds: Sequence[str] = GATE_KINDS) -> Supervision:
-    """The gate's pool at every boundary of DRSR records (skipped ones left out), with DRSR's exact harms where
-    it measured a set: the sets the online gate enumerates (:func:`grow_sets`, K = ``k``), never others."""
+    """The gate's pool at every boundary of DRSR records (skipped ones left out; rows in task, boundary order),
+    with DRSR's exact harms where it measured a set: the sets the online gate enumerates (:func:`grow_sets`,
+    K = ``k``), never others. ValueError naming the boundaries and how many sets when a measured harm is NaN or
+    infinite (before any fit)."""
     setting = GateSetting(k=k, max_removal=max_removal)
     views: list[dict[str, Any]] = []
     pools: list[np.ndarray] = []
@@ -268,7 +283,14 @@ def supervision(records: Sequence[dict[str, Any]], unsafe: float = UNSAFE, k: in
     task: list[str] = []
     harm: list[float] = []
     saving: list[int] = []
-    for rec in (r for r in records if not r.get("skipped")):
+    kept = sorted((r for r in records if not r.get("skipped")), key=lambda r: (str(r["task_id"]), int(r["after_step"])))
+    bad = {f"{r['task_id']}@{r['after_step']}": n for r in kept
+           if (n := sum(st.get("harm") is None or not np.isfinite(float(st["harm"])) for st in r["sets"]))}
+    if bad:
+        where = ", ".join(f"{k} ({n} sets)" for k, n in bad.items())
+        raise ValueError(f"harm: {sum(bad.values())} measured sets at {len(bad)} boundaries have a NaN, infinite or "
+                         f"missing harm: {where} (a DRSR part is corrupt: re-run interp drsr on those boundaries)")
+    for rec in kept:  # in (task, boundary) order: the rows do not depend on the order the parts were read in
         view = online_view(rec)
         index = {tuple(c["unit"]): j for j, c in enumerate(view["candidates"])}
         exact = {tuple(sorted(index[tuple(m)] for m in st["members"])): float(st["harm"]) for st in rec["sets"]
@@ -585,17 +607,15 @@ def gate_metrics(sup: Supervision, chosen: dict[int, int | None]) -> dict[str, A
             "n_boundaries": len(chosen), "n_deleted": len(picked), "n_measured": len(known)}
 
 
-def admissible(m: dict[str, Any], smooth: bool = True) -> bool:
-    """The selection constraints: no deletion, or, over the measured deletions, the unsafe rate (add-one smoothed
-    unless ``smooth`` is off) and the mean harm within their limits (a setting whose deletions were never
-    measured is not admissible: its harm is unknown)."""
-    if not m["n_deleted"]:
-        return True
-    n = m["n_measured"]
-    if not n:
-        return False
-    rate = (m["unsafe_rate"] * n + 1) / (n + 2) if smooth else m["unsafe_rate"]
-    return rate <= MAX_UNSAFE_RATE and m["mean_harm"] <= MAX_MEAN_HARM
+def admissible(n_deleted: np.ndarray, n_measured: np.ndarray, n_unsafe: np.ndarray, harm: np.ndarray,
+               cal: Calibration) -> np.ndarray:
+    """DRSR's empirical constraints, elementwise over settings: no deletion, or, over the measured deletions, the
+    unsafe rate (add-one smoothed when ``cal.smooth``) <= ``cal.alpha`` and the mean harm (``harm``: their sum)
+    <= ``MAX_MEAN_HARM`` (a setting whose deletions were never measured is not admissible: its harm is
+    unknown)."""
+    n = np.asarray(n_measured, float)
+    rate = (n_unsafe + 1) / (n + 2) if cal.smooth else n_unsafe / np.maximum(n, 1)
+    return (np.asarray(n_deleted) == 0) | ((n > 0) & (rate <= cal.alpha) & (harm <= MAX_MEAN_HARM * n))
 
 
 def _by_boundary(sup: Supervision, rows: np.ndarray, spec: FeatureSpec, fn: Any, width: int) -> np.ndarray:
@@ -642,34 +662,132 @@ def restrict(sup: Supervision, scored: Scored, k: int) -> Scored:
                   sup.boundary[scored.rows[keep]])
 
 
-def tau_grid(score: np.ndarray, n: int = TAU_POINTS) -> list[float]:
-    """Thresholds from observed scores: just above each (at most ``n``, evenly spaced observed quantiles)."""
-    if len(score) > n:
-        score = np.quantile(score, np.linspace(0, 1, n), method="inverted_cdf")
-    return sorted({float(np.nextafter(s, np.inf)) for s in score})
+@dataclass(frozen=True)
+class Calibration:
+    """How the gate's threshold is calibrated: the rule that picks the setting (``RULES``: "bound", a
+    finite-sample guarantee, or "empirical", DRSR's rule), the unsafe-rate limit ``alpha``, the confidence
+    ``delta`` of the bound, the folds of the cross-fitted scoring and whether the empirical rate is add-one
+    smoothed (``patching.config.GateConfig`` holds the defaults)."""
+
+    rule: str
+    alpha: float
+    delta: float
+    folds: int
+    smooth: bool
 
 
-def select(sup: Supervision, val: Scored, k_grid: Sequence[int] = K_GRID, beta_grid: Sequence[float] = BETA_GRID,
-           abstain: bool = True) -> tuple[GateSetting, dict[str, Any]]:
-    """The admissible (K, beta, tau) with the largest mean direct removal on validation (module docstring), and
-    its validation metrics."""
-    best: tuple[tuple[float, ...], GateSetting, dict[str, Any]] | None = None
+def sweep(sup: Supervision, scored: Scored, k: int, beta: float, taus: Sequence[float] = TAU_GRID
+          ) -> dict[str, np.ndarray]:
+    """The gate's deletions at every tau of ``taus`` (ascending) for one (K, beta), vectorised: per tau the
+    number of deleting boundaries, of measured deletions, of unsafe measured ones, the summed exact harm of the
+    measured ones and the summed removal (span tokens / request tokens). Per boundary the sets are ordered as
+    :func:`choose` ranks them (saving descending, score ascending, then canonical order); the set chosen at tau
+    is the first whose running minimum score is under tau, found by bisection over the running minima: the
+    same choice as :func:`decisions` at every tau (tested), in float64."""
+    mine = restrict(sup, scored, k)
+    score = np.asarray(mine.risk, np.float64) + float(beta) * np.asarray(mine.uncertainty, np.float64)
+    grid = np.asarray(taus, np.float64)
+    n_t = len(grid)
+    out = {name: np.zeros(n_t) for name in ("n_deleted", "n_measured", "n_unsafe", "harm", "removal")}
+    measured, unsafe = sup.measured, sup.unsafe
+    for bi, pos in mine.groups().items():
+        if not len(pos):
+            continue
+        rows = mine.rows[pos]
+        order = np.lexsort((np.arange(len(pos)), score[pos], -sup.saving[rows]))
+        s = score[pos][order]
+        low = np.minimum.accumulate(s)
+        record = np.flatnonzero(np.r_[True, low[1:] < low[:-1]])  # positions where the running minimum drops
+        ascending = s[record][::-1]
+        n_ge = len(record) - np.searchsorted(ascending, grid, side="left")  # records with score >= tau
+        hit = n_ge < len(record)
+        if not hit.any():
+            continue
+        chosen = rows[order[record[np.minimum(n_ge, len(record) - 1)]]]
+        prompt = sup.views[bi]["prompt_tokens"]
+        out["n_deleted"] += hit
+        out["n_measured"] += hit & measured[chosen]
+        out["n_unsafe"] += hit & unsafe[chosen]
+        out["harm"] += np.where(hit & measured[chosen], np.nan_to_num(sup.harm[chosen]), 0.0)
+        out["removal"] += np.where(hit, sup.saving[chosen] / prompt, 0.0)
+    out["n_boundaries"] = np.full(n_t, float(len(mine.boundaries)))
+    return out
+
+
+def needed_boundaries(cal: Calibration, n_hypotheses: int = len(K_GRID)) -> int:
+    """The fewest calibration boundaries whose deletions, all measured and all safe, could admit a setting:
+    ``ceil(log(delta / n_hypotheses) / log(1 - alpha))`` under the bound (``delta`` split over its
+    ``n_hypotheses`` sequences), ``1 / alpha - 2`` (add-one smoothed) or 1 (plain rate) under the empirical rule."""
+    if cal.rule == "bound":
+        return int(np.ceil(np.log(cal.delta / n_hypotheses) / np.log1p(-cal.alpha)))
+    return max(1, int(np.ceil(1 / cal.alpha - 2 - 1e-9))) if cal.smooth else 1
+
+
+def _setting_metrics(sup: Supervision, scored: Scored, setting: GateSetting) -> dict[str, Any]:
+    return gate_metrics(sup, decisions(sup, restrict(sup, scored, setting.k), setting))
+
+
+def select_empirical(sup: Supervision, scored: Scored, cal: Calibration, k_grid: Sequence[int] = K_GRID,
+                     beta_grid: Sequence[float] = BETA_GRID, abstain: bool = True
+                     ) -> tuple[GateSetting, dict[str, Any]]:
+    """DRSR's rule on calibration scores: the (K, beta, tau of ``TAU_GRID``) with the largest mean direct removal
+    whose deletions' empirical unsafe rate (add-one smoothed when ``cal.smooth``) is <= ``cal.alpha`` and mean
+    harm <= ``MAX_MEAN_HARM`` (module docstring; ties: smaller K, beta, tau); abstaining when none is."""
+    best: tuple[tuple[float, ...], GateSetting] | None = None
     for k in sorted(k_grid):
-        mine = restrict(sup, val, k)
         for beta in sorted(beta_grid):
-            score = mine.risk + beta * mine.uncertainty
-            for tau in [None, *tau_grid(score)]:
-                setting = GateSetting(k=k, beta=beta, tau=tau, abstain=abstain)
-                m = gate_metrics(sup, decisions(sup, mine, setting))
-                if not admissible(m):
-                    continue
-                key = (-(m["removal"] or 0.0), k, beta, -1.0 if tau is None else tau)
-                if best is None or key < best[0]:
-                    best = (key, setting, m)
-    if best is None:  # without abstention nothing may be admissible: the smallest forced setting
-        setting = GateSetting(k=min(k_grid), beta=min(beta_grid), tau=None, abstain=abstain)
-        return setting, gate_metrics(sup, decisions(sup, restrict(sup, val, setting.k), setting))
-    return best[1], best[2]
+            sw = sweep(sup, scored, k, beta)
+            ok = (sw["n_deleted"] > 0) & admissible(sw["n_deleted"], sw["n_measured"], sw["n_unsafe"], sw["harm"], cal)
+            if not ok.any():
+                continue
+            removal = np.where(ok, sw["removal"] / np.maximum(sw["n_boundaries"], 1), -np.inf)
+            i = int(np.argmax(removal))  # the first (smallest tau) of the largest removal
+            key = (-float(removal[i]), k, beta, TAU_GRID[i])
+            if best is None or key < best[0]:
+                best = (key, GateSetting(k=k, beta=beta, tau=TAU_GRID[i], abstain=abstain))
+    setting = best[1] if best is not None else GateSetting(k=min(k_grid), beta=min(beta_grid), tau=None,
+                                                           abstain=abstain)
+    return setting, _setting_metrics(sup, scored, setting)
+
+
+def select_bound(sup: Supervision, scored: Scored, cal: Calibration, k_grid: Sequence[int] = K_GRID,
+                 abstain: bool = True) -> tuple[GateSetting, dict[str, Any]]:
+    """The guaranteed rule (Learn then Test, module docstring): per K (beta 0), taus of ``TAU_GRID`` ascending are
+    tested in a fixed sequence, each by the binomial p-value ``P(Bin(n, alpha) <= n_bad)`` of its ``n``
+    deletions (``n_bad``: unsafe or unmeasured), at level ``delta / len(k_grid)``; the sequence skips the taus
+    with fewer deletions than :func:`needed_boundaries` (a function of the scores alone) and stops at the first
+    it cannot reject. Every tau it passes has an unsafe rate of deletions <= alpha with probability >= 1 - delta
+    (all K together); among them the largest mean direct removal with mean harm <= ``MAX_MEAN_HARM`` wins."""
+    from scipy.stats import binom
+
+    level = cal.delta / len(k_grid)
+    n_min = needed_boundaries(cal, len(k_grid))
+    best: tuple[tuple[float, ...], GateSetting] | None = None
+    for k in sorted(k_grid):
+        sw = sweep(sup, scored, k, 0.0)
+        n, bad = sw["n_deleted"], sw["n_deleted"] - sw["n_measured"] + sw["n_unsafe"]
+        p = binom.cdf(bad, n, cal.alpha)
+        tested = n >= n_min
+        failed = np.flatnonzero(tested & (p > level))
+        stop = int(failed[0]) if len(failed) else len(TAU_GRID)
+        ok = tested & (np.arange(len(TAU_GRID)) < stop) & (sw["harm"] <= MAX_MEAN_HARM * np.maximum(sw["n_measured"], 1))
+        if not ok.any():
+            continue
+        removal = np.where(ok, sw["removal"] / np.maximum(sw["n_boundaries"], 1), -np.inf)
+        i = int(np.argmax(removal))
+        key = (-float(removal[i]), k, 0.0, TAU_GRID[i])
+        if best is None or key < best[0]:
+            best = (key, GateSetting(k=k, beta=0.0, tau=TAU_GRID[i], abstain=abstain))
+    setting = best[1] if best is not None else GateSetting(k=min(k_grid), beta=0.0, tau=None, abstain=abstain)
+    return setting, _setting_metrics(sup, scored, setting)
+
+
+def select(sup: Supervision, scored: Scored, cal: Calibration, k_grid: Sequence[int] = K_GRID,
+           beta_grid: Sequence[float] = BETA_GRID, abstain: bool = True) -> tuple[GateSetting, dict[str, Any]]:
+    """The setting ``cal.rule`` selects on calibration scores (:func:`select_bound` or :func:`select_empirical`)."""
+    if cal.rule == "bound":
+        return select_bound(sup, scored, cal, k_grid, abstain)
+    return select_empirical(sup, scored, cal, k_grid, beta_grid, abstain)
 
 
 # ------------------------------------------------------------------ the scorer file and the online gate
@@ -700,13 +818,21 @@ class GateModel:
     split: dict[str, list[str]] = field(default_factory=dict)
     model: dict[str, Any] = field(default_factory=dict)  # spec, d_model, proj_dim (null: not projected)
     unit_kinds: tuple[str, ...] = GATE_KINDS
+    calibration: dict[str, Any] = field(default_factory=dict)  # patching.gate_eval.calibration_summary
 
     def to_json(self) -> dict[str, Any]:
         """The scorer file's document (``SCORER_FORMAT``)."""
         return {"schema": schema_dict(SCORER_FIELDS), "format": SCORER_FORMAT, "spec": asdict(self.spec),
                 "kind": self.scorer.kind, "scorer": self.scorer.to_json(),
                 "setting": asdict(self.setting), "split": self.split, "model": self.model,
-                "unit_kinds": list(self.unit_kinds)}
+                "unit_kinds": list(self.unit_kinds), "calibration": self.calibration}
+
+    def rule(self) -> Calibration:
+        """The calibration this gate was selected under (a scorer file without one: ``GateConfig``'s defaults)."""
+        c = self.calibration
+        if not c:
+            return GateConfig().calibration()
+        return Calibration(c["rule"], float(c["alpha"]), float(c["delta"]), int(c["folds_asked"]), bool(c["smooth"]))
 
     def save(self, path: Path, made: Mapping[str, Any]) -> Path:
         """Write the scorer file atomically, with the record of the training run that made it (``made``:
@@ -729,7 +855,7 @@ class GateModel:
                                    bool(spec["pairs"])),
                        make_scorer(doc.get("kind", "ridge")).from_json(doc["scorer"]), GateSetting(**doc["setting"]),
                        doc["split"],
-                       doc["model"], tuple(doc["unit_kinds"]))
+                       doc["model"], tuple(doc["unit_kinds"]), dict(doc.get("calibration") or {}))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path}: corrupt gate scorer file ({type(exc).__name__}: {exc})") from None
 

@@ -9,8 +9,9 @@ set's size, ``log1p`` span tokens and span tokens / request tokens; one hidden l
 maps it to the predicted harm. The ``FeatureSpec`` switches (``retained``, ``pairs``) zero their blocks, as for
 the ridge scorer's ablations.
 
-It is fitted in torch (float32, Adam, full batch, ``EPOCHS`` epochs, seeded: the same fit bit for bit on a
-machine; the weights are then kept in float64) to the exact harm, ``n_members`` bootstrap replicates over the training sets; each member's unsafe
+It is fitted in torch (float64 on one thread, Adam, full batch, ``EPOCHS`` epochs, each member seeded: the same
+fit whatever the thread count; float64 keeps the differences between machines' kernels ~1e-15, far below what
+moves a threshold of ``patching.gate.TAU_GRID``) to the exact harm, ``n_members`` bootstrap replicates over the training sets; each member's unsafe
 probability is ``P(harm > unsafe)`` under a normal with the member's prediction as mean and the out-of-bag
 residual spread (as the ridge scorer's). Prediction runs in numpy with each set reduced on its own (einsum
 without BLAS blocking), so a set's score is the same bits offline and online, in any batch. Stored as JSON
@@ -117,13 +118,19 @@ class SetMLPScorer:
         self.n_features_in_ = table.shape[1]
         y = sup.harm[rows]
         rng = np.random.default_rng(self.seed)
-        torch.manual_seed(self.seed)
+        picks = [np.arange(len(rows)) if self.n_members == 1 else rng.integers(len(rows), size=len(rows))
+                 for _ in range(self.n_members)]
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # one thread: the fit's reductions run in one order whatever the machine's threads
+        try:
+            self.members_ = []
+            for m, pick in enumerate(picks):
+                torch.manual_seed(self.seed * 1_000 + m)
+                self.members_.append(self._train(sup, rows[pick], y[pick], cand, mu, sd, spec, torch))
+        finally:
+            torch.set_num_threads(threads)
         resid: list[float] = []
-        self.members_ = []
-        for _ in range(self.n_members):
-            pick = np.arange(len(rows)) if self.n_members == 1 else rng.integers(len(rows), size=len(rows))
-            weights = self._train(sup, rows[pick], y[pick], cand, mu, sd, spec, torch)
-            self.members_.append(weights)
+        for weights, pick in zip(self.members_, picks):
             out = np.setdiff1d(np.arange(len(rows)), pick)
             if len(out):
                 resid.extend((y[out] - self._harm_rows(weights, sup, rows[out], cand, spec)).tolist())
@@ -136,10 +143,10 @@ class SetMLPScorer:
                sd: np.ndarray, spec: Any, torch: Any) -> dict[str, np.ndarray]:
         """One member: full-batch Adam on the sets of ``rows``, pooled as in prediction over one table of every
         training boundary's candidates (block-diagonal conflict and pool sums)."""
-        nn = torch.nn
+        nn, f64 = torch.nn, torch.float64
         bounds = sorted({int(x) for x in sup.boundary[rows]})
         offset = dict(zip(bounds, np.cumsum([0] + [len(cand[b]) for b in bounds[:-1]]).tolist()))
-        x = torch.tensor(np.concatenate([(cand[b] - mu) / sd for b in bounds]), dtype=torch.float32)
+        x = torch.tensor(np.concatenate([(cand[b] - mu) / sd for b in bounds]), dtype=f64)
         conflicts: list[list[int]] = []  # per candidate of the table: the pool members it takes along
         pool_of: list[int] = []  # per pool member of the table: its boundary's position
         n_pool = []
@@ -153,7 +160,7 @@ class SetMLPScorer:
         n = len(x)
         wide = max(map(len, conflicts)) if conflicts else 1
         conf_idx = torch.tensor([c + [n] * (wide - len(c)) for c in conflicts])  # n: a zero row
-        conf_n = torch.tensor([float(len(c)) for c in conflicts])
+        conf_n = torch.tensor([float(len(c)) for c in conflicts], dtype=f64)
         pool_idx, pool_bnd = torch.tensor(members, dtype=torch.long), torch.tensor(pool_of, dtype=torch.long)
         by_size = []
         for k in sorted({len(sup.members[r]) for r in rows}):
@@ -164,21 +171,22 @@ class SetMLPScorer:
                                            for m in sup.members[r])) for r in rows[mine]], dtype=torch.float64)
             prompt = torch.tensor([int(sup.views[int(sup.boundary[r])]["prompt_tokens"]) for r in rows[mine]],
                                   dtype=torch.float64)
-            size = torch.stack([torch.full_like(span, float(k)), torch.log1p(span), span / prompt], 1).float()
+            size = torch.stack([torch.full_like(span, float(k)), torch.log1p(span), span / prompt], 1)
             by_size.append((torch.tensor(mine), idx, bnd, size, k))
-        embed, hidden, head = nn.Linear(len(mu), EMBED), nn.Linear(4 * EMBED + 3, HIDDEN), nn.Linear(HIDDEN, 1)
+        embed, hidden, head = (nn.Linear(len(mu), EMBED, dtype=f64), nn.Linear(4 * EMBED + 3, HIDDEN, dtype=f64),
+                               nn.Linear(HIDDEN, 1, dtype=f64))
         params = [*embed.parameters(), *hidden.parameters(), *head.parameters()]
         opt = torch.optim.Adam(params, lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY)
         centre, scale = float(np.mean(y)), float(np.std(y)) or 1.0
-        target = torch.tensor((y - centre) / scale, dtype=torch.float32)  # fitted standardised, unfolded below
-        n_pool_t = torch.tensor(n_pool, dtype=torch.float32)
+        target = torch.tensor((y - centre) / scale, dtype=f64)  # fitted standardised, unfolded below
+        n_pool_t = torch.tensor(n_pool, dtype=f64)
         for _ in range(self.epochs):
             opt.zero_grad()
             emb = torch.relu(embed(x))
-            padded = torch.cat([emb, torch.zeros(1, EMBED)])
+            padded = torch.cat([emb, torch.zeros(1, EMBED, dtype=f64)])
             conf_sum = padded[conf_idx].sum(1)
-            total = torch.zeros(len(bounds), EMBED).index_add(0, pool_bnd, emb[pool_idx])
-            pred = torch.zeros(len(rows))
+            total = torch.zeros(len(bounds), EMBED, dtype=f64).index_add(0, pool_bnd, emb[pool_idx])
+            pred = torch.zeros(len(rows), dtype=f64)
             for mine, idx, bnd, size, k in by_size:
                 m = emb[idx]  # [n, k, E]
                 parts = [m.mean(1), m.max(1).values]

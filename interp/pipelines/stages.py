@@ -552,7 +552,7 @@ def gate_train(drsr_dir: Path, out: Path, config: GateConfig | None = None, part
     records, doc = drsr_records(drsr_dir, parts)
     with writer_lock(out, command="gate train"):
         gate_model, info = train(records, doc.get("model"), doc.get("proj_dim"), config.seed, config.n_members,
-                                 config.unsafe, scorer=config.scorer)
+                                 config.unsafe, scorer=config.scorer, calibration=config.calibration())
         gate_model.save(Path(out) / "gate_scorer.json", record(config, model=doc.get("model"),
                                                               inputs={"drsr_records": json_sha256(records)}))
     return {"scorer": str(Path(out) / "gate_scorer.json"), "setting": asdict(gate_model.setting),
@@ -737,8 +737,9 @@ def _gate_settings(ctx: StepContext) -> dict[str, Any]:
 
     config = GateConfig() if ctx.config.full else ctx.config.gate
     subset = {} if ctx.config.full else {
-        "subset": "the DRSR step's boundaries (one per trajectory) split 80:10:10 by trajectory; validation and "
-                  "test hold one or two trajectories each, so tau and the test metrics rest on a few boundaries"}
+        "subset": "the DRSR step's boundaries (one per trajectory) split 80:10:10 by trajectory; train and "
+                  "validation calibrate tau cross-fitted, too few for an admissible setting (gate.json calibration: "
+                  "the boundaries one needs and how many are missing); test holds one or two trajectories"}
     return {**config_dict(config), **subset}
 
 

@@ -62,6 +62,18 @@ DEPARTURES = {
     "attention_density_split": "Fig 10's candidates are split by the gate's selection as in DRSR's figure when a "
                                "scorer file is given (interp drsr --gate-scorer); without one by exact "
                                "singleton harm, labelled as the toolkit's split",
+    "set_model": "--scorer set-mlp pools the 64-d candidate embeddings 4 ways (deleted mean and max, retained "
+                 "mean, pair mean) plus size, span and span fraction: 4 x 64 + 3 = 259 inputs to its hidden layer, "
+                 "where DRSR records set_dims 451 = 7 x 64 + 3; DRSR does not state which 7 pools, and the toolkit "
+                 "does not guess the three it cannot name (the ridge scorer is unaffected)",
+    "smoothing": "the empirical rule (GateConfig.rule 'empirical') smooths the unsafe rate add-one, (n_unsafe + 1) "
+                 "/ (n_measured + 2), where DRSR states the plain rate: the search maximises removal, so the plain "
+                 "rate admits settings whose few deletions happened to be safe (GateConfig.smooth false: the plain "
+                 "rate); the default rule is neither but a finite-sample bound (GateConfig.rule 'bound': unsafe "
+                 "rate of deletions <= alpha with confidence 1 - delta), which DRSR does not have",
+    "calibration": "DRSR selects the setting on its validation split; the toolkit scores train and validation "
+                   "trajectories cross-fitted (task-level K-fold, each trajectory scored by a model that never saw "
+                   "it) and selects on the pooled out-of-fold scores, so every calibration trajectory informs tau",
     "direct_removal": "tokens.json counts a deleted token once, at the first request it is missing from "
                       "(DRSR's Direct, most likely); the removal summed over every later request is kept as "
                       "direct_removal_cumulative_tokens",

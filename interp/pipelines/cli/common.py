@@ -87,7 +87,7 @@ def build(cls: Callable[..., T], options: Mapping[str, str] | None = None, **kwa
     try:
         return cls(**kwargs)
     except ConfigError as exc:
-        raise ValueError(f"{option_name(exc.field, options)}: {exc.reason}") from None
+        raise ValueError(f"{option_name(exc.field, options).split('/')[0]}: {exc.reason}") from None
 
 
 def config_options(cls: type, options: Mapping[str, str] | None = None, skip: tuple[str, ...] = (),
@@ -131,7 +131,7 @@ def _option_type(f: Field[Any], option: str) -> object:
     unit = f" Unit: {f.metadata['unit']}." if f.metadata["unit"] else ""
     extra = f" One of: {', '.join(inner.choices)}." if isinstance(inner, Options) else ""
     none = f" Unset: {rule.none}." if optional else ""
-    decl = f"{option}/--no-{option.removeprefix('--')}" if kind is bool else option
+    decl = f"{option}/--no-{option.removeprefix('--')}" if kind is bool and "/" not in option else option
     return Annotated[Optional[kind] if optional else kind,  # noqa: UP007  (typer reads Optional)
                      typer.Option(decl, help=f"{f.metadata['help']}{unit}{extra}{none}")]
 

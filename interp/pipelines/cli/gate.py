@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -10,7 +11,9 @@ import typer
 
 from interp.io import check_output_dir
 from interp.pipelines import stages
-from interp.pipelines.cli.common import app, config_options, console
+import warnings
+
+from interp.pipelines.cli.common import app, config_options, console, err
 from patching.config import GateConfig
 
 OPTIONS = {"n_members": "--members"}  # config field -> option, where the option's name is not the field's
@@ -33,17 +36,27 @@ def gate_train(
     *,
     config: GateConfig,
 ) -> None:
-    """Fit the set-harm scorer on the train trajectories and select K, beta, tau on validation."""
+    """Fit the set-harm scorer on the train and validation trajectories and select K, beta, tau on their
+    cross-fitted scores."""
     check_output_dir(out, "--out")
-    info = stages.gate_train(drsr, out, config, parts)
-    s = info["setting"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        info = stages.gate_train(drsr, out, config, parts)
+    for w in caught:
+        err.print(f"warning: {w.message}", markup=False)
+    s, c = info["setting"], info["summary"]
+    why = {"data": f"abstains: {c['n_boundaries']} calibration boundaries, {c['missing_boundaries']} short of the "
+                   f"{c['needed_boundaries']} an admissible setting needs",
+           "no_safe_setting": f"abstains: no safe setting on {c['n_boundaries']} calibration boundaries"}
     console.print(f"{info['scorer']}: {info['n_rows']} sets; split {len(info['split']['train'])}/"
-                  f"{len(info['split']['validation'])}/{len(info['split']['test'])} trajectories; selected K {s['k']}, "
-                  f"beta {s['beta']}, tau {s['tau']}; {info['train_seconds']:.1f} s", markup=False)
+                  f"{len(info['split']['validation'])}/{len(info['split']['test'])} trajectories; {c['n_folds']} "
+                  f"calibration folds; rule {c['rule']}: K {s['k']}, beta {s['beta']}, tau {s['tau']}"
+                  f"{'; ' + why[c['abstain']] if c['abstain'] else ''}; {info['train_seconds']:.1f} s", markup=False)
 
 
 @gate_app.command("eval")
-@config_options(GateConfig, skip=("scorer", "seed", "n_members", "unsafe"))  # the scorer file holds those
+@config_options(GateConfig, skip=("scorer", "seed", "n_members", "unsafe", "rule", "alpha", "delta", "folds", "smooth"))
+# the scorer file holds those: its kind, seed, ensemble, unsafe threshold and calibration
 def gate_eval(
     drsr: DrsrOpt,
     scorer: Annotated[Path, typer.Option("--scorer", help="gate_scorer.json of `interp gate train`.")],
@@ -56,5 +69,9 @@ def gate_eval(
     check_output_dir(out, "--out")
     doc = stages.gate_eval(drsr, scorer, out, config, parts)
     g, p = doc["gate"], doc["prediction"]
+    rate = (f"unsafe rate {g['unsafe_rate']} over {g['n_measured']} measured deletions" if g["n_measured"]
+            else f"no measured deletion ({g['n_deleted']} deletions)")
     console.print(f"{Path(out) / 'gate.json'}: test MAE {p['mae']}, Spearman {p['spearman']}; gate coverage "
-                  f"{g['coverage']}, removal {g['removal']}, unsafe rate {g['unsafe_rate']}", markup=False)
+                  f"{g['coverage']}, removal {g['removal']}, {rate}", markup=False)
+    for note in doc["notes"]:
+        console.print(f"- {note}", markup=False)

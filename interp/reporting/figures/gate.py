@@ -1,5 +1,5 @@
-"""DRSR's set-risk gate from ``gate.json`` (``patching.gate_eval``): unsafe-score distributions of validation and
-test sets (DRSR Fig 7), the risk-gate operating curve against tau (Fig 8), coverage / saving / unsafe rate across
+"""DRSR's set-risk gate from ``gate.json`` (``patching.gate_eval``): unsafe-score distributions of calibration
+(out-of-fold) and test sets (DRSR Fig 7), the risk-gate operating curve against tau (Fig 8), coverage / saving / unsafe rate across
 beta (Fig 9), and the report's section (prediction, pair ordering, the gate, the ablations, the reference beside
 ours). Titles describe; they draw no conclusion.
 """
@@ -25,9 +25,9 @@ def _where(result: dict) -> str:
 
 
 def scores_figure(result: dict) -> go.Figure:
-    """Unsafe scores of the valid candidate sets of validation (a) and test (b), by their exact label."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("a  validation sets", "b  test sets (held out)"))
-    for col, part in enumerate(("validation", "test"), start=1):
+    """Unsafe scores of the valid candidate sets of calibration (a, out-of-fold) and test (b), by exact label."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("a  calibration sets (out-of-fold)", "b  test sets (held out)"))
+    for col, part in enumerate(("calibration", "test"), start=1):
         sc = result["scores"][part]
         for label, color, name in ((False, PALETTE[0], "safe (exact harm at most the threshold)"),
                                    (True, PALETTE[3], "unsafe (exact harm above the threshold)")):
@@ -82,7 +82,8 @@ def operating_curve_figure(result: dict) -> go.Figure:
 
 
 def beta_figure(result: dict) -> go.Figure:
-    """Coverage, mean direct removal and empirical unsafe rate on test for each beta (tau selected on validation)."""
+    """Coverage, mean direct removal and empirical unsafe rate on test for each beta (tau selected on calibration
+    by the empirical rule)."""
     rows = result["beta_sweep"]
     betas = [str(r["beta"]) for r in rows]
     fig = go.Figure()
@@ -94,7 +95,7 @@ def beta_figure(result: dict) -> go.Figure:
     fig.update_yaxes(title_text="fraction (test trajectories)")
     fig.update_layout(template=TEMPLATE, barmode="group", height=520, legend=BOTTOM_LEGEND, margin=dict(b=140))
     titled(fig, "Gate coverage, saving and unsafe rate across beta", [
-        f"tau per beta selected on validation at K {result['selected']['k']}; dotted: the unsafe-rate limit; "
+        f"tau per beta selected on calibration (empirical rule) at K {result['selected']['k']}; dotted: the unsafe-rate limit; "
         f"reference frozen beta {ref.DRSR_GATE['beta']}", _where(result)])
     return fig
 
@@ -105,19 +106,48 @@ def _ci(ci: Any) -> str:
     return f" {text}" if text else ""
 
 
+def calibration_lines(result: dict) -> list[str]:
+    """The report's lines on how the gate was calibrated: the split rule, both rules' settings, and whether it
+    deletes or abstains for lack of data (how many calibration boundaries are missing) or of a safe setting."""
+    c = result["calibration"]
+    lines = [f"Calibration: {c['split_rule']}; {c['n_folds']} folds, {c['n_boundaries']} calibration boundaries "
+             f"with a measured set ({c['n_sets']} sets, {c['n_unsafe']} unsafe). Rule used: {c['rule']} (alpha "
+             f"{c['alpha']}, delta {c['delta']}).", "",
+             "| rule | K | beta | tau | boundaries needed | calibration coverage | calibration unsafe rate | test "
+             "coverage | test unsafe rate |", "|---|---|---|---|---|---|---|---|---|"]
+    for rule, r in c["rules"].items():
+        cal, test = r["calibration"], r.get("test") or {}
+        lines.append(f"| {rule} | {r['k']} | {r['beta']} | {shown(num(r['tau'], 4))} | {r['needed_boundaries']} | "
+                     f"{shown(num(cal['coverage']))} | {shown(num(cal['unsafe_rate']))} | "
+                     f"{shown(num(test.get('coverage')))} | {shown(num(test.get('unsafe_rate')))} |")
+    if c["abstain"] == "data":
+        verdict = (f"The gate abstains for lack of calibration data: an admissible setting under the {c['rule']} "
+                   f"rule needs at least {c['needed_boundaries']} calibration boundaries; this run has "
+                   f"{c['n_boundaries']}, {c['missing_boundaries']} missing.")
+    elif c["abstain"] == "no_safe_setting":
+        verdict = (f"The gate abstains for lack of a safe setting: {c['n_boundaries']} calibration boundaries "
+                   f"(enough: {c['needed_boundaries']}) admitted none.")
+    else:
+        verdict = f"The gate deletes: tau {shown(num(result['selected']['tau'], 4))} under the {c['rule']} rule."
+    return [*lines, "", verdict]
+
+
 def gate_section(result: dict, folder: Path | None = None) -> list[str]:
-    """The report's lines for gate.json: the split, prediction, pair ordering, the gate and the ablations."""
+    """The report's lines for gate.json: the split, calibration, prediction, pair ordering, the gate and the
+    ablations."""
     r = ref.DRSR_GATE
     sel, pred, g = result["selected"], result["prediction"], result["gate"]
     split = result["split"]
-    lines = [f"Scorer trained on {len(split['train']['tasks'])} trajectories ({split['train']['n_sets']} sets), "
-             f"selected on {len(split['validation']['tasks'])} ({split['validation']['n_sets']} sets), evaluated on "
-             f"{len(split['test']['tasks'])} held-out trajectories ({split['test']['n_sets']} sets); unsafe: exact "
-             f"harm above {result['settings']['unsafe_threshold']} nats/token. Selected on validation: K {sel['k']}, "
+    lines = [f"Scorer trained on {len(split['train']['tasks'])} + {len(split['validation']['tasks'])} train and "
+             f"validation trajectories ({split['train']['n_sets'] + split['validation']['n_sets']} sets), "
+             f"evaluated on {len(split['test']['tasks'])} held-out trajectories ({split['test']['n_sets']} sets); "
+             f"unsafe: exact harm above {result['settings']['unsafe_threshold']} nats/token. Selected: K {sel['k']}, "
              f"beta {sel['beta']}, tau {shown(num(sel['tau'], 4))} on this scorer's scale (reference: K {r['k']}, "
-             f"beta {r['beta']}); constraints unsafe rate <= {r['max_unsafe_rate']}, mean harm <= "
+             f"beta {r['beta']}); constraints unsafe rate <= {result['settings']['max_unsafe_rate']}, mean harm <= "
              f"{r['max_mean_harm']}, removal cap {r['max_removal']:.0%}.", "",
+             *calibration_lines(result), "",
              f"Departures: {ref.DEPARTURES['scorer']} (DRSR's tau {r['tau']} on its own scale). "
+             f"{ref.DEPARTURES['set_model']}. {ref.DEPARTURES['smoothing']}. {ref.DEPARTURES['calibration']}. "
              f"{ref.DEPARTURES['unsafe_threshold']}.", "",
              f"Predicted vs exact harm on test: MAE {shown(num(pred['mae'], 4))}{_ci(pred['mae_ci'])} nats/token, "
              f"Spearman {shown(num(pred['spearman']))}{_ci(pred['spearman_ci'])} ({pred['n_sets']} sets).", "",
