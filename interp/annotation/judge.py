@@ -79,10 +79,8 @@ labels agree`` read it). Its columns (``CSV_FIELDS``):
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import http.client
-import io
 import json
 import os
 import re
@@ -97,7 +95,7 @@ from typing import Any
 
 from interp.annotation.guideline import guideline_markdown
 from interp.annotation.session import SHORT, Item, build_queue, task_fields
-from interp.data.labels import write_labels_csv
+from interp.data.labels import read_label_table, write_labels_csv
 from interp.data.trajectory import Step, Trajectory, load_trajectories
 from interp.io import file_sha256, writer_lock
 from interp.schema import Field
@@ -378,7 +376,7 @@ def read_journal(path: Path) -> list[dict[str, Any]]:
         with open(path, "r+b") as fh:
             fh.truncate(keep)
     out = []
-    for line, text in enumerate(raw[:keep].decode("utf-8", "replace").splitlines(), start=1):
+    for line, text in enumerate(raw[:keep].decode("utf-8", "replace").split("\n")[:-1], start=1):
         try:
             event = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -489,17 +487,14 @@ def run_judge(trajectories: Path, labels_csv: Path, config: JudgeConfig, task: s
 
 def missing_counts(labels_csv: Path) -> dict[str, int]:
     """``{field: items}`` a judge's CSV records as missing (its ``missing`` column); ``{}`` for a CSV without one."""
-    from interp.io import read_text
-
     names = {short: name for name, short in SHORT.items()}
+    header, rows = read_label_table(labels_csv)
     out: dict[str, int] = {}
-    with io.StringIO(read_text(Path(labels_csv)), newline="") as fh:
-        reader = csv.DictReader(fh)
-        if "missing" not in (reader.fieldnames or []):
-            return {}
-        for row in reader:
-            for part in filter(None, (row.get("missing") or "").split("; ")):
-                field = names.get(part.split(":", 1)[0].lstrip("'"))
-                if field:
-                    out[field] = out.get(field, 0) + 1
+    if "missing" not in header:
+        return {}
+    for _, row in rows:
+        for part in filter(None, row["missing"].split("; ")):
+            field = names.get(part.split(":", 1)[0])
+            if field:
+                out[field] = out.get(field, 0) + 1
     return out

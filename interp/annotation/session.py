@@ -73,9 +73,7 @@ The labels CSV has one row per boundary with a label; it is the format
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import json
 import os
 import time
@@ -84,9 +82,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from interp.data.labels import Labels, read_labels_csv, unguard_cell, write_labels_csv
+from interp.data.labels import Labels, labels_from_table, read_label_table, write_labels_csv
 from interp.data.trajectory import Trajectory
-from interp.io import read_text
 from interp.schema import Field
 
 JOURNAL_FIELDS = (
@@ -195,19 +192,18 @@ class AnnotatorLabels:
 def read_annotator_csv(path: Path, fields: Sequence[str], trajectories: Iterable[Trajectory] | None = None
                        ) -> AnnotatorLabels:
     """An annotator's labels CSV (each of ``fields`` required; errors name FILE:LINE: field), with its annotator
-    name (the ``annotator`` column, else the file stem), notes and suggestion flags."""
+    name (the ``annotator`` column, else the file stem), notes and suggestion flags, every text as written."""
     trajs = list(trajectories) if trajectories is not None else None
-    labels = {name: read_labels_csv(path, name, trajs) for name in fields}
+    header, rows = read_label_table(path)
+    labels = {name: labels_from_table(header, rows, path, name, trajs) for name in fields}
     names, notes, shown = set(), {}, {}
-    with io.StringIO(read_text(Path(path)), newline="") as fh:
-        for raw in csv.DictReader(fh):
-            row = {k: unguard_cell(v) if isinstance(v, str) else v for k, v in raw.items()}
-            key = ((row.get("task_id") or "").strip(), int((row.get("after_step") or "0").strip()))
-            if (row.get("annotator") or "").strip():
-                names.add(row["annotator"].strip())
-            if (row.get("note") or "").strip():
-                notes[key] = row["note"].strip()
-            shown[key] = int((row.get("suggestions") or "0").strip() in ("1", "1.0", "True", "true"))
+    for _, row in rows:
+        key = (row["task_id"], int(row["after_step"]))
+        if row.get("annotator"):
+            names.add(row["annotator"])
+        if row.get("note"):
+            notes[key] = row["note"]
+        shown[key] = int(row.get("suggestions", "").strip() in ("1", "1.0", "True", "true"))
     return AnnotatorLabels(Path(path), "+".join(sorted(names)) or Path(path).stem, labels, notes, shown)
 
 
@@ -244,7 +240,7 @@ class Journal:
                 fh.flush()
                 os.fsync(fh.fileno())
         events = []
-        for line, text in enumerate(raw[:keep].decode("utf-8", errors="replace").splitlines(), start=1):
+        for line, text in enumerate(raw[:keep].decode("utf-8", "replace").split("\n")[:-1], start=1):
             try:
                 event = json.loads(text)
             except json.JSONDecodeError as exc:
