@@ -311,12 +311,14 @@ def kappa_ci(predicted: Mapping[tuple[str, int], int], reference: Mapping[tuple[
 
     Resamples tasks with replacement (all boundaries of a drawn task); resamples
     where kappa is undefined (one class only) are left out, ``n_boot_defined``
-    counts the others. ``kappa_ci`` is None without two tasks or a defined kappa.
+    counts the others. ``kappa_ci`` is None without two tasks or a defined kappa; ``kappa_ci_note`` says when the
+    CI says little or nothing (:func:`interp.data.reliability.ci_note`).
     """
     import numpy as np
     from sklearn.exceptions import UndefinedMetricWarning
     from sklearn.metrics import cohen_kappa_score
 
+    from interp.data.reliability import ci_note
     from interp.stats import percentile_ci, task_resamples
 
     out = agreement(predicted, reference)
@@ -324,6 +326,7 @@ def kappa_ci(predicted: Mapping[tuple[str, int], int], reference: Mapping[tuple[
     groups = np.array([k[0] for k in keys])
     out.update(kappa_ci=None, n_tasks=len(set(groups.tolist())), n_boot=n_boot, n_boot_defined=0)
     if out["kappa"] is None or out["n_tasks"] < 2:
+        out["kappa_ci_note"] = ci_note(out["n_tasks"], out["kappa"], [], n_boot, "undefined, so no CI")
         return out
     pred = np.array([int(predicted[k]) for k in keys])
     ref = np.array([int(reference[k]) for k in keys])
@@ -336,6 +339,7 @@ def kappa_ci(predicted: Mapping[tuple[str, int], int], reference: Mapping[tuple[
             if k == k:
                 kappas.append(k)
     out["n_boot_defined"] = len(kappas)
+    out["kappa_ci_note"] = ci_note(out["n_tasks"], out["kappa"], kappas, n_boot)
     if kappas:
         out["kappa_ci"] = [round(float(bound), 4) for bound in percentile_ci(kappas, level)]
     return out
