@@ -275,10 +275,14 @@ def labels_judge(
                                                    help="Bearer key (sent, never written or printed).")] = None,
     task: Annotated[str, typer.Option("--task", help="g (G: history up to b only), y (y: the later steps too) "
                                                      "or both.")] = "both",
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per request.")] = 120.0,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per request, all of it: connect, send and the "
+                                                             "whole reply, however slowly it comes.")] = 120.0,
     retries: Annotated[int, typer.Option("--retries", help="Retries on 429, 5xx, timeouts, connection errors.")] = 4,
     backoff: Annotated[float, typer.Option("--backoff", help="First retry wait in seconds, doubling (a "
                                                              "Retry-After header wins).")] = 2.0,
+    max_wait: Annotated[float, typer.Option("--max-wait", help="The longest Retry-After honoured, in seconds (a "
+                                                               "longer one is cut to this; every wait is "
+                                                               "printed).")] = 60.0,
     min_interval: Annotated[float, typer.Option("--min-interval", help="Rate limit: seconds between request "
                                                                        "starts.")] = 0.0,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Answer token limit.")] = 200,
@@ -297,7 +301,7 @@ def labels_judge(
 
     check_output_dir(labels.parent, "--labels")
     config = JudgeConfig(base_url, model, api_key, timeout, retries, backoff, min_interval, max_tokens, temperature,
-                         max_chars)
+                         max_chars, max_wait)
 
     def show(i: int, n: int, item: Item, rec: Mapping[str, Any], cached: bool) -> None:
         value = "missing (" + rec["problem"] + ")" if rec["label"] is None else rec["label"]
@@ -305,7 +309,8 @@ def labels_judge(
                       + (" (cached)" if cached else ""), markup=False, highlight=False)
 
     summary = run_judge(trajectories, labels, config, task, allow_control_tokens=allow_control_tokens,
-                        retry_missing=retry_missing, on_answer=show, max_items=max_items)
+                        retry_missing=retry_missing, on_answer=show, max_items=max_items,
+                        log=lambda line: console.print(f"  {line}", markup=False, highlight=False))
     for name, c in summary["fields"].items():
         console.print(f"{name}: {c['labelled']} labelled ({c['positive']} positive), {c['missing']} missing",
                       markup=False)
