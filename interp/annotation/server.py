@@ -69,6 +69,7 @@ from interp.annotation.session import (
     folder_for,
     read_annotator_csv,
     review_queue,
+    shown_sha256,
     task_fields,
     trajectory_sha256,
 )
@@ -399,8 +400,9 @@ def open_app(p: Plan, frame_ancestors: Sequence[str] = (), behind_proxy: bool = 
     """The app of a plan: replays (and appends a start to) the journal, rewrites the CSV. Call under the lock."""
     security_headers(frame_ancestors)  # a bad origin is refused before the journal is touched
     hashes = {task_id: trajectory_sha256(t) for task_id, t in p.trajectories.items()}
+    shown = {item: shown_sha256(p.trajectories[item.task_id], item) for item in p.full_queue}
     session = Session(p.queue, p.labels_csv, p.annotator, p.task, p.start, p.compared, p.full_queue, hashes,
-                      p.reviewed)
+                      p.reviewed, shown)
     return AnnotationApp(session, p.trajectories, restart=p.restart, frame_ancestors=tuple(frame_ancestors),
                          behind_proxy=behind_proxy)
 

@@ -29,13 +29,18 @@ starts, so killing the server at any moment loses nothing but a line being
 written (a torn last line is dropped on restart). The folder's writer lock
 (:func:`interp.io.writer_lock`) refuses a second server on the same output.
 
-Binding. Every item event carries :func:`trajectory_sha256` of its trajectory
-(what the annotator saw: domain, system prompt, tools, task, steps). On a
-restart, the events of a trajectory whose text changed since are set aside,
-never re-attached: the item is unlabelled again and :attr:`Session.flags` holds
-one line per such item naming task, boundary and label (``interp annotate``
-prints them; the page marks the item). A restart resumes at the first item
-neither labelled nor skipped (then the first unlabelled one).
+Binding. Every item event carries :func:`shown_sha256`: the hash of what the
+page showed for that item (the trajectory's setup and steps 1..b for G, every
+step for y). On a restart, the events of an item whose shown text changed since
+are set aside, never re-attached: the item is unlabelled again and
+:attr:`Session.flags` holds one line per such item naming task, boundary and
+label (``interp annotate`` prints them; the page marks the item). An edit to
+step 2 thus sets aside G at b >= 2 and every y of that trajectory, and keeps G
+at b = 1. Events of a trajectory no longer in the file (or of a boundary it no
+longer has) are set aside with one flag line per trajectory; the other labels
+are kept. Journals of older versions (a whole-trajectory ``trajectory_sha256``
+only) are compared by that. A restart resumes at the first item neither
+labelled nor skipped (then the first unlabelled one).
 Fields of a journal line (``JOURNAL_FIELDS``):
 
 | name | shape | dtype | units | meaning |
@@ -49,6 +54,7 @@ Fields of a journal line (``JOURNAL_FIELDS``):
 | ``suggestions`` | ``[]`` | bool | - | label: whether the rule labelers' evidence was shown when it was given |
 | ``note`` | ``[]`` | str | - | note: the free-text note of the item (empty clears it) |
 | ``trajectory_sha256`` | ``[]`` | str | - | every event but start: :func:`trajectory_sha256` of the item's trajectory when it happened |
+| ``shown_sha256`` | ``[]`` | str | - | every event but start: :func:`shown_sha256` of what the item's page showed when it happened |
 | ``session`` | ``{...}`` | object | - | start: annotator, task, mode (label, adjudicate or review), trajectories (path and sha256), compared (the two CSVs of adjudication), reviewed (the CSV of review) |
 
 The labels CSV has one row per boundary with a label; it is the format
@@ -98,6 +104,8 @@ JOURNAL_FIELDS = (
     Field("note", "[]", "str", "-", "note: the free-text note of the item (empty clears it)"),
     Field("trajectory_sha256", "[]", "str", "-",
           "every event but start: :func:`trajectory_sha256` of the item's trajectory when it happened"),
+    Field("shown_sha256", "[]", "str", "-",
+          "every event but start: :func:`shown_sha256` of what the item's page showed when it happened"),
     Field("session", "{...}", "object", "-",
           "start: annotator, task, mode (label, adjudicate or review), trajectories (path and sha256), compared "
           "(the two CSVs of adjudication), reviewed (the CSV of review)"),
@@ -164,6 +172,17 @@ def folder_for(labels_csv: Path) -> Path:
     """The session folder of an output CSV (journal and writer lock): ``<labels>.annotate`` beside it."""
     labels_csv = Path(labels_csv)
     return labels_csv.parent / f"{labels_csv.name}.annotate"
+
+
+def shown_sha256(traj: Trajectory, item: Item) -> str:
+    """SHA-256 of what the page shows for one item: the trajectory's setup (domain, system prompt, tools, task) and
+    steps 1..b for G, every step for y (the later steps are shown for y); canonical JSON. A label stays bound
+    to it: an edit after b leaves the G labels at b valid."""
+    steps = traj.steps if item.field == "future_necessity" else traj.steps[:item.after_step]
+    seen = {"domain": traj.domain, "system_prompt": traj.system_prompt, "tools": [dict(t) for t in traj.tools],
+            "task": traj.task, "field": item.field, "after_step": item.after_step,
+            "steps": [s.to_json() for s in steps]}
+    return hashlib.sha256(json.dumps(seen, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
 def trajectory_sha256(traj: Trajectory) -> str:
@@ -273,9 +292,10 @@ class Session:
     def __init__(self, queue: Sequence[Item], labels_csv: Path, annotator: str, task: str,
                  start: Mapping[str, Any], compared: tuple[AnnotatorLabels, AnnotatorLabels] | None = None,
                  full_queue: Sequence[Item] | None = None, hashes: Mapping[str, str] | None = None,
-                 reviewed: AnnotatorLabels | None = None):
+                 reviewed: AnnotatorLabels | None = None, shown: Mapping[Item, str] | None = None):
         self.queue = list(queue)
         self.hashes = dict(hashes or {})  # task_id -> trajectory_sha256 of the trajectory served now
+        self.shown = dict(shown or {})  # item -> shown_sha256: what its page shows now
         self.index = {item: i for i, item in enumerate(self.queue)}
         self.labels_csv = Path(labels_csv)
         self.annotator, self.task, self.fields = annotator.strip(), task, task_fields(task)
@@ -288,6 +308,7 @@ class Session:
         self.skipped: set[Item] = set()
         self.changed: dict[Item, int] = {}  # item -> journal line of its latest set-aside event (trajectory changed)
         self.unbound = 0  # replayed events without a trajectory hash (journals of older versions)
+        self.removed: dict[str, list[int]] = {}  # task_id no longer served -> journal lines of its events
         self.position = 0
         self.reviewed = reviewed
         self.mode = "adjudicate" if compared else "review" if reviewed else "label"
@@ -299,12 +320,18 @@ class Session:
         self.write_csv()
 
     # ---- replay and changes -------------------------------------------------------------------------------
-    def _item(self, event: Mapping[str, Any]) -> Item:
+    def _item(self, event: Mapping[str, Any]) -> Item | None:
+        """The item of a journal event; None (set aside in ``removed``) when its trajectory is no longer served or
+        no longer has that boundary."""
         where = f"{self.journal.path}:{event.get('_line', '?')}"
         try:
             item = Item(str(event["task_id"]), int(event["after_step"]), str(event["field"]))
         except (KeyError, TypeError, ValueError):
             raise ValueError(f"{where}: task_id/after_step/field: missing or malformed") from None
+        if self.hashes and (item.task_id not in self.hashes or
+                            (self.shown and item not in self.shown and item.field in self.fields)):
+            self.removed.setdefault(item.task_id, []).append(event["_line"])
+            return None
         if item not in self.index:
             raise ValueError(f"{where}: {item.task_id}@{item.after_step} {item.field} is not an item of this "
                              f"session (other trajectories or --task?); use another --labels file")
@@ -320,10 +347,9 @@ class Session:
                                      f"{prior.get(key)!r}, not {mine!r}; use another --labels file")
             return
         item = self._item(event)
-        stamped = event.get("trajectory_sha256")
-        if stamped is None:
-            self.unbound += 1
-        elif item.task_id in self.hashes and stamped != self.hashes[item.task_id]:
+        if item is None:
+            return
+        if self._changed(event, item):
             self.changed[item] = event["_line"]  # labelled on other text: set aside, never re-attached
             return
         if kind == "label":
@@ -340,6 +366,18 @@ class Session:
             self._pop()
         else:
             self.notes[item] = str(event.get("note", ""))
+
+    def _changed(self, event: Mapping[str, Any], item: Item) -> bool:
+        """Whether what ``item``'s page shows changed since ``event``: its ``shown_sha256`` (the history up to b for
+        G, the whole trajectory for y), else (older journals) the whole trajectory's hash; unstamped events count
+        in ``unbound``."""
+        if "shown_sha256" in event and item in self.shown:
+            return bool(event["shown_sha256"] != self.shown[item])
+        stamped = event.get("trajectory_sha256")
+        if stamped is None:
+            self.unbound += 1
+            return False
+        return item.task_id in self.hashes and stamped != self.hashes[item.task_id]
 
     def _after(self, item: Item) -> int:
         return min(self.index[item] + 1, len(self.queue) - 1)
@@ -366,6 +404,8 @@ class Session:
 
     def _event(self, kind: str, item: Item, **extra: Any) -> dict[str, Any]:
         stamp = {"trajectory_sha256": self.hashes[item.task_id]} if item.task_id in self.hashes else {}
+        if item in self.shown:
+            stamp["shown_sha256"] = self.shown[item]
         return {"event": kind, "time": now(), "task_id": item.task_id, "after_step": item.after_step,
                 "field": item.field, **extra, **stamp}
 
@@ -378,9 +418,12 @@ class Session:
     def flags(self) -> list[str]:
         """One line per item whose earlier labels were set aside because its trajectory changed since."""
         where = self.journal.path
-        return [f"{item.task_id}@{item.after_step} {SHORT[item.field]}: trajectory {item.task_id!r} changed since "
-                f"it was labelled ({where}:{line}); its earlier label and note are set aside, label it again"
-                for item, line in self.changed.items()]
+        return [f"{item.task_id}@{item.after_step} {SHORT[item.field]}: what this item shows of trajectory "
+                f"{item.task_id!r} changed since it was labelled ({where}:{line}); its earlier label and note are "
+                "set aside, label it again" for item, line in self.changed.items()] + \
+               [f"{task_id!r}: {len(lines)} journal event(s) of boundaries no longer in the trajectory file "
+                f"({where}:{', '.join(map(str, lines[:5]))}{', ...' if len(lines) > 5 else ''}); set aside, the rest "
+                "of the labels are kept" for task_id, lines in self.removed.items()]
 
     def marks(self) -> str:
         """One character per queue item: its label ``0``/``1``, ``s`` skipped, ``c`` changed, ``.`` open."""
