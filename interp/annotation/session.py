@@ -206,24 +206,40 @@ class AnnotatorLabels:
     labels: dict[str, Labels]
     notes: dict[tuple[str, int], str] = field(default_factory=dict)
     suggestions: dict[tuple[str, int], int] = field(default_factory=dict)
+    confidence: dict[tuple[str, int], str] = field(default_factory=dict)
 
 
 def read_annotator_csv(path: Path, fields: Sequence[str], trajectories: Iterable[Trajectory] | None = None
                        ) -> AnnotatorLabels:
     """An annotator's labels CSV (each of ``fields`` required; errors name FILE:LINE: field), with its annotator
-    name (the ``annotator`` column, else the file stem), notes and suggestion flags, every text as written."""
+    name (the ``annotator`` column, else the file stem), notes (a judge's: its ``rationale``), confidence (a
+    ``confidence`` column, when there is one) and suggestion flags, every text as written."""
     trajs = list(trajectories) if trajectories is not None else None
     header, rows = read_label_table(path)
     labels = {name: labels_from_table(header, rows, path, name, trajs) for name in fields}
-    names, notes, shown = set(), {}, {}
+    names, notes, shown, confidence = set(), {}, {}, {}
     for _, row in rows:
         key = (row["task_id"], int(row["after_step"]))
         if row.get("annotator"):
             names.add(row["annotator"])
-        if row.get("note"):
-            notes[key] = row["note"]
+        if row.get("note") or row.get("rationale"):
+            notes[key] = row.get("note") or row["rationale"]
+        if row.get("confidence"):
+            confidence[key] = row["confidence"]
         shown[key] = int(row.get("suggestions", "").strip() in ("1", "1.0", "True", "true"))
-    return AnnotatorLabels(Path(path), "+".join(sorted(names)) or Path(path).stem, labels, notes, shown)
+    return AnnotatorLabels(Path(path), "+".join(sorted(names)) or Path(path).stem, labels, notes, shown,
+                           confidence)
+
+
+def note_of(text: str, name: str) -> str:
+    """The part of a row's note (or a judge's rationale) about label ``name``: rows with both labels write
+    ``G: ...; y: ...``, so a G item never shows the reasons given for y (which saw the later steps)."""
+    if text.startswith("G: ") and "; y: " in text:
+        g, y = text[3:].split("; y: ", 1)
+        return g if name == "externalization_gap" else y
+    if text.startswith(("G: ", "y: ")):
+        return text[3:] if text[0] == SHORT[name] else ""
+    return text
 
 
 def review_queue(queue: Sequence[Item], reviewed: AnnotatorLabels) -> list[Item]:
@@ -479,7 +495,8 @@ class Session:
         ``[]``."""
         shown = [*(self.compared or ()), *((self.reviewed,) if self.reviewed else ())]
         return [{"annotator": c.annotator, "value": c.labels[item.field].get(item.boundary),
-                 "note": c.notes.get(item.boundary, "")} for c in shown]
+                 "note": note_of(c.notes.get(item.boundary, ""), item.field),
+                 "confidence": c.confidence.get(item.boundary, "")} for c in shown]
 
     def csv_rows(self) -> list[dict[str, Any]]:
         """The CSV rows (``CSV_FIELDS``): one per boundary with a label, in queue order."""

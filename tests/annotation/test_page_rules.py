@@ -223,6 +223,21 @@ def test_written_code_is_highlighted_by_pygments_and_joins_back_to_the_text():
     assert "tokens" not in call_view("write_file", {"path": "notes.unknownext", "content": "a\nb"})["args"][1]
 
 
+def test_review_shows_the_judges_rationale_for_the_asked_label_only(runs, tmp_path):
+    """The judge writes ``rationale`` (``G: ...; y: ...`` with both labels); review shows the part for the item."""
+    from interp.annotation.judge import CSV_FIELDS
+
+    judge = write_labels_csv(tmp_path / "judge.csv", [
+        {"task_id": "a", "after_step": 1, "externalization_gap": 1, "future_necessity": 0, "annotator": "judge:m",
+         "rationale": "G: the plan; y: later re-plan"},
+        {"task_id": "a", "after_step": 2, "externalization_gap": 0, "future_necessity": 1, "annotator": "judge:m",
+         "rationale": "y: only y"}], "externalization_gap", [f.name for f in CSV_FIELDS[3:]])
+    s = open_app(plan(runs, tmp_path / "carol.csv", "carol", "both", review=judge)).session
+    notes = {(i.task_id, i.after_step, i.field): s.others(i)[0]["note"] for i in s.queue}
+    assert notes == {("a", 1, "externalization_gap"): "the plan", ("a", 2, "externalization_gap"): "",
+                     ("a", 1, "future_necessity"): "later re-plan", ("a", 2, "future_necessity"): "only y"}
+
+
 def test_a_judges_labels_are_walked_confirmed_or_corrected_and_recorded_as_such(runs, tmp_path):
     judge = write_labels_csv(tmp_path / "judge.csv", [
         {"task_id": "a", "after_step": 1, "externalization_gap": 1, "annotator": "judge:tiny", "note": "plan only in reasoning"},
@@ -233,7 +248,8 @@ def test_a_judges_labels_are_walked_confirmed_or_corrected_and_recorded_as_such(
     out = tmp_path / "carol.csv"
     s = open_app(plan(runs, out, "carol", "g", review=judge)).session
     assert s.mode == "review" and [(i.task_id, i.after_step) for i in s.queue] == [("a", 1), ("a", 3), ("b", 1)]
-    assert s.others(s.queue[0]) == [{"annotator": "judge:tiny", "value": 1, "note": "plan only in reasoning"}]
+    assert s.others(s.queue[0]) == [{"annotator": "judge:tiny", "value": 1, "note": "plan only in reasoning",
+                                     "confidence": ""}]
     s.label(0, 1, False)  # confirms
     s.label(1, 1, False)  # corrects 0 -> 1
     rows = [line.split(",") for line in out.read_text().splitlines()]

@@ -57,7 +57,7 @@ def annotate(
     security_headers(frame_ancestor or ())
     sock = bind(port)
     with session_lock(p.labels_csv):
-        web = open_app(p, frame_ancestor or (), behind_proxy)
+        web = open_app(p, frame_ancestor or (), behind_proxy, port)
         s = web.session
         for line in s.flags:  # labels given on text that has changed since: set aside, never re-attached
             console.print(f"changed: {line}", markup=False, highlight=False)
