@@ -86,8 +86,8 @@ def _label_sources(files: list[Path], trajectories: Optional[Path], fields: list
     seen: dict[Path, Path] = {}
     for p in files:
         if p.resolve() in seen:
-            raise ValueError(f"{p}: given twice (also as {seen[p.resolve()]}); a file agrees with itself by "
-                             "construction, give each annotator's file once")
+            raise ValueError(f"{p}: given twice (also as {seen[p.resolve()]}); give each file once (a file "
+                             "compared with itself agrees by construction)")
         seen[p.resolve()] = p
     if with_annotations and trajectories is None:
         raise ValueError("--trajectories: needed to compare with the trajectories' annotations")
@@ -180,8 +180,8 @@ def labels_agree(
         sets = {n: sources[n][name] for n in names}
         empty = [n for n, labels in sets.items() if not labels]
         if len(empty) > len(sets) - 2:
-            raise ValueError(f"{name}: {', '.join(empty)} hold no {name} label; agreement needs two annotators' "
-                             "labels")
+            raise ValueError(f"{name}: {', '.join(empty)} {'holds' if len(empty) == 1 else 'hold'} no {name} "
+                             "label; agreement needs two annotators' labels")
         rel = reliability(sets, (0, 1), n_boot, seed, level)
         console.print(f"{name}: {len(sets)} annotators, {rel['n_pairable']} boundaries labelled by two or more "
                       f"({rel['n_units']} by any) of {rel['n_tasks']} tasks", markup=False, highlight=False)
