@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import unicodedata
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -139,3 +140,40 @@ def test_a_judge_model_name_with_cr_reads_back_exactly(tmp_path):
     assert [r["model"] for _, r in rows] == [model, model]
     assert [r["rationale"] for _, r in rows] == ["G: =SUM(A1) why"] * 2
     assert read_labels_csv(out, G) == {("a", 1): 1, ("a", 2): 1}
+
+
+ID_TEXT = st.text(st.one_of(st.sampled_from([c for c in HOSTILE if unicodedata.category(c) != "Cc"]),
+                            st.characters(exclude_categories=["Cs", "Cc"])), min_size=1, max_size=8)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(task_id=ID_TEXT, note=TEXT)
+def test_the_page_writes_any_id_and_note_that_validation_accepts_exactly(tmp_path_factory, task_id, note):
+    """Through the real producer: a trajectory id (control characters are refused at validation) and a note sent
+    to the API come back from the hand-labels CSV as they were."""
+    root = tmp_path_factory.mktemp("page")
+    runs = write_jsonl(root / "runs.jsonl", [record(task_id, [step(1), step(2)])])
+    web = open_app(plan(runs, root / "alice.csv", "alice", "g"))
+    web.change("label", {"index": 1, "value": 0})
+    web.change("note", parse_body(json.dumps({"index": 1, "note": note}).encode(), "note"))
+    got = read_annotator_csv(root / "alice.csv", [G], None)
+    assert got.labels[G] == {(task_id, 2): 0} and got.notes == ({(task_id, 2): note} if note else {})
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(task_id=TEXT.filter(bool), model=TEXT, rationale=TEXT, problem=TEXT)
+def test_the_judge_writes_any_model_name_and_rationale_exactly(tmp_path_factory, task_id, model, rationale, problem):
+    from interp.annotation.judge import csv_rows
+    from interp.annotation.session import Item
+
+    items = [Item(task_id, 1, G), Item(task_id, 1, Y)]
+    answers = {items[0]: {"served_model": model, "prompt_sha256": "x", "time": "t", "label": 1,
+                          "rationale": rationale, "problem": ""},
+               items[1]: {"served_model": model, "prompt_sha256": "x", "time": "t", "label": None,
+                          "rationale": "", "problem": problem}}
+    path = tmp_path_factory.mktemp("judge") / "judge.csv"
+    write_labels_csv(path, csv_rows(items, answers, "asked"), G, KINDS["judge"][1:])
+    (_, row), = read_label_table(path)[1]
+    assert row["task_id"] == task_id and row["model"] == (model or "asked")
+    assert row["rationale"] == (f"G: {rationale}" if rationale else "") and row["missing"] == f"y: {problem}"
+    assert read_labels_csv(path, G) == {(task_id, 1): 1} and read_labels_csv(path, Y) == {}
