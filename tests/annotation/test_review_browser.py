@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from interp.data.labels import write_labels_csv
+from interp.data.labels import read_label_table, write_labels_csv
 from tests.annotation._support import Server, free_port, press, record, step, wait_for, write_jsonl
 from tests.annotation.test_page_browser import INDEX, PROGRESS, long_step
 
@@ -58,8 +58,12 @@ def test_review_shows_the_judge_beside_the_question_and_g_starts_afresh(tmp_path
                                     f"{row['confidence']} \u00b7 why: reason {shown_id} at {row['after_step']}, "
                                     f"the plan is only in step {row['after_step']}'s reasoning"), (k, seen)
             assert "LATER-STEP" not in seen["text"]  # the y reasons (they saw the later steps) stay out of G
-            press(browser, str(row["externalization_gap"] if k % 3 else 1 - row["externalization_gap"]))
+            given = row["externalization_gap"] if k % 3 else 1 - row["externalization_gap"]
+            press(browser, str(given))
             wait_for(browser, PROGRESS, f"{k + 1} / 10 labelled")
+            wait_for(browser, "return document.getElementById('status').textContent",
+                     f"confirmed judge:tiny's {given} at item {k + 1}" if k % 3 else
+                     f"corrected judge:tiny's {row['externalization_gap']} to {given} at item {k + 1}")
         from selenium.webdriver.common.keys import Keys
 
         for number in ("5", "7"):
@@ -68,3 +72,6 @@ def test_review_shows_the_judge_beside_the_question_and_g_starts_afresh(tmp_path
             wait_for(browser, INDEX, str(int(number) - 1))
     finally:
         server.stop()
+    reviewed = {(r["task_id"], int(r["after_step"])): r for _, r in read_label_table(out)[1]}
+    assert all((reviewed[(r["task_id"], r["after_step"])]["reviewed_externalization_gap"] ==
+                str(r["externalization_gap"])) for r in rows)  # each label recorded beside the judge's

@@ -11,6 +11,7 @@
   let state = null;
   let index = 0;
   let shown = null; // the item index on screen (its scroll position is kept while it stays)
+  let onScreen = null; // the item payload on screen
   let gone = false;
   let chain = Promise.resolve(); // key presses and clicks are handled one after the other, in order
 
@@ -263,6 +264,7 @@
     document.body.dataset.field = v.field;
     if (same) $("scroll").scrollTop = keep; else scrollToBoundary();
     shown = index;
+    onScreen = v;
   }
 
   async function go(i) {
@@ -315,8 +317,12 @@
     if (key === "0" || key === "1") {
       const at = index;
       const evidence = $("suggest").getAttribute("aria-pressed") === "true";
+      const reviewed = state.mode === "review" && onScreen && onScreen.others.length ? onScreen.others[0] : null;
       const reply = await change("label", {index: at, value: Number(key), suggestions: evidence});
-      say(`saved ${key} at item ${at + 1}`);
+      if (reviewed && reviewed.value !== null) { // recorded with the reviewed label beside it (reviewed_<field>)
+        say(Number(key) === reviewed.value ? `confirmed ${reviewed.annotator}'s ${key} at item ${at + 1}`
+          : `corrected ${reviewed.annotator}'s ${reviewed.value} to ${key} at item ${at + 1}`);
+      } else say(`saved ${key} at item ${at + 1}`);
       await after(reply);
     } else if (key === "s") {
       const reply = await change("skip", {index});
