@@ -121,7 +121,7 @@ def test_a_note_with_cr_sent_to_the_api_reads_back_exactly(tmp_path):
     runs = write_jsonl(tmp_path / "runs.jsonl", [record("a", [step(t) for t in range(1, 3)])])
     out = tmp_path / "alice.csv"
     web = open_app(plan(runs, out, "alice", "g"))
-    note = "line\rnext\r\n=1+1 \u200b\u202e'"
+    note = "line\rnext\r\n=1+1 \u200b\u202e' \u2028\x85\x1c"  # U+2028, NEL, FS: line breaks to str.splitlines
     web.change("label", parse_body(json.dumps({"index": 0, "value": 1}).encode(), "label"))
     web.change("note", parse_body(json.dumps({"index": 0, "note": note}).encode(), "note"))
     assert read_annotator_csv(out, [G]).notes == {("a", 1): note}
@@ -132,7 +132,7 @@ def test_a_note_with_cr_sent_to_the_api_reads_back_exactly(tmp_path):
 
 def test_a_judge_model_name_with_cr_reads_back_exactly(tmp_path):
     runs = write_jsonl(tmp_path / "runs.jsonl", [record("a", [step(t) for t in range(1, 3)])])
-    model = "m\r=1+1,\"x\"\n"
+    model = "m\r=1+1,\"x\"\n\u2028"
     out = tmp_path / "judge.csv"
     with StubLLM(lambda item, attempt: ("answer", "G: 1\n=SUM(A1)\rwhy"), model=model) as stub:
         run_judge(runs, out, JudgeConfig(stub.base_url, "asked", backoff_s=0), "g")
@@ -140,6 +140,10 @@ def test_a_judge_model_name_with_cr_reads_back_exactly(tmp_path):
     assert [r["model"] for _, r in rows] == [model, model]
     assert [r["rationale"] for _, r in rows] == ["G: =SUM(A1) why"] * 2
     assert read_labels_csv(out, G) == {("a", 1): 1, ("a", 2): 1}
+    with StubLLM(lambda item, attempt: ("answer", "G: 0"), model=model) as stub:  # a re-run reads the journal back
+        run_judge(runs, out, JudgeConfig(stub.base_url, "asked", backoff_s=0), "g")
+        assert stub.asked() == []
+    assert [r["model"] for _, r in read_label_table(out)[1]] == [model, model]
 
 
 ID_TEXT = st.text(st.one_of(st.sampled_from([c for c in HOSTILE if unicodedata.category(c) != "Cc"]),
