@@ -100,11 +100,13 @@ def inside(folder: Path, path: Path) -> Path:
     return resolved
 
 
-def read_text(path: Path) -> str:
-    """The UTF-8 text of ``path``; ValueError naming the file when it is not UTF-8."""
+def read_text(path: Path, newline: str | None = None) -> str:
+    """The UTF-8 text of ``path`` (``newline=""``: line ends as written, for a CSV whose cells may hold CR); ValueError
+    naming the file when it is not UTF-8."""
     path = Path(path)
     try:
-        return path.read_text(encoding="utf-8")
+        with open(path, encoding="utf-8", newline=newline) as fh:
+            return fh.read()
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
 

@@ -4,7 +4,7 @@
 per item (``task_id, after_step, field``, the queue of ``interp annotate``:
 G at b = 1..n, y at b = 1..n-1) to any OpenAI-compatible endpoint (a local
 vLLM, Ollama or llama.cpp server, a hosted API): ``POST {base_url}/chat/completions``
-with the standard library's HTTP client (:mod:`urllib.request`, no SDK).
+with the standard library's HTTP client (:mod:`http.client`, no SDK, no proxy).
 
 The request. The system message is the labelling guideline
 (:func:`interp.annotation.guideline.guideline_markdown`) and the answer
@@ -24,14 +24,20 @@ an empty or malformed response, an HTTP error, a timeout) is recorded as
 **missing** with the reason, never as 0.
 
 Retries and pacing. HTTP 429, 5xx, timeouts and connection errors are retried
-up to ``max_retries`` times, waiting ``Retry-After`` when the server sends
-it, else ``backoff_s * 2**attempt``; other 4xx are not retried. Requests
-start at least ``min_interval_s`` apart (rate limit). Each request has a
-``timeout_s``.
+up to ``max_retries`` times, waiting ``Retry-After`` (seconds or an HTTP date)
+when the server sends it, at most ``max_wait_s`` (``--max-wait``; every such
+wait is logged), else ``backoff_s * 2**attempt``; other 4xx are not retried.
+Requests start at least ``min_interval_s`` apart (rate limit). Each request
+has a total deadline of ``timeout_s``: connect, send and the whole reply, a
+reply trickled a byte at a time included (:func:`http_post`). A run whose
+every request failed (nothing answered) raises :class:`JudgeEndpointError`
+with the endpoint's error (``interp labels judge`` exits non-zero).
 
 Cache and resume. ``<labels>.judge/journal.jsonl`` beside the output CSV
 gets one line per answer, flushed and fsynced before the next request; the
-CSV is rewritten atomically after each. A re-run (also after a kill) reads the
+CSV is rewritten atomically after each, from every answer the journal holds
+for the current requests (a ``--max-items`` pilot after a full run keeps every
+row). A re-run (also after a kill) reads the
 journal and asks only the items without an answer for the same request (same
 model, rubric, item text and settings: ``request_sha256``): a failed request
 (HTTP error, timeout, malformed response) is asked again, an unusable reply
@@ -79,17 +85,16 @@ labels agree`` read it). Its columns (``CSV_FIELDS``):
 
 from __future__ import annotations
 
-import csv
+import email.utils
 import hashlib
 import http.client
-import io
 import json
 import os
 import re
 import socket
+import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -97,7 +102,7 @@ from typing import Any
 
 from interp.annotation.guideline import guideline_markdown
 from interp.annotation.session import SHORT, Item, build_queue, task_fields
-from interp.data.labels import write_labels_csv
+from interp.data.labels import read_label_table, write_labels_csv
 from interp.data.trajectory import Step, Trajectory, load_trajectories
 from interp.io import file_sha256, writer_lock
 from interp.schema import Field
@@ -166,6 +171,7 @@ class JudgeConfig:
     max_tokens: int = 200
     temperature: float = 0.0
     max_chars: int = 4000
+    max_wait_s: float = 60.0  # the longest Retry-After honoured
 
     def __post_init__(self) -> None:
         if not re.match(r"^https?://[^/\s]+", self.base_url):
@@ -173,7 +179,7 @@ class JudgeConfig:
                              "(e.g. http://127.0.0.1:8000/v1; or set OPENAI_BASE_URL)")
         if not self.model.strip():
             raise ValueError("--model: empty (name the model the endpoint serves; or set OPENAI_MODEL)")
-        for name in ("timeout_s", "backoff_s", "min_interval_s", "temperature"):
+        for name in ("timeout_s", "backoff_s", "min_interval_s", "temperature", "max_wait_s"):
             value = getattr(self, name)
             if not value >= 0 or (name == "timeout_s" and value == 0):
                 raise ValueError(f"{name}: must be {'> 0' if name == 'timeout_s' else '>= 0'}, got {value!r}")
@@ -278,24 +284,54 @@ def parse_answer(content: str, name: str) -> tuple[int | None, str, str]:
     return int(first.group(1)), rationale, ""
 
 
-def urllib_post(url: str, body: bytes, headers: Mapping[str, str], timeout: float
-                ) -> tuple[int, Mapping[str, str], bytes]:
-    """POST with :mod:`urllib.request`: ``(status, headers, body)`` for every HTTP status; timeouts and
-    connection failures raise (``TimeoutError``, ``OSError``, ``http.client.HTTPException``)."""
-    request = urllib.request.Request(url, data=body, headers=dict(headers), method="POST")
+def http_post(url: str, body: bytes, headers: Mapping[str, str], timeout: float
+              ) -> tuple[int, Mapping[str, str], bytes]:
+    """POST with a total deadline of ``timeout`` seconds for connect, send and the whole reply (a reply trickled a
+    byte at a time included: a watchdog shuts the socket at the deadline); ``(status, headers, body)`` for every
+    HTTP status. A deadline passed raises ``TimeoutError``; a connection failure ``OSError`` or
+    ``http.client.HTTPException``. No proxy is used (the endpoint is asked directly)."""
+    parts = urllib.parse.urlsplit(url)
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = kind(parts.hostname or "", parts.port, timeout=timeout)
+    expired = threading.Event()
+
+    def cut() -> None:
+        expired.set()
+        if conn.sock is not None:
+            try:
+                conn.sock.shutdown(socket.SHUT_RDWR)  # a blocked read returns at once
+            except OSError:
+                pass
+
+    watchdog = threading.Timer(timeout, cut)
+    watchdog.daemon = True
+    watchdog.start()
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, dict(response.headers), response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, dict(exc.headers or {}), exc.read() if exc.fp else b""
+        conn.connect()
+        if expired.is_set():
+            raise TimeoutError
+        conn.request("POST", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), body=body,
+                     headers=dict(headers))
+        response = conn.getresponse()
+        data = response.read()
+        if expired.is_set():
+            raise TimeoutError
+        return response.status, dict(response.headers), data
+    except (OSError, http.client.HTTPException):
+        if expired.is_set():
+            raise TimeoutError(f"no complete reply within {timeout:g} s") from None
+        raise
+    finally:
+        watchdog.cancel()
+        conn.close()
 
 
 class JudgeClient:
     """Asks the endpoint one item at a time: pacing, retries with backoff, timeouts, strict answer parsing."""
 
-    def __init__(self, config: JudgeConfig, post: Post = urllib_post, sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic):
-        self.config, self.post, self.sleep, self.clock = config, post, sleep, clock
+    def __init__(self, config: JudgeConfig, post: Post = http_post, sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic, log: Callable[[str], None] = lambda line: None):
+        self.config, self.post, self.sleep, self.clock, self.log = config, post, sleep, clock, log
         self.last_start: float | None = None
 
     def _pace(self) -> None:
@@ -306,13 +342,29 @@ class JudgeClient:
                 self.sleep(wait)
         self.last_start = self.clock()
 
-    def _wait(self, headers: Mapping[str, str], attempt: int) -> float:
-        """Seconds before retry ``attempt + 1``: the server's Retry-After (seconds) if given, else the backoff."""
-        retry_after = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
+    def _wait(self, status: int | None, headers: Mapping[str, str], attempt: int) -> float:
+        """Seconds before retry ``attempt + 1``: the server's Retry-After (seconds or an HTTP date) up to
+        ``max_wait_s`` (logged), else the backoff."""
+        backoff = self.config.backoff_s * 2 ** attempt
+        raw = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
+        if raw is None:
+            return backoff
         try:
-            return max(0.0, float(retry_after)) if retry_after is not None else self.config.backoff_s * 2 ** attempt
+            asked = float(raw)
         except ValueError:
-            return self.config.backoff_s * 2 ** attempt
+            try:
+                asked = email.utils.parsedate_to_datetime(raw).timestamp() - time.time()
+            except (TypeError, ValueError):
+                self.log(f"HTTP {status}: Retry-After {raw!r} is neither seconds nor a date; waiting the backoff "
+                         f"{backoff:g} s")
+                return backoff
+        asked = asked if asked == asked else 0.0  # NaN
+        wait = min(max(0.0, asked), self.config.max_wait_s)
+        if asked > 0:
+            self.log(f"HTTP {status}: the server asks to wait {asked:g} s (Retry-After); waiting {wait:g} s"
+                     + (f" (the cap, --max-wait {self.config.max_wait_s:g})" if wait < asked else "")
+                     + f" before retry {attempt + 1} of {self.config.max_retries}")
+        return wait
 
     def ask(self, messages: Sequence[Mapping[str, str]], name: str) -> Answer:
         """One item's answer to label ``name`` (G or y); a failure after every retry or an unusable reply is
@@ -326,6 +378,7 @@ class JudgeClient:
         for attempt in range(c.max_retries + 1):
             self._pace()
             reply: Mapping[str, str] = {}
+            status: int | None = None
             try:
                 status, reply, raw = self.post(c.endpoint, body, headers, c.timeout_s)
             except (TimeoutError, socket.timeout):
@@ -339,7 +392,7 @@ class JudgeClient:
                 if status != 429 and status < 500:
                     return Answer(None, "", problem, attempt + 1)
             if attempt < c.max_retries:
-                self.sleep(self._wait(reply, attempt))
+                self.sleep(self._wait(status, reply, attempt))
         return Answer(None, "", f"{problem} after {c.max_retries + 1} attempts", c.max_retries + 1)
 
     def _answer(self, raw: bytes, attempts: int, name: str) -> Answer:
@@ -378,7 +431,7 @@ def read_journal(path: Path) -> list[dict[str, Any]]:
         with open(path, "r+b") as fh:
             fh.truncate(keep)
     out = []
-    for line, text in enumerate(raw[:keep].decode("utf-8", "replace").splitlines(), start=1):
+    for line, text in enumerate(raw[:keep].decode("utf-8", "replace").split("\n")[:-1], start=1):
         try:
             event = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -420,17 +473,28 @@ def csv_rows(queue: Sequence[Item], answers: Mapping[Item, Mapping[str, Any]], m
     return list(rows.values())
 
 
+class JudgeEndpointError(ValueError):
+    """A judge run that labelled nothing because every request to the endpoint failed (its error is the message)."""
+
+
 def run_judge(trajectories: Path, labels_csv: Path, config: JudgeConfig, task: str = "both",
               client: JudgeClient | None = None, allow_control_tokens: bool = False, retry_missing: bool = False,
               on_answer: Callable[[int, int, Item, Mapping[str, Any], bool], None] | None = None,
-              max_items: int | None = None) -> dict[str, Any]:
+              max_items: int | None = None, log: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Label every item of ``task`` with the judge, resuming from the journal; returns counts per field.
 
     ``max_items`` (a pilot, or a test on a slow model): only that many items,
     those with the shortest prompts, shortest first; a later run without it
-    asks the rest (the answers are cached).
-    ``on_answer(i, n, item, record, cached)`` is called after each item. Returns
-    ``{n_items, n_asked, n_cached, fields: {field: {labelled, positive, missing}}, prompt_sha256, csv}``.
+    asks the rest (the answers are cached). The CSV holds every item the journal
+    answered for the current request, asked in this run or before, so a run
+    with ``max_items`` never drops rows an earlier run wrote.
+    ``on_answer(i, n, item, record, cached)`` is called after each item; ``log``
+    gets the client's waits (Retry-After). Returns ``{n_items, n_asked,
+    n_cached, fields: {field: {labelled, positive, missing}}, prompt_sha256,
+    csv}`` (counts of this run's items). When requests were sent and every one
+    failed (no reply: connection refused, timeouts, HTTP errors), raises
+    :class:`JudgeEndpointError` with the endpoint's error, after the journal and
+    CSV record the items as missing.
     """
     trajectories, labels_csv = Path(trajectories), Path(labels_csv)
     trajs = load_trajectories(trajectories, allow_control_tokens=allow_control_tokens)
@@ -442,10 +506,13 @@ def run_judge(trajectories: Path, labels_csv: Path, config: JudgeConfig, task: s
     prompts = {item: item_prompt(by_id[item.task_id], item, config.max_chars) for item in queue}
     asked = (queue if max_items is None else
              sorted(queue, key=lambda it: len(prompts[it]))[:max_items])  # stable: ties keep queue order
-    client = client or JudgeClient(config)
+    client = client or JudgeClient(config, log=log)
     system = system_prompt()
     rubric = sha256_text(system)
+    keys = {item: sha256_text(json.dumps([config.model, _messages(system, prompts[item]), config.temperature,
+                                          config.max_tokens])) for item in queue}
     folder = folder_for(labels_csv)
+    columns = [*fields[1:], "annotator", "model", "prompt_sha256", "time", "rationale", "missing"]
     with writer_lock(folder, command="labels judge"):
         journal = folder / JOURNAL_NAME
         cached: dict[str, dict[str, Any]] = {}
@@ -455,30 +522,35 @@ def run_judge(trajectories: Path, labels_csv: Path, config: JudgeConfig, task: s
         append_line(journal, {"event": "start", "time": now(), "settings": {
             **config.settings(), "task": task, "trajectories": {"path": str(trajectories),
                                                                 "sha256": file_sha256(trajectories)}}})
+        known = {item: cached[keys[item]] for item in queue if keys[item] in cached}  # earlier runs' answers
         answers: dict[Item, dict[str, Any]] = {}
         n_asked = n_cached = 0
+        failures: list[str] = []
         for i, item in enumerate(asked):
-            messages = [{"role": "system", "content": system}, {"role": "user", "content": prompts[item]}]
-            key = sha256_text(json.dumps([config.model, messages, config.temperature, config.max_tokens]))
-            rec = cached.get(key)
+            rec = cached.get(keys[item])
             hit = rec is not None and (rec["label"] is not None or (rec.get("answered", False) and not retry_missing))
             if not hit:
-                answer = client.ask(messages, SHORT[item.field])
+                answer = client.ask(_messages(system, prompts[item]), SHORT[item.field])
                 rec = {"event": "answer", "time": now(), "task_id": item.task_id, "after_step": item.after_step,
                        "field": item.field, "model": config.model, "served_model": answer.served_model,
-                       "prompt_sha256": rubric, "request_sha256": key, "label": answer.label,
+                       "prompt_sha256": rubric, "request_sha256": keys[item], "label": answer.label,
                        "rationale": answer.rationale, "problem": answer.problem, "attempts": answer.attempts,
                        "answered": answer.answered}
                 append_line(journal, rec)
                 n_asked += 1
+                if not answer.answered:
+                    failures.append(answer.problem)
             else:
                 n_cached += 1
             assert rec is not None
-            answers[item] = rec
-            write_labels_csv(labels_csv, csv_rows(queue, answers, config.model), fields[0],
-                             [*fields[1:], "annotator", "model", "prompt_sha256", "time", "rationale", "missing"])
+            answers[item] = known[item] = rec
+            write_labels_csv(labels_csv, csv_rows(queue, known, config.model), fields[0], columns)
             if on_answer is not None:
                 on_answer(i, len(asked), item, rec, hit)
+    if n_asked and len(failures) == n_asked:
+        raise JudgeEndpointError(f"--base-url {config.base_url}: every one of {n_asked} requests failed, nothing "
+                                 f"labelled; the last: {failures[-1]} (recorded as missing; fix the endpoint and "
+                                 "re-run: failed requests are asked again)")
     counts = {f: {"labelled": sum(1 for it, r in answers.items() if it.field == f and r["label"] is not None),
                   "positive": sum(1 for it, r in answers.items() if it.field == f and r["label"] == 1),
                   "missing": sum(1 for it, r in answers.items() if it.field == f and r["label"] is None)}
@@ -487,19 +559,21 @@ def run_judge(trajectories: Path, labels_csv: Path, config: JudgeConfig, task: s
             "prompt_sha256": rubric, "csv": str(labels_csv)}
 
 
+def _messages(system: str, user: str) -> list[dict[str, str]]:
+    """The chat messages of one item: the rubric as system message, the item as user message."""
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
 def missing_counts(labels_csv: Path) -> dict[str, int]:
     """``{field: items}`` a judge's CSV records as missing (its ``missing`` column); ``{}`` for a CSV without one."""
-    from interp.io import read_text
-
     names = {short: name for name, short in SHORT.items()}
+    header, rows = read_label_table(labels_csv)
     out: dict[str, int] = {}
-    with io.StringIO(read_text(Path(labels_csv)), newline="") as fh:
-        reader = csv.DictReader(fh)
-        if "missing" not in (reader.fieldnames or []):
-            return {}
-        for row in reader:
-            for part in filter(None, (row.get("missing") or "").split("; ")):
-                field = names.get(part.split(":", 1)[0].lstrip("'"))
-                if field:
-                    out[field] = out.get(field, 0) + 1
+    if "missing" not in header:
+        return {}
+    for _, row in rows:
+        for part in filter(None, row["missing"].split("; ")):
+            field = names.get(part.split(":", 1)[0])
+            if field:
+                out[field] = out.get(field, 0) + 1
     return out

@@ -69,6 +69,7 @@ from interp.annotation.session import (
     folder_for,
     read_annotator_csv,
     review_queue,
+    shown_sha256,
     task_fields,
     trajectory_sha256,
 )
@@ -351,11 +352,14 @@ class Plan:
 
 
 def restart_command(trajectories: Path, labels_csv: Path, annotator: str, task: str,
-                    adjudicate: Sequence[Path] = (), review: Path | None = None) -> str:
-    """The ``interp annotate`` command line that resumes this session (shell-quoted)."""
+                    adjudicate: Sequence[Path] = (), review: Path | None = None, allow_control_tokens: bool = False,
+                    ) -> str:
+    """The ``interp annotate`` command line that resumes this session (shell-quoted); :func:`open_app` adds the
+    serving options (``--frame-ancestor``, ``--behind-proxy``, ``--port``)."""
     args = ["interp", "annotate", "--trajectories", str(trajectories), "--labels", str(labels_csv),
             "--annotator", annotator, "--task", task, *(a for p in adjudicate for a in ("--adjudicate", str(p))),
-            *(("--review", str(review)) if review is not None else ())]
+            *(("--review", str(review)) if review is not None else ()),
+            *(("--allow-control-tokens",) if allow_control_tokens else ())]
     return " ".join(shlex.quote(a) for a in args)
 
 
@@ -391,17 +395,24 @@ def plan(trajectories: Path, labels_csv: Path, annotator: str, task: str = "g",
     start = {"trajectories": {"path": str(trajectories), "sha256": file_sha256(Path(trajectories))},
              "compared": [str(p) for p in adjudicate], **({"reviewed": str(review)} if review is not None else {})}
     return Plan(labels_csv, annotator.strip(), task, {t.task_id: t for t in trajs}, queue, full, start, compared,
-                restart_command(Path(trajectories), labels_csv, annotator.strip(), task, adjudicate, review),
+                restart_command(Path(trajectories), labels_csv, annotator.strip(), task, adjudicate, review,
+                                allow_control_tokens),
                 reviewed)
 
 
-def open_app(p: Plan, frame_ancestors: Sequence[str] = (), behind_proxy: bool = False) -> AnnotationApp:
-    """The app of a plan: replays (and appends a start to) the journal, rewrites the CSV. Call under the lock."""
+def open_app(p: Plan, frame_ancestors: Sequence[str] = (), behind_proxy: bool = False, port: int | None = None
+             ) -> AnnotationApp:
+    """The app of a plan: replays (and appends a start to) the journal, rewrites the CSV. Call under the lock.
+    Its restart command is the plan's plus the serving options given here (``port``: the ``--port`` asked for)."""
     security_headers(frame_ancestors)  # a bad origin is refused before the journal is touched
     hashes = {task_id: trajectory_sha256(t) for task_id, t in p.trajectories.items()}
+    shown = {item: shown_sha256(p.trajectories[item.task_id], item) for item in p.full_queue}
     session = Session(p.queue, p.labels_csv, p.annotator, p.task, p.start, p.compared, p.full_queue, hashes,
-                      p.reviewed)
-    return AnnotationApp(session, p.trajectories, restart=p.restart, frame_ancestors=tuple(frame_ancestors),
+                      p.reviewed, shown)
+    serving = [*(a for f in frame_ancestors for a in ("--frame-ancestor", f)),
+               *(("--behind-proxy",) if behind_proxy else ()), *(("--port", str(port)) if port else ())]
+    restart = " ".join([p.restart, *(shlex.quote(a) for a in serving)])
+    return AnnotationApp(session, p.trajectories, restart=restart, frame_ancestors=tuple(frame_ancestors),
                          behind_proxy=behind_proxy)
 
 

@@ -29,13 +29,18 @@ starts, so killing the server at any moment loses nothing but a line being
 written (a torn last line is dropped on restart). The folder's writer lock
 (:func:`interp.io.writer_lock`) refuses a second server on the same output.
 
-Binding. Every item event carries :func:`trajectory_sha256` of its trajectory
-(what the annotator saw: domain, system prompt, tools, task, steps). On a
-restart, the events of a trajectory whose text changed since are set aside,
-never re-attached: the item is unlabelled again and :attr:`Session.flags` holds
-one line per such item naming task, boundary and label (``interp annotate``
-prints them; the page marks the item). A restart resumes at the first item
-neither labelled nor skipped (then the first unlabelled one).
+Binding. Every item event carries :func:`shown_sha256`: the hash of what the
+page showed for that item (the trajectory's setup and steps 1..b for G, every
+step for y). On a restart, the events of an item whose shown text changed since
+are set aside, never re-attached: the item is unlabelled again and
+:attr:`Session.flags` holds one line per such item naming task, boundary and
+label (``interp annotate`` prints them; the page marks the item). An edit to
+step 2 thus sets aside G at b >= 2 and every y of that trajectory, and keeps G
+at b = 1. Events of a trajectory no longer in the file (or of a boundary it no
+longer has) are set aside with one flag line per trajectory; the other labels
+are kept. Journals of older versions (a whole-trajectory ``trajectory_sha256``
+only) are compared by that. A restart resumes at the first item neither
+labelled nor skipped (then the first unlabelled one).
 Fields of a journal line (``JOURNAL_FIELDS``):
 
 | name | shape | dtype | units | meaning |
@@ -49,6 +54,7 @@ Fields of a journal line (``JOURNAL_FIELDS``):
 | ``suggestions`` | ``[]`` | bool | - | label: whether the rule labelers' evidence was shown when it was given |
 | ``note`` | ``[]`` | str | - | note: the free-text note of the item (empty clears it) |
 | ``trajectory_sha256`` | ``[]`` | str | - | every event but start: :func:`trajectory_sha256` of the item's trajectory when it happened |
+| ``shown_sha256`` | ``[]`` | str | - | every event but start: :func:`shown_sha256` of what the item's page showed when it happened |
 | ``session`` | ``{...}`` | object | - | start: annotator, task, mode (label, adjudicate or review), trajectories (path and sha256), compared (the two CSVs of adjudication), reviewed (the CSV of review) |
 
 The labels CSV has one row per boundary with a label; it is the format
@@ -73,9 +79,7 @@ The labels CSV has one row per boundary with a label; it is the format
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import json
 import os
 import time
@@ -84,9 +88,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from interp.data.labels import Labels, read_labels_csv, unguard_cell, write_labels_csv
+from interp.data.labels import Labels, labels_from_table, read_label_table, write_labels_csv
 from interp.data.trajectory import Trajectory
-from interp.io import read_text
 from interp.schema import Field
 
 JOURNAL_FIELDS = (
@@ -101,6 +104,8 @@ JOURNAL_FIELDS = (
     Field("note", "[]", "str", "-", "note: the free-text note of the item (empty clears it)"),
     Field("trajectory_sha256", "[]", "str", "-",
           "every event but start: :func:`trajectory_sha256` of the item's trajectory when it happened"),
+    Field("shown_sha256", "[]", "str", "-",
+          "every event but start: :func:`shown_sha256` of what the item's page showed when it happened"),
     Field("session", "{...}", "object", "-",
           "start: annotator, task, mode (label, adjudicate or review), trajectories (path and sha256), compared "
           "(the two CSVs of adjudication), reviewed (the CSV of review)"),
@@ -169,6 +174,17 @@ def folder_for(labels_csv: Path) -> Path:
     return labels_csv.parent / f"{labels_csv.name}.annotate"
 
 
+def shown_sha256(traj: Trajectory, item: Item) -> str:
+    """SHA-256 of what the page shows for one item: the trajectory's setup (domain, system prompt, tools, task) and
+    steps 1..b for G, every step for y (the later steps are shown for y); canonical JSON. A label stays bound
+    to it: an edit after b leaves the G labels at b valid."""
+    steps = traj.steps if item.field == "future_necessity" else traj.steps[:item.after_step]
+    seen = {"domain": traj.domain, "system_prompt": traj.system_prompt, "tools": [dict(t) for t in traj.tools],
+            "task": traj.task, "field": item.field, "after_step": item.after_step,
+            "steps": [s.to_json() for s in steps]}
+    return hashlib.sha256(json.dumps(seen, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
 def trajectory_sha256(traj: Trajectory) -> str:
     """SHA-256 of what an annotator sees of a trajectory (domain, system prompt, tools, task, steps; canonical JSON)."""
     seen = {"domain": traj.domain, "system_prompt": traj.system_prompt, "tools": [dict(t) for t in traj.tools],
@@ -190,25 +206,40 @@ class AnnotatorLabels:
     labels: dict[str, Labels]
     notes: dict[tuple[str, int], str] = field(default_factory=dict)
     suggestions: dict[tuple[str, int], int] = field(default_factory=dict)
+    confidence: dict[tuple[str, int], str] = field(default_factory=dict)
 
 
 def read_annotator_csv(path: Path, fields: Sequence[str], trajectories: Iterable[Trajectory] | None = None
                        ) -> AnnotatorLabels:
     """An annotator's labels CSV (each of ``fields`` required; errors name FILE:LINE: field), with its annotator
-    name (the ``annotator`` column, else the file stem), notes and suggestion flags."""
+    name (the ``annotator`` column, else the file stem), notes (a judge's: its ``rationale``), confidence (a
+    ``confidence`` column, when there is one) and suggestion flags, every text as written."""
     trajs = list(trajectories) if trajectories is not None else None
-    labels = {name: read_labels_csv(path, name, trajs) for name in fields}
-    names, notes, shown = set(), {}, {}
-    with io.StringIO(read_text(Path(path)), newline="") as fh:
-        for raw in csv.DictReader(fh):
-            row = {k: unguard_cell(v) if isinstance(v, str) else v for k, v in raw.items()}
-            key = ((row.get("task_id") or "").strip(), int((row.get("after_step") or "0").strip()))
-            if (row.get("annotator") or "").strip():
-                names.add(row["annotator"].strip())
-            if (row.get("note") or "").strip():
-                notes[key] = row["note"].strip()
-            shown[key] = int((row.get("suggestions") or "0").strip() in ("1", "1.0", "True", "true"))
-    return AnnotatorLabels(Path(path), "+".join(sorted(names)) or Path(path).stem, labels, notes, shown)
+    header, rows = read_label_table(path)
+    labels = {name: labels_from_table(header, rows, path, name, trajs) for name in fields}
+    names, notes, shown, confidence = set(), {}, {}, {}
+    for _, row in rows:
+        key = (row["task_id"], int(row["after_step"]))
+        if row.get("annotator"):
+            names.add(row["annotator"])
+        if row.get("note") or row.get("rationale"):
+            notes[key] = row.get("note") or row["rationale"]
+        if row.get("confidence"):
+            confidence[key] = row["confidence"]
+        shown[key] = int(row.get("suggestions", "").strip() in ("1", "1.0", "True", "true"))
+    return AnnotatorLabels(Path(path), "+".join(sorted(names)) or Path(path).stem, labels, notes, shown,
+                           confidence)
+
+
+def note_of(text: str, name: str) -> str:
+    """The part of a row's note (or a judge's rationale) about label ``name``: rows with both labels write
+    ``G: ...; y: ...``, so a G item never shows the reasons given for y (which saw the later steps)."""
+    if text.startswith("G: ") and "; y: " in text:
+        g, y = text[3:].split("; y: ", 1)
+        return g if name == "externalization_gap" else y
+    if text.startswith(("G: ", "y: ")):
+        return text[3:] if text[0] == SHORT[name] else ""
+    return text
 
 
 def review_queue(queue: Sequence[Item], reviewed: AnnotatorLabels) -> list[Item]:
@@ -244,7 +275,7 @@ class Journal:
                 fh.flush()
                 os.fsync(fh.fileno())
         events = []
-        for line, text in enumerate(raw[:keep].decode("utf-8", errors="replace").splitlines(), start=1):
+        for line, text in enumerate(raw[:keep].decode("utf-8", "replace").split("\n")[:-1], start=1):
             try:
                 event = json.loads(text)
             except json.JSONDecodeError as exc:
@@ -277,9 +308,10 @@ class Session:
     def __init__(self, queue: Sequence[Item], labels_csv: Path, annotator: str, task: str,
                  start: Mapping[str, Any], compared: tuple[AnnotatorLabels, AnnotatorLabels] | None = None,
                  full_queue: Sequence[Item] | None = None, hashes: Mapping[str, str] | None = None,
-                 reviewed: AnnotatorLabels | None = None):
+                 reviewed: AnnotatorLabels | None = None, shown: Mapping[Item, str] | None = None):
         self.queue = list(queue)
         self.hashes = dict(hashes or {})  # task_id -> trajectory_sha256 of the trajectory served now
+        self.shown = dict(shown or {})  # item -> shown_sha256: what its page shows now
         self.index = {item: i for i, item in enumerate(self.queue)}
         self.labels_csv = Path(labels_csv)
         self.annotator, self.task, self.fields = annotator.strip(), task, task_fields(task)
@@ -292,6 +324,7 @@ class Session:
         self.skipped: set[Item] = set()
         self.changed: dict[Item, int] = {}  # item -> journal line of its latest set-aside event (trajectory changed)
         self.unbound = 0  # replayed events without a trajectory hash (journals of older versions)
+        self.removed: dict[str, list[int]] = {}  # task_id no longer served -> journal lines of its events
         self.position = 0
         self.reviewed = reviewed
         self.mode = "adjudicate" if compared else "review" if reviewed else "label"
@@ -303,12 +336,18 @@ class Session:
         self.write_csv()
 
     # ---- replay and changes -------------------------------------------------------------------------------
-    def _item(self, event: Mapping[str, Any]) -> Item:
+    def _item(self, event: Mapping[str, Any]) -> Item | None:
+        """The item of a journal event; None (set aside in ``removed``) when its trajectory is no longer served or
+        no longer has that boundary."""
         where = f"{self.journal.path}:{event.get('_line', '?')}"
         try:
             item = Item(str(event["task_id"]), int(event["after_step"]), str(event["field"]))
         except (KeyError, TypeError, ValueError):
             raise ValueError(f"{where}: task_id/after_step/field: missing or malformed") from None
+        if self.hashes and (item.task_id not in self.hashes or
+                            (self.shown and item not in self.shown and item.field in self.fields)):
+            self.removed.setdefault(item.task_id, []).append(event["_line"])
+            return None
         if item not in self.index:
             raise ValueError(f"{where}: {item.task_id}@{item.after_step} {item.field} is not an item of this "
                              f"session (other trajectories or --task?); use another --labels file")
@@ -324,10 +363,9 @@ class Session:
                                      f"{prior.get(key)!r}, not {mine!r}; use another --labels file")
             return
         item = self._item(event)
-        stamped = event.get("trajectory_sha256")
-        if stamped is None:
-            self.unbound += 1
-        elif item.task_id in self.hashes and stamped != self.hashes[item.task_id]:
+        if item is None:
+            return
+        if self._changed(event, item):
             self.changed[item] = event["_line"]  # labelled on other text: set aside, never re-attached
             return
         if kind == "label":
@@ -344,6 +382,18 @@ class Session:
             self._pop()
         else:
             self.notes[item] = str(event.get("note", ""))
+
+    def _changed(self, event: Mapping[str, Any], item: Item) -> bool:
+        """Whether what ``item``'s page shows changed since ``event``: its ``shown_sha256`` (the history up to b for
+        G, the whole trajectory for y), else (older journals) the whole trajectory's hash; unstamped events count
+        in ``unbound``."""
+        if "shown_sha256" in event and item in self.shown:
+            return bool(event["shown_sha256"] != self.shown[item])
+        stamped = event.get("trajectory_sha256")
+        if stamped is None:
+            self.unbound += 1
+            return False
+        return item.task_id in self.hashes and stamped != self.hashes[item.task_id]
 
     def _after(self, item: Item) -> int:
         return min(self.index[item] + 1, len(self.queue) - 1)
@@ -370,6 +420,8 @@ class Session:
 
     def _event(self, kind: str, item: Item, **extra: Any) -> dict[str, Any]:
         stamp = {"trajectory_sha256": self.hashes[item.task_id]} if item.task_id in self.hashes else {}
+        if item in self.shown:
+            stamp["shown_sha256"] = self.shown[item]
         return {"event": kind, "time": now(), "task_id": item.task_id, "after_step": item.after_step,
                 "field": item.field, **extra, **stamp}
 
@@ -382,9 +434,12 @@ class Session:
     def flags(self) -> list[str]:
         """One line per item whose earlier labels were set aside because its trajectory changed since."""
         where = self.journal.path
-        return [f"{item.task_id}@{item.after_step} {SHORT[item.field]}: trajectory {item.task_id!r} changed since "
-                f"it was labelled ({where}:{line}); its earlier label and note are set aside, label it again"
-                for item, line in self.changed.items()]
+        return [f"{item.task_id}@{item.after_step} {SHORT[item.field]}: what this item shows of trajectory "
+                f"{item.task_id!r} changed since it was labelled ({where}:{line}); its earlier label and note are "
+                "set aside, label it again" for item, line in self.changed.items()] + \
+               [f"{task_id!r}: {len(lines)} journal event(s) of boundaries no longer in the trajectory file "
+                f"({where}:{', '.join(map(str, lines[:5]))}{', ...' if len(lines) > 5 else ''}); set aside, the rest "
+                "of the labels are kept" for task_id, lines in self.removed.items()]
 
     def marks(self) -> str:
         """One character per queue item: its label ``0``/``1``, ``s`` skipped, ``c`` changed, ``.`` open."""
@@ -440,7 +495,8 @@ class Session:
         ``[]``."""
         shown = [*(self.compared or ()), *((self.reviewed,) if self.reviewed else ())]
         return [{"annotator": c.annotator, "value": c.labels[item.field].get(item.boundary),
-                 "note": c.notes.get(item.boundary, "")} for c in shown]
+                 "note": note_of(c.notes.get(item.boundary, ""), item.field),
+                 "confidence": c.confidence.get(item.boundary, "")} for c in shown]
 
     def csv_rows(self) -> list[dict[str, Any]]:
         """The CSV rows (``CSV_FIELDS``): one per boundary with a label, in queue order."""

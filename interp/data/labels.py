@@ -28,14 +28,18 @@ all problems of a file are reported at once):
 - a boundary may appear once (a second row is an error naming the first line);
 - with ``trajectories``, the task must be in them and ``after_step`` <= its step count;
 - a missing file raises :class:`FileNotFoundError`;
+- ids, notes and every other text are kept exactly as written (never stripped: ``" a"`` is not ``"a"``);
 - a cell starting with ``'`` before a formula character loses that ``'``
   (:func:`write_labels_csv` guards text cells against spreadsheet formulas that
   way, :func:`guard_cell`).
 
-:func:`write_labels_csv` writes the same format (optionally with more columns
-after the label), atomically, every text cell guarded against spreadsheet
-formulas (:func:`guard_cell`: a leading ``'`` before ``=``, ``+``, ``-``,
-``@``, tab or CR); :func:`read_labels_csv` removes the guard. :func:`agreement` compares a predicted label set
+Every label file (hand labels, adjudication, review, the judge's, the rule
+labelers') is written by :func:`labels_csv_text` and read by
+:func:`parse_labels_csv`: RFC 4180 (``\\r\\n`` line ends; a cell holding a comma,
+quote, CR or LF is quoted), every text cell guarded against spreadsheet formulas
+(:func:`guard_cell`: a leading ``'`` before ``=``, ``+``, ``-``, ``@``, tab or
+CR, also after leading spaces) after quoting and unguarded on read, so any text
+round-trips byte for byte. :func:`agreement` compares a predicted label set
 with a reference on their shared boundaries: Cohen's kappa (scikit-learn),
 accuracy, confusion matrix and positive rates.
 
@@ -58,6 +62,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -71,20 +76,66 @@ V = TypeVar("V")  # a CSV cell value
 LABEL_FIELDS = ("future_necessity", "externalization_gap")
 Labels = dict[tuple[str, int], int]
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet runs a cell starting so as a formula
+# A cell a spreadsheet runs: a formula start, after any quotes and white space (Excel trims a leading space). The
+# leading ``'`` are part of the prefix, so adding one more ``'`` keeps a guarded cell guarded and is reversible.
+_FORMULA = re.compile(r"['\s]*[=+\-@\t\r]")
 
 
 def guard_cell(value: V) -> V | str:
-    """A CSV cell no spreadsheet runs: a text starting with ``= + - @``, tab or CR gets a leading ``'`` (as does one
-    already starting with ``'`` and then such a character, so :func:`unguard_cell` reverses it exactly); other values
-    are returned as they are."""
-    if isinstance(value, str) and value.lstrip("'").startswith(FORMULA_START):
+    """A CSV cell no spreadsheet runs: a text that starts with ``= + - @``, tab or CR after any quotes and white
+    space gets a leading ``'`` (so :func:`unguard_cell` reverses it exactly); other values are returned as they are."""
+    if isinstance(value, str) and _FORMULA.match(value):
         return "'" + value
     return value
 
 
 def unguard_cell(text: str) -> str:
-    """The text :func:`guard_cell` was given (one leading ``'`` dropped before a formula start), else ``text``."""
-    return text[1:] if text.startswith("'") and text.lstrip("'").startswith(FORMULA_START) else text
+    """The text :func:`guard_cell` was given (one leading ``'`` dropped before a guarded formula start), else
+    ``text``."""
+    return text[1:] if text.startswith("'") and _FORMULA.match(text, 1) else text
+
+
+def labels_csv_text(rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    """The CSV text of ``rows`` under ``columns`` (RFC 4180: ``\\r\\n`` line ends, every cell holding a comma, quote,
+    CR or LF quoted, so it stays one cell), text cells guarded against formulas (:func:`guard_cell`), a missing or
+    None value empty. The one writer of every label file (hand labels, adjudication, review, judge, rule labels)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, quoting=csv.QUOTE_MINIMAL, lineterminator="\r\n")  # quotes the cells with CR or LF
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([guard_cell(row.get(c)) for c in columns])
+    return buf.getvalue()
+
+
+def parse_labels_csv(text: str, path: str | Path) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+    """``(header, [(line, {column: cell})])`` of a label file's text: RFC 4180 (quoted cells may hold commas,
+    quotes, CR and LF), cells unguarded (:func:`unguard_cell`) and never stripped, a missing cell empty, blank
+    lines skipped; ``line`` is where the row starts. A leading UTF-8 BOM is dropped. Malformed quoting is a
+    ValueError naming ``FILE:LINE``. The one reader of every label file."""
+    reader = csv.reader(io.StringIO(text.removeprefix("\ufeff"), newline=""), strict=True)
+    rows: list[tuple[int, dict[str, str]]] = []
+    header: list[str] | None = None
+    start = 1
+    try:
+        for cells in reader:
+            if header is None:
+                header = cells
+            elif cells:
+                rows.append((start, {c: unguard_cell(cells[i]) if i < len(cells) else ""
+                                     for i, c in enumerate(header)}))
+            start = reader.line_num + 1
+    except csv.Error as exc:
+        raise ValueError(f"{path}:{start}: not a valid CSV row ({exc}); quote a cell holding a comma, quote or "
+                         "line break") from None
+    return header or [], rows
+
+
+def read_label_table(path: str | Path) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+    """:func:`parse_labels_csv` of a file; :class:`FileNotFoundError` naming it when it is missing."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: file not found")
+    return parse_labels_csv(read_text(path, newline=""), path)
 
 
 def final_boundaries(trajectories: Iterable[Trajectory]) -> set[tuple[str, int]]:
@@ -123,7 +174,9 @@ def _row_problem(task_id: str, raw_b: str, raw_v: str, column: str,
     except ValueError:
         return "after_step", f"{raw_b!r} is not an integer"
     if steps is not None and task_id not in steps:
-        return "task_id", f"unknown task {task_id!r} (not in the trajectory file)"
+        near = [t for t in steps if t.strip() == task_id.strip()]
+        hint = f"; the file has {near[0]!r} (ids are compared exactly, spaces included)" if near else ""
+        return "task_id", f"unknown task {task_id!r} (not in the trajectory file{hint})"
     if b < 1 or (steps is not None and b > steps[task_id]):
         return "after_step", f"{b} out of range " + (f"1..{steps[task_id]}" if steps is not None else ">= 1")
     if raw_v not in ("", "-1", "0", "1", "0.0", "1.0"):
@@ -139,40 +192,42 @@ def read_labels_csv(path: str | Path, column: str, trajectories: Iterable[Trajec
     unknown task_ids and out-of-range boundaries are errors. With
     ``required=False`` a CSV without the column gives an empty mapping.
     """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: file not found")
+    header, rows = read_label_table(path)
+    return labels_from_table(header, rows, path, column, trajectories, required)
+
+
+def labels_from_table(header: Sequence[str], rows: Sequence[tuple[int, Mapping[str, str]]], path: str | Path,
+                      column: str, trajectories: Iterable[Trajectory] | None = None,
+                      required: bool = True) -> dict[tuple[str, int], int]:
+    """:func:`read_labels_csv` of a table :func:`parse_labels_csv` read: the ids as written (never stripped; the
+    numbers may carry spaces)."""
     steps = {t.task_id: t.n_steps for t in trajectories} if trajectories is not None else None
     out: Labels = {}
     problems: list[str] = []
     first_line: dict[tuple[str, int], int] = {}
-    with io.StringIO(read_text(path), newline="") as fh:
-        reader = csv.DictReader(fh)
-        header = reader.fieldnames or []
-        absent = [c for c in ("task_id", "after_step") if c not in header]
-        if column not in header:
-            if not required and not absent:
-                return {}
-            absent.append(column)
-        if absent:
-            raise ValueError(f"{path}:1: header: missing column(s) {', '.join(absent)}; "
-                             f"expected task_id,after_step,{column}")
-        for line, row in enumerate(reader, start=2):
-            task_id, raw_b, raw_v = ((row.get(c) or "").strip() for c in ("task_id", "after_step", column))
-            task_id = unguard_cell(task_id)  # after the strip: a guarded tab-led id keeps its tab
-            problem = _row_problem(task_id, raw_b, raw_v, column, steps)
-            if problem is not None:
-                problems.append(f"{path}:{line}: {problem[0]}: {problem[1]}")
-                continue
-            if raw_v in ("", "-1"):
-                continue
-            key = (task_id, int(raw_b))
-            if key in first_line:
-                problems.append(f"{path}:{line}: after_step: duplicate boundary {task_id}@{key[1]} "
-                                f"(first on line {first_line[key]})")
-                continue
-            first_line[key] = line
-            out[key] = int(float(raw_v))
+    absent = [c for c in ("task_id", "after_step") if c not in header]
+    if column not in header:
+        if not required and not absent:
+            return {}
+        absent.append(column)
+    if absent:
+        raise ValueError(f"{path}:1: header: missing column(s) {', '.join(absent)}; "
+                         f"expected task_id,after_step,{column}")
+    for line, row in rows:
+        task_id, raw_b, raw_v = row["task_id"], row["after_step"].strip(), row[column].strip()
+        problem = _row_problem(task_id, raw_b, raw_v, column, steps)
+        if problem is not None:
+            problems.append(f"{path}:{line}: {problem[0]}: {problem[1]}")
+            continue
+        if raw_v in ("", "-1"):
+            continue
+        key = (task_id, int(raw_b))
+        if key in first_line:
+            problems.append(f"{path}:{line}: after_step: duplicate boundary {task_id}@{key[1]} "
+                            f"(first on line {first_line[key]})")
+            continue
+        first_line[key] = line
+        out[key] = int(float(raw_v))
     if len(problems) == 1:
         raise ValueError(problems[0])
     if problems:
@@ -182,18 +237,13 @@ def read_labels_csv(path: str | Path, column: str, trajectories: Iterable[Trajec
 
 def write_labels_csv(path: str | Path, rows: Iterable[Mapping[str, Any]], column: str,
                      extra: Sequence[str] = ()) -> Path:
-    """Write ``task_id,after_step,<column>[,<extra>...]`` rows atomically (``\\n`` line ends); return the path.
+    """Write ``task_id,after_step,<column>[,<extra>...]`` rows atomically (:func:`labels_csv_text`); return the path.
 
     Each row maps those column names to values (a missing one is written
-    empty; an empty label cell reads back as "no label"); text cells are
-    guarded against spreadsheet formulas (:func:`guard_cell`).
+    empty; an empty label cell reads back as "no label").
     """
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=["task_id", "after_step", column, *extra], lineterminator="\n")
-    writer.writeheader()
-    writer.writerows({k: guard_cell(v) for k, v in row.items()} for row in rows)
     path = Path(path)
-    atomic_write_bytes(path, buf.getvalue().encode())
+    atomic_write_bytes(path, labels_csv_text(rows, ["task_id", "after_step", column, *extra]).encode())
     return path
 
 
@@ -261,12 +311,14 @@ def kappa_ci(predicted: Mapping[tuple[str, int], int], reference: Mapping[tuple[
 
     Resamples tasks with replacement (all boundaries of a drawn task); resamples
     where kappa is undefined (one class only) are left out, ``n_boot_defined``
-    counts the others. ``kappa_ci`` is None without two tasks or a defined kappa.
+    counts the others. ``kappa_ci`` is None without two tasks or a defined kappa; ``kappa_ci_note`` says when the
+    CI says little or nothing (:func:`interp.data.reliability.ci_note`).
     """
     import numpy as np
     from sklearn.exceptions import UndefinedMetricWarning
     from sklearn.metrics import cohen_kappa_score
 
+    from interp.data.reliability import ci_note
     from interp.stats import percentile_ci, task_resamples
 
     out = agreement(predicted, reference)
@@ -274,6 +326,7 @@ def kappa_ci(predicted: Mapping[tuple[str, int], int], reference: Mapping[tuple[
     groups = np.array([k[0] for k in keys])
     out.update(kappa_ci=None, n_tasks=len(set(groups.tolist())), n_boot=n_boot, n_boot_defined=0)
     if out["kappa"] is None or out["n_tasks"] < 2:
+        out["kappa_ci_note"] = ci_note(out["n_tasks"], out["kappa"], [], n_boot, "undefined, so no CI")
         return out
     pred = np.array([int(predicted[k]) for k in keys])
     ref = np.array([int(reference[k]) for k in keys])
@@ -286,6 +339,7 @@ def kappa_ci(predicted: Mapping[tuple[str, int], int], reference: Mapping[tuple[
             if k == k:
                 kappas.append(k)
     out["n_boot_defined"] = len(kappas)
+    out["kappa_ci_note"] = ci_note(out["n_tasks"], out["kappa"], kappas, n_boot)
     if kappas:
         out["kappa_ci"] = [round(float(bound), 4) for bound in percentile_ci(kappas, level)]
     return out
@@ -396,13 +450,12 @@ def annotator_counts(path: str | Path, fields: Sequence[str]) -> dict[str, dict[
     the cells :func:`read_labels_csv` reads as labels; call that first to validate the file."""
     path = Path(path)
     out: dict[str, dict[str, int]] = {}
-    with io.StringIO(read_text(path), newline="") as fh:
-        for row in csv.DictReader(fh):
-            who = unguard_cell((row.get("annotator") or "").strip()) or path.stem
-            for name in fields:
-                if (row.get(name) or "").strip() not in ("", "-1"):
-                    counts = out.setdefault(who, {f: 0 for f in fields})
-                    counts[name] += 1
+    for _, row in read_label_table(path)[1]:
+        who = row.get("annotator") or path.stem
+        for name in fields:
+            if row.get(name, "").strip() not in ("", "-1"):
+                counts = out.setdefault(who, {f: 0 for f in fields})
+                counts[name] += 1
     return out
 
 

@@ -31,6 +31,7 @@ import copy
 import json
 import math
 import re
+import unicodedata
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -486,6 +487,10 @@ def _record_problems(raw: dict[str, Any], at: str, lineno: int, report: Validati
         probs += control_token_problems(raw)
     tid = raw.get("task_id")
     if isinstance(tid, str):
+        control = sorted({f"U+{ord(c):04X}" for c in tid if unicodedata.category(c) == "Cc"})
+        if control:
+            probs.append(("task_id", f"{tid!r} holds control character(s) {', '.join(control)}; an id is a name "
+                                     "written into label files and shown on pages, give one without them"))
         if tid in seen_ids:
             probs.append(("task_id", f"duplicate task_id {tid!r} (first on line {seen_ids[tid]})"))
         else:

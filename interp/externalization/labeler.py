@@ -88,8 +88,6 @@ on the held-out tasks only.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -102,6 +100,7 @@ from interp.data.labels import (
     agreement,
     annotation_labels,
     held_out_agreement,
+    labels_csv_text,
     read_labels_csv,
     task_split,
     write_labels_csv,
@@ -527,14 +526,6 @@ def _reference(trajectories: list[Trajectory],
     return ann, "annotations" if ann else None
 
 
-def _csv_text(rows: list[dict[str, Any]], columns: list[str]) -> bytes:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buf.getvalue().encode()
-
-
 # Another rule labeler evaluated the same way: (config -> labels, grid, shipped config, annotation field of its reference)
 OtherLabeler = tuple[Callable[[Any], Mapping[tuple[str, int], int]], list[Any], Any, str]
 
@@ -589,7 +580,7 @@ def label_command(trajectories: Path, out: Path, labels_csv: Path | None = None,
                       "found_in": "; ".join(f"{f['source']}@{f['step']}:{f['where']}" for f in it.found_in)}
                      for lab in labels for it in lab.items]
     out = Path(out)
-    atomic_write_bytes(out / "externalization_evidence.csv", _csv_text(evidence_rows, EVIDENCE_COLUMNS))
+    atomic_write_bytes(out / "externalization_evidence.csv", labels_csv_text(evidence_rows, EVIDENCE_COLUMNS).encode())
     write_labels_csv(out / "externalization_labels.csv", label_rows, "externalization_gap", LABEL_COLUMNS[3:])
     atomic_write_json(out / "externalization_labels.json", doc)
     return {"n_boundaries": len(labels), "rule_positive_rate": doc["rule_positive_rate"], "reference": ref_source,

@@ -6,7 +6,7 @@ b = 3 of trajectory web-002 ...``) and calls ``script(item, attempt)`` (attempt
 counts that item's requests from 1), which returns what to do:
 
 - ``("answer", text)``: 200 with a chat completion whose content is ``text``;
-- ``("status", code)``: that HTTP status (``Retry-After: 0`` on 429);
+- ``("status", code)``: that HTTP status (``Retry-After: 0`` on 429; ``("status", 429, "15")``: that Retry-After);
 - ``("raw", bytes)``: 200 with that body as is;
 - ``("hold",)``: no reply until :meth:`release` (the client times out first);
 - ``("block",)``: like hold, and sets ``blocked`` first (a test waits on it, then kills the client).
@@ -62,7 +62,7 @@ class StubLLM:
                     payload = json.dumps({"error": {"message": f"scripted {action[1]}"}}).encode()
                     self.send_response(action[1])
                     if action[1] == 429:
-                        self.send_header("Retry-After", "0")
+                        self.send_header("Retry-After", action[2] if len(action) > 2 else "0")
                 elif action[0] == "raw":
                     payload = action[1]
                     self.send_response(200)

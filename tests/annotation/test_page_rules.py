@@ -82,28 +82,64 @@ def test_formula_cells_are_guarded_and_read_back_as_written(tmp_path):
     assert read_labels_csv(out, "y") == {('=HYPERLINK("x")', 1): 1}
 
 
-def test_a_changed_trajectory_sets_its_labels_aside_with_one_line_naming_task_and_boundary(runs, tmp_path):
+def test_a_changed_trajectory_sets_aside_only_the_labels_whose_shown_history_changed(runs, tmp_path):
+    """An edit to step 2 changes what G at b >= 2 showed; G at b = 1 showed steps 1..1 only and stays."""
     out = tmp_path / "alice.csv"
     s = session(runs, out)
     for i, v in enumerate([1, 0, 1, 1]):  # a@1..3, b@1
         s.label(i, v, False)
     s.note(1, "plan kept in notes.md")
     records = [json.loads(line) for line in runs.read_text().splitlines()]
-    records[0]["steps"][1]["observation"] = "a different output"  # one trajectory's text changes
+    records[0]["steps"][1]["observation"] = "a different output"  # one trajectory's step 2 changes
     write_jsonl(runs, records)
     s2 = session(runs, out)
     journal = folder_for(out) / "journal.jsonl"
-    assert len(s2.flags) == 3 and all("\n" not in f for f in s2.flags)
-    assert [f.split(":")[0] for f in s2.flags] == ["a@1 G", "a@2 G", "a@3 G"]
-    assert "trajectory 'a' changed since it was labelled" in s2.flags[0] and str(journal) in s2.flags[0]
-    assert read_labels_csv(out, "externalization_gap") == {("b", 1): 1}  # never re-attached
-    assert s2.marks() == "cccc."[:3] + "1." and s2.position == 0 and s2.notes == {}
-    s2.label(0, 0, False)  # labelled again on the new text: bound to it, the flag of that item is gone
+    assert len(s2.flags) == 2 and all("\n" not in f for f in s2.flags)
+    assert [f.split(":")[0] for f in s2.flags] == ["a@2 G", "a@3 G"]
+    assert "what this item shows of trajectory 'a' changed since it was labelled" in s2.flags[0]
+    assert str(journal) in s2.flags[0]
+    assert read_labels_csv(out, "externalization_gap") == {("a", 1): 1, ("b", 1): 1}  # never re-attached
+    assert s2.marks() == "1cc1." and s2.position == 1 and s2.notes == {}
+    s2.label(1, 0, False)  # labelled again on the new text: bound to it, the flag of that item is gone
     s3 = session(runs, out)
-    assert [f.split(":")[0] for f in s3.flags] == ["a@2 G", "a@3 G"]
-    assert read_labels_csv(out, "externalization_gap") == {("a", 1): 0, ("b", 1): 1}
+    assert [f.split(":")[0] for f in s3.flags] == ["a@3 G"]
+    assert read_labels_csv(out, "externalization_gap") == {("a", 1): 1, ("a", 2): 0, ("b", 1): 1}
     hashes = {line.split(",")[0]: line.split(",")[-1] for line in out.read_text().splitlines()[1:]}
     assert hashes == {"a": s3.hashes["a"], "b": s3.hashes["b"]} and len(hashes["a"]) == 64
+
+
+def test_a_step_edit_sets_aside_every_y_of_the_trajectory_and_the_g_labels_after_it(runs, tmp_path):
+    """y shows every step: an edit anywhere changes every y item of the trajectory; G only from the edited step."""
+    out = tmp_path / "alice.csv"
+    s = session(runs, out, task="both")  # a: G@1..3, y@1..2; b: G@1..2, y@1
+    for i in range(len(s.queue)):
+        s.label(i, 1, False)
+    records = [json.loads(line) for line in runs.read_text().splitlines()]
+    records[0]["steps"][2]["reasoning"] = "edited STEP3"
+    write_jsonl(runs, records)
+    s2 = session(runs, out, task="both")
+    assert [f.split(":")[0] for f in s2.flags] == ["a@3 G", "a@1 y", "a@2 y"]
+    assert read_labels_csv(out, "externalization_gap") == {("a", 1): 1, ("a", 2): 1, ("b", 1): 1, ("b", 2): 1}
+    assert read_labels_csv(out, "future_necessity") == {("b", 1): 1}
+
+
+def test_a_removed_trajectory_sets_its_labels_aside_and_keeps_the_file(runs, tmp_path):
+    out = tmp_path / "alice.csv"
+    s = session(runs, out)
+    for i in range(len(s.queue)):
+        s.label(i, i % 2, False)
+    records = [json.loads(line) for line in runs.read_text().splitlines()]
+    write_jsonl(runs, records[1:])  # trajectory a is gone
+    s2 = session(runs, out)
+    assert len(s2.flags) == 1 and s2.flags[0].startswith("'a': 3 journal event(s) of boundaries no longer in the "
+                                                         "trajectory file")
+    assert read_labels_csv(out, "externalization_gap") == {("b", 1): 1, ("b", 2): 0}
+    s2.label(0, 0, False)  # the session goes on
+    records[0]["steps"] = records[0]["steps"][:1]  # a comes back with one step: its b = 2, 3 labels stay aside
+    write_jsonl(runs, records)
+    s3 = session(runs, out)
+    assert [f.split(":")[0] for f in s3.flags] == ["'a'"] and "3 journal event(s)" not in s3.flags[0]
+    assert read_labels_csv(out, "externalization_gap") == {("a", 1): 0, ("b", 1): 0, ("b", 2): 0}
 
 
 def test_a_note_on_a_skipped_item_reaches_the_csv(runs, tmp_path):
@@ -187,6 +223,21 @@ def test_written_code_is_highlighted_by_pygments_and_joins_back_to_the_text():
     assert "tokens" not in call_view("write_file", {"path": "notes.unknownext", "content": "a\nb"})["args"][1]
 
 
+def test_review_shows_the_judges_rationale_for_the_asked_label_only(runs, tmp_path):
+    """The judge writes ``rationale`` (``G: ...; y: ...`` with both labels); review shows the part for the item."""
+    from interp.annotation.judge import CSV_FIELDS
+
+    judge = write_labels_csv(tmp_path / "judge.csv", [
+        {"task_id": "a", "after_step": 1, "externalization_gap": 1, "future_necessity": 0, "annotator": "judge:m",
+         "rationale": "G: the plan; y: later re-plan"},
+        {"task_id": "a", "after_step": 2, "externalization_gap": 0, "future_necessity": 1, "annotator": "judge:m",
+         "rationale": "y: only y"}], "externalization_gap", [f.name for f in CSV_FIELDS[3:]])
+    s = open_app(plan(runs, tmp_path / "carol.csv", "carol", "both", review=judge)).session
+    notes = {(i.task_id, i.after_step, i.field): s.others(i)[0]["note"] for i in s.queue}
+    assert notes == {("a", 1, "externalization_gap"): "the plan", ("a", 2, "externalization_gap"): "",
+                     ("a", 1, "future_necessity"): "later re-plan", ("a", 2, "future_necessity"): "only y"}
+
+
 def test_a_judges_labels_are_walked_confirmed_or_corrected_and_recorded_as_such(runs, tmp_path):
     judge = write_labels_csv(tmp_path / "judge.csv", [
         {"task_id": "a", "after_step": 1, "externalization_gap": 1, "annotator": "judge:tiny", "note": "plan only in reasoning"},
@@ -197,7 +248,8 @@ def test_a_judges_labels_are_walked_confirmed_or_corrected_and_recorded_as_such(
     out = tmp_path / "carol.csv"
     s = open_app(plan(runs, out, "carol", "g", review=judge)).session
     assert s.mode == "review" and [(i.task_id, i.after_step) for i in s.queue] == [("a", 1), ("a", 3), ("b", 1)]
-    assert s.others(s.queue[0]) == [{"annotator": "judge:tiny", "value": 1, "note": "plan only in reasoning"}]
+    assert s.others(s.queue[0]) == [{"annotator": "judge:tiny", "value": 1, "note": "plan only in reasoning",
+                                     "confidence": ""}]
     s.label(0, 1, False)  # confirms
     s.label(1, 1, False)  # corrects 0 -> 1
     rows = [line.split(",") for line in out.read_text().splitlines()]

@@ -113,8 +113,8 @@ def test_adjudication_walks_the_disagreements_and_writes_a_full_label_set(runs, 
     adj = session(runs, tmp_path / "adj.csv", annotator="carol",
                   adjudicate=[tmp_path / "alice.csv", tmp_path / "bob.csv"])
     assert adj.queue == [Item("a", 2, "externalization_gap"), Item("a", 3, "externalization_gap")]
-    assert adj.others(adj.queue[0]) == [{"annotator": "alice", "value": 0, "note": "alice thinks the plan is in the file"},
-                                        {"annotator": "bob", "value": 1, "note": ""}]
+    assert adj.others(adj.queue[0]) == [{"annotator": "alice", "value": 0, "note": "alice thinks the plan is in the file",
+                                         "confidence": ""}, {"annotator": "bob", "value": 1, "note": "", "confidence": ""}]
     adj.label(0, 1, False)
     out = tmp_path / "adj.csv"
     assert read_labels_csv(out, "externalization_gap") == {("a", 1): 1, ("a", 2): 1, ("b", 1): 0}

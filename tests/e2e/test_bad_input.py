@@ -64,6 +64,7 @@ def _inputs(root: Path) -> None:
     (root / "hostile.jsonl").write_text(_record(task_id="../../../../x/PWNED") + "\n")
     (root / "twins.jsonl").write_text(_record(task_id="a/b") + "\n" + _record(task_id="a_b") + "\n")
     (root / "comma.jsonl").write_text(_record(task_id="x,y") + "\n")
+    (root / "cr_id.jsonl").write_text(_record(task_id="a\rb") + "\n")  # a CR would split a label file's row
     (root / "a_file").write_text("not a folder\n")
     (root / "dir").mkdir()
     (root / "labels_bad.csv").write_text(f"task_id,after_step,future_necessity\n{TASK},two,1\n")
@@ -221,6 +222,7 @@ CASES = [
     Case("validate-nested", ["validate", "in/nested.jsonl"], ("in/nested.jsonl:1", "nested"), 1),
     Case("validate-truncated-line", ["validate", "in/broken.jsonl"], ("in/broken.jsonl:1", "invalid JSON"), 1),
     Case("validate-im-end", ["validate", "in/control.jsonl"], ("in/control.jsonl:1", "steps[0].reasoning", "<|im_end|>"), 1),
+    Case("validate-cr-id", ["validate", "in/cr_id.jsonl"], ("in/cr_id.jsonl:1", "task_id", "U+000D"), 1),
     Case("validate-think", ["validate", "in/think.jsonl"], ("in/think.jsonl:1", "steps[1].observation", "</think>"), 1),
     Case("validate-missing", ["validate", "in/nope.jsonl"], ("in/nope.jsonl", "not found"), 1),
     # render

@@ -11,21 +11,27 @@
   let state = null;
   let index = 0;
   let shown = null; // the item index on screen (its scroll position is kept while it stays)
+  let onScreen = null; // the item payload on screen
   let gone = false;
   let chain = Promise.resolve(); // key presses and clicks are handled one after the other, in order
 
-  // C0 controls but tab and newline, DEL, C1 controls, bidi embeddings/overrides/isolates/marks, line and
-  // paragraph separators, the byte-order mark: shown as escapes, never passed to the layout.
-  const SPECIAL = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029\ufeff]/g;
+  // C0 controls but tab and newline, DEL, C1 controls, every invisible format character (Unicode Cf: bidi
+  // embeddings/overrides/isolates/marks, zero-width space/joiners, word joiner, soft hyphen, the byte-order mark,
+  // tags), line and paragraph separators: shown as escapes, never passed to the layout, so "code\u200b-001" and
+  // "code-001" never look the same.
+  const SPECIAL = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u2028\u2029]|\p{Cf}/gu;
   const NAMES = {"\u202a": "LEFT-TO-RIGHT EMBEDDING", "\u202b": "RIGHT-TO-LEFT EMBEDDING",
     "\u202c": "POP DIRECTIONAL FORMATTING", "\u202d": "LEFT-TO-RIGHT OVERRIDE", "\u202e": "RIGHT-TO-LEFT OVERRIDE",
     "\u2066": "LEFT-TO-RIGHT ISOLATE", "\u2067": "RIGHT-TO-LEFT ISOLATE", "\u2068": "FIRST STRONG ISOLATE",
     "\u2069": "POP DIRECTIONAL ISOLATE", "\u200e": "LEFT-TO-RIGHT MARK", "\u200f": "RIGHT-TO-LEFT MARK",
-    "\u061c": "ARABIC LETTER MARK", "\u001b": "ESCAPE", "\r": "CARRIAGE RETURN"};
+    "\u061c": "ARABIC LETTER MARK", "\u001b": "ESCAPE", "\r": "CARRIAGE RETURN", "\u200b": "ZERO WIDTH SPACE",
+    "\u200c": "ZERO WIDTH NON-JOINER", "\u200d": "ZERO WIDTH JOINER", "\u2060": "WORD JOINER",
+    "\u00ad": "SOFT HYPHEN", "\ufeff": "ZERO WIDTH NO-BREAK SPACE (byte-order mark)"};
 
   function escapeOf(c) {
-    const code = c.charCodeAt(0);
-    return code < 0x100 ? "\\x" + code.toString(16).padStart(2, "0") : "\\u" + code.toString(16).padStart(4, "0");
+    const code = c.codePointAt(0);
+    if (code < 0x100) return "\\x" + code.toString(16).padStart(2, "0");
+    return code < 0x10000 ? "\\u" + code.toString(16).padStart(4, "0") : "\\u{" + code.toString(16) + "}";
   }
 
   // text -> nodes: plain runs as text nodes, each special character as a marked escape span
@@ -38,7 +44,7 @@
       const mark = document.createElement("span");
       mark.className = "esc";
       mark.textContent = escapeOf(m[0]);
-      mark.title = NAMES[m[0]] || "control character";
+      mark.title = NAMES[m[0]] || (/\p{Cf}/u.test(m[0]) ? "invisible format character" : "control character");
       node.appendChild(mark);
       last = m.index + m[0].length;
     }
@@ -227,10 +233,16 @@
     (v.later || []).forEach((s) => view.appendChild(stepNode(s, "later")));
     $("view").replaceChildren(view);
 
-    const others = $("others");
+    const others = $("others"); // beside the question: a reviewer reads the judge's label and reasons first
     others.hidden = !v.others.length;
-    others.replaceChildren(...v.others.map((o) => el("div", null,
-      `${o.annotator}: ${short} = ${valueText(o.value)}${o.note ? " \u00b7 note: " + o.note : ""}`)));
+    others.replaceChildren(...v.others.map((o) => {
+      const line = el("div", "other");
+      line.append(el("span", "who", o.annotator), document.createTextNode(`: ${short} = ${valueText(o.value)}`));
+      if (o.confidence) line.append(document.createTextNode(" \u00b7 confidence "), iso(o.confidence));
+      if (o.note) line.append(document.createTextNode(state.mode === "review" ? " \u00b7 why: " : " \u00b7 note: "),
+        iso(o.note));
+      return line;
+    }));
 
     const ev = $("evidence");
     ev.hidden = !v.evidence;
@@ -252,6 +264,7 @@
     document.body.dataset.field = v.field;
     if (same) $("scroll").scrollTop = keep; else scrollToBoundary();
     shown = index;
+    onScreen = v;
   }
 
   async function go(i) {
@@ -304,8 +317,12 @@
     if (key === "0" || key === "1") {
       const at = index;
       const evidence = $("suggest").getAttribute("aria-pressed") === "true";
+      const reviewed = state.mode === "review" && onScreen && onScreen.others.length ? onScreen.others[0] : null;
       const reply = await change("label", {index: at, value: Number(key), suggestions: evidence});
-      say(`saved ${key} at item ${at + 1}`);
+      if (reviewed && reviewed.value !== null) { // recorded with the reviewed label beside it (reviewed_<field>)
+        say(Number(key) === reviewed.value ? `confirmed ${reviewed.annotator}'s ${key} at item ${at + 1}`
+          : `corrected ${reviewed.annotator}'s ${reviewed.value} to ${key} at item ${at + 1}`);
+      } else say(`saved ${key} at item ${at + 1}`);
       await after(reply);
     } else if (key === "s") {
       const reply = await change("skip", {index});
@@ -343,6 +360,7 @@
     if (typing(event.target) || event.ctrlKey || event.metaKey || event.altKey || !state) return;
     if (event.key === "n" || event.key === "g") {
       event.preventDefault();
+      if (event.key === "g") $("goto").value = ""; // a fresh number: g 5, then g 7 opens item 7
       $(event.key === "n" ? "note" : "goto").focus();
       return;
     }

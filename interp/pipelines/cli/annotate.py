@@ -57,7 +57,7 @@ def annotate(
     security_headers(frame_ancestor or ())
     sock = bind(port)
     with session_lock(p.labels_csv):
-        web = open_app(p, frame_ancestor or (), behind_proxy)
+        web = open_app(p, frame_ancestor or (), behind_proxy, port)
         s = web.session
         for line in s.flags:  # labels given on text that has changed since: set aside, never re-attached
             console.print(f"changed: {line}", markup=False, highlight=False)
@@ -79,10 +79,16 @@ ANNOTATIONS = "annotations"  # the name of the trajectories' own hand annotation
 def _label_sources(files: list[Path], trajectories: Optional[Path], fields: list[str], with_annotations: bool,
                    required: bool) -> tuple[dict[str, dict[str, Any]], Any]:
     """``({name: {field: labels}}, trajectories)``: each CSV (named by its file name) and, when asked, the
-    trajectories' annotations (named ``annotations``)."""
+    trajectories' annotations (named ``annotations``). A file given twice is refused with a sentence."""
     from interp.data.labels import annotation_labels, read_labels_csv
     from interp.data.trajectory import load_trajectories
 
+    seen: dict[Path, Path] = {}
+    for p in files:
+        if p.resolve() in seen:
+            raise ValueError(f"{p}: given twice (also as {seen[p.resolve()]}); give each file once (a file "
+                             "compared with itself agrees by construction)")
+        seen[p.resolve()] = p
     if with_annotations and trajectories is None:
         raise ValueError("--trajectories: needed to compare with the trajectories' annotations")
     trajs = load_trajectories(trajectories, allow_control_tokens=True) if trajectories is not None else None
@@ -96,26 +102,62 @@ def _label_sources(files: list[Path], trajectories: Optional[Path], fields: list
     return sources, trajs
 
 
+def _fmt(value: float | None) -> str:
+    """A coefficient as printed: 4 decimals, ``-`` when undefined."""
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _print_pair(name: str, name_a: str, name_b: str, r: Mapping[str, Any], pct: str, n_boot: int, show: int) -> None:
+    """One pair's block of ``labels agree``: kappa with its CI and notes, the confusion table, the disagreements."""
+    def say(text: str) -> None:
+        console.print(text, markup=False, highlight=False)
+
+    ci = r["kappa_ci"]
+    say(f"{name}: {r['n']} shared boundaries of {r['n_tasks']} tasks (only {name_a}: "
+        f"{r['only_first']}, only {name_b}: {r['only_second']}); Cohen's kappa {r['kappa']}, {pct} CI "
+        f"[{ci[0] if ci else '-'}, {ci[1] if ci else '-'}] (task bootstrap, {r['n_boot_defined']} of {n_boot} "
+        f"resamples defined); accuracy {r['accuracy']}")
+    if r["kappa_note"]:
+        say(f"  {r['kappa_note']}")
+    if r["kappa_ci_note"] and r["kappa"] is not None:
+        say(f"  kappa CI: {r['kappa_ci_note']}")
+    if r["confusion"]:
+        (n00, n01), (n10, n11) = r["confusion"]
+        width = max(len(name_a), 8) + 4
+        say(f"  confusion (rows: {name_a}, columns: {name_b}; boundaries)")
+        say(f"  {'':<{width}}{name_b + ' 0':>{len(name_b) + 4}}  {name_b + ' 1':>{len(name_b) + 4}}")
+        for cls, (x, y) in (("0", (n00, n01)), ("1", (n10, n11))):
+            say(f"  {name_a + ' ' + cls:<{width}}{x:>{len(name_b) + 4}}  {y:>{len(name_b) + 4}}")
+    for d in r["disagreements"][:show]:
+        say(f"  disagree {d['task_id']!r}@{d['after_step']}: {name_a} {d['first']}, {name_b} {d['second']}")
+    if len(r["disagreements"]) > show:
+        say(f"  ... {len(r['disagreements']) - show} more")
+
+
 @labels_app.command("agree")
 def labels_agree(
-    first: Annotated[Path, typer.Argument(help="First annotator's CSV (rows of the confusion table).")],
-    second: Annotated[Optional[Path], typer.Argument(help="Second annotator's CSV (columns); omitted: the "
-                                                           "trajectories' own annotations (needs --trajectories).",
-                                                     show_default=False)] = None,
+    files: Annotated[list[Path], typer.Argument(help="Annotators' CSVs (a judge's too), two or more; one alone is "
+                                                     "compared with the trajectories' own annotations (needs "
+                                                     "--trajectories). The first two are the rows and columns of "
+                                                     "the confusion table.")],
     field: Annotated[Optional[str], typer.Option("--field", help="externalization_gap or future_necessity "
                                                  "(default: every label column both hold).")] = None,
     trajectories: Annotated[Optional[Path], typer.Option("--trajectories", help="Check task ids and boundaries "
                                                          "against this trajectory file (and take its "
-                                                         "annotations when SECOND is omitted).")] = None,
-    n_boot: Annotated[int, typer.Option("--n-boot", help="Task-bootstrap resamples of the kappa CI.")] = 1000,
-    level: Annotated[float, typer.Option("--level", help="Confidence level of the kappa CI.")] = 0.95,
+                                                         "annotations when only one CSV is given).")] = None,
+    n_boot: Annotated[int, typer.Option("--n-boot", help="Task-bootstrap resamples of the CIs.")] = 1000,
+    level: Annotated[float, typer.Option("--level", help="Confidence level of the CIs.")] = 0.95,
     seed: int = 0,
     out: Annotated[Optional[Path], typer.Option("--out", help="Also write the report as JSON here.")] = None,
     show: Annotated[int, typer.Option("--show", help="Disagreements listed (all are in --out).")] = 50,
 ) -> None:
-    """Cohen's kappa of two annotators (or a judge and people) with a task-bootstrap CI, the confusion table and
-    the disagreements."""
+    """Agreement of annotators (or a judge and people): percent agreement, Krippendorff's alpha and Gwet's AC1 of
+    all of them, Cohen's kappa, the confusion table and the disagreements of every pair; each coefficient with a
+    task-bootstrap CI and a note when that CI says little."""
+    from itertools import combinations
+
     from interp.data.labels import LABEL_FIELDS, pair_agreement
+    from interp.data.reliability import reliability
 
     at_least("--n-boot", n_boot, 0)
     if not 0 < level < 1:
@@ -125,43 +167,41 @@ def labels_agree(
     if out is not None:
         check_output_dir(out.parent, "--out")
     fields = [field] if field else list(LABEL_FIELDS)
-    sources, _ = _label_sources([first] + ([second] if second else []), trajectories, fields, second is None,
-                                field is not None)
-    (name_a, a_sets), (name_b, b_sets) = sources.items()
-    sets = {f: (a_sets[f], b_sets[f]) for f in fields}
+    sources, _ = _label_sources(files, trajectories, fields, len(files) == 1, field is not None)
+    names = list(sources)
     if field is None:
-        sets = {f: pair for f, pair in sets.items() if pair[0] and pair[1]}
-        if not sets:
-            raise ValueError(f"{name_a}, {name_b}: no label column ({', '.join(LABEL_FIELDS)}) labelled in both")
-    report = {}
+        fields = [f for f in fields if sum(1 for n in names if sources[n][f]) >= 2]
+        if not fields:
+            raise ValueError(f"{', '.join(names)}: no label column ({', '.join(LABEL_FIELDS)}) labelled in two of "
+                             "them; nothing to compare")
+    report: dict[str, Any] = {}
     pct = f"{level * 100:g}%"
-    for name, (a, b) in sets.items():
-        r = report[name] = pair_agreement(a, b, n_boot, seed, level, (name_a, name_b))
-        ci = r["kappa_ci"]
-        console.print(f"{name}: {r['n']} shared boundaries of {r['n_tasks']} tasks (only {name_a}: "
-                      f"{r['only_first']}, only {name_b}: {r['only_second']}); Cohen's kappa {r['kappa']}, "
-                      f"{pct} CI [{ci[0] if ci else '-'}, {ci[1] if ci else '-'}] (task bootstrap, "
-                      f"{r['n_boot_defined']} of {n_boot} resamples defined); accuracy {r['accuracy']}",
-                      markup=False, highlight=False)
-        if r["kappa_note"]:
-            console.print(f"  {r['kappa_note']}", markup=False, highlight=False)
-        if r["confusion"]:
-            (n00, n01), (n10, n11) = r["confusion"]
-            width = max(len(name_a), 8) + 4
-            console.print(f"  confusion (rows: {name_a}, columns: {name_b}; boundaries)", markup=False,
-                          highlight=False)
-            console.print(f"  {'':<{width}}{name_b + ' 0':>{len(name_b) + 4}}  {name_b + ' 1':>{len(name_b) + 4}}",
+    for name in fields:
+        sets = {n: sources[n][name] for n in names}
+        empty = [n for n, labels in sets.items() if not labels]
+        if len(empty) > len(sets) - 2:
+            raise ValueError(f"{name}: {', '.join(empty)} {'holds' if len(empty) == 1 else 'hold'} no {name} "
+                             "label; agreement needs two annotators' labels")
+        rel = reliability(sets, (0, 1), n_boot, seed, level)
+        console.print(f"{name}: {len(sets)} annotators, {rel['n_pairable']} boundaries labelled by two or more "
+                      f"({rel['n_units']} by any) of {rel['n_tasks']} tasks", markup=False, highlight=False)
+        for stat, title in (("percent_agreement", "percent agreement"),
+                            ("krippendorff_alpha", "Krippendorff's alpha (nominal)"), ("gwet_ac1", "Gwet's AC1")):
+            r = rel[stat]
+            ci = r["ci"]
+            console.print(f"  {title} {_fmt(r['value'])}, {pct} CI [{_fmt(ci[0]) if ci else '-'}, "
+                          f"{_fmt(ci[1]) if ci else '-'}] (task bootstrap, {r['n_boot_defined']} of {n_boot} "
+                          f"resamples defined)" + (f"; {r['note']}" if r["note"] else ""),
                           markup=False, highlight=False)
-            for cls, (x, y) in (("0", (n00, n01)), ("1", (n10, n11))):
-                console.print(f"  {name_a + ' ' + cls:<{width}}{x:>{len(name_b) + 4}}  {y:>{len(name_b) + 4}}",
-                              markup=False, highlight=False)
-        for d in r["disagreements"][:show]:
-            console.print(f"  disagree {d['task_id']}@{d['after_step']}: {name_a} {d['first']}, "
-                          f"{name_b} {d['second']}", markup=False, highlight=False)
-        if len(r["disagreements"]) > show:
-            console.print(f"  ... {len(r['disagreements']) - show} more", markup=False)
+        pairs = {}
+        for a, b in combinations(names, 2):
+            pairs[f"{a} vs {b}"] = p = pair_agreement(sets[a], sets[b], n_boot, seed, level, (a, b))
+            _print_pair(name if len(names) == 2 else f"{name}, {a} vs {b}", a, b, p, pct, n_boot, show)
+        report[name] = {**pairs[f"{names[0]} vs {names[1]}"], "reliability": rel,
+                        **({"pairs": pairs} if len(names) > 2 else {})}
     if out is not None:
-        atomic_write_json(out, {"first": str(first), "second": str(second) if second else ANNOTATIONS,
+        atomic_write_json(out, {"files": [str(f) for f in files], "first": str(files[0]),
+                                "second": str(files[1]) if len(files) > 1 else ANNOTATIONS,
                                 "n_boot": n_boot, "level": level, "seed": seed, "fields": report})
         console.print(f"-> {out}", markup=False)
 
@@ -235,10 +275,14 @@ def labels_judge(
                                                    help="Bearer key (sent, never written or printed).")] = None,
     task: Annotated[str, typer.Option("--task", help="g (G: history up to b only), y (y: the later steps too) "
                                                      "or both.")] = "both",
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per request.")] = 120.0,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per request, all of it: connect, send and the "
+                                                             "whole reply, however slowly it comes.")] = 120.0,
     retries: Annotated[int, typer.Option("--retries", help="Retries on 429, 5xx, timeouts, connection errors.")] = 4,
     backoff: Annotated[float, typer.Option("--backoff", help="First retry wait in seconds, doubling (a "
                                                              "Retry-After header wins).")] = 2.0,
+    max_wait: Annotated[float, typer.Option("--max-wait", help="The longest Retry-After honoured, in seconds (a "
+                                                               "longer one is cut to this; every wait is "
+                                                               "printed).")] = 60.0,
     min_interval: Annotated[float, typer.Option("--min-interval", help="Rate limit: seconds between request "
                                                                        "starts.")] = 0.0,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Answer token limit.")] = 200,
@@ -257,7 +301,7 @@ def labels_judge(
 
     check_output_dir(labels.parent, "--labels")
     config = JudgeConfig(base_url, model, api_key, timeout, retries, backoff, min_interval, max_tokens, temperature,
-                         max_chars)
+                         max_chars, max_wait)
 
     def show(i: int, n: int, item: Item, rec: Mapping[str, Any], cached: bool) -> None:
         value = "missing (" + rec["problem"] + ")" if rec["label"] is None else rec["label"]
@@ -265,7 +309,8 @@ def labels_judge(
                       + (" (cached)" if cached else ""), markup=False, highlight=False)
 
     summary = run_judge(trajectories, labels, config, task, allow_control_tokens=allow_control_tokens,
-                        retry_missing=retry_missing, on_answer=show, max_items=max_items)
+                        retry_missing=retry_missing, on_answer=show, max_items=max_items,
+                        log=lambda line: console.print(f"  {line}", markup=False, highlight=False))
     for name, c in summary["fields"].items():
         console.print(f"{name}: {c['labelled']} labelled ({c['positive']} positive), {c['missing']} missing",
                       markup=False)
