@@ -15,7 +15,7 @@ import json
 import pytest
 
 from ._support import REAL
-from .test_sessions import CC_NEW, CC_THINK, actual, imported, raw, run, write
+from .test_sessions import CC_NEW, CC_THINK, actual, imported, openhands_reference, raw, run, write
 
 pytestmark = pytest.mark.unit
 
@@ -81,3 +81,65 @@ def test_a_chain_when_present_is_used_and_its_branch_points_counted(tmp_path):
     assert traj.final_answer == answer["message"]["content"][0]["text"] and len(traj.steps) == 1
     assert report.dropped["branch points (an entry with several children; the branch to the last entry kept)"] == 1
     assert not any("file order" in d for d in report.dropped)
+
+
+# ---- OpenHands evaluation output rows ---------------------------------------------------------------------------
+
+OH_ROW = REAL / "openhands" / "nunu0404-mopenhands_output_alibaba__fastjson2-2775.jsonl"
+OH_STREAM = REAL / "openhands" / "openhands-runtime-tests_basic.json"
+# OpenHands' tool schemas as its system event declares them (OpenAI function form); text shortened
+OH_TOOLS = [{"type": "function", "function": {"name": name, "description": f"{name} (shortened)",
+                                               "parameters": {"type": "object", "properties": props,
+                                                              "required": list(props)}}}
+            for name, props in (("execute_bash", {"command": {"type": "string"}}),
+                                ("think", {"thought": {"type": "string"}}),
+                                ("finish", {}),
+                                ("str_replace_editor", {"command": {"type": "string"}, "path": {"type": "string"}}))]
+
+
+def test_an_openhands_output_row_with_a_history_is_one_run(tmp_path):
+    """SWE-bench-style ``output.jsonl`` (MopenHands on OpenHands 0.25, gpt-5): one row per instance, its events
+    in ``history``. Imported as the event stream would be; the model of the responses kept, the dataset row
+    counted."""
+    row = json.loads(OH_ROW.read_text(encoding="utf-8"))
+    report, (traj,) = imported("auto", OH_ROW, tmp_path, strict=True)
+    assert report.formats == {"openhands": 1}
+    assert (traj.task, actual(traj)) == openhands_reference(row["history"])
+    assert traj.task_id == row["instance_id"]
+    meta = traj.extra["metadata"]
+    assert meta["models"] == sorted({e["tool_call_metadata"]["model_response"]["model"] for e in row["history"]
+                                     if "action" in e and "tool_call_metadata" in e})
+    assert meta["metadata"] == row["metadata"] and meta["test_result"] == row["test_result"]
+    assert report.dropped["instance (the benchmark's dataset row: not kept)"] == 1
+    n_responses = sum(1 for e in row["history"] if "action" in e and "tool_call_metadata" in e)
+    assert report.dropped["(event).tool_call_metadata.model_response.usage"] == n_responses
+    assert not [d for d in report.dropped if "(unknown)" in d]
+
+
+def test_the_system_events_tool_schemas_are_the_runs_tools(tmp_path):
+    """The system event later versions write first (``action: system``, ``args.tools``): its tools are the
+    trajectory's declared tools, not a drop count. Re-shaped: the real row with such an event put first (the
+    row's version writes none); the schemas are OpenHands' four CodeAct tools, text shortened."""
+    row = json.loads(OH_ROW.read_text(encoding="utf-8"))
+    system = {"id": 1, "timestamp": row["history"][0]["timestamp"], "source": "agent", "message": "You are ...",
+              "action": "system", "args": {"content": "You are OpenHands agent.", "tools": OH_TOOLS,
+                                           "openhands_version": "0.25.0", "agent_class": "CodeActAgent"}}
+    row["history"].insert(0, system)
+    report, (traj,) = imported("auto", write(tmp_path / "output.jsonl", [row]), tmp_path, strict=True)
+    assert traj.system_prompt == "You are OpenHands agent."
+    assert [dict(t) for t in traj.tools] == [
+        {"name": t["function"]["name"], "description": t["function"]["description"],
+         "parameters": t["function"]["parameters"]} for t in OH_TOOLS]
+    assert not any(d.startswith("(event).args.tools") for d in report.dropped)
+    assert report.dropped["(event).args.openhands_version"] == 1
+
+
+def test_a_saved_event_stream_as_an_output_row_equals_the_stream(tmp_path):
+    """The second producer: OpenHands' own runtime-test stream (claude-3-5-sonnet) as a row (re-shaped so: the
+    stream saved as ``history`` of a row)."""
+    events = json.loads(OH_STREAM.read_text(encoding="utf-8"))
+    _, (stream,) = imported("openhands", OH_STREAM, tmp_path / "a")
+    row = {"instance_id": "basic", "history": events, "metadata": {"agent_class": "CodeActAgent"}}
+    _, (as_row,) = imported("auto", write(tmp_path / "rows.jsonl", [row]), tmp_path / "b")
+    assert (as_row.task, actual(as_row), as_row.final_answer) == (stream.task, actual(stream), stream.final_answer)
+    assert (as_row.task, actual(as_row)) == openhands_reference(events)
