@@ -15,7 +15,9 @@ import json
 import pytest
 
 from ._support import REAL
-from .test_sessions import CC_NEW, CC_THINK, actual, imported, openhands_reference, raw, run, write
+from .test_sessions import (
+    CC_NEW, CC_THINK, actual, gemini_reference, imported, openhands_reference, raw, run, write,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -143,3 +145,86 @@ def test_a_saved_event_stream_as_an_output_row_equals_the_stream(tmp_path):
     _, (as_row,) = imported("auto", write(tmp_path / "rows.jsonl", [row]), tmp_path / "b")
     assert (as_row.task, actual(as_row), as_row.final_answer) == (stream.task, actual(stream), stream.final_answer)
     assert (as_row.task, actual(as_row)) == openhands_reference(events)
+
+
+# ---- Gemini CLI's API-history form ---------------------------------------------------------------------------
+
+GEMINI_API = REAL / "gemini" / "api-history" / "codeboltai_api-request_gemini-2.5-pro.json"
+GEMINI_RECORDING = REAL / "gemini" / "yoavf_gemini-cli-pomodoro-timer.json"
+
+
+def api_reference(contents: list[dict]) -> tuple[str, list]:
+    """(task, steps) of Gemini API contents read by the Gemini API's rules: a model turn's ``thought`` parts are
+    its thinking, ``functionCall`` parts its calls, answered by the next user turn's ``functionResponse`` parts."""
+    def texts(parts, thought=False):
+        return [p["text"] for p in parts if "text" in p and bool(p.get("thought")) == thought]
+
+    first = next(i for i, c in enumerate(contents) if c["role"] == "model")
+    task = "\n\n".join("\n".join(texts(c["parts"])) for c in contents[:first])
+    steps = []
+    for i, c in enumerate(contents[first:], start=first):
+        if c["role"] != "model":
+            continue
+        nxt = contents[i + 1]["parts"] if i + 1 < len(contents) else []
+        calls = [p["functionCall"] for p in c["parts"] if "functionCall" in p]
+        thinking, text = "\n\n".join(texts(c["parts"], True)), "\n".join(texts(c["parts"]))
+        if calls:
+            out = [r["functionResponse"]["response"] for r in nxt if "functionResponse" in r]
+            obs = [o["output"] if isinstance(o.get("output"), str) else o["error"] if isinstance(o.get("error"), str)
+                   else json.dumps(o, ensure_ascii=False) for o in out]
+            steps.append((thinking or text, [(f["name"], f["args"]) for f in calls], obs[0] if len(obs) == 1 else obs))
+        else:
+            steps.append((thinking, text, "\n".join(texts(nxt)) if nxt else None))
+    return task, steps
+
+
+def test_a_gemini_cli_api_request_is_one_run_with_its_system_prompt_and_tools(tmp_path):
+    """Gemini CLI's logged API request (``{model, request: {contents, systemInstruction, tools}}``, role
+    user/model with parts): once refused as "unknown role 'model'"."""
+    doc = json.loads(GEMINI_API.read_text(encoding="utf-8"))
+    report, (traj,) = imported("auto", GEMINI_API, tmp_path, strict=True)
+    request = doc["request"]
+    assert report.formats == {"gemini": 1}
+    assert (traj.task, actual(traj)) == api_reference(request["contents"])
+    assert traj.system_prompt == "\n".join(p["text"] for p in request["systemInstruction"]["parts"])
+    declared = [d for group in request["tools"] for d in group["functionDeclarations"]]
+    assert [dict(t) for t in traj.tools] == [{"name": d["name"], "description": d["description"],
+                                              "parameters": d["parametersJsonSchema"]} for d in declared]
+    assert traj.task_id == request["session_id"] and traj.extra["metadata"] == {"models": [doc["model"]]}
+    assert report.dropped["request.generationConfig"] == 1
+
+
+def recording_as_api_history(doc: dict) -> list[dict]:
+    """A chat recording written as the API history the CLI sends (``/chat save`` writes this list): each gemini
+    message a model turn (thoughts as ``thought`` parts), its calls' results the next user turn."""
+    contents: list[dict] = []
+    for m in doc["messages"]:
+        if m["type"] == "user":
+            content = m["content"]
+            parts = [{"text": content}] if isinstance(content, str) else [{"text": p["text"]} for p in content]
+            contents.append({"role": "user", "parts": parts})
+        elif m["type"] == "gemini":
+            thoughts = [{"text": "\n".join(p for p in (t.get("subject", ""), t.get("description", "")) if p),
+                         "thought": True} for t in m.get("thoughts") or []]
+            text = [{"text": m["content"]}] if m.get("content") else []
+            calls = [{"functionCall": {"id": c["id"], "name": c["name"], "args": c["args"]},
+                      "thoughtSignature": "c2ln"} for c in m.get("toolCalls") or []]
+            contents.append({"role": "model", "parts": thoughts + text + calls})
+            results = [p for c in m.get("toolCalls") or [] for p in c.get("result") or []]
+            if results:
+                contents.append({"role": "user", "parts": results})
+    return contents
+
+
+def test_a_saved_api_history_equals_the_recording_it_was_written_from(tmp_path):
+    """Re-shaped (no public ``/chat save`` checkpoint with calls was found): the real pomodoro recording (11
+    calls, thought summaries) written as the API history; it imports to the recording's own independent
+    reading."""
+    doc = json.loads(GEMINI_RECORDING.read_text(encoding="utf-8"))
+    contents = recording_as_api_history(doc)
+    source = tmp_path / "checkpoint-pomodoro.json"
+    source.write_text(json.dumps(contents), encoding="utf-8")
+    report, (traj,) = imported("auto", source, tmp_path, strict=True)
+    assert (traj.task, actual(traj)) == gemini_reference(doc) == api_reference(contents)
+    n_calls = sum(len(m.get("toolCalls") or []) for m in doc["messages"])
+    assert report.dropped["(record)[].parts[].thoughtSignature"] == n_calls > 0
