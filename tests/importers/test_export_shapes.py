@@ -228,3 +228,26 @@ def test_a_saved_api_history_equals_the_recording_it_was_written_from(tmp_path):
     assert (traj.task, actual(traj)) == gemini_reference(doc) == api_reference(contents)
     n_calls = sum(len(m.get("toolCalls") or []) for m in doc["messages"])
     assert report.dropped["(record)[].parts[].thoughtSignature"] == n_calls > 0
+
+
+# ---- tau2-bench without info -----------------------------------------------------------------------------------
+
+TAU2 = REAL / "tau2" / "claude-sonnet-4-5_airline.json"
+
+
+def test_a_tau2_file_without_info_is_detected_by_auto(tmp_path):
+    """Leaderboard submissions without ``info`` (``{tasks, simulations}``): ``auto`` once said "format not
+    recognised" while ``tau2`` read them. Re-shaped: the real airline file with its ``info`` taken out."""
+    from .test_conformance import read_chat
+
+    doc = json.loads(TAU2.read_text(encoding="utf-8"))
+    del doc["info"]
+    source = tmp_path / "submission.json"
+    source.write_text(json.dumps(doc), encoding="utf-8")
+    report, trajs = imported("auto", source, tmp_path, strict=True)
+    assert report.formats == {"tau2": len(doc["simulations"])}
+    for sim, traj in zip(doc["simulations"], trajs, strict=True):
+        assert actual(traj) == read_chat(sim["messages"], results_by="id")
+        assert traj.outcome == {"reward": sim["reward_info"]["reward"]} and traj.system_prompt == ""
+    _, named = imported("tau2", source, tmp_path / "named", strict=True)
+    assert named == trajs
