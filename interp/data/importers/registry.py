@@ -62,6 +62,7 @@ from interp.data.importers import (
     tau2,
 )
 from interp.data.importers.common import RunContext, RunProblem
+from interp.data.importers.dataset import SCHEMAS, Selection
 from interp.data.importers.reader import Record, read_records, unread_files
 from interp.io import atomic_path, atomic_write_bytes
 
@@ -208,6 +209,16 @@ def _runs(module: Any, record: Any, ctx: RunContext) -> list[dict[str, Any] | Ru
     return [module.convert(record, ctx)]
 
 
+def check_selection(selection: Selection) -> None:
+    """Refuse a ``--dataset-schema``, ``--sample`` or ``--seed`` that cannot be used, before any work."""
+    if selection.schema is not None and selection.schema not in SCHEMAS:
+        raise ValueError(f"--dataset-schema {selection.schema!r}: expected one of {', '.join(SCHEMAS)}")
+    if selection.sample is not None and selection.sample < 1:
+        raise ValueError(f"--sample {selection.sample}: expected a number of rows >= 1")
+    if selection.seed < 0:
+        raise ValueError(f"--seed {selection.seed}: expected an integer >= 0")
+
+
 @dataclass(frozen=True)
 class IdOptions:
     """How task ids are made: ``prefix`` before every id (``--id-prefix``), ``field`` the run's id (``--id-from``)."""
@@ -217,9 +228,12 @@ class IdOptions:
 
 
 def import_runs(fmt: str, source: Path, out: Path, field_map: Path | None = None, hook: str | None = None,
-                strict: bool = False, domain: str | None = None, ids: IdOptions = IdOptions()) -> ImportReport:
-    """Convert every run of ``source`` to a trajectory file ``out``; see the module docstring."""
+                strict: bool = False, domain: str | None = None, ids: IdOptions = IdOptions(),
+                selection: Selection = Selection()) -> ImportReport:
+    """Convert every run of ``source`` to a trajectory file ``out``; see the module docstring. ``selection``:
+    the rows of dataset (Parquet, Arrow) inputs to read and their column mapping (:mod:`.dataset`)."""
     source, out = Path(source), Path(out)
+    check_selection(selection)
     if ids.field is not None and not ids.field.strip("."):
         raise ValueError("--id-from: expected a dotted field path such as instance_id or info.id")
     convert = converter(fmt, field_map, hook)  # option errors before any work
@@ -237,7 +251,8 @@ def import_runs(fmt: str, source: Path, out: Path, field_map: Path | None = None
     candidates = Path(name)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            origins = _convert_all(convert, source, fh, Settings(domain, ids, strict, sessions, fmt), report, found)
+            origins = _convert_all(convert, source, fh, Settings(domain, ids, strict, sessions, fmt, selection),
+                                   report, found)
         valid = _check(candidates, origins, report, found, strict)
         report.problems = [f"{file}:{line}: {text}" for file, line, text in sorted(found, key=lambda p: p[:2])]
         report.rows = sorted(report.rows, key=lambda r: (r.file, r.line)) + [
@@ -263,6 +278,7 @@ class Settings:
     strict: bool
     sessions: session.Claims | None = None  # which session formats may claim a JSON Lines file
     fmt: str = "auto"  # the format named (its refusals name the format a record looks like)
+    selection: Selection = Selection()  # the rows of dataset inputs to read
 
 
 @dataclass(frozen=True)
@@ -308,7 +324,7 @@ def _convert_all(convert: Converter, source: Path, fh: TextIO, settings: Setting
         report.reasons[_reason(exc.message)] += 1
         report.rows.append(RunRow(str(rec.file), line, used, "", "refused", f"{exc.where}: {exc.message}", drops))
 
-    for rec in session.whole_files(read_records(source), settings.sessions):
+    for rec in session.whole_files(read_records(source, settings.selection), settings.sessions):
         first = rec.file != last_file
         last_file = rec.file
         if other_session is not None and other_session[0] == rec.file:
