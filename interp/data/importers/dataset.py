@@ -64,6 +64,7 @@ from typing import Any
 
 DATA_SUFFIXES = (".parquet", ".arrow")
 BATCH_ROWS = 64  # rows per batch read: the unit of memory besides one row group
+READ_BUFFER = 1 << 20  # bytes: Parquet column chunks are read through a buffer this size, never pre-buffered whole
 HF_META = frozenset({"state.json", "dataset_info.json", "dataset_dict.json"})  # a datasets folder's own files
 FENCE = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)  # a fenced block: SWE-agent 0.x writes its action in the last
 
@@ -192,7 +193,8 @@ def _stream(path: Path, columns: list[str] | None) -> Iterator[tuple[int, dict[s
 
     number = 0
     if path.suffix == ".parquet":
-        batches: Iterator[Any] = pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS, columns=columns)
+        parquet = pq.ParquetFile(path, pre_buffer=False, buffer_size=READ_BUFFER)  # pre-buffering holds the file
+        batches: Iterator[Any] = parquet.iter_batches(batch_size=BATCH_ROWS, columns=columns)
         for batch in batches:
             for row in batch.to_pylist():
                 number += 1
