@@ -29,8 +29,10 @@ format          input                                   importer
 ``inspect``     Inspect AI logs (``.eval``, ``.json``)  :mod:`.inspect_log`
 ``claude-code``  Claude Code session files (``.jsonl``)  :mod:`.claude_code`
 ``codex``       Codex CLI rollouts (``rollout-*.jsonl``)  :mod:`.codex`
-``openhands``   OpenHands saved event streams (``.json``)  :mod:`.openhands`
-``gemini``      Gemini CLI chat recordings (``.json``)  :mod:`.gemini`
+``openhands``   OpenHands saved event streams (``.json``),  :mod:`.openhands`
+                evaluation ``output.jsonl`` rows
+``gemini``      Gemini CLI chat recordings (``.json``),  :mod:`.gemini`
+                API histories (``contents``)
 ``otel``        OpenTelemetry GenAI / OpenInference     :mod:`.otel`
                 spans (OTLP JSON, span JSON Lines)
 ``map``         anything, via ``--map`` or ``--hook``   :mod:`.mapping`
@@ -40,7 +42,8 @@ format          input                                   importer
 
 A session format (claude-code, codex, openhands, otel) claims a JSON Lines file or
 a JSON array by its first record and reads the file whole, as one run
-(:mod:`.session`).
+(:mod:`.session`). Parquet and Arrow files (and ``datasets`` folders) are read
+one run per row (:mod:`.dataset`), each row mapped to a record of a format above.
 """
 
 from __future__ import annotations
