@@ -58,6 +58,7 @@ import decimal
 import json
 import re
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -209,25 +210,19 @@ def _stream(path: Path, columns: list[str] | None) -> Iterator[tuple[int, dict[s
                     yield number, row
 
 
-class _arrow_reader:  # noqa: N801 (a context manager used as a function)
-    """The record batches of an Arrow IPC file (stream or file format), memory-mapped."""
+@contextmanager
+def _arrow_reader(path: Path) -> Iterator[Any]:  # Any: pyarrow's stream reader, or a file's batches
+    """The record batches of an Arrow IPC file (stream or file format), memory-mapped, with their schema."""
+    import pyarrow as pa
 
-    def __init__(self, path: Path):
-        self.path = path
-
-    def __enter__(self) -> Any:  # Any: pyarrow's reader (stream) or an iterator over a file's batches
-        import pyarrow as pa
-
-        self.source = pa.memory_map(str(self.path))
+    with pa.memory_map(str(path)) as source:
+        reader: Any  # the stream reader, or the file's batches
         try:
-            return pa.ipc.open_stream(self.source)
-        except pa.ArrowInvalid:
-            self.source.seek(0)
-            reader = pa.ipc.open_file(self.source)
-            return _FileBatches(reader)
-
-    def __exit__(self, *exc: object) -> None:
-        self.source.close()
+            reader = pa.ipc.open_stream(source)
+        except pa.ArrowInvalid:  # not a stream: the IPC file format
+            source.seek(0)
+            reader = _FileBatches(pa.ipc.open_file(source))
+        yield reader
 
 
 class _FileBatches:
