@@ -250,3 +250,12 @@ def test_the_cli_reads_a_shard_with_a_filter_and_a_sample(tmp_path):
     assert isinstance(bad.exception, ValueError)  # an input error: `interp` prints it on one line, exit 2
     assert str(bad.exception) == "--filter 'resolved': expected COLUMN=VALUE (a top-level column of the dataset)"
     assert not (tmp_path / "u.jsonl").exists()
+
+
+def test_a_file_that_is_not_parquet_is_one_problem_naming_it(tmp_path):
+    """Once `not UTF-8 (byte 148)`: a Parquet file is never read as JSON; one that is not Parquet is refused."""
+    bad = tmp_path / "train.parquet"
+    bad.write_bytes(b"PAR1 not really a parquet file \\x00\\xff")
+    report = import_runs("auto", bad, tmp_path / "t.jsonl")
+    assert not report.written and len(report.problems) == 1
+    assert report.problems[0].startswith(f"{bad}:1: (file): unreadable parquet file: ")
