@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from interp.accounting.tokens import TokensConfig
     from interp.continuations.run import RunSettings
     from interp.continuations.states import State
+    from interp.data.importers.dataset import Selection
     from interp.data.importers.registry import ImportReport
     from interp.data.trajectory import Trajectory
     from interp.externalization.labeler import GapLabelerConfig
@@ -97,11 +98,14 @@ def trajectories(path: Path, strict: bool = True, allow_control_tokens: bool = F
 
 def imports(fmt: str, source: Path, out: Path, field_map: Path | None = None, hook: str | None = None,
             strict: bool = False, domain: str | None = None, id_prefix: str = "",
-            id_from: str | None = None) -> ImportReport:
-    """Agent runs in a framework's format -> a validated trajectory file (``interp import``); the import report."""
+            id_from: str | None = None, selection: Selection | None = None) -> ImportReport:
+    """Agent runs in a framework's format -> a validated trajectory file (``interp import``); the import report.
+    ``selection``: which rows of Parquet / Arrow inputs, and their column mapping."""
+    from interp.data.importers.dataset import Selection
     from interp.data.importers.registry import IdOptions, import_runs
 
-    return import_runs(fmt, source, out, field_map, hook, strict, domain, IdOptions(id_prefix, id_from))
+    return import_runs(fmt, source, out, field_map, hook, strict, domain, IdOptions(id_prefix, id_from),
+                       selection or Selection())
 
 
 def sensor(spec: str, model_path: Path | None = None, device: str = "cpu", dtype: str = "auto",

@@ -453,3 +453,66 @@ def test_validate_notes_calls_with_no_declared_tools(tmp_path):
     _, (traj,) = imported(SWE_FC, tmp_path)
     report = validate_file(tmp_path / "t.jsonl", strict=True)
     assert any("calls tools but declares none" in n for n in report.notes) and not traj.tools
+
+
+GEMINI_ATIF = REAL / "atif" / "gemini-cli_3d-scan-calc" / "agent" / "trajectory.json"
+RFC_ATIF = REAL / "atif" / "rfc_example" / "agent" / "trajectory.json"
+
+
+def test_a_finishing_step_whose_one_result_names_only_the_keystroke_call_is_the_steps_observation(tmp_path):
+    """Harbor's Terminus-2 finishing step: a keystroke call plus ``mark_task_complete``, and one result (the
+    terminal screen) naming only the keystroke call. No public Terminus-2 ATIF file was found; the real gemini-cli
+    step (two calls, two results) is re-shaped into it: the second call becomes mark_task_complete, one result
+    stays. Kept whole as the step's observation, marked, both calls kept, never refused (also under --strict)."""
+    doc = json.loads(GEMINI_ATIF.read_text("utf-8"))
+    step = doc["steps"][1]
+    step["tool_calls"][1] = {"tool_call_id": "call_3_task_complete", "function_name": "mark_task_complete",
+                             "arguments": {}}
+    step["observation"]["results"] = step["observation"]["results"][:1]
+    trial = tmp_path / "trial" / "agent"
+    trial.mkdir(parents=True)
+    (trial / "trajectory.json").write_text(json.dumps(doc), encoding="utf-8")
+    report, (traj,) = imported(trial.parent, tmp_path)
+    first = traj.steps[0]
+    assert first.observation == step["observation"]["results"][0]["content"]
+    assert first.extra["observation_scope"] == "step"
+    assert [c.tool for c in first.action.calls] == ["read_file", "mark_task_complete"]
+    assert actual(traj) == read_atif(doc)
+    assert report.dropped["steps[].observation (results not one per call: kept whole as the step's observation, "
+                          "observation_scope step)"] == 1
+
+
+@pytest.mark.parametrize("version", ["ATIF-v2.0", "2.1"])
+def test_an_unknown_atif_major_version_is_refused_naming_it(tmp_path, version):
+    doc = json.loads(RFC_ATIF.read_text("utf-8"))
+    doc["schema_version"] = version
+    doc.setdefault("session_id", "s")
+    source = tmp_path / "trajectory.json"
+    source.write_text(json.dumps(doc), encoding="utf-8")
+    report = import_runs("atif", source, tmp_path / "t.jsonl")
+    assert not report.written
+    assert report.problems == [f"{source}:1: schema_version: ATIF major version 2 ({version}) is not supported; "
+                               "this importer reads ATIF-v1.0 ... v1.x"]
+
+
+def test_embedded_atif_subagents_are_runs_linked_to_their_parent(tmp_path):
+    """ATIF v1.7 ``subagent_trajectories``: each embedded trajectory is a run of its own, task id
+    ``PARENT/subagent-SESSION``, ``metadata.parent_task_id`` the parent's, no reward of its own. No public file
+    with embedded subagents was found: the real RFC example embeds the real gemini-cli run (re-shaped so)."""
+    parent = json.loads(RFC_ATIF.read_text("utf-8"))
+    sub = json.loads(GEMINI_ATIF.read_text("utf-8"))
+    parent["schema_version"] = "ATIF-v1.7"
+    parent["subagent_trajectories"] = [sub]
+    trial = tmp_path / "trial"
+    (trial / "agent").mkdir(parents=True)
+    (trial / "agent" / "trajectory.json").write_text(json.dumps(parent), encoding="utf-8")
+    (trial / "verifier").mkdir()
+    (trial / "verifier" / "reward.txt").write_text("1\n", encoding="utf-8")
+    report, (main, child) = imported(trial, tmp_path)
+    assert report.formats == {"atif": 2}
+    assert actual(main) == read_atif(parent) and main.outcome == {"reward": 1.0}
+    assert actual(child) == read_atif(sub) and child.outcome == {}
+    assert child.task_id == f"{main.task_id}/subagent-{sub['session_id']}"
+    assert child.extra["metadata"]["parent_task_id"] == main.task_id
+    assert child.extra["metadata"]["agent"] == sub["agent"]
+    assert "subagent_trajectories" not in main.extra["metadata"]

@@ -18,9 +18,11 @@ A run is one ATIF object: ``schema_version``, ``session_id``, ``agent``
 * ``observation.results[]`` answer the calls by ``source_call_id`` (in order
   when absent); the results of a step without calls are its observation;
   results that are not one per call (Harbor's Terminus-2 writes one terminal
-  screen for a step's N keystroke calls, mostly without ``source_call_id``)
-  are the step's observation, joined, and the step is marked
-  ``observation_scope: "step"`` (counted, never refused);
+  screen for a step's N keystroke calls, mostly without ``source_call_id``,
+  and for its finishing step, a keystroke call plus ``mark_task_complete``,
+  one result naming only the keystroke call) are the step's observation,
+  joined, and the step is marked ``observation_scope: "step"`` (counted,
+  never refused);
 * ``user`` steps after an agent step: the reply to a text action (its
   observation), see :class:`ChatSteps`; later ``system`` steps are dropped
   and counted;
@@ -29,7 +31,11 @@ A run is one ATIF object: ``schema_version``, ``session_id``, ``agent``
   when present), else ``session_id``; the reward: ``TRIAL/verifier/reward.txt``
   or ``TRIAL/result.json`` ``verifier_result.rewards.reward`` when present;
 * ``agent``, ``session_id``, ``schema_version``, ``notes``, ``final_metrics``
-  and ``extra`` go to ``metadata``.
+  and ``extra`` go to ``metadata``;
+* each embedded ``subagent_trajectories[]`` entry (v1.7) is a run of its own
+  (:func:`convert_all`), task id ``PARENT/subagent-SESSION``, linked by
+  ``metadata.parent_task_id``; a major version other than 1 (``ATIF-v2.0``)
+  is refused, naming the version.
 
 OpenAgents' ``tbench`` (a claude-code runner) writes a dialect of v1.4: a bare
 ``schema_version`` (``"1.4"``), calls as ``{id, name, arguments}``, and each
@@ -70,6 +76,7 @@ RESULT_KNOWN = frozenset({"extra"})
 STEP_KNOWN = frozenset({"step_id", "timestamp", "model_name", "reasoning_effort", "metrics", "extra",
                         "is_copied_context", "llm_call_count"})
 BARE_VERSION = re.compile(r"\d+\.\d+(?:\.\d+)?")  # tbench's schema_version ("1.4"), without "ATIF-v"
+VERSION = re.compile(r"(?:ATIF-?v?)?(\d+)(?:\.\d+)*", re.IGNORECASE)  # ATIF-v1.7, 1.4: the major version
 RESULT_STEP = "tool_result"  # observation.type of tbench's tool result steps
 RESULT_FOR = re.compile(r"Tool result for (\S+)")  # their message, naming the call
 RESULT_STEP_USED = frozenset({"type", "content", "result"})
@@ -85,9 +92,45 @@ def looks_like(record: object) -> bool:
                                                   and isinstance(record.get("agent"), dict) and "session_id" in record)
 
 
+def convert_all(record: dict[str, Any], ctx: RunContext) -> list[dict[str, Any] | RunProblem]:
+    """The run and each of its embedded ``subagent_trajectories`` (ATIF v1.7) as a run of its own, linked to it by
+    ``metadata.parent_task_id``; a subagent that cannot be converted is its own problem, the parent still comes."""
+    main = convert(record, ctx)
+    runs: list[dict[str, Any] | RunProblem] = [main]
+    subagents = record.get("subagent_trajectories")
+    for k, sub in enumerate(subagents if isinstance(subagents, list) else [], start=1):
+        at = f"subagent_trajectories[{k - 1}]"
+        try:
+            expect(sub, dict, at, "an embedded ATIF trajectory object")
+            runs.append(_convert(sub, ctx, (main["task_id"], k)))
+        except RunProblem as exc:
+            runs.append(RunProblem(f"{at}.{exc.where}", exc.message))
+    return runs
+
+
+def _check_version(record: dict[str, Any]) -> None:
+    """Refuse a major version other than 1 (``ATIF-v2.0``), naming it: its fields may mean something else."""
+    version = record.get("schema_version")
+    if version is None:
+        return
+    found = VERSION.fullmatch(str(version).strip())
+    if found is None:
+        raise RunProblem("schema_version", f"unrecognised ATIF version {version!r}; expected ATIF-v1.x")
+    if found.group(1) != "1":
+        raise RunProblem("schema_version", f"ATIF major version {found.group(1)} ({version}) is not supported; "
+                                           "this importer reads ATIF-v1.0 ... v1.x")
+
+
 def convert(record: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
-    """One ATIF run as a trajectory record (see the module docstring)."""
+    """One ATIF run as a trajectory record (see the module docstring); its subagents: :func:`convert_all`."""
+    return _convert(record, ctx, None)
+
+
+def _convert(record: dict[str, Any], ctx: RunContext, parent: tuple[str, int] | None) -> dict[str, Any]:
+    """A run, or the K-th subagent of run ``parent`` = (task id, K): task id ``PARENT/subagent-SESSION`` (or K), no
+    reward of its own (the trial's verdict is the parent's)."""
     expect(record, dict, "(record)", "an ATIF object with 'steps'")
+    _check_version(record)
     steps = expect(record.get("steps"), list, "steps", "a list of steps")
     system: list[str] = []
     chat = ChatSteps(ctx)
@@ -120,14 +163,17 @@ def convert(record: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
             raise RunProblem(f"{where}.source", f"unknown source {source!r}; expected user, agent or system")
     if turns is not None:
         turns.finish()
-    subagents = record.get("subagent_trajectories")
-    if isinstance(subagents, list) and subagents:
-        ctx.drop("subagent_trajectories[] (runs of their own, not imported)", len(subagents))
-    trial = _trial(Path(ctx.file))
-    out = {"task_id": _task_id(record, trial, ctx), "domain": ctx.domain_of(record, DEFAULT_DOMAIN),
+    trial = _trial(Path(ctx.file)) if parent is None else None
+    meta = metadata_of(record, USED)
+    if parent is None:
+        task_id = _task_id(record, trial, ctx)
+    else:
+        own = record.get("session_id")
+        task_id = f"{parent[0]}/subagent-{own if isinstance(own, str) and own else parent[1]}"
+        meta["parent_task_id"] = parent[0]
+    out = {"task_id": task_id, "domain": ctx.domain_of(record, DEFAULT_DOMAIN),
            "system_prompt": REASONING_JOIN.join(system), "tools": [], **chat.trajectory("steps"),
            "outcome": _reward(trial)}
-    meta = metadata_of(record, USED)
     return {**out, "metadata": meta} if meta else out
 
 
@@ -148,11 +194,12 @@ def _agent(chat: ChatSteps, step: dict[str, Any], where: str, ctx: RunContext) -
         expect(result, dict, at, "a result object")
         ctx.unmapped(result, at, RESULT_USED, RESULT_KNOWN)
         if result.get("subagent_trajectory_ref"):
-            ctx.drop(f"{field_pattern(at)}.subagent_trajectory_ref (a reference to another run)")
+            ctx.drop(f"{field_pattern(at)}.subagent_trajectory_ref (a reference to another run: embedded ones are "
+                     "imported as runs linked by metadata.parent_task_id)")
         texts.append(_content(result.get("content"), f"{at}.content", ctx))
-    ids = {c[0] for c in calls if c[0] is not None}
-    if calls and len(results) != len(calls) and not all(r.get("source_call_id") in ids for r in results):
-        # one result for the step's N calls (Terminus-2: the terminal screen after a batch of keystrokes)
+    if calls and results and not _one_per_call(calls, results):
+        # one result for the step's N calls (Terminus-2: the terminal screen after a batch of keystrokes, and its
+        # finishing step: a keystroke call plus mark_task_complete, the one result naming the keystroke call)
         chat.step_result(PART_JOIN.join(texts))
         ctx.drop(f"{field_pattern(where)}.observation (results not one per call: kept whole as the step's "
                  "observation, observation_scope step)")
@@ -161,6 +208,17 @@ def _agent(chat: ChatSteps, step: dict[str, Any], where: str, ctx: RunContext) -
             chat.tool_result(result.get("source_call_id"), text, f"{where}.observation.results[{k}]")
     elif texts:  # results of an action that is no tool call: the observation of the text action
         chat.user_text(PART_JOIN.join(texts))
+
+
+def _one_per_call(calls: list[tuple[Any, dict[str, Any]]], results: list[dict[str, Any]]) -> bool:
+    """Whether the results answer the calls one each: as many, each naming a distinct call of the step (or none
+    naming any, answered in order)."""
+    named = [r.get("source_call_id") for r in results]
+    if len(results) != len(calls):
+        return False
+    if all(n is None for n in named):
+        return True
+    return sorted(map(str, named)) == sorted(str(c[0]) for c in calls)
 
 
 def _agent_fields_on(step: dict[str, Any], where: str, ctx: RunContext) -> None:

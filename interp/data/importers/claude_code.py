@@ -8,7 +8,10 @@ and are linked by ``uuid`` / ``parentUuid``. What is mapped
 * **the conversation is a chain**: from the last main entry (``isSidechain``
   false) back through ``parentUuid`` (``logicalParentUuid`` across a
   compaction) to the root; entries off that chain (a rewound or retried
-  branch) are dropped and counted;
+  branch) are dropped and counted, and so are the branch points. A session
+  with no chain (no entry names a parent: an exported or hand-made file) is
+  read in file order; so is a broken chain (a parent no entry of the file
+  has, or a cycle), the break counted by kind;
 * **subagents are kept apart**: entries with ``isSidechain: true`` (the runs
   of the ``Task`` tool, written into the session file by Claude Code 1.x) form
   their own chains, one per root; each is a run of its own, task id
@@ -36,6 +39,7 @@ and are linked by ``uuid`` / ``parentUuid``. What is mapped
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,8 +78,9 @@ def claims_line(value: object) -> bool:
     if not isinstance(value, Mapping):
         return False
     kind = value.get("type")
-    if kind in MESSAGE_TYPES:
-        return "parentUuid" in value and isinstance(value.get("message"), Mapping)
+    if kind in MESSAGE_TYPES:  # an exported or hand-made session may have no parentUuid: a uuid or sessionId
+        return (any(key in value for key in ("parentUuid", "uuid", "sessionId"))
+                and isinstance(value.get("message"), Mapping))
     # bookkeeping entries open many files (a file-history-snapshot has a messageId, not a sessionId)
     return kind in OTHER_TYPES and any(key in value for key in ("sessionId", "leafUuid", "messageId", "uuid"))
 
@@ -109,12 +114,7 @@ def convert_all(record: object, ctx: RunContext) -> list[dict[str, Any] | RunPro
     base = ctx.task_id({"id": sid} if isinstance(sid, str) and sid else {})
     named: list[tuple[str, list[Entry]]] = []
     if main:
-        chain = _chain(main[-1], session)
-        on_chain = {id(e) for e in chain}
-        off = sum(1 for e in main if id(e) not in on_chain)
-        if off:
-            ctx.drop("entries off the conversation chain (a rewound or retried branch)", off)
-        named.append((base, chain))
+        named.append((base, _conversation(main, session, ctx)))
     else:  # a subagent's own file (SESSION/subagents/agent-ID.jsonl): its runs are named by the file
         base = ctx.stem
     subagents = _subagents(side, session, base, ctx)
@@ -161,6 +161,45 @@ def _index(entries: list[Entry], ctx: RunContext) -> _Session:
                 ctx.unmapped({str(kind): value}, "(entry type)", set(), set())
     session.meta.update({k: v for k, v in (("versions", versions), ("models", models), ("summaries", summaries)) if v})
     return session
+
+
+def _parent(entry: Entry) -> str | None:
+    """The uuid an entry names as its parent (``parentUuid``, else ``logicalParentUuid`` across a compaction)."""
+    parent = entry.value.get("parentUuid") or entry.value.get("logicalParentUuid")
+    return parent if isinstance(parent, str) and parent else None
+
+
+def _conversation(main: list[Entry], session: _Session, ctx: RunContext) -> list[Entry]:
+    """The main run's entries: the parentUuid chain ending at the last entry when the file has one (entries off it
+    counted, and each branch point), else the file order. No entry naming a parent (an exported or hand-made
+    session) is read in file order; so is a broken chain, counted by how it breaks: a parent no entry of the
+    file has (its entries before the break would be lost), or a cycle."""
+    if not any(_parent(e) for e in main):
+        if len(main) > 1:
+            ctx.drop("entries without a parentUuid chain (read in file order)", len(main))
+        return main
+    seen: set[int] = set()
+    entry: Entry | None = main[-1]
+    while entry is not None:
+        if id(entry) in seen:
+            ctx.drop("parentUuid chain with a cycle (read in file order)")
+            return main
+        seen.add(id(entry))
+        parent = _parent(entry)
+        if parent is not None and parent not in session.by_uuid:
+            ctx.drop("parentUuid naming no entry of the file (a broken chain, read in file order)")
+            return main
+        entry = session.by_uuid.get(parent) if parent is not None else None
+    chain = _chain(main[-1], session)
+    on_chain = {id(e) for e in chain}
+    off = sum(1 for e in main if id(e) not in on_chain)
+    if off:
+        ctx.drop("entries off the conversation chain (a rewound or retried branch)", off)
+    children = Counter(_parent(e) for e in main if _parent(e) is not None)
+    branches = sum(1 for n in children.values() if n > 1)
+    if branches:
+        ctx.drop("branch points (an entry with several children; the branch to the last entry kept)", branches)
+    return chain
 
 
 def _chain(leaf: Entry, session: _Session) -> list[Entry]:

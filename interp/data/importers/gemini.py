@@ -20,6 +20,18 @@ with what is dropped):
 * ``sessionId`` is the task id; ``projectHash``, ``startTime``, ``kind`` and
   the models go to ``metadata``; ``info``, ``error`` and ``warning`` messages
   (the CLI's own notices) are counted by type.
+
+The API-history form (the Gemini API's ``contents``: ``{role: user | model,
+parts}``) is read too: a bare list (``/chat save`` checkpoints) or a request
+``{contents, systemInstruction, tools}``, bare or under ``request`` (the
+CLI's logged API request, with ``model``). Each ``model`` turn is a step:
+``thought: true`` text parts the reasoning, other text parts the text,
+``functionCall`` parts (``id``, ``name``, ``args``) the calls, their
+``thoughtSignature`` counted; the next ``user`` turn's ``functionResponse``
+parts answer them (by ``id``, else in order), read as above; ``systemInstruction``
+is the system prompt and ``tools[].functionDeclarations`` (``parameters`` or
+``parametersJsonSchema``) the tools; ``generationConfig`` and the request's
+other fields are counted.
 """
 
 from __future__ import annotations
@@ -29,7 +41,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from interp.data.importers.common import (
-    PART_JOIN, ChatSteps, RunContext, RunProblem, expect, join_reasoning, parse_arguments,
+    PART_JOIN, ChatSteps, RunContext, RunProblem, expect, field_pattern, join_reasoning, parse_arguments, tool_spec,
 )
 
 FORMAT = "gemini"
@@ -41,16 +53,41 @@ MESSAGE_KNOWN = frozenset({"id", "timestamp", "tokens", "displayContent"})
 CALL_USED = frozenset({"id", "name", "args", "result", "status"})
 CALL_KNOWN = frozenset({"timestamp", "displayName", "description", "resultDisplay", "renderOutputAsMarkdown"})
 NOTICES = ("info", "error", "warning")
+API_ROLES = ("user", "model")
+REQUEST_USED = frozenset({"contents", "systemInstruction", "tools", "session_id"})
+WRAPPER_USED = frozenset({"request", "model"})
+PART_KNOWN = frozenset({"thoughtSignature", "thought_signature"})  # opaque, counted
 
 
 def looks_like(record: object) -> bool:
-    """Sniff (``interp import auto``): an object with ``sessionId``, ``projectHash`` and a ``messages`` list."""
+    """Sniff (``interp import auto``): an object with ``sessionId``, ``projectHash`` and a ``messages`` list, or
+    the API-history form (:func:`_contents`)."""
     return (isinstance(record, Mapping) and "sessionId" in record and "projectHash" in record
-            and isinstance(record.get("messages"), list))
+            and isinstance(record.get("messages"), list)) or _contents(record) is not None
+
+
+def _contents(record: object) -> tuple[str, list[Any], Mapping[str, Any]] | None:
+    """``(path, contents, request)`` of the Gemini API-history form: a list of ``{role: user | model, parts}``
+    (a ``/chat save`` checkpoint), or a request ``{contents, systemInstruction, tools}``, bare or under
+    ``request`` (the CLI's logged API request); None for any other record."""
+    request: Any = record
+    prefix = ""
+    if isinstance(record, Mapping) and isinstance(record.get("request"), Mapping):
+        request, prefix = record["request"], "request."
+    contents = request.get("contents") if isinstance(request, Mapping) else request
+    if not isinstance(contents, list) or not contents or not all(
+            isinstance(c, Mapping) and c.get("role") in API_ROLES and isinstance(c.get("parts"), list)
+            for c in contents):
+        return None
+    return (f"{prefix}contents" if isinstance(request, Mapping) else "(record)", contents,
+            request if isinstance(request, Mapping) else {})
 
 
 def convert(record: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
-    """One chat recording as a trajectory record (see the module docstring)."""
+    """One chat recording, or one API history, as a trajectory record (see the module docstring)."""
+    api = _contents(record)
+    if api is not None:
+        return _api_history(record, *api, ctx)
     expect(record, dict, "(record)", "a Gemini CLI chat recording object")
     messages = expect(record.get("messages"), list, "messages", "a list of messages")
     ctx.unmapped(record, "(record)", USED, KNOWN)
@@ -146,3 +183,75 @@ def _result(result: Any, where: str, ctx: RunContext) -> tuple[str, bool]:
         else:
             outputs.append(json.dumps(body, ensure_ascii=False))
     return PART_JOIN.join(outputs), failed
+
+
+def _api_history(record: object, at: str, contents: list[Any], request: Mapping[str, Any],
+                 ctx: RunContext) -> dict[str, Any]:
+    """The API-history form: ``model`` turns are steps (``thought`` parts the reasoning, ``text`` parts the
+    text, ``functionCall`` parts the calls), ``functionResponse`` parts of the next ``user`` turn their results
+    (by ``id``, else in order), other ``user`` text the task or a reply; ``systemInstruction`` the system prompt,
+    ``tools[].functionDeclarations`` the tools; the logged request's ``model`` goes to ``metadata``."""
+    prefix = at.rsplit("contents", 1)[0]
+    if isinstance(record, Mapping):
+        ctx.unmapped(record, "(record)", WRAPPER_USED if prefix else REQUEST_USED, frozenset(record))
+        if prefix:
+            ctx.unmapped(request, "request", REQUEST_USED, frozenset(request))
+    chat = ChatSteps(ctx)
+    for i, content in enumerate(contents):
+        where = f"{at}[{i}]"
+        ctx.unmapped(content, f"{at}[]", {"role", "parts"}, set())
+        if content["role"] == "model":
+            _model_turn(chat, content["parts"], where, ctx)
+        else:
+            texts = []
+            for j, part in enumerate(content["parts"]):
+                pat = f"{where}.parts[{j}]"
+                expect(part, dict, pat, "a part object")
+                if isinstance(part.get("functionResponse"), Mapping):
+                    output, failed = _result([part], pat, ctx)
+                    chat.tool_result(part["functionResponse"].get("id"), output, pat, is_error=failed)
+                else:
+                    texts.append(_text([part], f"{pat}", ctx))
+            if any(t for t in texts):
+                chat.user_text(PART_JOIN.join(t for t in texts if t))
+    system = request.get("systemInstruction")
+    system_text = _text(system.get("parts"), f"{prefix}systemInstruction.parts", ctx) \
+        if isinstance(system, Mapping) else _text(system, f"{prefix}systemInstruction", ctx)
+    tools = []
+    for k, group in enumerate(expect(request.get("tools") or [], list, f"{prefix}tools", "a list of tool groups")):
+        for m, decl in enumerate(expect(group, dict, f"{prefix}tools[{k}]", "a tool group object")
+                                 .get("functionDeclarations") or []):
+            dat = f"{prefix}tools[{k}].functionDeclarations[{m}]"
+            expect(decl, dict, dat, "a function declaration object")
+            tools.append(tool_spec(decl.get("name"), decl.get("description"),
+                                   decl.get("parameters", decl.get("parametersJsonSchema")), dat))
+    sid = request.get("session_id")
+    model = record.get("model") if isinstance(record, Mapping) else None
+    meta = {"models": [model]} if isinstance(model, str) and model else {}
+    return {"task_id": ctx.task_id({"id": sid} if isinstance(sid, str) and sid else {}),
+            "domain": ctx.domain or DEFAULT_DOMAIN, "system_prompt": system_text, "tools": tools,
+            **chat.trajectory(at), "outcome": {}, **({"metadata": meta} if meta else {})}
+
+
+def _model_turn(chat: ChatSteps, parts: list[Any], where: str, ctx: RunContext) -> None:
+    """A ``model`` turn of the API history as one step."""
+    thoughts: list[str] = []
+    texts: list[str] = []
+    calls: list[tuple[str | None, dict[str, Any]]] = []
+    for j, part in enumerate(parts):
+        at = f"{where}.parts[{j}]"
+        expect(part, dict, at, "a part object")
+        call = part.get("functionCall")
+        if isinstance(call, Mapping):
+            ctx.unmapped(part, f"{field_pattern(where)}.parts[]", {"functionCall"}, PART_KNOWN)
+            ctx.unmapped(call, f"{field_pattern(where)}.parts[].functionCall", {"id", "name", "args"}, set())
+            name = expect(call.get("name"), str, f"{at}.functionCall.name", "the tool name as a string")
+            call_id = call.get("id") if isinstance(call.get("id"), str) else None
+            calls.append((call_id, {"tool": name, "arguments": parse_arguments(call.get("args"),
+                                                                             f"{at}.functionCall.args")}))
+        elif isinstance(part.get("text"), str):
+            ctx.unmapped(part, f"{field_pattern(where)}.parts[]", {"text", "thought"}, PART_KNOWN)
+            (thoughts if part.get("thought") is True else texts).append(part["text"])
+        else:
+            ctx.drop(f"{next(iter(part), 'empty')} content parts")
+    chat.assistant(join_reasoning(thoughts), PART_JOIN.join(texts), calls, where)

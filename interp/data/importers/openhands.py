@@ -23,7 +23,19 @@ extras, cause, tool_call_metadata}``. The list is read whole
   action (the last is ``final_answer``);
 * an observation answers the action it names in ``cause`` (its ``content``);
   observations of the environment (``agent_state_changed``, ``null``,
-  ``recall``) and actions of the environment are counted by kind.
+  ``recall``) and actions of the environment are counted by kind;
+* the system event's ``args.tools`` (OpenAI function schemas) are the
+  trajectory's ``tools``; the model each response names
+  (``tool_call_metadata.model_response.model``) is kept in
+  ``metadata.models``, the response's other fields (usage, ids) counted.
+
+An evaluation's ``output.jsonl`` (SWE-bench style, one row per instance:
+``instance_id``, ``instruction``, ``history``, ``metadata``, ``test_result``,
+``metrics``, ``error``, ``instance``) is read row by row: its ``history`` is
+the event stream above, ``instance_id`` the task id; ``metadata`` (agent
+class, LLM config), ``test_result`` (the patch), ``metrics`` and ``error`` go
+to the trajectory's ``metadata``; ``instance`` (the dataset's row, gold patch
+included) and ``instruction`` (the task again) are counted.
 """
 
 from __future__ import annotations
@@ -33,9 +45,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from interp.data.importers.common import (
-    ChatSteps, RunContext, RunProblem, expect, join_reasoning, parse_arguments, provider_reasoning,
+    ChatSteps, RunContext, RunProblem, expect, join_reasoning, parse_arguments, provider_reasoning, tool_spec,
 )
-from interp.data.importers.session import Entry, LineProblem, entries_of
+from interp.data.importers.session import LineProblem, entries_of
 
 FORMAT = "openhands"
 DEFAULT_DOMAIN = "code"
@@ -48,6 +60,10 @@ ARGS_BOOKKEEPING = frozenset({"thought", "is_input", "blocking", "hidden", "conf
                               "impl_source", "translated_ipython_code", "is_confirmed", "image_urls",
                               "wait_for_response", "include_extra", "kernel_init_code"})
 AGENT_INTERNAL = frozenset({"system", "change_agent_state", "condensation", "recall", "agent_state_changed"})
+RESPONSE_USED = frozenset({"id", "choices", "model"})  # of tool_call_metadata.model_response; the rest is counted
+ROW_USED = frozenset({"instance_id", "history", "instance", "instruction", "metadata", "test_result", "metrics",
+                      "error"})
+ROW_KEPT = ("metadata", "test_result", "metrics", "error")  # row fields kept in the trajectory's metadata
 SILENT_OBSERVATIONS = frozenset({"null", "agent_state_changed", "recall", "user_rejected"})
 
 
@@ -58,8 +74,21 @@ def claims_line(value: object) -> bool:
 
 
 def looks_like(record: object) -> bool:
-    """Sniff (``interp import auto``): an event stream gathered for this format."""
-    return entries_of(record, FORMAT) is not None
+    """Sniff (``interp import auto``): an event stream gathered for this format, or an evaluation output row."""
+    return entries_of(record, FORMAT) is not None or _history(record) is not None
+
+
+def _history(record: object) -> list[Any] | None:
+    """The events of an evaluation output row (``output.jsonl``: ``{instance_id, history, ...}``); None for any
+    other record."""
+    history = record.get("history") if isinstance(record, Mapping) else None
+    if not isinstance(history, list) or not history:
+        return None
+    first = history[0]
+    if not (isinstance(first, Mapping) and first.get("source") in SOURCES
+            and ("action" in first or "observation" in first)):
+        return None
+    return history
 
 
 @dataclass
@@ -76,17 +105,44 @@ class _Step:
 
 
 def convert(record: object, ctx: RunContext) -> dict[str, Any]:
-    """One saved event stream as a trajectory record (see the module docstring)."""
+    """One saved event stream, or one evaluation output row, as a trajectory record (see the module docstring)."""
     entries = entries_of(record, FORMAT)
+    history = _history(record) if entries is None else None
+    if history is not None:
+        assert isinstance(record, dict)  # a row with a history
+        return _row(record, history, ctx)
     if entries is None:
         raise RunProblem("(record)", "not an OpenHands event stream: expected a JSON list of events with id, "
-                                     "source and action or observation")
-    chat, system = ChatSteps(ctx), list[str]()
+                                     "source and action or observation, or an evaluation output row with a "
+                                     "'history' list of them")
+    return _events([(e.line, "", e.value) for e in entries], ctx, {"task_id": ctx.task_id({})})
+
+
+def _row(row: dict[str, Any], history: list[Any], ctx: RunContext) -> dict[str, Any]:
+    """An ``output.jsonl`` row: its ``history`` events; ``instance_id`` the task id; the run's ``metadata``
+    (agent class, LLM config), ``test_result``, ``metrics`` and ``error`` kept in ``metadata``; the dataset's
+    ``instance`` and the ``instruction`` (the task again) counted."""
+    for key, what in (("instance", "the benchmark's dataset row"), ("instruction", "the task again")):
+        if row.get(key) not in (None, "", {}, []):
+            ctx.drop(f"{key} ({what}: not kept)")
+    for key in set(row) - ROW_USED:
+        ctx.unmapped({key: row[key]}, "(row)", set(), set())
+    kept = {k: row[k] for k in ROW_KEPT if row.get(k) is not None}
+    return _events([(ctx.line, f"history[{i}].", e) for i, e in enumerate(history)], ctx,
+                   {"task_id": ctx.task_id(row), "metadata": kept})
+
+
+def _events(events: list[tuple[int, str, Any]], ctx: RunContext, run: dict[str, Any]) -> dict[str, Any]:
+    """The trajectory of events ``(line, field prefix, event)``; ``run`` holds the task id and metadata."""
+    chat, system, tools, models = ChatSteps(ctx), list[str](), list[dict[str, Any]](), list[str]()
     step: _Step | None = None
-    for e in entries:
+    for line, prefix, value in events:
         try:
-            event = expect(e.value, dict, "(event)", "an event object")
+            event = expect(value, dict, "(event)", "an event object")
             ctx.unmapped(event, "(event)", EVENT_USED, EVENT_KNOWN)
+            model = _model(event, ctx)
+            if model is not None and model not in models:
+                models.append(model)
             if "observation" in event:
                 _observation(step, event, ctx)
                 continue
@@ -96,24 +152,38 @@ def convert(record: object, ctx: RunContext) -> dict[str, Any]:
                 if step is None or response is None or step.response != response or kind == "message":
                     _flush(chat, step)
                     step = None
-                step = _action(chat, step, event, e.line, ctx)
+                step = _action(chat, step, event, line, ctx)
             else:
                 _flush(chat, step)
                 step = None
-                _other(chat, event, system, ctx)
+                _other(chat, event, system, tools, ctx)
         except RunProblem as exc:
-            raise exc if isinstance(exc, LineProblem) else LineProblem(e.line, exc.where, exc.message) from None
+            raise exc if isinstance(exc, LineProblem) else LineProblem(line, prefix + exc.where,
+                                                                       exc.message) from None
     _flush(chat, step)
     try:
         steps = chat.trajectory("(file)")
     except RunProblem as exc:
-        where, _, line = exc.where.partition(STEP_AT)
-        raise LineProblem(int(line) if line else entries[0].line, where or "(event)", exc.message) from None
-    return {"task_id": ctx.task_id({}), "domain": ctx.domain or DEFAULT_DOMAIN, "system_prompt": "\n\n".join(system),
-            "tools": [], **steps, "outcome": {}}
+        where, _, at = exc.where.partition(STEP_AT)
+        raise LineProblem(int(at) if at else events[0][0], where or "(event)", exc.message) from None
+    meta = {**run.get("metadata", {}), **({"models": models} if models else {})}
+    return {"task_id": run["task_id"], "domain": ctx.domain or DEFAULT_DOMAIN, "system_prompt": "\n\n".join(system),
+            "tools": tools, **steps, "outcome": {}, **({"metadata": meta} if meta else {})}
 
 
 STEP_AT = "(event)@"  # a step's location for ChatSteps: the line of its first action follows
+
+
+def _model(event: dict[str, Any], ctx: RunContext) -> str | None:
+    """The model named by an agent action's ``tool_call_metadata.model_response`` (kept in ``metadata.models``);
+    the response's other fields (ids, usage, timing) are counted by path."""
+    meta = event.get("tool_call_metadata")
+    response = meta.get("model_response") if isinstance(meta, dict) and "action" in event else None
+    if not isinstance(response, dict):
+        return None
+    ctx.unmapped(response, "(event).tool_call_metadata.model_response", RESPONSE_USED, frozenset(response))
+    model = response.get("model")
+    return model if isinstance(model, str) and model else None
 
 
 def _response_id(event: dict[str, Any]) -> Any:
@@ -205,13 +275,21 @@ def _observation(step: _Step | None, event: dict[str, Any], ctx: RunContext) -> 
     step.results.append((step.ids.pop(cause), expect(content, str, "content", "a string") if content else ""))
 
 
-def _other(chat: ChatSteps, event: dict[str, Any], system: list[str], ctx: RunContext) -> None:
-    """A user or environment action, or the system prompt."""
+def _other(chat: ChatSteps, event: dict[str, Any], system: list[str], tools: list[dict[str, Any]],
+           ctx: RunContext) -> None:
+    """A user or environment action, or the system prompt and the tools it declares (``args.tools``, in OpenAI's
+    ``{type: function, function: {name, description, parameters}}`` form)."""
     kind = event.get("action")
     args: dict[str, Any] = expect(event.get("args", {}), dict, "args", "an object")
     if kind == "system":
         system.append(expect(args.get("content"), str, "args.content", "a string"))
-        ctx.unmapped(args, "(event).args", {"content"}, frozenset(args))
+        for k, tool in enumerate(expect(args.get("tools") or [], list, "args.tools", "a list of tool schemas")):
+            at = f"args.tools[{k}]"
+            function = expect(expect(tool, dict, at, "a tool schema object").get("function", tool), dict,
+                              f"{at}.function", "an object")
+            tools.append(tool_spec(function.get("name"), function.get("description"), function.get("parameters"),
+                                   f"{at}.function"))
+        ctx.unmapped(args, "(event).args", {"content", "tools"}, frozenset(args))
     elif kind == "message" and event.get("source") == "user":
         chat.user_text(expect(args.get("content"), str, "args.content", "a string"))
         ctx.unmapped(args, "(event).args", {"content"}, frozenset(args))

@@ -1,5 +1,8 @@
 """Reading runs from an input path, each with the file and line it starts on (for ``FILE:LINE`` errors).
 
+* ``.parquet``/``.arrow`` (and a directory's): one run per row, streamed
+  (:mod:`.dataset`: the known datasets' column mappings, ``--filter``,
+  ``--sample``);
 * a directory: every run file under it (recursively, sorted): ``*.traj`` and
   ``*.traj.json`` (SWE-agent, mini-swe-agent) and ATIF's ``trajectory.json``
   (Harbor's ``TRIAL/agent/trajectory.json``, or a producer's output folder
@@ -24,6 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from interp.data.importers.dataset import (
+    DATA_SUFFIXES, Selection, dataset_files, hf_metadata, is_dataset_file, rows,
+)
 from interp.data.jsonl import read_lines
 
 EVAL_FILE = "$inspect_eval_file"  # the record of a .eval file (the inspect importer's marker)
@@ -45,23 +51,40 @@ class Record:
     problem: tuple[str, str] | None = None
 
 
-def read_records(path: Path) -> Iterator[Record]:
-    """Every record under ``path`` (a file or a directory of ``.traj`` files), in order."""
+def read_records(path: Path, selection: Selection = Selection()) -> Iterator[Record]:
+    """Every record under ``path`` (a file, or a directory of run files and dataset files), in order;
+    ``selection``: the rows of Parquet and Arrow files to read (:mod:`.dataset`)."""
     path = Path(path)
     if path.is_dir():
-        files = sorted({f for pattern in DIR_PATTERNS for f in path.rglob(pattern) if f.is_file()})
+        files = sorted({f for pattern in DIR_PATTERNS for f in path.rglob(pattern) if f.is_file()}
+                       | set(dataset_files(path)))
         if not files:
-            raise FileNotFoundError(f"{path}: directory holds no run files ({', '.join(DIR_PATTERNS)})")
+            raise FileNotFoundError(f"{path}: directory holds no run files ({', '.join(DIR_PATTERNS)}) and no "
+                                    f"dataset files ({', '.join(DATA_SUFFIXES)})")
         for file in files:
-            yield from read_records(file)
+            yield from read_records(file, selection)
     elif not path.is_file():
         raise FileNotFoundError(f"{path}: input not found")
+    elif is_dataset_file(path):
+        yield from _dataset(path, selection)
     elif path.suffix == EVAL_SUFFIX:
         yield Record(path, 1, {EVAL_FILE: str(path)}, single=True)
     elif path.suffix in LINE_SUFFIXES or (path.suffix not in WHOLE_SUFFIXES and _first_line_is_json(path)):
         yield from _sequence(path) if _opens_an_object(path) else _lines(path)
     else:
         yield from _whole(path)
+
+
+def _dataset(path: Path, selection: Selection) -> Iterator[Record]:
+    """The rows of a Parquet or Arrow file as records (row numbers as lines); an unreadable file is a problem."""
+    import pyarrow as pa
+
+    number = 0
+    try:
+        for number, record in rows(path, selection):
+            yield Record(path, number, record)
+    except (pa.ArrowException, OSError) as exc:
+        yield Record(path, number + 1, problem=("(file)", f"unreadable {path.suffix[1:]} file: {exc}"))
 
 
 def unread_files(path: Path) -> list[Path]:
@@ -72,7 +95,7 @@ def unread_files(path: Path) -> list[Path]:
     path = Path(path)
     if not path.is_dir():
         return []
-    read = {f for pattern in DIR_PATTERNS for f in path.rglob(pattern) if f.is_file()}
+    read = {f for pattern in DIR_PATTERNS for f in path.rglob(pattern) if f.is_file()} | hf_metadata(path)
     trials = {f.parent.parent for f in read if f.name == "trajectory.json" and f.parent.name == "agent"}
     return sorted(f for suffix in (".json", *LINE_SUFFIXES) for f in path.rglob(f"*{suffix}")
                   if f.is_file() and f not in read and not any(t in f.parents for t in trials))

@@ -48,13 +48,16 @@ SIM_KNOWN = frozenset({"timestamp", "start_time", "end_time", "duration", "agent
 
 
 def looks_like(record: object) -> bool:
-    """Sniff (``interp import auto``): an object with a ``simulations`` list and an ``info`` object, or one
+    """Sniff (``interp import auto``): an object with a ``simulations`` list and an ``info`` object (or, without
+    ``info``, whose first simulation is one: leaderboard submissions), or one
     simulation (``task_id``, ``messages``, ``reward_info``: an item of a bare list of simulations, as tau2-bench
     leaderboard submissions hold them)."""
     if not isinstance(record, dict):
         return False
-    return (isinstance(record.get("simulations"), list) and "info" in record) or (
-        isinstance(record.get("messages"), list) and {"task_id", "reward_info"} <= set(record))
+    sims = record.get("simulations")
+    if isinstance(sims, list):  # a result file; submissions without ``info``: known by their first simulation
+        return "info" in record or (bool(sims) and looks_like(sims[0]) and "simulations" not in sims[0])
+    return isinstance(record.get("messages"), list) and {"task_id", "reward_info"} <= set(record)
 
 
 def _at(where: str, key: str) -> str:

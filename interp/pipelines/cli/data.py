@@ -62,9 +62,11 @@ def import_(
     source: Annotated[Path, typer.Argument(metavar="INPUT", help="JSON Lines (one run per line; a session file is "
                                                                  "one run), a JSON file (one run, an array of runs, "
                                                                  "a tau2-bench result file, an Inspect log), an "
-                                                                 "Inspect .eval log, or a directory of .traj, "
-                                                                 ".traj.json, (ATIF) trajectory.json and .eval files "
-                                                                 "(its other data files are listed, not read).")],
+                                                                 "Inspect .eval log, a Parquet or Arrow file (one "
+                                                                 "run per row), or a directory of .traj, "
+                                                                 ".traj.json, (ATIF) trajectory.json, .eval, "
+                                                                 ".parquet and .arrow files (its other data files "
+                                                                 "are listed, not read; a problem under --strict).")],
     out: Annotated[Path, typer.Option("--out", help="Trajectory file to write (JSON Lines, atomically).")],
     field_map: Annotated[Optional[Path], typer.Option("--map", help="JSON field map (dotted paths; format in "
                                                                     "interp/data/importers/mapping.py).")] = None,
@@ -78,6 +80,18 @@ def import_(
     id_from: Annotated[Optional[str], typer.Option("--id-from", help="Dotted path of the run's field that is its "
                                                                      "task id (default: task_id, instance_id or "
                                                                      "id).")] = None,
+    dataset_schema: Annotated[Optional[str], typer.Option("--dataset-schema", help="Column mapping of Parquet / "
+                                                                                   "Arrow inputs: open-swe-traces, "
+                                                                                   "nebius-openhands, "
+                                                                                   "nebius-swe-agent or records "
+                                                                                   "(default: detected from the "
+                                                                                   "columns).")] = None,
+    filters: Annotated[Optional[list[str]], typer.Option("--filter", help="COLUMN=VALUE: only dataset rows whose "
+                                                                          "column holds VALUE (as text; "
+                                                                          "repeatable, all must hold).")] = None,
+    sample: Annotated[Optional[int], typer.Option(help="Take N dataset rows at random (of those --filter "
+                                                       "keeps), in input order.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of --sample (NumPy's default generator).")] = 0,
 ) -> None:
     """Convert agent runs from a framework's format into a validated trajectory file.
 
@@ -85,7 +99,10 @@ def import_(
     run converted; 1: some run skipped (the others written unless --strict) or
     none converted; 2: bad FORMAT, option or INPUT.
     """
-    report = stages.imports(fmt, source, out, field_map, hook, strict, domain, id_prefix, id_from)
+    from interp.data.importers.dataset import Selection, parse_filter
+
+    selection = Selection(dataset_schema, tuple(parse_filter(f) for f in filters or []), sample, seed)
+    report = stages.imports(fmt, source, out, field_map, hook, strict, domain, id_prefix, id_from, selection)
     for line in report.problems:
         err.print(line, markup=False, highlight=False)
     for line in report.warnings:
