@@ -85,6 +85,7 @@ class PatchConfig:
     task_ids: tuple[str, ...] | None = param(None, Maybe(Items(Text("a task id"), unique=True), "every trajectory"),
                                              "Trajectories patched (comma list of task ids).")
     max_tokens: int = param(DEFAULT_MAX_TOKENS, TOKEN_LIMIT, TOKEN_LIMIT_HELP, "tokens")
+    n_boot: int = param(N_BOOT, Integer(0), "Task-bootstrap resamples of the per-layer Repair CIs (0: none).")
 
     def __post_init__(self) -> None:
         validate(self)  # the layer spec's syntax and range are checked on the model, by the stage

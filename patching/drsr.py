@@ -133,7 +133,7 @@ def gate_selection(records: Sequence[dict[str, Any]], gate: GateModel
 
 def summarize_drsr(records: Sequence[dict[str, Any]], model: dict[str, Any] | None = None, margin: float = MARGIN,
                    unsafe: float = UNSAFE, relation_layer: int | None = None, proj_dim: int | None = PROJ_DIM,
-                   n_boot: int = 1000, seed: int = 0, parts: str | None = None, gate: GateModel | None = None,
+                   *, n_boot: int, seed: int = 0, parts: str | None = None, gate: GateModel | None = None,
                    scorer: str | None = None) -> dict[str, Any]:
     """The ``drsr.json`` document (``FIELDS``) from boundary records; pure: no model is run. ``parts``: the
     records' folder, relative to the document's (the readers of the parts find them through it). Granularity

@@ -298,7 +298,7 @@ def _prediction(sup: Supervision, rows: np.ndarray, pred: np.ndarray, margin: fl
 
 
 def evaluate(records: Sequence[dict[str, Any]], gate: GateModel, model: dict[str, Any] | None = None,
-             n_boot: int = 1000, margin: float = MARGIN, seed: int = 0, scorer_file: str | None = None,
+             *, n_boot: int, margin: float = MARGIN, seed: int = 0, scorer_file: str | None = None,
              train_seconds: float | None = None) -> dict[str, Any]:
     """The ``gate.json`` document (``FIELDS``): the gate of a scorer file on its held-out test trajectories."""
     sup = supervision(records, gate.scorer.unsafe)

@@ -639,7 +639,7 @@ def _score(task_id: str, b: int, p_full: torch.Tensor, p_del: torch.Tensor, p_pa
 
 
 def summarize(rows: list[BoundaryRepair], sites: list[tuple[str, int]], condition: str, sensor: Sensor,
-              method: str, n_positions: int, n_boot: int = 1000, threshold: float | None = None) -> dict[str, Any]:
+              method: str, n_positions: int, n_boot: int, threshold: float | None = None) -> dict[str, Any]:
     """The ``kl_repair.json`` document (``FIELDS``, table in the module docstring); pure: no model is run.
 
     ``sensor`` is only asked for ``describe()`` and ``full_attention_layers``.

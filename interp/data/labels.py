@@ -306,7 +306,7 @@ def task_split(task_ids: Iterable[str], strata: Mapping[str, str] | None = None,
 
 
 def kappa_ci(predicted: Mapping[tuple[str, int], int], reference: Mapping[tuple[str, int], int],
-             n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
+             n_boot: int, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
     """:func:`agreement` plus ``kappa_ci``: a task-bootstrap percentile CI of Cohen's kappa (``interp.stats``).
 
     Resamples tasks with replacement (all boundaries of a drawn task); resamples
@@ -347,7 +347,7 @@ def kappa_ci(predicted: Mapping[tuple[str, int], int], reference: Mapping[tuple[
 
 def held_out_agreement(label_fn: Callable[[Any], Mapping[tuple[str, int], int]], grid: Sequence[Any],
                        reference: Mapping[tuple[str, int], int], split: tuple[Sequence[str], Sequence[str]],
-                       default: object = None, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+                       default: object = None, *, n_boot: int, seed: int = 0) -> dict[str, Any]:
     """Tune a rule labeler on some tasks, report its agreement on other tasks (held-out kappa with a task-bootstrap CI).
 
     ``label_fn(config)`` labels every boundary under one config of ``grid``;
@@ -429,7 +429,7 @@ def kappa_note(first: Mapping[tuple[str, int], int], second: Mapping[tuple[str, 
 
 
 def pair_agreement(first: Mapping[tuple[str, int], int], second: Mapping[tuple[str, int], int],
-                   n_boot: int = 1000, seed: int = 0, level: float = 0.95,
+                   n_boot: int, seed: int = 0, level: float = 0.95,
                    names: tuple[str, str] = ("first", "second")) -> dict[str, Any]:
     """Agreement of two annotators: :func:`kappa_ci` at ``level`` (confusion rows = ``first``, columns =
     ``second``) plus ``only_first``/``only_second`` (boundaries one of them labelled), ``disagreements``,

@@ -132,7 +132,7 @@ def ci_note(n_tasks: int, value: float | None, draws: Sequence[float], n_boot: i
 
 
 def reliability(sets: Mapping[str, Mapping[tuple[str, int], Any]], categories: Sequence[Any] = (0, 1),
-                n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
+                *, n_boot: int, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
     """Percent agreement, Krippendorff's alpha and Gwet's AC1 of any number of label sets, each with a task-bootstrap
     percentile CI at ``level`` and a ``note`` (:func:`ci_note`), unrounded.
 

@@ -551,7 +551,7 @@ def label_command(trajectories: Path, out: Path, labels_csv: Path | None = None,
             ref = annotation_labels(trajs, field_name)
             if len({k[0] for k in ref}) >= 2:
                 split = task_split(sorted({k[0] for k in ref}), strata, seed=seed)
-                held_out[name] = held_out_agreement(label_fn, grid, ref, split, default, n_boot, seed)
+                held_out[name] = held_out_agreement(label_fn, grid, ref, split, default, n_boot=n_boot, seed=seed)
     labels = label_gaps(trajs, config)
     for lab in labels:
         lab.reference_gap = reference.get((lab.task_id, lab.after_step))

@@ -336,7 +336,7 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, config: PatchConfi
         if shard[1] > 1:
             return {"shard": list(shard), "units": list(parts), "parts": str(out / "parts" / tag)}
         rows = [BoundaryRepair(**r) for k in keys for r in parts[k]]
-        result = {**summarize(rows, sites, condition, sensor, method, positions), **record(
+        result = {**summarize(rows, sites, condition, sensor, method, positions, config.n_boot), **record(
             config, sensor=sensor, inputs={"trajectories": trajectories_sha256(trajs), "gate_scorer": gate_scorer})}
         atomic_write_json(out / "kl_repair.json", result)
     return result
@@ -506,7 +506,7 @@ def drsr(sensor: Sensor, trajs: list[Trajectory], out: Path, config: DrsrConfig 
         if shard[1] > 1:
             return {"shard": list(shard), "units": list(parts), "parts": str(cache)}
         result = summarize_drsr([parts[k] for k in keys], sensor.describe(), config.margin, config.unsafe,
-                                config.relation_layer, dim, config.n_boot, parts=str(cache.relative_to(out)),
+                                config.relation_layer, dim, n_boot=config.n_boot, parts=str(cache.relative_to(out)),
                                 gate=gate_model, scorer=None if gate_scorer is None else str(gate_scorer))
         result.update(record(config, sensor=sensor, inputs={"trajectories": trajectories_sha256(trajs),
                                                             "gate_scorer": gate_scorer}))
@@ -576,7 +576,7 @@ def gate_eval(drsr_dir: Path, scorer: Path, out: Path, config: GateConfig | None
     gate_model = GateModel.load(scorer)  # before reading the records: a bad scorer file is named first
     records, doc = drsr_records(drsr_dir, parts)
     with writer_lock(out, command="gate eval"):
-        result = evaluate(records, gate_model, doc.get("model"), config.n_boot, seed=gate_model.scorer.seed,
+        result = evaluate(records, gate_model, doc.get("model"), n_boot=config.n_boot, seed=gate_model.scorer.seed,
                           scorer_file=str(scorer), train_seconds=train_seconds)
         result.update(record(config, model=doc.get("model"), inputs={"drsr_records": json_sha256(records),
                                                                      "scorer": scorer},

@@ -163,7 +163,7 @@ def test_drsr_summary_labels_its_split_and_leaves_step_sets_to_granularity():
     assert any("deleted by the gate" in line for line in drsr_section(gated))
     assert any("toolkit's split" in line for line in drsr_section(plain))
     with pytest.raises(ValueError, match="projected to 64 dims"):
-        summarize_drsr([rec], model, proj_dim=0, gate=stand_in_gate(64), scorer="gate_scorer.json")
+        summarize_drsr([rec], model, proj_dim=0, gate=stand_in_gate(64), scorer="gate_scorer.json", n_boot=10)
 
 
 def test_the_unsafe_cut_is_an_option_of_the_gate():

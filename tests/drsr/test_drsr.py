@@ -131,4 +131,4 @@ def test_summary_writes_its_declared_fields(tmp_path):
     atomic_write_json(tmp_path / "drsr.json", doc)
     check(json.loads((tmp_path / "drsr.json").read_text()), FIELDS, "drsr.json")
     with pytest.raises(ValueError, match="relation layer 5"):
-        summarize_drsr(_records(planted=True, n_tasks=3), relation_layer=5)
+        summarize_drsr(_records(planted=True, n_tasks=3), relation_layer=5, n_boot=10)

@@ -51,7 +51,7 @@ def test_tuning_sees_only_the_tuning_tasks():
     assert [g["tune_kappa"] for g in out["grid"]] == [-1.0, 1.0]
     assert (out["tune_tasks"], out["eval_tasks"]) == (tune, held)
     with pytest.raises(ValueError, match="overlap"):
-        held_out_agreement(label_fn, ["A"], reference, (tune, held + ["t1"]))
+        held_out_agreement(label_fn, ["A"], reference, (tune, held + ["t1"]), n_boot=10)
 
 
 def test_kappa_ci_is_a_task_bootstrap_of_cohens_kappa():
@@ -66,7 +66,8 @@ def test_kappa_ci_is_a_task_bootstrap_of_cohens_kappa():
     expected = cohen_kappa_score([reference[k] for k in keys], [noisy[k] for k in keys])
     assert out["kappa"] == pytest.approx(expected, abs=1e-4) == agreement(noisy, reference)["kappa"]
     assert out["kappa_ci"][0] <= out["kappa"] <= out["kappa_ci"][1] < 1.0
-    one_task = kappa_ci({("t0", b): 1 for b in range(1, 4)} | {("t0", 4): 0}, {("t0", b): b % 2 for b in range(1, 5)})
+    one_task = kappa_ci({("t0", b): 1 for b in range(1, 4)} | {("t0", 4): 0}, {("t0", b): b % 2 for b in range(1, 5)},
+                        n_boot=100)
     assert one_task["kappa_ci"] is None  # a task bootstrap needs two tasks
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from interp.io import atomic_write_json, check_output_dir
+from interp.params import N_BOOT
 from interp.pipelines.cli.common import AllowControlOpt, TrajectoriesOpt, app, at_least, console
 
 if TYPE_CHECKING:
@@ -145,7 +146,7 @@ def labels_agree(
     trajectories: Annotated[Optional[Path], typer.Option("--trajectories", help="Check task ids and boundaries "
                                                          "against this trajectory file (and take its "
                                                          "annotations when only one CSV is given).")] = None,
-    n_boot: Annotated[int, typer.Option("--n-boot", help="Task-bootstrap resamples of the CIs.")] = 1000,
+    n_boot: Annotated[int, typer.Option("--n-boot", help="Task-bootstrap resamples of the CIs.")] = N_BOOT,
     level: Annotated[float, typer.Option("--level", help="Confidence level of the CIs.")] = 0.95,
     seed: int = 0,
     out: Annotated[Optional[Path], typer.Option("--out", help="Also write the report as JSON here.")] = None,
@@ -182,7 +183,7 @@ def labels_agree(
         if len(empty) > len(sets) - 2:
             raise ValueError(f"{name}: {', '.join(empty)} {'holds' if len(empty) == 1 else 'hold'} no {name} "
                              "label; agreement needs two annotators' labels")
-        rel = reliability(sets, (0, 1), n_boot, seed, level)
+        rel = reliability(sets, (0, 1), n_boot=n_boot, seed=seed, level=level)
         console.print(f"{name}: {len(sets)} annotators, {rel['n_pairable']} boundaries labelled by two or more "
                       f"({rel['n_units']} by any) of {rel['n_tasks']} tasks", markup=False, highlight=False)
         for stat, title in (("percent_agreement", "percent agreement"),
