@@ -190,3 +190,17 @@ def _another(rule: Rule, value: Any) -> Any:
         except Exception:
             return None
     return None
+
+
+def test_no_command_declares_a_config_field_itself():
+    """A command built from a config takes none of its fields as an option of its own: every option named like a
+    field of its configs is the generated one (its help is the field's), so no default or help text of a config
+    field is written in a command."""
+    for path, pairs in BUILT.items():
+        generated = {f.name: f for cls, options in pairs for f in declared(cls) if f.name in options}
+        fields_of = {f.name for cls, _ in pairs for f in declared(cls)}
+        for p in COMMANDS[path].params:
+            if p.name in fields_of:
+                assert p.name in generated, f"{path}: {p.name} is a config field the command sets itself"
+                assert (p.help or "").startswith(generated[p.name].metadata["help"]), (path, p.name, p.help)
+

@@ -1,7 +1,8 @@
 """Each analysis has one config, and it is the one home of its study defaults and its precision.
 
 The source of ``interp``, ``patching``, ``probes`` and ``benchmarks`` is read as syntax trees: a study default
-(DRSR's set size, budget, margin, unsafe threshold and projection size, the gate's ensemble size, ICLR's rho)
+(DRSR's set size, budget, margin, unsafe threshold and projection size, the gate's ensemble size, ICLR's rho, the
+bootstrap resamples, KL Repair's noise-rule factors)
 written as a number anywhere (an assignment, a parameter default, a keyword argument) is a copy that can drift
 from its config's; each must be written exactly once, where the table below says.
 """
@@ -32,6 +33,10 @@ DEFAULTS = {
     "ICLR rho": (("rho", "ICLR_RHO"), 0.8, "interp/data/conditions.py"),
     # every analysis's task-bootstrap resamples: library functions below a stage take them as required arguments
     "bootstrap resamples": (("n_boot", "N_BOOT"), 1000, "interp/params.py"),
+    # KL Repair's noise rule: keep d > max(MIN_KL, NOISE_FACTOR x noise); d's error bound D_ERROR_FACTOR x noise
+    "KL noise factor": (("NOISE_FACTOR", "noise_factor"), 10.0, "patching/kl_repair.py"),
+    "KL d error factor": (("D_ERROR_FACTOR", "d_error_factor"), 20.0, "patching/kl_repair.py"),
+    "KL floor": (("MIN_KL", "min_kl"), 1e-6, "patching/kl_repair.py"),
 }
 
 
