@@ -69,20 +69,20 @@ class Rule:
         """What the rule admits, as it reads after "must be" (``an integer >= 1``)."""
         raise NotImplementedError
 
-    def coerce(self, value: Any) -> Any:
+    def coerce(self, value: object) -> object:
         """``value`` normalised (a comma list as a tuple, ...); :class:`Refused` when the rule does not admit it."""
         raise NotImplementedError
 
-    def invalid(self) -> list[Any]:
+    def invalid(self) -> list[object]:
         """Values this rule refuses: a wrong type and, where the rule has one, a value out of range or not an
         option."""
         raise NotImplementedError
 
-    def to_cli(self, value: Any) -> Any:
+    def to_cli(self, value: object) -> object:
         """A field value as the command line's default shows it."""
         return value
 
-    def from_cli(self, value: Any) -> Any:
+    def from_cli(self, value: object) -> object:
         """A command-line value as the config takes it."""
         return value
 
@@ -106,15 +106,15 @@ class Integer(Rule):
             return f"an integer >= {self.low}"
         return "an integer" if self.high is None else f"an integer <= {self.high}"
 
-    def coerce(self, value: Any) -> Any:
+    def coerce(self, value: object) -> object:
         if _bad_type(value) or not isinstance(value, int):
             raise Refused
         if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
             raise Refused
         return value
 
-    def invalid(self) -> list[Any]:
-        out: list[Any] = ["1", 1.5, True]
+    def invalid(self) -> list[object]:
+        out: list[object] = ["1", 1.5, True]
         if self.low is not None:
             out.append(self.low - 1)
         if self.high is not None:
@@ -144,7 +144,7 @@ class Real(Rule):
             return f"a number {'<' if self.high_open else '<='} {self.high:g}"
         return "a finite number"
 
-    def coerce(self, value: Any) -> Any:
+    def coerce(self, value: object) -> object:
         if _bad_type(value) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise Refused
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
@@ -153,8 +153,8 @@ class Real(Rule):
             raise Refused
         return value
 
-    def invalid(self) -> list[Any]:
-        out: list[Any] = ["0.5", math.nan, math.inf, True]
+    def invalid(self) -> list[object]:
+        out: list[object] = ["0.5", math.nan, math.inf, True]
         if self.low is not None:
             out.append(self.low if self.low_open else self.low - 1)
         if self.high is not None:
@@ -171,12 +171,12 @@ class Flag(Rule):
     def describe(self) -> str:
         return "true or false"
 
-    def coerce(self, value: Any) -> Any:
+    def coerce(self, value: object) -> object:
         if not isinstance(value, bool):
             raise Refused
         return value
 
-    def invalid(self) -> list[Any]:
+    def invalid(self) -> list[object]:
         return [1, "yes", None]
 
 
@@ -189,12 +189,12 @@ class Options(Rule):
     def describe(self) -> str:
         return "one of " + ", ".join(self.choices)
 
-    def coerce(self, value: Any) -> Any:
+    def coerce(self, value: object) -> object:
         if not isinstance(value, str) or value not in self.choices:
             raise Refused
         return value
 
-    def invalid(self) -> list[Any]:
+    def invalid(self) -> list[object]:
         return ["no-such-option", 1, None]
 
 
@@ -207,12 +207,12 @@ class Text(Rule):
     def describe(self) -> str:
         return self.what
 
-    def coerce(self, value: Any) -> Any:
+    def coerce(self, value: object) -> object:
         if not isinstance(value, str) or not value.strip():
             raise Refused
         return value
 
-    def invalid(self) -> list[Any]:
+    def invalid(self) -> list[object]:
         return ["", "  ", 3, None]
 
 
@@ -228,7 +228,7 @@ class Check(Rule):
     def describe(self) -> str:
         return self.what
 
-    def coerce(self, value: Any) -> Any:
+    def coerce(self, value: object) -> object:
         if not isinstance(value, str) or not value.strip():
             raise Refused
         try:
@@ -237,7 +237,7 @@ class Check(Rule):
             raise Refused(str(exc)) from None
         return value
 
-    def invalid(self) -> list[Any]:
+    def invalid(self) -> list[object]:
         return [self.bad, "", 3, None]
 
 
@@ -255,7 +255,7 @@ class Items(Rule):
         return (f"a list of {'at least ' + str(self.min_len) + ' ' if self.min_len > 1 else ''}"
                 f"values, each {self.item.describe()}" + ("" if self.min_len else " (may be empty)"))
 
-    def coerce(self, value: Any) -> Any:
+    def coerce(self, value: object) -> object:
         if isinstance(value, str) and self.item.cli_type is str:
             value = [v.strip() for v in value.split(",") if v.strip()]
         if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
@@ -272,16 +272,17 @@ class Items(Rule):
             raise Refused
         return tuple(out)
 
-    def invalid(self) -> list[Any]:
-        out: list[Any] = [5, [self.item.invalid()[0]]]
+    def invalid(self) -> list[object]:
+        out: list[object] = [5, [self.item.invalid()[0]]]
         if self.min_len:
             out.append(())
         return out
 
-    def to_cli(self, value: Any) -> Any:
-        return ",".join("none" if v is None else str(v) for v in value)
+    def to_cli(self, value: object) -> object:
+        items = value if isinstance(value, (list, tuple)) else (value,)
+        return ",".join("none" if v is None else str(v) for v in items)
 
-    def from_cli(self, value: Any) -> Any:
+    def from_cli(self, value: object) -> object:
         if self.item.cli_type is str or not isinstance(value, str):
             return value
         kind = self.item.inner.cli_type if isinstance(self.item, Maybe) else self.item.cli_type
@@ -302,7 +303,7 @@ class File(Rule):
     def describe(self) -> str:
         return "an existing file" if self.exists else "a path"
 
-    def coerce(self, value: Any) -> Any:
+    def coerce(self, value: object) -> object:
         if not isinstance(value, (str, Path)) or not str(value).strip():
             raise Refused
         path = Path(value)
@@ -310,7 +311,7 @@ class File(Rule):
             raise Refused(f"{path} does not exist")
         return path
 
-    def invalid(self) -> list[Any]:
+    def invalid(self) -> list[object]:
         return [3, ""] + (["no/such/file.jsonl"] if self.exists else [])
 
 
@@ -323,7 +324,7 @@ class Instance(Rule):
     def describe(self) -> str:
         return f"a {self.kind.__name__}"
 
-    def coerce(self, value: Any) -> Any:
+    def coerce(self, value: object) -> object:
         if isinstance(value, Mapping):  # a nested record read back (``settings``)
             try:
                 return self.kind(**value)
@@ -335,11 +336,11 @@ class Instance(Rule):
             raise Refused
         return value
 
-    def invalid(self) -> list[Any]:
+    def invalid(self) -> list[object]:
         return [3, "x", {"no_such_field": 1}]
 
 
-def _parse_scalar(kind: type, text: str) -> Any:
+def _parse_scalar(kind: type, text: str) -> object:
     """``text`` as a ``kind`` (int, float or bool) from a command-line comma list."""
     if kind is bool:
         if text.lower() not in ("true", "false"):
@@ -362,20 +363,21 @@ class Maybe(Rule):
     def describe(self) -> str:
         return f"{self.inner.describe()}, or None ({self.none})"
 
-    def coerce(self, value: Any) -> Any:
+    def coerce(self, value: object) -> object:
         return None if value is None else self.inner.coerce(value)
 
-    def invalid(self) -> list[Any]:
+    def invalid(self) -> list[object]:
         return [v for v in self.inner.invalid() if v is not None]
 
-    def to_cli(self, value: Any) -> Any:
+    def to_cli(self, value: object) -> object:
         return None if value is None else self.inner.to_cli(value)
 
-    def from_cli(self, value: Any) -> Any:
+    def from_cli(self, value: object) -> object:
         return None if value is None else self.inner.from_cli(value)
 
 
-def param(default: Any, rule: Rule, help: str, unit: str = "", option: str | None = None) -> Any:
+def param(default: object, rule: Rule, help: str, unit: str = "",
+          option: str | None = None) -> Any:  # Any: a dataclasses.field, typed as the field it declares
     """A declared config field: its default, the rule its value must satisfy, a help text and unit (the
     command line's option help) and the option's name when it is not ``--field-name``."""
     metadata = {"rule": rule, "help": help, "unit": unit, "option": option}
@@ -384,17 +386,17 @@ def param(default: Any, rule: Rule, help: str, unit: str = "", option: str | Non
     return dataclasses.field(default=default, metadata=metadata)
 
 
-def field_of(config: type, name: str) -> Any:
+def field_of(config: type, name: str) -> Any:  # Any: a dataclasses.field, typed as the field it declares
     """Field ``name`` of another config declared again as it is there (default, rule, help, unit): two analyses
     sharing a setting share its one declaration."""
     f = next(f for f in dataclasses.fields(config) if f.name == name)
     return dataclasses.field(default=f.default, metadata=f.metadata)
 
 
-def declared(config: Any) -> list[dataclasses.Field[Any]]:
+def declared(config: object) -> list[dataclasses.Field[Any]]:
     """The fields of a config (instance or class) in declaration order; every one must be declared with
     :func:`param` (TypeError naming the first that is not: a config is all declared or not a config)."""
-    fields = dataclasses.fields(config)
+    fields = dataclasses.fields(config)  # type: ignore[arg-type]  # a config: a dataclass or its class
     bare = [f.name for f in fields if "rule" not in f.metadata]
     if bare:
         name = config.__name__ if isinstance(config, type) else type(config).__name__
@@ -402,7 +404,7 @@ def declared(config: Any) -> list[dataclasses.Field[Any]]:
     return list(fields)
 
 
-def validate(config: Any) -> None:
+def validate(config: object) -> None:
     """Check every declared field of ``config`` against its rule and store its normalised value (a frozen
     dataclass's fields set in place, as ``__post_init__`` may); :class:`ConfigError` names the first refused
     field."""
@@ -418,11 +420,11 @@ def validate(config: Any) -> None:
             object.__setattr__(config, f.name, normal)
 
 
-def settings(config: Any) -> dict[str, Any]:
+def settings(config: object) -> dict[str, object]:
     """A config's fields as JSON-able values (tuples as lists; nested configs as their own settings): what a
     result file records and what ``type(config)(**settings(config))`` reads back equal."""
 
-    def plain(value: Any) -> Any:
+    def plain(value: object) -> object:
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             return settings(value)
         if isinstance(value, (tuple, list)):
@@ -431,4 +433,5 @@ def settings(config: Any) -> dict[str, Any]:
             return {str(k): plain(v) for k, v in value.items()}
         return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
 
-    return {f.name: plain(getattr(config, f.name)) for f in dataclasses.fields(config)}
+    return {f.name: plain(getattr(config, f.name))
+            for f in dataclasses.fields(config)}  # type: ignore[arg-type]  # a config: a dataclass

@@ -193,10 +193,11 @@ def test_label_gaps_labels_every_boundary_like_label_gap(mini_trajectory):
 
 
 @pytest.mark.parametrize("kwargs, start", [
-    ({"scope": "everything"}, "scope: unknown scope 'everything'"), ({"kinds": ("cue", "emoji")}, "kinds: unknown"),
+    ({"scope": "everything"}, "scope: must be one of all, latest, since_code, got 'everything'"),
+    ({"kinds": ("cue", "emoji")}, "kinds: must be a list"),
     ({"min_overlap": 0.0}, "min_overlap: must"), ({"min_overlap": 1.5}, "min_overlap: must"),
     ({"min_novel_words": -1}, "min_novel_words: must"), ({"min_novel_words": 2.5}, "min_novel_words: must"),
-    ({"carriers": ("tool_output", "stdout")}, "carriers: unknown"), ({"carriers": ()}, "carriers: unknown"),
+    ({"carriers": ("tool_output", "stdout")}, "carriers: must be a list"), ({"carriers": ()}, "carriers: must be a list"),
 ])
 def test_gap_config_validates_on_construction(kwargs, start):
     with pytest.raises(ValueError) as exc:

@@ -169,7 +169,7 @@ def test_summarize_is_pure_and_writes_its_declared_fields(tmp_path):
     # every field but the record of the run, which the stage adds (interp.record)
     assert doc["schema"] == schema_dict(FIELDS) and set(doc) == {f.name for f in FIELDS if f not in RECORD_FIELDS}
     assert doc["noise_factor"] == NOISE_FACTOR  # the factor the rule applied
-    atomic_write_json(tmp_path / "kl_repair.json", {**doc, **record(PatchConfig(), sensor=sensor)})
+    atomic_write_json(tmp_path / "kl_repair.json", {**doc, **record(PatchConfig(), model=sensor.describe(), device="cpu")})
     saved = json.loads((tmp_path / "kl_repair.json").read_text())
     assert saved["per_sample"][2]["repair"] == [None, None, None]
     check(saved, FIELDS, tmp_path / "kl_repair.json")

@@ -26,7 +26,8 @@ pytestmark = pytest.mark.unit
 
 def _instance(cls: type) -> object:
     """The config with its defaults, a required field given the smallest value of its declared type (layer 0)."""
-    required = {f.name: ([0] if "list" in str(f.type) else (0,) if "tuple" in str(f.type) else 0)
+    required = {f.name: ([0] if "list" in str(f.type) else (0,) if "tuple" in str(f.type) or "Sequence" in str(f.type)
+                         else 0)
                 for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
                 and f.default_factory is dataclasses.MISSING}
     return cls(**required)
