@@ -57,9 +57,13 @@ def operating_curve_figure(result: dict) -> go.Figure:
         raise ValueError("gate.json: no operating curve (no valid candidate set in validation or test)")
     taus = [c["tau"] for c in curve]
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12, subplot_titles=(
-        "a  empirical unsafe rate of the deletions", "b  mean direct removal and coverage"))
+        "a  empirical unsafe rate of the measured deletions", "b  mean direct removal and coverage"))
     fig.add_trace(go.Scatter(x=taus, y=[c["unsafe_rate"] for c in curve], mode="lines+markers", name="unsafe rate",
                              line=dict(color=PALETTE[3])), 1, 1)
+    # what the rate rests on: the share of test boundaries whose deletion was measured (none: the rate is undefined)
+    fig.add_trace(go.Scatter(x=taus, y=[c["coverage"] * c["n_measured"] / c["n_deleted"] if c["n_deleted"] else 0.0
+                                        for c in curve], mode="lines", name="boundaries with a measured deletion",
+                             line=dict(color=GREY, dash="dash")), 1, 1)
     fig.add_hline(y=result["settings"]["max_unsafe_rate"], line=dict(color=GREY, dash="dot"), row=1, col=1)
     fig.add_trace(go.Scatter(x=taus, y=[c["removal"] for c in curve], mode="lines+markers",
                              name="mean direct removal (fraction of request tokens)", line=dict(color=PALETTE[0])),
@@ -71,7 +75,7 @@ def operating_curve_figure(result: dict) -> go.Figure:
         if tau is not None:
             fig.add_vline(x=tau, line=dict(color=GREY, dash="dot"), row=1, col=col)
         fig.update_xaxes(title_text="risk threshold tau", row=1, col=col)
-    fig.update_yaxes(title_text="unsafe deletions / deletions", row=1, col=1)
+    fig.update_yaxes(title_text="fraction (of measured deletions; of boundaries)", row=1, col=1)
     fig.update_yaxes(title_text="fraction", row=1, col=2)
     fig.update_layout(template=TEMPLATE, height=540, legend=BOTTOM_LEGEND, margin=dict(b=150))
     titled(fig, "Risk-gate operating curve on the held-out trajectories", [
