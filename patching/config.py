@@ -60,7 +60,7 @@ def _boundary_keys(boundaries: tuple[str, ...] | None, trajectories: Sequence[Tr
     try:
         return check_boundaries(list(boundaries), trajectories)
     except ValueError as exc:
-        raise ValueError(f"boundaries: {exc}") from None
+        raise ConfigError("boundaries", str(exc)) from None
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from interp.io import atomic_write_bytes, atomic_write_json, run_units, writer_lock
-from interp.params import N_BOOT
+from interp.params import N_BOOT, ConfigError
 from interp.pipelines.steps import Step, StepContext
 from interp.record import config_dict, config_from, json_sha256, record
 from interp.reporting.analyses import analysis
@@ -316,8 +316,12 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, config: PatchConfi
     condition, method, positions, limit = config.condition, config.method, config.positions, config.max_tokens
     by_id = {t.task_id: t for t in trajs}
     keys = list(config.check_task_ids(trajs) or by_id)
-    sites = sites or default_sites(sensor.n_layers, config.site, layers=parse_layers(
-        config.layers, sensor.n_layers, sensor.full_attention_layers, "layers"))
+    if sites is None:
+        try:  # the layer spec is resolved on the model: its error is the field's
+            layers = parse_layers(config.layers, sensor.n_layers, sensor.full_attention_layers, "layers")
+        except ValueError as exc:
+            raise ConfigError("layers", str(exc).removeprefix("layers").strip()) from None
+        sites = default_sites(sensor.n_layers, config.site, layers=layers)
     tag = f"{condition}.{method}.{positions}.null." + hashlib.sha1(repr(sites).encode()).hexdigest()[:12] + (
         f".t{limit}" if limit != DEFAULT_MAX_TOKENS else "")
     params = gate_params(sensor, [condition], gate_scorer).get(condition)
@@ -488,7 +492,7 @@ def drsr(sensor: Sensor, trajs: list[Trajectory], out: Path, config: DrsrConfig 
     dim, limit = config.proj_dim, config.max_tokens
     keys = config.boundary_keys(trajs)
     if config.relation_layer is not None and config.relation_layer >= sensor.n_layers:
-        raise ValueError(f"relation_layer {config.relation_layer}: the model has layers 0..{sensor.n_layers - 1}")
+        raise ConfigError("relation_layer", f"{config.relation_layer}: the model has layers 0..{sensor.n_layers - 1}")
     by_id = {t.task_id: t for t in trajs}
 
     def compute(model: Sensor, key: str) -> dict[str, Any]:

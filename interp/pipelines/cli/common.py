@@ -9,8 +9,6 @@ import math
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import MISSING, Field
-from dataclasses import fields as dataclass_fields
-from dataclasses import is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar
 
@@ -137,24 +135,12 @@ def _option_type(f: Field[Any], option: str) -> object:
 
 
 def checked(call: Callable[..., T], *args: object, options: Mapping[str, str] | None = None, **kwargs: object) -> T:
-    """``call(*args, **kwargs)`` (a stage, a config's check); a ValueError whose message starts with a field of a
-    config among the arguments (``task_ids: ...``, ``relation_layer 9: ...``) names its option instead (the same
-    message the config's own check gives through :func:`build`)."""
+    """``call(*args, **kwargs)`` (a stage, a config's check); a field it refuses on the data (a ``ConfigError``:
+    ``task_ids``, ``boundaries``, ``layers``, ``relation_layer``) is named by its option, as :func:`build` names it."""
     try:
         return call(*args, **kwargs)
     except ConfigError as exc:
         raise ValueError(f"{option_name(exc.field, options)}: {exc.reason}") from None
-    except ValueError as exc:
-        msg = str(exc)
-        owner = getattr(call, "__self__", None)
-        configs = [a for a in (owner, *args, *kwargs.values()) if is_dataclass(a) and not isinstance(a, type)]
-        fields = {f.name for c in configs for f in dataclass_fields(c)}
-        field = next((f for f in sorted(fields, key=len, reverse=True)
-                      if msg.startswith(f) and msg[len(f):len(f) + 1] in (" ", ":")), None)
-        if field is None:
-            raise
-        raise ValueError(f"{option_name(field, options)}: {msg.removeprefix(field).removeprefix(':').strip()}") \
-            from None
 
 
 def at_least(option: str, value: float | None, low: float) -> None:
