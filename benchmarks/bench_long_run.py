@@ -98,12 +98,13 @@ def worker(args: argparse.Namespace) -> None:
             out["detail"] = (f"{counts['samples']} boundary rows, {counts['skipped_long']} skipped over "
                              f"{args.max_tokens} tokens, {counts['tokens']:,} tokens in rows")
         elif args.worker == "patch":
+            from patching.config import PatchConfig
             from patching.kl_repair import default_sites, kl_repair_trajectory
 
             bs = (list(range(1, traj.n_steps + 1)) if args.patch_boundaries == "all"
                   else [int(b) for b in args.patch_boundaries.split(",")])
             rows = kl_repair_trajectory(sensor, traj, "delete_all_reasoning", default_sites(sensor.n_layers), bs,
-                                        max_tokens=args.max_tokens)
+                                        max_tokens=args.max_tokens, rule=PatchConfig().noise_rule)
             out["detail"] = (f"{len(bs)} boundaries x 9 sites, {sum(bool(r.skipped) for r in rows)} skipped, "
                              f"{sum(r.excluded for r in rows)} excluded (d below threshold)")
         else:

@@ -38,7 +38,10 @@ from interp.sensor.forward import Plan, run_plan
 from interp.sensor.models import SPECS, load_model
 from interp.data.render import render
 from interp.data.trajectory import Trajectory, load_trajectories
+from patching.config import PatchConfig
 from patching.kl_repair import boundary_renders, default_sites, kl_repair_trajectory
+
+RULE = PatchConfig().noise_rule  # the study's KL noise rule: PatchConfig's defaults
 
 DEMO = "data/demo/trajectories.jsonl"
 
@@ -80,9 +83,9 @@ def one_boundary(sensor: Any, traj: Trajectory, sites: list[tuple[str, int]], re
     b, cond = traj.n_steps, "delete_all_reasoning"
     full, deleted = boundary_renders(sensor, traj, cond, [b])
     full_ids, del_ids = full[b].input_ids, deleted[b].input_ids
-    t_fast, fast = _timed(lambda: kl_repair_trajectory(sensor, traj, cond, sites, [b]))
+    t_fast, fast = _timed(lambda: kl_repair_trajectory(sensor, traj, cond, sites, [b], rule=RULE))
     some = sites[:: max(1, len(sites) // ref_sites)][:ref_sites] if ref_sites < len(sites) else sites
-    t_ref, ref = _timed(lambda: kl_repair_trajectory(sensor, traj, cond, some, [b], method="reference"))
+    t_ref, ref = _timed(lambda: kl_repair_trajectory(sensor, traj, cond, some, [b], method="reference", rule=RULE))
     how = "all sites"
     if len(some) < len(sites):
         t_site = _bridge_forward(sensor, del_ids)
@@ -105,7 +108,7 @@ def per_trajectory(sensor: Any, traj: Trajectory, sites: list[tuple[str, int]]) 
     for cond in ("delete_all_reasoning", "delete_latest_reasoning"):
         full, deleted = boundary_renders(sensor, traj, cond, boundaries)
         t_full = t_full or {b: _plain_forward(sensor, full[b].input_ids) for b in boundaries}
-        t_shared, out = _timed(lambda: kl_repair_trajectory(sensor, traj, cond, sites))
+        t_shared, out = _timed(lambda: kl_repair_trajectory(sensor, traj, cond, sites, rule=RULE))
         t_naive = sum(t_full[b] + (len(sites) + 1) * _plain_forward(sensor, deleted[b].input_ids) for b in boundaries)
         rows.append(f"| {traj.task_id}: {traj.n_steps} boundaries x {len(sites)} sites, {cond} | up to "
                     f"{max(r.n_tokens_full for r in out)} | {t_shared:.1f} | naive sdpa (per boundary F + "

@@ -89,7 +89,10 @@ from interp.sensor.hooks import hook_name, hooks
 from interp.sensor.kernels.binding import kernels_line
 from interp.sensor.models import SPECS, load_model
 from patching.harm import _target, candidate_sets, set_harms
+from patching.config import PatchConfig
 from patching.kl_repair import d_threshold, default_sites, kl_repair_trajectory, threshold_for
+
+RULE = PatchConfig().noise_rule  # the study's KL noise rule: PatchConfig's defaults
 
 GiB = 2**30
 TARGETS = {"extract_time_ratio": 1.3, "extract_memory_ratio": 1.2, "kl_all_sites_time_ratio": 3.0,
@@ -270,12 +273,12 @@ def check_extraction(sensor: Any, traj: Trajectory) -> dict[str, Any]:
 def check_kl_repair(sensor: Any, traj: Trajectory, boundaries: list[int]) -> dict[str, Any]:
     """Fast KL Repair vs the reference (bridge, one forward per site) at short boundaries, all default sites."""
     sites = default_sites(sensor.n_layers)
-    threshold, rule = threshold_for(sensor.describe())
+    threshold, rule = threshold_for(sensor.describe(), RULE.min_kl)
     device = sensor.device
     fast, t_fast, _ = _timed(device, lambda: kl_repair_trajectory(sensor, traj, "delete_all_reasoning", sites,
-                                                                  boundaries=boundaries))
+                                                                  boundaries=boundaries, rule=RULE))
     ref, t_ref, _ = _timed(device, lambda: kl_repair_trajectory(sensor, traj, "delete_all_reasoning", sites,
-                                                                boundaries=boundaries, method="reference"))
+                                                                boundaries=boundaries, method="reference", rule=RULE))
     kept = [(f, r) for f, r in zip(fast, ref) if not f.excluded and not r.excluded]
     d_repair = max((abs(x - y) for f, r in kept for x, y in zip(f.repair, r.repair)), default=None)
     d_kl = max(abs(x - y) for f, r in zip(fast, ref) for x, y in zip([f.d] + f.kl_patch, [r.d] + r.kl_patch))
@@ -295,7 +298,7 @@ def check_harm(sensor: Any, traj: Trajectory, b: int) -> dict[str, Any]:
     diff = max([abs(nll - nll2)] + [abs(x.harm - y.harm) for x, y in zip(reuse, scratch)])
     _, y0, y1 = _target(traj, b, (), sensor.tokenizer)  # the recorded next output whose NLL is scored
     y_tokens = y1 - y0
-    tol = max(1e-4, d_threshold(sensor.dtype, sensor.d_model) * math.sqrt(y_tokens))
+    tol = max(1e-4, d_threshold(sensor.dtype, sensor.d_model, RULE.min_kl) * math.sqrt(y_tokens))
     return _check("harm_prefix", diff <= tol, f"max |dharm| <= {tol:.3g} nats", sets=len(sets), target_tokens=y_tokens,
                   max_abs_diff_nats=diff, reuse_s=t_reuse, scratch_s=t_scratch)
 
@@ -368,7 +371,7 @@ def check_kl_all_sites(sensor: Any, n_tokens: int, enforce: bool) -> dict[str, A
     sites = default_sites(sensor.n_layers)
     _, t_plain, _ = _timed(sensor.device, lambda: _plain_forward(sensor, ids))
     rows, t_kl, m_kl = _timed(sensor.device, lambda: kl_repair_trajectory(sensor, traj, "delete_all_reasoning", sites,
-                                                                        boundaries=[b]))
+                                                                        boundaries=[b], rule=RULE))
     ratio = t_kl / t_plain
     ok = len(rows[0].kl_patch) == len(sites) and (not enforce or ratio <= TARGETS["kl_all_sites_time_ratio"])
     return _check("kl_repair_all_sites", ok, f"time <= {TARGETS['kl_all_sites_time_ratio']}x of one plain forward"

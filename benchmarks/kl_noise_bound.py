@@ -3,8 +3,8 @@
 Reads two ``interp patch`` output folders of the same trajectories and
 condition, a float32 one (the reference) and a bfloat16/float16 one, and
 prints per boundary: d in float32 and in the dtype, the error |d_dtype -
-d_fp32|, the dtype's measured noise, NOISE_FACTOR x noise, whether the dtype
-run kept the boundary, and whether the error is within NOISE_FACTOR x noise
+d_fp32|, the dtype's measured noise, noise_factor x noise, whether the dtype
+run kept the boundary, and whether the error is within noise_factor x noise
 (the acceptance: every kept boundary must be). Rows come from
 ``kl_repair.json`` when the run finished, else from its per-trajectory parts
 (``parts/*/*.json``, the rows as ``BoundaryRepair`` fields), so a run still
@@ -32,7 +32,9 @@ from typing import Any
 
 from _util import markdown_table
 
-from patching.kl_repair import MIN_KL, NOISE_FACTOR
+from patching.config import PatchConfig
+
+RULE = PatchConfig().noise_rule  # the rule the runs compared were made under (the defaults)
 
 HEADER = ["boundary", "d fp32", "d dtype", "abs err", "noise (dtype)", "factor x noise", "kept (dtype)",
           "err <= factor x noise", "noise components (null / schedule / d recomputed / weights)"]
@@ -60,8 +62,8 @@ def table(ref: dict[str, dict[str, Any]],
     for key, r in other.items():
         if key not in ref:
             continue
-        err, limit = abs(r["d"] - ref[key]["d"]), NOISE_FACTOR * r["noise"]
-        is_kept = r["d"] > max(MIN_KL, limit)  # the rule, applied again as summarize does
+        err, limit = abs(r["d"] - ref[key]["d"]), RULE.factor * r["noise"]
+        is_kept = r["d"] > max(RULE.min_kl, limit)  # the rule, applied again as summarize does
         kept += is_kept
         unbounded += is_kept and err > limit
         if r["noise"] > 0:
@@ -83,7 +85,7 @@ def main() -> None:
     rows, kept, unbounded, worst = table(rows_of(args.fp32), other)
     print(markdown_table(HEADER, rows))
     print(f"\n{len(rows)} boundaries in both runs; kept in the dtype: {kept}; kept with |err| > "
-          f"{NOISE_FACTOR:g} x noise: {unbounded}; largest |err| / noise over every boundary: "
+          f"{RULE.factor:g} x noise: {unbounded}; largest |err| / noise over every boundary: "
           f"{worst:.3g} (the smallest factor that would bound them all)")
 
 

@@ -49,7 +49,9 @@ from typing import Any
 
 from _util import emit, machine_note, markdown_table, run_worker  # the script's folder; it puts the checkout first
 
-from patching.config import HarmConfig
+from patching.config import PatchConfig, HarmConfig
+
+RULE = PatchConfig().noise_rule  # the study's KL noise rule: PatchConfig's defaults
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "trajectories.jsonl"
 DTYPES = ("fp32", "bf16", "fp16")
@@ -106,9 +108,9 @@ def worker(model: str, dtype: str, device: str, n_traj: int, harm_budget: int,
     sites = default_sites(sensor.n_layers)
     times = {}
     t0 = time.perf_counter()
-    rows = [r for t in trajs for r in kl_repair_trajectory(sensor, t, "delete_all_reasoning", sites)] \
+    rows = [r for t in trajs for r in kl_repair_trajectory(sensor, t, "delete_all_reasoning", sites, rule=RULE)] \
         if "kl_repair" in analyses else []
-    doc = summarize(rows, sites, "delete_all_reasoning", sensor, "fast", 1, n_boot=500)
+    doc = summarize(rows, sites, "delete_all_reasoning", sensor, "fast", 1, n_boot=500, rule=RULE)
     times["kl_repair_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     harms = {}

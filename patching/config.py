@@ -18,6 +18,7 @@ mean Repair moved by up to 0.2 on the tiny model; harm pairs ordered at a margin
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
@@ -64,11 +65,26 @@ def _boundary_keys(boundaries: tuple[str, ...] | None, trajectories: Sequence[Tr
 
 
 @dataclass(frozen=True)
+class NoiseRule:
+    """KL Repair's noise rule, from :class:`PatchConfig`: keep a boundary when ``d > max(min_kl, factor x noise)``;
+    ``d_error = d_error_factor x noise`` bounds d's error against float64 (``patching.kl_repair``)."""
+
+    factor: float
+    d_error_factor: float
+    min_kl: float
+
+    def threshold(self, noise: float) -> float:
+        """The d a boundary must exceed to be kept (``min_kl`` when the noise was not measured)."""
+        return max(self.min_kl, self.factor * noise) if math.isfinite(noise) else self.min_kl
+
+
+@dataclass(frozen=True)
 class PatchConfig:
     """KL Repair (``interp patch``): the deletion condition giving P_del, the site kind patched and the layers
     (resolved on the model by the stage), the method, how many final positions are patched, the trajectories
-    (None: all) and the token limit of a boundary's render (longer ones are skipped and listed). The noise rule (a
-    boundary is kept when d exceeds ``NOISE_FACTOR`` times its measured noise) is ``patching.kl_repair``'s."""
+    (None: all) and the token limit of a boundary's render (longer ones are skipped and listed), and the noise rule
+    (:attr:`noise_rule`: a boundary is kept when d exceeds ``max(min_kl, noise_factor x its measured noise)``; d's
+    recorded error bound is ``d_error_factor x noise``; ``patching.kl_repair``'s module docstring says why)."""
 
     analysis: ClassVar[str] = "kl_repair"
     precision: ClassVar[str] = "float32"
@@ -86,9 +102,20 @@ class PatchConfig:
                                              "Trajectories patched (comma list of task ids).")
     max_tokens: int = param(DEFAULT_MAX_TOKENS, TOKEN_LIMIT, TOKEN_LIMIT_HELP, "tokens")
     n_boot: int = param(N_BOOT, Integer(0), "Task-bootstrap resamples of the per-layer Repair CIs (0: none).")
+    noise_factor: float = param(10.0, Real(0, low_open=True), "A boundary is kept when d exceeds this many times "
+                                "its measured noise (and min_kl).")
+    d_error_factor: float = param(20.0, Real(0, low_open=True), "d's recorded error bound against float64, in "
+                                  "multiples of the measured noise (validated: the largest ratio seen is 11.2 on the "
+                                  "tiny model, 14 on SmolLM2).")
+    min_kl: float = param(1e-6, Real(0), "Floor of the exclusion threshold on d.", "nats")
 
     def __post_init__(self) -> None:
         validate(self)  # the layer spec's syntax and range are checked on the model, by the stage
+
+    @property
+    def noise_rule(self) -> NoiseRule:
+        """The exclusion rule and d's error bound these fields set (what ``patching.kl_repair`` applies)."""
+        return NoiseRule(self.noise_factor, self.d_error_factor, self.min_kl)
 
     def check_task_ids(self, trajectories: Iterable[Trajectory]) -> tuple[str, ...] | None:
         """``task_ids`` after checking each names one of ``trajectories`` (ValueError naming the field)."""

@@ -69,15 +69,15 @@ forwards of each trajectory's renders more).
 
 **What is measured and what is bounded.** ``noise`` is measured: the largest
 change of the computation under perturbations that are 0 in exact arithmetic.
-``d_error = D_ERROR_FACTOR x noise`` (``D_ERROR_FACTOR`` = 20) is the recorded
+``d_error = d_error_factor x noise`` (``PatchConfig.d_error_factor``, 20 by default) is the recorded
 bound on d's error against float64, |d - d_float64|: a calibrated multiple,
 validated in float32 on the tiny model against its float64 run at every
-boundary of a subset (largest ratio seen 11.2, ``D_ERROR_RULE``, written as
+boundary of a subset (largest ratio seen 11.2, :func:`d_error_rule`, written as
 ``d_error_rule``; tested). It is an estimate checked on samples, not a proof.
-A boundary is kept when ``d > max(MIN_KL,
-NOISE_FACTOR x noise)`` (``NOISE_FACTOR`` = 10); the threshold per boundary
+A boundary is kept when ``d > max(min_kl,
+noise_factor x noise)`` (``PatchConfig.noise_factor``, 10 by default); the threshold per boundary
 is ``noise_threshold`` in ``per_sample``. By the bound, d's relative error at
-a kept boundary is below ``d_error / d`` < D_ERROR_FACTOR / NOISE_FACTOR = 2
+a kept boundary is below ``d_error / d`` < d_error_factor / noise_factor (2 by default)
 (the per-boundary ``d_error`` says how far below); it is below 0.1 where the
 error is within the noise itself, which the benchmark
 ``benchmarks/kl_noise_bound.py`` checks in bfloat16 against float32
@@ -99,8 +99,8 @@ by 0.015 at d = 1.8e-5 nats on a 4096-wide model, a KL noise of about
 eps(dtype) x sqrt(d_model) (round-off of a d_model-long dot product grows as
 its square root) and asking that noise stay below 1 % of d (a Repair error
 of at most about 0.01):
-``d_threshold = max(MIN_KL, C x eps(dtype) x sqrt(d_model))`` with ``C = 4``
-(>= 0.035 / 0.01) and ``MIN_KL = 1e-6`` nats, the fixed floor used before.
+``d_threshold = max(min_kl, C x eps(dtype) x sqrt(d_model))`` with ``C = 4``
+(>= 0.035 / 0.01) and ``min_kl`` (1e-6 nats by default), the fixed floor used before.
 ``eps`` is the machine epsilon of the model's dtype: float32 1.19e-7
 (tiny-qwen3.5, d_model 64: 3.8e-6; SmolLM2-135M, 576: 1.1e-5; 4096 wide:
 3.1e-5), float64 2.2e-16 (the floor, 1e-6), bfloat16 7.8e-3 (4096 wide:
@@ -165,11 +165,11 @@ Fields of ``kl_repair.json`` (``FIELDS``; ``summarize`` writes them):
 | ``repair_median`` | ``[n_sites]`` | float | unitless | median over kept samples of the per-sample Repair; empty when no sample is kept |
 | ``repair_ratio`` | ``[n_sites]`` | float | unitless | ratio of sums over kept samples: 1 - sum KL(P_full ‖ P_patch) / sum d (each boundary weighted by d); empty when no sample is kept |
 | ``top1_mean`` | ``[n_sites]`` | float | fraction | fraction of kept samples whose patched argmax equals the full-history argmax; empty when none kept |
-| ``d_threshold`` | ``[]`` | float | nats | the formula bound max(MIN_KL, C x eps(dtype) x sqrt(d_model)) (module docstring): a sanity figure, not the exclusion rule; a threshold given to summarize replaces the measured-noise rule |
+| ``d_threshold`` | ``[]`` | float | nats | the formula bound max(min_kl, C x eps(dtype) x sqrt(d_model)) (module docstring): a sanity figure, not the exclusion rule; a threshold given to summarize replaces the measured-noise rule |
 | ``d_threshold_rule`` | ``[]`` | str | - | how d_threshold was derived, with the numbers put in |
-| ``exclusion_rule`` | ``[]`` | str | - | the rule applied: d > max(MIN_KL, NOISE_FACTOR x noise) per boundary, with the numbers put in (or the given threshold) |
-| ``noise_factor`` | ``[]`` | float or null | - | the NOISE_FACTOR the rule applied (null: a given threshold replaced the rule) |
-| ``d_error_rule`` | ``[]`` | str | - | what d_error bounds and how that was validated: d_error = D_ERROR_FACTOR x noise bounds abs(d - d in float64); the factor and the validation (tiny model, float32 against float64 at every boundary of a subset: the largest ratio seen) |
+| ``exclusion_rule`` | ``[]`` | str | - | the rule applied: d > max(min_kl, noise_factor x noise) per boundary, with the numbers put in (or the given threshold) |
+| ``noise_factor`` | ``[]`` | float or null | - | the noise_factor the rule applied (null: a given threshold replaced the rule) |
+| ``d_error_rule`` | ``[]`` | str | - | what d_error bounds and how that was validated: d_error = d_error_factor x noise bounds abs(d - d in float64); the factor and the validation (tiny model, float32 against float64 at every boundary of a subset: the largest ratio seen) |
 | ``noise_median`` | ``[]`` | float or null | nats | median over run boundaries of the measured noise (the max of its components); null without rows |
 | ``noise_null_median`` | ``[]`` | float or null | nats | median over run boundaries of noise_null = KL(P_full ‖ P_null) (the null patch); null without rows |
 | ``noise_schedule_median`` | ``[]`` | float or null | nats | median over run boundaries of noise_schedule = max over schedules k of KL(P_full ‖ P_full'_k) (P_full rechunked); null without rows |
@@ -180,7 +180,7 @@ Fields of ``kl_repair.json`` (``FIELDS``; ``summarize`` writes them):
 | ``n_excluded`` | ``[]`` | int | samples | samples with d <= noise_threshold (left out of every summary) |
 | ``excluded`` | ``[n_excluded]`` | str | - | the excluded samples as task_id@after_step |
 | ``skipped`` | ``[n_skipped] of {task_id, after_step, n_tokens, reason}`` | object | n_tokens: tokens | boundaries not run because a render (full, deleted or donor) exceeds max_tokens or the model's positions; n_tokens = the longer of the full and deleted renders; in no summary |
-| ``per_sample`` | ``[n_rows] of {task_id, after_step, d, noise, noise_null, noise_schedule, noise_schedules, noise_d, d_null, d_schedules, d_error, noise_weights, d_weights, noise_threshold, kl_patch, repair, top1, n_tokens_full, n_tokens_deleted, excluded}`` | object | d, noise*, d_*, noise_threshold, kl_patch: nats; repair: unitless; n_tokens: tokens | every sample: d = KL(P_full ‖ P_del) (float32 arithmetic); noise = the max of the measured components: noise_null = KL(P_full ‖ P_null) (null patch), noise_schedules[k] = KL(P_full ‖ P_full'_k) (P_full with schedule k's cache cuts; 1 schedule in float32/float64, N_SCHEDULES below), noise_schedule = their max, d_null = KL(P_null ‖ P_del), d_schedules[k] = KL(P_full'_k ‖ P_del'_k), noise_d = max abs(d_null - d), abs(d_schedules[k] - d), and below float32 only (null / empty otherwise): d_weights[j] = d with the weights nudged by one ulp (seed j), noise_weights = max abs(d_weights[j] - d); d_error = D_ERROR_FACTOR x noise, the bound on abs(d - d in float64) (d_error_rule); noise_threshold = max(MIN_KL, NOISE_FACTOR x noise); kl_patch = KL(P_full ‖ P_patch) per site, repair and top1 per site (repair null when excluded), render lengths |
+| ``per_sample`` | ``[n_rows] of {task_id, after_step, d, noise, noise_null, noise_schedule, noise_schedules, noise_d, d_null, d_schedules, d_error, noise_weights, d_weights, noise_threshold, kl_patch, repair, top1, n_tokens_full, n_tokens_deleted, excluded}`` | object | d, noise*, d_*, noise_threshold, kl_patch: nats; repair: unitless; n_tokens: tokens | every sample: d = KL(P_full ‖ P_del) (float32 arithmetic); noise = the max of the measured components: noise_null = KL(P_full ‖ P_null) (null patch), noise_schedules[k] = KL(P_full ‖ P_full'_k) (P_full with schedule k's cache cuts; 1 schedule in float32/float64, N_SCHEDULES below), noise_schedule = their max, d_null = KL(P_null ‖ P_del), d_schedules[k] = KL(P_full'_k ‖ P_del'_k), noise_d = max abs(d_null - d), abs(d_schedules[k] - d), and below float32 only (null / empty otherwise): d_weights[j] = d with the weights nudged by one ulp (seed j), noise_weights = max abs(d_weights[j] - d); d_error = d_error_factor x noise, the bound on abs(d - d in float64) (d_error_rule); noise_threshold = max(min_kl, noise_factor x noise); kl_patch = KL(P_full ‖ P_patch) per site, repair and top1 per site (repair null when excluded), render lengths |
 | ``config`` | ``{...}`` | object | - | the frozen config of the analysis that made this file: dataclasses.asdict, tuples as lists (interp.record.config_from builds it back) |
 | ``provenance`` | ``{...}`` | object | - | what ran (interp.record): model, revision, dtype (resolved), device, seeds, package, version, inputs (name -> sha256) |
 """
@@ -208,21 +208,25 @@ from interp.sensor.protocol import Sensor
 from interp.stats import task_bootstrap_ci
 from interp.data.render import Rendered, render
 from interp.data.trajectory import Trajectory
+from patching.config import NoiseRule
 from patching.patch import Pair, PairRun, patch_pairs
 
-MIN_KL = 1e-6  # nats: the floor of the exclusion threshold
-NOISE_FACTOR = 10.0  # a boundary is kept when d > max(MIN_KL, NOISE_FACTOR x its measured noise)
-D_ERROR_FACTOR = 20.0  # the recorded bound on d's error: D_ERROR_FACTOR x the measured noise (module docstring)
-D_ERROR_RULE = (f"d_error = {D_ERROR_FACTOR:g} x noise bounds |d - d in float64| per boundary. Validated in float32 on "
-                "tiny-qwen3.5 against the float64 model at every boundary of 4 trajectories x 2 conditions (40 "
-                "boundaries; tests/patching/test_kl_repair.py checks 14 of them): the largest |d32 - d64| / noise "
-                "seen is 11.2 (the factor leaves a 1.8x margin); with noise_d measured in float32 (first order in "
-                "d's error; the KL components alone understated it up to 256-fold). Below float32 the validation is "
-                "against float32 (benchmarks/kl_noise_bound.py). An estimate validated on samples, not a proof")
+D_ERROR_SEEN = 11.2  # the largest |d32 - d64| / noise seen in the validation d_error_rule describes
+
+
+def d_error_rule(rule: NoiseRule) -> str:
+    """What ``d_error`` bounds under ``rule`` and how that bound was validated (``d_error_rule`` in the file)."""
+    return (f"d_error = {rule.d_error_factor:g} x noise bounds |d - d in float64| per boundary. Validated in float32 "
+            "on tiny-qwen3.5 against the float64 model at every boundary of 4 trajectories x 2 conditions (40 "
+            "boundaries; tests/patching/test_kl_repair.py checks 14 of them): the largest |d32 - d64| / noise seen "
+            f"is {D_ERROR_SEEN:g} (the factor leaves a {rule.d_error_factor / D_ERROR_SEEN:.2g}x margin); with "
+            "noise_d measured in float32 (first order in d's error; the KL components alone understated it up to "
+            "256-fold). Below float32 the validation is against float32 (benchmarks/kl_noise_bound.py). An estimate "
+            "validated on samples, not a proof")
 SCHEDULE_STRIDE = 512  # tokens between the cuts of the rescheduled P_full (noise_schedule; module docstring)
 N_SCHEDULES = 3  # below float32: cache-cut schedules of P_full and P_del (float32/float64: schedule 0 only)
 WEIGHT_DRAWS = 2  # below float32: seeded one-ulp nudges of the weights, d recomputed under each (noise_weights)
-DTYPE_NOISE_C = 4.0  # d_threshold = max(MIN_KL, C x eps(dtype) x sqrt(d_model)); see the module docstring
+DTYPE_NOISE_C = 4.0  # d_threshold = max(min_kl, C x eps(dtype) x sqrt(d_model)); see the module docstring
 
 FIELDS = (
     Field("schema", "{...}", "object", "-", "this table: {field: {shape, dtype, units, doc}}"),
@@ -247,15 +251,15 @@ FIELDS = (
     Field("top1_mean", "[n_sites]", "float", "fraction",
           "fraction of kept samples whose patched argmax equals the full-history argmax; empty when none kept"),
     Field("d_threshold", "[]", "float", "nats",
-          "the formula bound max(MIN_KL, C x eps(dtype) x sqrt(d_model)) (module docstring): a sanity figure, not the exclusion rule; a threshold given to summarize replaces the measured-noise rule"),
+          "the formula bound max(min_kl, C x eps(dtype) x sqrt(d_model)) (module docstring): a sanity figure, not the exclusion rule; a threshold given to summarize replaces the measured-noise rule"),
     Field("d_threshold_rule", "[]", "str", "-",
           "how d_threshold was derived, with the numbers put in"),
     Field("exclusion_rule", "[]", "str", "-",
-          "the rule applied: d > max(MIN_KL, NOISE_FACTOR x noise) per boundary, with the numbers put in (or the given threshold)"),
+          "the rule applied: d > max(min_kl, noise_factor x noise) per boundary, with the numbers put in (or the given threshold)"),
     Field("noise_factor", "[]", "float or null", "-",
-          "the NOISE_FACTOR the rule applied (null: a given threshold replaced the rule)"),
+          "the noise_factor the rule applied (null: a given threshold replaced the rule)"),
     Field("d_error_rule", "[]", "str", "-",
-          "what d_error bounds and how that was validated: d_error = D_ERROR_FACTOR x noise bounds abs(d - d in "
+          "what d_error bounds and how that was validated: d_error = d_error_factor x noise bounds abs(d - d in "
           "float64); the factor and the validation (tiny model, float32 against float64 at every boundary of a "
           "subset: the largest ratio seen)"),
     Field("noise_median", "[]", "float or null", "nats",
@@ -291,8 +295,8 @@ FIELDS = (
           "max, d_null = KL(P_null ‖ P_del), d_schedules[k] = KL(P_full'_k ‖ P_del'_k), noise_d = max abs(d_null - "
           "d), abs(d_schedules[k] - d), and below float32 only (null / empty otherwise): d_weights[j] = d with "
           "the weights nudged by one ulp (seed j), noise_weights = max abs(d_weights[j] - d); d_error = "
-          "D_ERROR_FACTOR x noise, the bound on abs(d - d in float64) (d_error_rule); noise_threshold = "
-          "max(MIN_KL, NOISE_FACTOR x noise); kl_patch = KL(P_full ‖ P_patch) per site, repair and top1 per site "
+          "d_error_factor x noise, the bound on abs(d - d in float64) (d_error_rule); noise_threshold = "
+          "max(min_kl, noise_factor x noise); kl_patch = KL(P_full ‖ P_patch) per site, repair and top1 per site "
           "(repair null when excluded), render lengths"),
     *RECORD_FIELDS,
 )
@@ -315,24 +319,25 @@ def default_sites(n_layers: int, site: str = "resid_pre",
     return sites
 
 
-def d_threshold(dtype: str | torch.dtype, d_model: int) -> float:
+def d_threshold(dtype: str | torch.dtype, d_model: int, min_kl: float) -> float:
     """The exclusion threshold on d for a model of this dtype and width: KL noise / d stays near 1 % (see module docstring)."""
     dt = dtype if isinstance(dtype, torch.dtype) else getattr(torch, str(dtype).removeprefix("torch."), None)
     if not isinstance(dt, torch.dtype) or not dt.is_floating_point:
         raise ValueError(f"dtype: {dtype!r} is not a torch floating-point dtype")
     if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model < 1:
         raise ValueError(f"d_model must be an integer >= 1, got {d_model!r}")
-    return max(MIN_KL, DTYPE_NOISE_C * torch.finfo(dt).eps * math.sqrt(d_model))
+    return max(min_kl, DTYPE_NOISE_C * torch.finfo(dt).eps * math.sqrt(d_model))
 
 
-def threshold_for(model: dict[str, Any]) -> tuple[float, str]:
-    """``(d_threshold, how it was derived)`` from a sensor's ``describe()`` (dtype, d_model); MIN_KL when they are unknown."""
+def threshold_for(model: dict[str, Any], min_kl: float) -> tuple[float, str]:
+    """``(d_threshold, how it was derived)`` from a sensor's ``describe()`` (dtype, d_model); ``min_kl`` when they
+    are unknown."""
     dtype, d_model = model.get("dtype"), model.get("d_model")
     if dtype is None or d_model is None:
-        return MIN_KL, f"MIN_KL = {MIN_KL:g} nats (the model's dtype or d_model is unknown)"
-    value = d_threshold(dtype, d_model)
+        return min_kl, f"min_kl = {min_kl:g} nats (the model's dtype or d_model is unknown)"
+    value = d_threshold(dtype, d_model, min_kl)
     eps = torch.finfo(getattr(torch, str(dtype).removeprefix("torch."))).eps
-    return value, (f"max(MIN_KL, C x eps(dtype) x sqrt(d_model)) = max({MIN_KL:g}, {DTYPE_NOISE_C:g} x {eps:.3g} "
+    return value, (f"max(min_kl, C x eps(dtype) x sqrt(d_model)) = max({min_kl:g}, {DTYPE_NOISE_C:g} x {eps:.3g} "
                    f"({dtype}) x sqrt({d_model})) = {value:.3g} nats")
 
 
@@ -361,7 +366,7 @@ class BoundaryRepair:
     noise_d: float = float("nan")  # max |d' - d| over d recomputed as d_null and each d_schedules[k]
     d_null: float = float("nan")  # KL(P_null || P_del): d with the null patch's P_full
     d_schedules: list[float] = field(default_factory=list)  # KL(P_full'_k || P_del'_k) per schedule k
-    d_error: float = float("nan")  # the bound on |d - d in float64|: D_ERROR_FACTOR x noise (module docstring)
+    d_error: float = float("nan")  # the bound on |d - d in float64|: d_error_factor x noise (module docstring)
     # below float32 only (NaN / empty for a float32 or float64 model: not measured)
     noise_weights: float = float("nan")  # max |d_w - d| over the weight nudges
     d_weights: list[float] = field(default_factory=list)  # d with the model's weights nudged, per draw
@@ -400,15 +405,18 @@ def kl_repair_trajectory(
     method: str = "fast",
     n_positions: int = 1,
     condition_params: dict[str, Any] | None = None,
-    min_kl: float | None = None,
+    threshold: float | None = None,
     source: str = "full",
     max_tokens: int = DEFAULT_MAX_TOKENS,
+    *,
+    rule: NoiseRule,
 ) -> list[BoundaryRepair]:
     """Repair of every site at every requested boundary of ``traj`` (see module docstring).
 
     ``source`` is the condition whose run supplies the patched activations and
     ``P_full`` (``full``; patching from the deleted run itself gives Repair 0).
-    ``min_kl`` is a fixed exclusion threshold on d (default None: the measured-noise rule, module docstring).
+    ``rule`` is the noise rule (``PatchConfig.noise_rule``); ``threshold`` a fixed exclusion threshold on d in its
+    place (default None: the measured-noise rule, module docstring).
     A boundary with a render over ``max_tokens`` gets a row with ``skipped`` set and is not run.
     """
     if method not in ("fast", "reference"):
@@ -442,8 +450,8 @@ def kl_repair_trajectory(
                 full[b].n_tokens - 1]
             sched = [rescheduled(sensor, {b: full[b]}, k)[b] for k in schedules]
             sched_del = [rescheduled(sensor, {b: deleted[b]}, k)[b] for k in schedules]
-            done[b] = _score(traj.task_id, b, p_full, p_del, p_patch, min_kl, full[b].n_tokens, deleted[b].n_tokens,
-                             p_null, sched, sched_del, d_weights[b])
+            done[b] = _score(traj.task_id, b, p_full, p_del, p_patch, rule, threshold, full[b].n_tokens,
+                             deleted[b].n_tokens, p_null, sched, sched_del, d_weights[b])
         return [done.get(b) or skipped[b] for b in boundaries]
     pairs = [Pair(b, full[b].input_ids, deleted[b].input_ids, None if source == "full" else donors[b].input_ids)
              for b in run]
@@ -464,7 +472,7 @@ def kl_repair_trajectory(
             # nothing (layer 0 at an identical token, a self-patch) gives Repair 0 exactly.
             both = torch.log_softmax(mine.variants[:-1], dim=-1)
             p_null = torch.log_softmax(null.variants[-1], dim=-1)
-            results[b] = _score(traj.task_id, b, mine.source_logprobs, both[0], both[1:], min_kl,
+            results[b] = _score(traj.task_id, b, mine.source_logprobs, both[0], both[1:], rule, threshold,
                                 full[b].n_tokens, deleted[b].n_tokens, p_null, [p[b] for p in p_sched],
                                 [p[b] for p in p_sched_del], d_weights[b])
     return [results[b] for b in boundaries]
@@ -595,13 +603,8 @@ def _reference_boundary(sensor: Sensor, full: Rendered, donor: Rendered, deleted
     return p_full, rows[0], torch.stack(rows[1:])
 
 
-def exclusion_threshold(noise: float) -> float:
-    """The d a boundary must exceed to be kept: max(MIN_KL, NOISE_FACTOR x its measured noise) (module docstring)."""
-    return max(MIN_KL, NOISE_FACTOR * noise) if math.isfinite(noise) else MIN_KL
-
-
 def _score(task_id: str, b: int, p_full: torch.Tensor, p_del: torch.Tensor, p_patch: torch.Tensor,
-           min_kl: float | None, n_full: int, n_del: int, p_null: torch.Tensor, p_sched: list[torch.Tensor],
+           rule: NoiseRule, threshold: float | None, n_full: int, n_del: int, p_null: torch.Tensor, p_sched: list[torch.Tensor],
            p_sched_del: list[torch.Tensor], d_weights: list[float]) -> BoundaryRepair:
     """One boundary's row from log-probs on the sensor's device; the KLs are computed there, then moved to the host once.
 
@@ -629,8 +632,8 @@ def _score(task_id: str, b: int, p_full: torch.Tensor, p_del: torch.Tensor, p_pa
         out.noise_weights = max(abs(x - d) for x in d_weights)
         components.append(out.noise_weights)
     out.noise = max(components)
-    out.d_error = D_ERROR_FACTOR * out.noise
-    if d <= (exclusion_threshold(out.noise) if min_kl is None else min_kl):
+    out.d_error = rule.d_error_factor * out.noise
+    if d <= (rule.threshold(out.noise) if threshold is None else threshold):
         out.excluded = True
         out.repair = [float("nan")] * len(top1)
     else:
@@ -639,7 +642,8 @@ def _score(task_id: str, b: int, p_full: torch.Tensor, p_del: torch.Tensor, p_pa
 
 
 def summarize(rows: list[BoundaryRepair], sites: list[tuple[str, int]], condition: str, sensor: Sensor,
-              method: str, n_positions: int, n_boot: int, threshold: float | None = None) -> dict[str, Any]:
+              method: str, n_positions: int, n_boot: int, rule: NoiseRule,
+              threshold: float | None = None) -> dict[str, Any]:
     """The ``kl_repair.json`` document (``FIELDS``, table in the module docstring); pure: no model is run.
 
     ``sensor`` is only asked for ``describe()`` and ``full_attention_layers``.
@@ -649,21 +653,21 @@ def summarize(rows: list[BoundaryRepair], sites: list[tuple[str, int]], conditio
     ``d_threshold`` is the formula bound of :func:`threshold_for`, reported only.
     """
     model = sensor.describe()
-    bound, bound_rule = threshold_for(model)
+    bound, bound_rule = threshold_for(model, rule.min_kl)
     if threshold is None:
-        limit = {id(r): exclusion_threshold(r.noise) for r in rows if not r.skipped}  # skipped: no noise
-        rule = (f"d > max(MIN_KL, NOISE_FACTOR x noise) per boundary, MIN_KL = {MIN_KL:g} nats, NOISE_FACTOR = "
-                f"{NOISE_FACTOR:g}; noise = max(noise_null, noise_schedule, noise_d): KL(P_full || P_null), the null "
-                f"patch ({method} path), KL(P_full || P_full'), P_full with the cache cut every {SCHEDULE_STRIDE} "
-                "tokens and at the render's midpoint, and the largest |d' - d| over d' = KL(P_null || P_del) and "
-                "KL(P_full' || P_del') (the deleted render cut the same way)")
+        limit = {id(r): rule.threshold(r.noise) for r in rows if not r.skipped}  # skipped: no noise
+        applied = (f"d > max(min_kl, noise_factor x noise) per boundary, min_kl = {rule.min_kl:g} nats, noise_factor "
+                   f"= {rule.factor:g}; noise = max(noise_null, noise_schedule, noise_d): KL(P_full || P_null), the "
+                   f"null patch ({method} path), KL(P_full || P_full'), P_full with the cache cut every "
+                   f"{SCHEDULE_STRIDE} tokens and at the render's midpoint, and the largest |d' - d| over d' = "
+                   "KL(P_null || P_del) and KL(P_full' || P_del') (the deleted render cut the same way)")
         if any(r.d_schedules for r in rows):  # a model below float32 (module docstring)
-            rule += (f"; below float32 over {N_SCHEDULES} such schedules k (cuts at (k+1)/(k+2) of the render, "
+            applied += (f"; below float32 over {N_SCHEDULES} such schedules k (cuts at (k+1)/(k+2) of the render, "
                      f"the stride offset by k x {SCHEDULE_STRIDE}/{N_SCHEDULES}), and noise_weights = the largest "
                      f"|d_w - d| over {WEIGHT_DRAWS} one-ulp weight nudges")
     else:
         limit = {id(r): float(threshold) for r in rows}
-        rule = f"d > {float(threshold):.3g} nats (given)"
+        applied = f"d > {float(threshold):.3g} nats (given)"
     skipped = [skip_record(r.task_id, r.after_step, max(r.n_tokens_full, r.n_tokens_deleted), r.skipped)
                for r in rows if r.skipped]
     noise = [r.noise for r in rows if not r.skipped and math.isfinite(r.noise)]
@@ -692,8 +696,8 @@ def summarize(rows: list[BoundaryRepair], sites: list[tuple[str, int]], conditio
         "repair_median": np.median(values, axis=0).tolist() if kept else [],
         "repair_ratio": (1.0 - kls.sum(axis=0) / d.sum()).tolist() if kept else [],
         "top1_mean": top1.mean(axis=0).tolist() if kept else [],
-        "d_threshold": bound, "d_threshold_rule": bound_rule, "exclusion_rule": rule, "d_error_rule": D_ERROR_RULE,
-        "noise_factor": NOISE_FACTOR if threshold is None else None,
+        "d_threshold": bound, "d_threshold_rule": bound_rule, "exclusion_rule": applied,
+        "d_error_rule": d_error_rule(rule), "noise_factor": rule.factor if threshold is None else None,
         "noise_median": float(np.median(noise)) if noise else None, "noise_max": max(noise) if noise else None,
         **{f"{k}_median": float(np.median(v)) if v else None for k, v in parts.items()},
         "n_samples": len(kept), "n_excluded": len(rows) - len(kept),

@@ -324,6 +324,8 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, config: PatchConfi
         sites = default_sites(sensor.n_layers, config.site, layers=layers)
     tag = f"{condition}.{method}.{positions}.null." + hashlib.sha1(repr(sites).encode()).hexdigest()[:12] + (
         f".t{limit}" if limit != DEFAULT_MAX_TOKENS else "")
+    rule = config.noise_rule  # the rows' exclusion and d_error are the rule's: parts under another rule are not these
+    tag += f".r{rule.factor:g}-{rule.d_error_factor:g}-{rule.min_kl:g}" if rule != PatchConfig().noise_rule else ""
     params = gate_params(sensor, [condition], gate_scorer).get(condition)
     if params and executor:
         raise ValueError("--condition drsr_gate runs in process (its gate holds the sensor): drop --executor")
@@ -335,12 +337,12 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, config: PatchConfi
         costs = {k: render_tokens(by_id[k], by_id[k].n_steps, sensor.tokenizer) for k in keys} if shard[1] > 1 else None
         parts = _units(sensor, trajs, keys, lambda s, k: [asdict(r) for r in kl_repair_trajectory(
             s, by_id[k], condition, sites, method=method, n_positions=positions, condition_params=params,
-            max_tokens=limit)],
+            max_tokens=limit, rule=config.noise_rule)],
             out / "parts" / tag, "patch", shard, costs, executor, load)
         if shard[1] > 1:
             return {"shard": list(shard), "units": list(parts), "parts": str(out / "parts" / tag)}
         rows = [BoundaryRepair(**r) for k in keys for r in parts[k]]
-        result = {**summarize(rows, sites, condition, sensor, method, positions, config.n_boot), **record(
+        result = {**summarize(rows, sites, condition, sensor, method, positions, config.n_boot, config.noise_rule), **record(
             config, sensor=sensor, inputs={"trajectories": trajectories_sha256(trajs), "gate_scorer": gate_scorer})}
         atomic_write_json(out / "kl_repair.json", result)
     return result

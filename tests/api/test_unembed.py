@@ -136,8 +136,8 @@ def test_kl_repair_reference_path_is_float32(bf16_sensor, demo_trajectories):
 
     traj = min(demo_trajectories, key=lambda t: t.n_steps)
     sites = [("resid_pre", 2), ("resid_post", bf16_sensor.n_layers - 1)]
-    ref = kl_repair_trajectory(bf16_sensor, traj, "delete_all_reasoning", sites, boundaries=[2], method="reference")[0]
-    fast = kl_repair_trajectory(bf16_sensor, traj, "delete_all_reasoning", sites, boundaries=[2])[0]
+    ref = kl_repair_trajectory(bf16_sensor, traj, "delete_all_reasoning", sites, boundaries=[2], method="reference", rule=RULE)[0]
+    fast = kl_repair_trajectory(bf16_sensor, traj, "delete_all_reasoning", sites, boundaries=[2], rule=RULE)[0]
     # patching the final resid_post with the full run's gives P_full up to the final norm: KL ~ 0 in float32
     assert ref.kl_patch[-1] < 1e-6 and fast.kl_patch[-1] < 1e-6
     assert ref.d == pytest.approx(fast.d, rel=0.2, abs=0.02)

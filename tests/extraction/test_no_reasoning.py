@@ -30,9 +30,12 @@ from interp.data.trajectory import Trajectory
 from interp.extraction.entropy import entropy_table
 from interp.extraction.extract import ExtractConfig, extract_trajectory
 from patching.harm import boundary_harm, candidate_sets
+from patching.config import PatchConfig
 from patching.kl_repair import default_sites, kl_repair_trajectory
 from probes.targets import label_target
 from interp.externalization.labeler import GapLabelerConfig, label_gap
+
+RULE = PatchConfig().noise_rule  # the study's KL noise rule: PatchConfig's defaults
 
 pytestmark = pytest.mark.parity
 
@@ -115,7 +118,7 @@ def test_any_steps_without_reasoning_render_extract_and_patch(tiny_sensor, mini_
                 for a, c in zip(rows, same):  # blank and empty reasoning: the same render, the same features
                     for key in a.features:
                         torch.testing.assert_close(a.features[key], c.features[key], rtol=0, atol=0)
-        repairs = kl_repair_trajectory(tiny_sensor, traj, "delete_all_reasoning", sites)
+        repairs = kl_repair_trajectory(tiny_sensor, traj, "delete_all_reasoning", sites, rule=RULE)
         for row in repairs:
             assert np.isfinite(row.d) and row.skipped == ""
             if all(t - 1 in empty for t in range(1, row.after_step + 1)):

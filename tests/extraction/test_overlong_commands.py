@@ -14,7 +14,10 @@ from interp.continuations.states import Rubric, State
 from interp.data.conditions import apply_condition
 from interp.data.render import render
 from patching.harm import boundary_harm, summarize_harm
+from patching.config import PatchConfig
 from patching.kl_repair import default_sites, kl_repair_trajectory, summarize
+
+RULE = PatchConfig().noise_rule  # the study's KL noise rule: PatchConfig's defaults
 
 pytestmark = pytest.mark.parity
 
@@ -36,8 +39,8 @@ def test_kl_repair_skips_long_boundaries_and_keeps_the_others(tiny_sensor, mini_
                       render(apply_condition("delete_all_reasoning", traj, b)[0], b, tiny_sensor.tokenizer).n_tokens)
                for b in boundaries}
     limit = _split_limit(lengths)
-    free = kl_repair_trajectory(tiny_sensor, traj, "delete_all_reasoning", sites, boundaries, max_tokens=UNLIMITED)
-    capped = kl_repair_trajectory(tiny_sensor, traj, "delete_all_reasoning", sites, boundaries, max_tokens=limit)
+    free = kl_repair_trajectory(tiny_sensor, traj, "delete_all_reasoning", sites, boundaries, max_tokens=UNLIMITED, rule=RULE)
+    capped = kl_repair_trajectory(tiny_sensor, traj, "delete_all_reasoning", sites, boundaries, max_tokens=limit, rule=RULE)
     assert [r.after_step for r in capped] == boundaries
     for f, c in zip(free, capped):
         if lengths[c.after_step] > limit:
@@ -46,7 +49,7 @@ def test_kl_repair_skips_long_boundaries_and_keeps_the_others(tiny_sensor, mini_
             continue
         assert c.skipped == "" and c.d == pytest.approx(f.d, rel=1e-3, abs=1e-6)
         assert c.kl_patch == pytest.approx(f.kl_patch, rel=1e-3, abs=1e-6)
-    doc = summarize(capped, sites, "delete_all_reasoning", tiny_sensor, "fast", 1, n_boot=50)
+    doc = summarize(capped, sites, "delete_all_reasoning", tiny_sensor, "fast", 1, n_boot=50, rule=RULE)
     over = [b for b in boundaries if lengths[b] > limit]
     assert [(s["task_id"], s["after_step"]) for s in doc["skipped"]] == [(traj.task_id, b) for b in over]
     assert [s["n_tokens"] for s in doc["skipped"]] == [lengths[b] for b in over]

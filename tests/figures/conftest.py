@@ -217,7 +217,7 @@ def kl_repair_doc(rng: np.random.Generator, n_layers: int = 32, config: PatchCon
                                    excluded=excluded, n_tokens_full=400, n_tokens_deleted=300))
     sensor = SimpleNamespace(describe=lambda: MODEL, full_attention_layers=list(range(3, n_layers, 4)))
     config = config or CONFIGS["kl_repair"]
-    return {**summarize(rows, sites, config.condition, sensor, config.method, config.positions, n_boot=200),
+    return {**summarize(rows, sites, config.condition, sensor, config.method, config.positions, n_boot=200, rule=config.noise_rule),
             **record(config, model=MODEL)}
 
 

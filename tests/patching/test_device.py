@@ -19,11 +19,14 @@ import dataclasses
 import pytest
 import torch
 
+from patching.config import PatchConfig
 import patching.kl_repair as kl_mod
 from interp.sensor.forward import Plan, run_plan
 from patching.kl_repair import default_sites, kl_repair_trajectory
 
 from tests.patching.test_kl_repair import SHORT
+
+RULE = PatchConfig().noise_rule  # the study's KL noise rule: PatchConfig's defaults
 
 pytestmark = pytest.mark.unit
 
@@ -55,7 +58,7 @@ def test_fast_kl_repair_scores_on_one_device(meta_sensor, monkeypatch):
 
     monkeypatch.setattr(kl_mod, "_score", record)
     for condition in ("delete_all_reasoning", "delete_latest_reasoning"):
-        kl_repair_trajectory(meta_sensor, SHORT, condition, default_sites(meta_sensor.n_layers), min_kl=1e-6)
+        kl_repair_trajectory(meta_sensor, SHORT, condition, default_sites(meta_sensor.n_layers), threshold=1e-6, rule=RULE)
     assert seen == [{META}] * 6
 
 
@@ -72,5 +75,5 @@ def test_reference_kl_repair_scores_on_one_device(monkeypatch):
 
     monkeypatch.setattr(kl_mod, "_score", record)
     kl_repair_trajectory(sensor, SHORT, "delete_all_reasoning", [("resid_pre", 2), ("attn_out", 3)], boundaries=[2],
-                         method="reference", min_kl=1e-6)
+                         method="reference", threshold=1e-6, rule=RULE)
     assert seen == [{META}]

@@ -33,10 +33,11 @@ DEFAULTS = {
     "ICLR rho": (("rho", "ICLR_RHO"), 0.8, "interp/data/conditions.py"),
     # every analysis's task-bootstrap resamples: library functions below a stage take them as required arguments
     "bootstrap resamples": (("n_boot", "N_BOOT"), 1000, "interp/params.py"),
-    # KL Repair's noise rule: keep d > max(MIN_KL, NOISE_FACTOR x noise); d's error bound D_ERROR_FACTOR x noise
-    "KL noise factor": (("NOISE_FACTOR", "noise_factor"), 10.0, "patching/kl_repair.py"),
-    "KL d error factor": (("D_ERROR_FACTOR", "d_error_factor"), 20.0, "patching/kl_repair.py"),
-    "KL floor": (("MIN_KL", "min_kl"), 1e-6, "patching/kl_repair.py"),
+    # KL Repair's noise rule (PatchConfig): keep d > max(min_kl, noise_factor x noise); d's error bound
+    # d_error_factor x noise
+    "KL noise factor": (("noise_factor",), 10.0, "patching/config.py"),
+    "KL d error factor": (("d_error_factor",), 20.0, "patching/config.py"),
+    "KL floor": (("min_kl",), 1e-6, "patching/config.py"),
 }
 
 

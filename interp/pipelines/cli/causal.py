@@ -51,8 +51,6 @@ def patch(
 ) -> None:
     """KL Repair per layer: patch the full run's boundary activation into the deleted run."""
     from interp.extraction.batch import layer_numbers
-    from patching.kl_repair import NOISE_FACTOR
-
     check_output_dir(out, "--out")
     layer_numbers(config.layers, "--layers")  # the syntax, before the model loads
     check_gate_scorer([config.condition], gate_scorer)
@@ -68,7 +66,7 @@ def patch(
         console.print(f"{result['parts']}: shard {shard}, {len(result['units'])} trajectories", markup=False)
         return
     console.print(f"{out / 'kl_repair.json'}: {result['n_samples']} samples, {result['n_excluded']} excluded "
-                  f"(d not above {NOISE_FACTOR:g}x its measured noise in {result['model'].get('dtype')}: median "
+                  f"(d not above {result['noise_factor']:g}x its measured noise in {result['model'].get('dtype')}: median "
                   f"{_nats(result.get('noise_median'))}, null patch {_nats(result.get('noise_null_median'))}, "
                   f"rescheduled P_full {_nats(result.get('noise_schedule_median'))}), "
                   f"{len(result['skipped'])} skipped (over {config.max_tokens} tokens)")
