@@ -376,11 +376,12 @@ class Maybe(Rule):
         return None if value is None else self.inner.from_cli(value)
 
 
-def param(default: object, rule: Rule, help: str, unit: str = "",
-          option: str | None = None) -> Any:  # Any: a dataclasses.field, typed as the field it declares
+def param(default: object, rule: Rule, help: str, unit: str = "", option: str | None = None,
+          envvar: str | None = None) -> Any:  # Any: a dataclasses.field, typed as the field it declares
     """A declared config field: its default, the rule its value must satisfy, a help text and unit (the
-    command line's option help) and the option's name when it is not ``--field-name``."""
-    metadata = {"rule": rule, "help": help, "unit": unit, "option": option}
+    command line's option help), the option's name when it is not ``--field-name`` and the environment variable
+    the option falls back to (``envvar``)."""
+    metadata = {"rule": rule, "help": help, "unit": unit, "option": option, "envvar": envvar}
     if default is REQUIRED:
         return dataclasses.field(metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)

@@ -105,6 +105,7 @@ from interp.annotation.session import SHORT, Item, build_queue, task_fields
 from interp.data.labels import read_label_table, write_labels_csv
 from interp.data.trajectory import Step, Trajectory, load_trajectories
 from interp.io import file_sha256, writer_lock
+from interp.params import REQUIRED, Check, Integer, Maybe, Real, Text, param, validate
 from interp.schema import Field
 
 JOURNAL_FIELDS = (
@@ -157,35 +158,42 @@ ANSWER_FORMAT = (
 Post = Callable[[str, bytes, Mapping[str, str], float], tuple[int, Mapping[str, str], bytes]]
 
 
+def check_base_url(value: str) -> str:
+    """An http(s) API root (ValueError saying what is expected otherwise)."""
+    if not re.match(r"^https?://[^/\s]+", value):
+        raise ValueError("not an http(s) URL (e.g. http://127.0.0.1:8000/v1; or set OPENAI_BASE_URL)")
+    return value
+
+
 @dataclass(frozen=True)
 class JudgeConfig:
-    """Where to ask and how: endpoint, model, key (never written), timeouts, retries, pacing, prompt limits."""
+    """Where to ask and how (``interp labels judge``): the endpoint, the model, the key (sent, never written),
+    the deadline, retries, pacing and the prompt's limits."""
 
-    base_url: str
-    model: str
-    api_key: str | None = None
-    timeout_s: float = 120.0
-    max_retries: int = 4
-    backoff_s: float = 2.0
-    min_interval_s: float = 0.0
-    max_tokens: int = 200
-    temperature: float = 0.0
-    max_chars: int = 4000
-    max_wait_s: float = 60.0  # the longest Retry-After honoured
+    base_url: str = param(REQUIRED, Check(check_base_url, "an http(s) URL", bad="ftp://x"),
+                          "OpenAI-compatible API root, e.g. http://127.0.0.1:8000/v1 (vLLM), "
+                          "http://127.0.0.1:11434/v1 (Ollama).", envvar="OPENAI_BASE_URL")
+    model: str = param(REQUIRED, Text("a model name"), "Model name the endpoint serves; labels get annotator "
+                       "judge:<model>.", envvar="OPENAI_MODEL")
+    api_key: str | None = param(None, Maybe(Text("a key"), "no key sent"), "Bearer key (sent, never written or "
+                                "printed).", envvar="OPENAI_API_KEY")
+    timeout_s: float = param(120.0, Real(0, low_open=True), "Deadline per request, all of it: connect, send and the "
+                             "whole reply, however slowly it comes.", "seconds", option="--timeout")
+    max_retries: int = param(4, Integer(0), "Retries on 429, 5xx, timeouts, connection errors.",
+                             option="--retries")
+    backoff_s: float = param(2.0, Real(0), "First retry wait, doubling (a Retry-After header wins).", "seconds",
+                             option="--backoff")
+    min_interval_s: float = param(0.0, Real(0), "Rate limit: time between request starts.", "seconds",
+                                  option="--min-interval")
+    max_tokens: int = param(200, Integer(1), "Answer token limit.", "tokens")
+    temperature: float = param(0.0, Real(0), "Sampling temperature of the judge.")
+    max_chars: int = param(4000, Integer(200), "Longest text (reasoning, argument, observation) sent whole; longer "
+                           "ones are cut in the middle.", "characters")
+    max_wait_s: float = param(60.0, Real(0), "The longest Retry-After honoured (a longer one is cut to this; every "
+                              "wait is printed).", "seconds", option="--max-wait")
 
     def __post_init__(self) -> None:
-        if not re.match(r"^https?://[^/\s]+", self.base_url):
-            raise ValueError(f"--base-url: {self.base_url!r} is not an http(s) URL "
-                             "(e.g. http://127.0.0.1:8000/v1; or set OPENAI_BASE_URL)")
-        if not self.model.strip():
-            raise ValueError("--model: empty (name the model the endpoint serves; or set OPENAI_MODEL)")
-        for name in ("timeout_s", "backoff_s", "min_interval_s", "temperature", "max_wait_s"):
-            value = getattr(self, name)
-            if not value >= 0 or (name == "timeout_s" and value == 0):
-                raise ValueError(f"{name}: must be {'> 0' if name == 'timeout_s' else '>= 0'}, got {value!r}")
-        for name, low in (("max_retries", 0), ("max_tokens", 1), ("max_chars", 200)):
-            if getattr(self, name) < low:
-                raise ValueError(f"{name}: must be >= {low}, got {getattr(self, name)!r}")
+        validate(self)
 
     @property
     def endpoint(self) -> str:

@@ -52,10 +52,25 @@ BUILT = {path: getattr(c.callback, "__configs__", []) for path, c in COMMANDS.it
 ALL = sorted({*CONFIGS.values(), *(cls for pairs in BUILT.values() for cls, _ in pairs)}, key=lambda c: c.__name__)
 
 
+def _simplest(rule: Rule) -> object:
+    """The first of a few plain values the rule takes (an empty list, a name, a URL, a number)."""
+    for value in ((), "x", "http://127.0.0.1:9/v1", 1):
+        try:
+            rule.coerce(value)
+        except Exception:  # noqa: BLE001  (Refused, or the check's own error)
+            continue
+        return value
+    raise AssertionError(f"no plain value satisfies {rule.describe()}")
+
+
+def _required(cls: type) -> dict[str, object]:
+    """The required fields' simplest valid values (MISSING default and factory: required)."""
+    return {f.name: _simplest(f.metadata["rule"]) for f in fields(cls) if f.default is f.default_factory}
+
+
 def _instance(cls: type) -> Any:
     """A valid instance: the defaults, plus the required fields' simplest values."""
-    required = {f.name: () for f in fields(cls) if f.default is f.default_factory}  # MISSING both: required
-    return cls(**required)
+    return cls(**_required(cls))
 
 
 CASES = [(cls, f.name, bad) for cls in ALL for f in declared(cls) for bad in f.metadata["rule"].invalid()]
@@ -74,7 +89,7 @@ def test_every_config_is_found_and_every_field_declared():
 @pytest.mark.parametrize("cls, field, bad", CASES, ids=[f"{c.__name__}.{f}={b!r}" for c, f, b in CASES])
 def test_a_bad_value_is_refused_naming_the_field(cls, field, bad):
     """Every value a field's rule refuses: a ConfigError (a ValueError) whose message starts with the field."""
-    base = {f.name: () for f in fields(cls) if f.default is f.default_factory}
+    base = _required(cls)
     with pytest.raises(ConfigError) as refused:
         cls(**{**base, field: bad})
     assert refused.value.field == field and str(refused.value).startswith(f"{field}: ")
@@ -126,8 +141,10 @@ def test_a_bad_option_is_refused_naming_the_option(capsys, monkeypatch, tmp_path
     params = {o for p in COMMANDS[path].params for o in p.opts}
     for name, given in (("--trajectories", str(DEMO)), ("--out", str(out)), ("--store", str(out)),
                         ("--states", str(DEMO.with_name("states.jsonl"))), ("--drsr", str(tmp_path / "drsr")),
-                        ("--scorer", str(tmp_path / "s.json"))):
-        if name in params and name != option and (name != "--scorer" or path == "gate eval"):
+                        ("--scorer", str(tmp_path / "s.json")), ("--labels", str(out / "labels.csv")),
+                        ("--base-url", "http://127.0.0.1:9/v1"), ("--model", "m")):
+        if name in params and name != option and (name != "--scorer" or path == "gate eval") and (
+                name not in ("--base-url", "--model") or path == "labels judge"):
             args += [name, given]
     monkeypatch.setattr(sys, "argv", ["interp", *args])
     with pytest.raises(SystemExit) as exc:
@@ -151,7 +168,10 @@ def test_every_field_is_an_option_whose_default_is_the_configs():
                 param = params[options[f.name].split("/")[0]]
                 rule = f.metadata["rule"]
                 want = None if f.default is None else rule.to_cli(f.default)
-                assert param.default == want, (path, f.name, param.default, want)
+                if f.default is f.default_factory:  # a required field: a required option
+                    assert param.required and param.default is None, (path, f.name)
+                else:
+                    assert param.default == want, (path, f.name, param.default, want)
                 assert "default:" not in (f.metadata["help"] or ""), (path, f.name)
                 checked += 1
     assert checked >= 80, checked

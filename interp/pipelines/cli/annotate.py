@@ -11,7 +11,8 @@ import typer
 
 from interp.io import atomic_write_json, check_output_dir
 from interp.params import N_BOOT
-from interp.pipelines.cli.common import AllowControlOpt, TrajectoriesOpt, app, at_least, console
+from interp.annotation.judge import JudgeConfig
+from interp.pipelines.cli.common import AllowControlOpt, TrajectoriesOpt, app, at_least, config_options, console
 
 if TYPE_CHECKING:
     from interp.annotation.session import Item
@@ -261,35 +262,15 @@ def labels_status(
 
 
 @labels_app.command("judge")
+@config_options(JudgeConfig)
 def labels_judge(
     trajectories: TrajectoriesOpt,
     labels: Annotated[Path, typer.Option("--labels", help="Output CSV (task_id,after_step,<labels>,annotator,model,"
                                                           "prompt_sha256,time,rationale,missing); its journal "
                                                           "(the cache) and lock live in <labels>.judge/ beside it.")],
-    base_url: Annotated[str, typer.Option("--base-url", envvar="OPENAI_BASE_URL", show_envvar=True,
-                                          help="OpenAI-compatible API root, e.g. http://127.0.0.1:8000/v1 "
-                                               "(vLLM), http://127.0.0.1:11434/v1 (Ollama).")],
-    model: Annotated[str, typer.Option("--model", envvar="OPENAI_MODEL", show_envvar=True,
-                                       help="Model name the endpoint serves; labels get annotator judge:<model>.")],
-    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True,
-                                                   show_default=False,
-                                                   help="Bearer key (sent, never written or printed).")] = None,
+    config: JudgeConfig,
     task: Annotated[str, typer.Option("--task", help="g (G: history up to b only), y (y: the later steps too) "
                                                      "or both.")] = "both",
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per request, all of it: connect, send and the "
-                                                             "whole reply, however slowly it comes.")] = 120.0,
-    retries: Annotated[int, typer.Option("--retries", help="Retries on 429, 5xx, timeouts, connection errors.")] = 4,
-    backoff: Annotated[float, typer.Option("--backoff", help="First retry wait in seconds, doubling (a "
-                                                             "Retry-After header wins).")] = 2.0,
-    max_wait: Annotated[float, typer.Option("--max-wait", help="The longest Retry-After honoured, in seconds (a "
-                                                               "longer one is cut to this; every wait is "
-                                                               "printed).")] = 60.0,
-    min_interval: Annotated[float, typer.Option("--min-interval", help="Rate limit: seconds between request "
-                                                                       "starts.")] = 0.0,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Answer token limit.")] = 200,
-    temperature: float = 0.0,
-    max_chars: Annotated[int, typer.Option("--max-chars", help="Longest text (reasoning, argument, observation) sent "
-                                                               "whole; longer ones are cut in the middle.")] = 4000,
     retry_missing: Annotated[bool, typer.Option("--retry-missing", help="Ask again the items whose earlier reply "
                                                 "was unusable (failed requests are always asked again).")] = False,
     max_items: Annotated[Optional[int], typer.Option("--max-items", help="A pilot: only this many items, those "
@@ -298,11 +279,9 @@ def labels_judge(
     allow_control_tokens: AllowControlOpt = False,
 ) -> None:
     """Label G and y with an OpenAI-compatible chat model, the labelling guideline as its rubric; cached, resumable."""
-    from interp.annotation.judge import JudgeConfig, run_judge
+    from interp.annotation.judge import run_judge
 
     check_output_dir(labels.parent, "--labels")
-    config = JudgeConfig(base_url, model, api_key, timeout, retries, backoff, min_interval, max_tokens, temperature,
-                         max_chars, max_wait)
 
     def show(i: int, n: int, item: Item, rec: Mapping[str, Any], cached: bool) -> None:
         value = "missing (" + rec["problem"] + ")" if rec["label"] is None else rec["label"]

@@ -130,8 +130,10 @@ def _option_type(f: Field[Any], option: str) -> object:
     extra = f" One of: {', '.join(inner.choices)}." if isinstance(inner, Options) else ""
     none = f" Unset: {rule.none}." if optional else ""
     decl = f"{option}/--no-{option.removeprefix('--')}" if kind is bool and "/" not in option else option
+    env = f.metadata.get("envvar")
     return Annotated[Optional[kind] if optional else kind,  # noqa: UP007  (typer reads Optional)
-                     typer.Option(decl, help=f"{f.metadata['help']}{unit}{extra}{none}")]
+                     typer.Option(decl, help=f"{f.metadata['help']}{unit}{extra}{none}", envvar=env,
+                                  show_envvar=env is not None)]
 
 
 def checked(call: Callable[..., T], *args: object, options: Mapping[str, str] | None = None, **kwargs: object) -> T:
