@@ -30,6 +30,7 @@ from interp.externalization.risk import RiskConfig, risk_command
 from interp.extraction.attention_summary import attention_document, condition_summary
 from interp.extraction.entropy import IclrConfig, drop_table, table_record
 from interp.io import atomic_write_json
+from interp.pipelines.configs import CONFIGS as REGISTERED
 from interp.record import record
 from interp.reporting.analyses import ANALYSES, Analysis, analysis
 from patching.config import DrsrConfig, GateConfig, HarmConfig, PatchConfig
@@ -52,13 +53,14 @@ def write_results(root: Path, seed: int = 0, configs: Mapping[str, Any] | None =
     """Write the files of every analysis of the registry under root (a results directory) and return root.
 
     Each writer gets its analysis's folder from ``interp.reporting.analyses`` and its config (``configs``, else
-    ``CONFIGS``: the one it computes with and records); an analysis without a writer here fails (a new analysis
+    ``CONFIGS``, else its config class's defaults: the one it computes with and records); an analysis without a writer here fails (a new analysis
     adds its synthetic writer to ``WRITERS``)."""
     missing = sorted({a.name for a in ANALYSES} - set(WRITERS))
     assert not missing, f"tests/figures/conftest.py: no synthetic writer for {missing}"
     rng = np.random.default_rng(seed)  # one stream, drawn in WRITERS' order (the expected values depend on it)
     for name, write in WRITERS.items():
-        write(root, analysis(name), rng, {**CONFIGS, **(configs or {})}[name])
+        chosen = {**CONFIGS, **(configs or {})}
+        write(root, analysis(name), rng, chosen[name] if name in chosen else REGISTERED[name]())  # else its defaults
     return root
 
 
