@@ -1,4 +1,4 @@
-"""A new analysis needs only the files the README's "Adding an analysis" table lists.
+"""A new analysis needs only the files the "Adding an analysis" table of docs/contributing.md lists.
 
 A throw-away analysis (``toy``: the mean number of steps of the trajectories, scaled) is added the documented
 way, each part standing in for one row of the table, and nothing else is edited:
