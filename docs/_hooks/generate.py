@@ -10,6 +10,7 @@ Generated (``on_files``), each from its one home:
   renders the docstrings), with an index;
 - ``reference/schemas.md``: every result file's schema, ``schema_table`` of each writer's ``*FIELDS`` declaration;
 - ``reference/numbers.md``: the reference study's numbers, from ``interp.reporting.reference``;
+- ``reference/guideline.md``: the labelling guideline, from ``interp/annotation/guideline.md``;
 - ``tutorials/*.md``: the notebooks with their committed outputs (markdown, code, text, PNGs; plotly JSON is
   skipped, the PNG beside it is shown).
 
@@ -272,10 +273,22 @@ def _output(output: dict[str, Any], name: str, stem: str, pages: dict[str, str |
     return []
 
 
+def guideline_page() -> str:
+    """The labelling guideline of G and y, from its one home (``interp/annotation/guideline.md``)."""
+    _ensure_path()
+    from interp.annotation.guideline import guideline_markdown
+
+    text = guideline_markdown()
+    note = ("\n\n*Generated from `interp/annotation/guideline.md`, the file the labelling page, the judge's rubric "
+            "and the rule labelers read.*\n")
+    title, _, rest = text.partition("\n")
+    return title + note + rest
+
+
 def generated(config: MkDocsConfig) -> dict[str, str | bytes]:
     """Every generated page by its path under the site's docs."""
     pages: dict[str, str | bytes] = {"reference/cli.md": cli_page(), "reference/schemas.md": schemas_page(),
-                                     "reference/numbers.md": numbers_page()}
+                                     "reference/numbers.md": numbers_page(), "reference/guideline.md": guideline_page()}
     pages.update(api_pages())
     pages.update(notebook_pages(ROOT / "notebooks"))
     return pages
