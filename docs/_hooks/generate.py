@@ -164,15 +164,23 @@ def schemas_page() -> str:
     from interp.reporting.analyses import ANALYSES
     from interp.schema import schema_table
 
+    from interp.pipelines.stages import STEPS
+
     lines = ["# Result files and their schemas", "",
-             "Generated at build time from the `Field` declarations beside each writer (`interp.schema`); the same",
-             "table is in the writer's module docstring and embedded as each file's `\"schema\"` entry, and readers",
-             "check it on load. Shapes, dtypes and units are explained in [`interp.schema`](api/interp.schema.md).",
-             "", "## Files of each analysis", "", "| analysis | file | fields declared in |", "|---|---|---|"]
+             "Generated at build time from the registry of analyses (`interp.reporting.analyses.ANALYSES`), the demo's",
+             "steps (`interp.pipelines.stages.STEPS`) and the `Field` declarations beside each writer",
+             "(`interp.schema`); the same table is in the writer's module docstring and embedded as each file's",
+             "`\"schema\"` entry, and readers check it on load. Shapes, dtypes and units are explained in",
+             "[`interp.schema`](api/interp.schema.md).", "", "## Files of each analysis", "",
+             "| analysis | file | fields declared in | figures | demo step (`interp.pipelines.stages`) |",
+             "|---|---|---|---|---|"]
     for a in ANALYSES:
+        steps = ", ".join(f"`{st.name}`: {st.title}" for st in STEPS if st.done == a.path())
+        figures = ", ".join(f"`{fig.name}`" for fig in a.figures) or "-"
         for f in a.files:
             module, _, name = f.schema.partition(":")
-            lines.append(f"| {a.name} | `{a.folder}/{f.name}` | [`{module}.{name}`](#{module.replace('.', '')}{name.lower()}) |")
+            lines.append(f"| {a.title} | `{a.folder}/{f.name}` | [`{module}.{name}`](#{module.replace('.', '')}"
+                         f"{name.lower()}) | {figures} | {steps or '-'} |")
     lines.append("")
     for module, name in declarations():
         fields = getattr(importlib.import_module(module), name)
