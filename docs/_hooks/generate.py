@@ -237,7 +237,7 @@ def notebook_pages(notebooks: Path) -> dict[str, str | bytes]:
     for path in sorted(notebooks.glob("*.ipynb")):
         nb = json.loads(path.read_text(encoding="utf-8"))
         stem = path.stem
-        out = [f"<!-- generated from notebooks/{path.name} -->", ""]
+        out: list[str] = []
         title = stem
         for i, cell in enumerate(nb["cells"]):
             source = _source(cell)
@@ -251,6 +251,7 @@ def notebook_pages(notebooks: Path) -> dict[str, str | bytes]:
             out += ["```py", source, "```", ""]
             for j, output in enumerate(cell.get("outputs", [])):
                 out += _output(output, f"{stem}-{i}-{j}", stem, pages) + [""]
+        out.append(f"*Generated from `notebooks/{path.name}` and its committed outputs.*")
         pages[f"tutorials/{stem}.md"] = "\n".join(out)
         index.append(f"- [{_escape(title)}]({stem}.md) (`notebooks/{path.name}`)")
     pages["tutorials/index.md"] = "\n".join(index) + "\n"
