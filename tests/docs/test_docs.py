@@ -8,12 +8,14 @@ shared between xdist workers under a file lock. Checked against the code, indepe
 - every guide under docs/guides/ is linked from the home page (one click);
 - the built HTML loads no script, stylesheet or font from another host;
 - every ```python block of the hand-written pages runs (the convention in docs/contributing.md);
-- a renamed page and a removed option break the build (a temporary copy of the docs, a monkeypatched app).
+- a renamed page and a removed option break the build (a temporary copy of the docs, a monkeypatched app);
+- a guide the nav does not name is appended to its Guides section by the hook.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import logging
 import os
@@ -250,3 +252,17 @@ def test_renamed_page_and_removed_option_break_the_build(tmp_path: Path, monkeyp
     warnings = "\n".join(r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING)
     assert "guides/gpu.md" in warnings, warnings
     assert "interp-drsr--max-k" in warnings, warnings
+
+
+def test_a_guide_missing_from_the_nav_is_appended_to_guides(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("docs_generate", DOCS / "_hooks" / "generate.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    (tmp_path / "guides").mkdir()
+    for name in ("a.md", "new.md", "later.md"):
+        (tmp_path / "guides" / name).write_text("# x\n")
+    nav = [{"Home": "index.md"}, {"Guides": ["guides/a.md", {"Later": "guides/later.md"}]}]
+    hook.on_config(SimpleNamespace(nav=nav, docs_dir=str(tmp_path)))
+    assert nav[1]["Guides"] == ["guides/a.md", {"Later": "guides/later.md"}, "guides/new.md"]
