@@ -58,7 +58,7 @@ assumes there, so boundaries just above its 3.8e-6-nat threshold differ by
 up to ~4e-3 in Repair (benchmarks/RESULTS.md). Kernels: the JSON and the log name the
 Gated-DeltaNet and conv kernels the loaded model calls
 (``interp.sensor.kernels.binding``); with the torch fallback 42K tokens is
-slow, so install the ``gpu`` extra first (README, GPU).
+slow, so install the ``gpu`` extra first (docs/guides/gpu.md).
 
 Run (GPU): python benchmarks/gpu_check.py --out gpu_check.json [--sizes 8192,32768,42000] [--workdir DIR]
 CPU smoke: python benchmarks/gpu_check.py --cpu-smoke --out smoke.json

@@ -104,8 +104,8 @@ def capture_plan(full: Rendered, prompt_length: int, units: Sequence[Unit], laye
 
 
 def captured(cap: Capture, proj: np.ndarray | None, digits: int = 6) -> dict[str, Any]:
-    """The JSON part of a capture: ``state`` [n_layers][dim], per unit ``rep`` [n_layers][dim] and ``attention``
-    [n_attention_layers][n_heads] (mass on its span, summed over its tokens), ``n_tokens`` of its span, and
+    """The JSON part of a capture: ``state`` ``[n_layers][dim]``, per unit ``rep`` ``[n_layers][dim]`` and
+    ``attention`` ``[n_attention_layers][n_heads]`` (mass on its span, summed over its tokens), ``n_tokens`` of its span, and
     ``prompt_tokens`` (the render at the boundary: the request a deletion shortens)."""
     def vec(key: Hashable) -> list[float]:
         v = cap.outputs.mean(key).detach().cpu().double().numpy()

@@ -7,7 +7,7 @@ mapped to its distribution through the installed metadata
 * the library (interp, probes, patching) at module level needs a runtime
   dependency; inside a function (a guarded import of an optional feature) a
   runtime dependency or one of an extra;
-* tests, benchmarks and the notebooks' code cells need a runtime dependency or
+* tests, benchmarks, the docs' build hooks and the notebooks' code cells need a runtime dependency or
   one of the ``dev`` extra (which includes ``notebooks``);
 * every runtime dependency is imported by the library, or is in ``INDIRECT``
   with the reason it is needed without an import; every extra's entry is
@@ -45,6 +45,9 @@ TOOLS = {  # dev entries run as commands or plugins, not imported
     "pytest-xdist": "pytest -n (make test)",
     "mypy": "the type checker make test runs before pytest ([tool.mypy] in pyproject.toml)",
     "ipykernel": "the kernel nbclient starts to execute the notebooks",
+    "mkdocs-material": "the documentation site's theme (mkdocs.yml: theme material)",
+    "mkdocstrings": "the API reference pages from the docstrings (mkdocs.yml: plugins)",
+    "mkdocstrings-python": "mkdocstrings' Python handler (mkdocs.yml: handlers python)",
 }
 
 
@@ -130,7 +133,8 @@ def scan(paths: list[Path]) -> dict[str, dict[str, set[str]]]:
 
 LIBRARY = sorted(p for pkg in ("interp", "probes", "patching") for p in (ROOT / pkg).rglob("*.py"))
 DEV = sorted([*(ROOT / "tests").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py"),
-              *(ROOT / "notebooks").glob("*.ipynb"), *(ROOT / "notebooks").glob("*.py")])
+              *(ROOT / "notebooks").glob("*.ipynb"), *(ROOT / "notebooks").glob("*.py"),
+              *(ROOT / "docs").rglob("*.py")])
 
 
 def _missing(found: dict[str, set[str]], allowed: set[str], skip_unknown: bool) -> list[str]:

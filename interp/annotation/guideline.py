@@ -6,7 +6,7 @@ demo set and lists edge cases. Everything that states the rules reads it from
 here: the labelling page (:func:`guideline_html`), the judge's rubric
 (:mod:`interp.annotation.judge`, :func:`guideline_markdown`), one section at a
 time (:func:`section`) and the docs
-(README, "Labelling guideline", which links the file). The rule labelers'
+(docs/guides/externalization-and-labelling.md, "The labelling guideline"). The rule labelers'
 docstrings (:mod:`interp.externalization.labeler`, :mod:`probes.targets`)
 cite its definitions by section name instead of restating them.
 """

@@ -5,7 +5,7 @@ the edited history and scored against the state's rubric. It is not an
 agent's final task score (no environment is run, nothing after that turn is
 generated); ``interventions.json`` and ``.md`` say so (``WHAT``).
 
-A *state* (one line of a states file, format in ``data/README.md``) names a
+A *state* (one line of a states file, format in ``docs/reference/data-formats.md``) names a
 trajectory, a boundary b and a rubric for the next action. For each state x
 condition the history is edited (``interp.data.conditions``), rendered with the
 sensor's own template (``interp.data.render.render``), and the model generates the

@@ -1,6 +1,6 @@
 """States of controlled continuations: which trajectory, which boundary, and the rubric for the next action.
 
-A *state* (one line of a states file, format in ``data/README.md``) names a
+A *state* (one line of a states file, format in ``docs/reference/data-formats.md``) names a
 trajectory, a boundary b, optionally the step whose observation
 ``hide_observation`` hides (``hide_step``, default b), and a rubric for the
 next action (checks in :mod:`interp.continuations.scoring`). ``load_states``

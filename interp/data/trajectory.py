@@ -1,7 +1,7 @@
 """Trajectories: the typed, validated form of one agent run.
 
 A trajectory file is JSON Lines, one run per line (schema:
-``interp/data/schemas/trajectory.schema.json``, documented in ``data/README.md``).
+``interp/data/schemas/trajectory.schema.json``, documented in ``docs/reference/data-formats.md``).
 Loading streams the file, validates every line and reports *every* problem as
 ``FILE:LINE: field.path: message``; nothing downstream sees an invalid record.
 A file with no record is a problem (``no trajectories in FILE``).
@@ -199,7 +199,7 @@ class BoundaryAnnotation:
 
 @dataclass(frozen=True)
 class Trajectory:
-    """One agent run; see the module docstring and ``data/README.md``."""
+    """One agent run; see the module docstring and ``docs/reference/data-formats.md``."""
 
     task_id: str
     domain: str

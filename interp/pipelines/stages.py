@@ -7,26 +7,10 @@ resumes) and returns what it wrote. Defaults that are rules of the study
 (which boundaries harm uses, which sites KL Repair patches, the ICLR drop
 fraction) live in the analysis modules, never here.
 
-==================  ===========================================  ==========================================
-stage               result                                        writer / schema
-==================  ===========================================  ==========================================
-:func:`imports`     trajectory file (``interp import``)           ``interp.data.importers.registry``
-:func:`extract`     activation store (units, manifest)            ``interp.extraction.store``
-:func:`attention`   ``attention.json``                             ``interp.extraction.attention_summary``
-:func:`iclr`        ``iclr_blocks.csv`` (online; full from store)  ``interp.extraction.entropy.entropy_table``
-:func:`entropy`     per-block CSV (online ICLR scoring forwards)   ``interp.extraction.entropy.entropy_table``
-:func:`label`       ``future_necessity_labels.json/.csv``          ``probes.targets``
-:func:`probe`       ``probe_results.json``, ``oof_predictions.csv`` ``probes.report``
-:func:`patch`       ``kl_repair.json``                             ``patching.kl_repair``
-:func:`harm`        ``harm.json``                                  ``patching.harm``
-:func:`drsr`        ``drsr.json`` (DRSR appendix)                  ``patching.drsr``
-:func:`gate`        ``gate_scorer.json``, ``gate.json`` (no model) ``patching.gate``, ``patching.gate_eval``
-:func:`externalize` ``externalization_labels.json/.csv``           ``interp.externalization.labeler``
-:func:`risk`        ``externalization.json``                       ``interp.externalization.risk``
-:func:`intervene`   ``interventions.json/.md``                     ``interp.continuations.run``
-:func:`tokens`      ``tokens.json`` (no model forward)             ``interp.accounting.tokens``
-:func:`figures`     ``figures/*.html|png``, ``tables/*``            ``interp.reporting``
-==================  ===========================================  ==========================================
+Which stage makes which result, the files of each analysis and their writers are not tabled here (a copy goes
+stale): the registry of analyses (``interp.reporting.analyses.ANALYSES``: folder, files, schema of each) and
+:data:`STEPS` (the stage each result comes from) are the one source, and the documentation's "Result files"
+page is generated from them.
 
 Every result file a stage writes records what ran (``interp.record.record``): the ``config`` it ran under
 (``asdict``) and the ``provenance`` (the sensor's model, revision, dtype and device, the seeds, the package

@@ -20,7 +20,7 @@ the synthetic fixtures of ``tests/figures/conftest.py``. A record names
 - ``reference``: the reference study's numbers it is compared with
   (``interp.reporting.reference``).
 
-Adding an analysis is one record here (README, "Adding an analysis"). The
+Adding an analysis is one record here (docs/contributing.md, "Adding an analysis"). The
 order of :data:`ANALYSES` is the order of ``report.md``'s sections.
 """
 

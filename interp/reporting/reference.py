@@ -45,7 +45,7 @@ DRSR_GATE = {
     "max_unsafe_rate": 0.100, "max_mean_harm": 0.020, "max_removal": 0.20,
 }
 
-# Where the toolkit departs from DRSR, each with its reason (README: "Departures from DRSR"); figures and the
+# Where the toolkit departs from DRSR, each with its reason (docs/guides/drsr-and-gate.md, "Departures from DRSR"); figures and the
 # report name them where the departing number is shown.
 DEPARTURES = {
     "scorer": "by default a bootstrap ensemble of ridge regressions on pooled set features replaces DRSR's 64-d "

@@ -5,7 +5,7 @@ A run log is a folder (``interp serve --log-dir``):
 - ``serve.json``: the proxy's settings (``SERVE_FIELDS``), written at start;
 - ``requests.jsonl``: one line per chat request (``REQUEST_FIELDS``), appended when its answer is complete;
 - ``sessions/<session stem>.json``: per agent run (session), the trajectory as the model saw it at the run's
-  latest request (the history as sent, after the policy, in the trajectory format of ``data/README.md``, its
+  latest request (the history as sent, after the policy, in the trajectory format of ``docs/reference/data-formats.md``, its
   ``task_id`` the session id), rewritten at every request of the run.
 
 ``REQUEST_FIELDS`` (one JSON object per line of ``requests.jsonl``):

@@ -25,8 +25,7 @@ def test_readme_quick_start_runs(monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
     scope: dict = {"__name__": "readme"}
     exec(compile(code, "README.md", "exec"), scope)
-    result, rows = scope["result"], scope["rows"]
+    result = scope["result"]
     assert len(result.patched) == scope["sensor"].n_layers
     assert abs(result.patched[0] - result.target) < 1e-5  # layer 0 at the same token: the same embedding
-    assert rows and all(r.status in ("ok", "skipped") for r in rows)
     assert "[1, 1, 64]" in capsys.readouterr().out.replace("torch.Size(", "").replace(")", "")

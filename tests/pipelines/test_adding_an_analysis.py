@@ -23,8 +23,8 @@ import pytest
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGE = ROOT / "README.md"  # where "Adding an analysis" and its table live
-COPIED = ("interp", "patching", "probes", "tests", "data", "pyproject.toml", "README.md")
+PAGE = ROOT / "docs" / "contributing.md"  # where "Adding an analysis" and its table live
+COPIED = ("interp", "patching", "probes", "tests", "data", "docs", "pyproject.toml", "README.md")
 
 TOY_MODULE = '''
 """The toy analysis: the mean number of steps of the trajectories, scaled (a throw-away analysis).

@@ -5,6 +5,6 @@ One module per format (:mod:`.openai`, :mod:`.anthropic`, :mod:`.swe_agent`, :mo
 :mod:`.gemini`,
 :mod:`.mapping` for a JSON field map or a Python hook), the text rules they
 share (:mod:`.common`), input reading (:mod:`.reader`) and the registry with
-the import driver (:mod:`.registry`). ``data/README.md`` lists, per importer,
+the import driver (:mod:`.registry`). ``docs/reference/importers.md`` lists, per importer,
 the fields it maps and what it drops. Pure data-layer code: no model, no torch.
 """

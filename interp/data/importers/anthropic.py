@@ -2,7 +2,7 @@
 
 A run is an object ``{"system": ..., "messages": [...], "tools": [...]?, ...}``
 (the request body of the Messages API with the assistant turns in it) or a
-bare list of messages. What is mapped (``data/README.md`` lists it with what
+bare list of messages. What is mapped (``docs/reference/importers.md`` lists it with what
 is dropped):
 
 * ``system`` (a string or a list of text blocks): the system prompt;

@@ -4,7 +4,7 @@ A run is one ATIF object: ``schema_version``, ``session_id``, ``agent``
 (``name``, ``version``, ``model_name``), ``steps`` and optional ``notes``,
 ``final_metrics``, ``extra``, ``subagent_trajectories``. Each step has a
 ``source`` (``user``, ``agent`` or ``system``). What is mapped
-(``data/README.md`` lists it with what is dropped):
+(``docs/reference/importers.md`` lists it with what is dropped):
 
 * ``system`` steps before the first agent step: the system prompt; ``user``
   steps before it: the task (an ATIF run that never reaches an agent step has

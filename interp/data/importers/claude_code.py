@@ -3,7 +3,7 @@
 The file is read whole (:mod:`.session`). Each line is an entry with a ``type``;
 ``user`` and ``assistant`` entries hold an Anthropic Messages API ``message``
 and are linked by ``uuid`` / ``parentUuid``. What is mapped
-(``data/README.md`` lists it with what is dropped):
+(``docs/reference/importers.md`` lists it with what is dropped):
 
 * **the conversation is a chain**: from the last main entry (``isSidechain``
   false) back through ``parentUuid`` (``logicalParentUuid`` across a

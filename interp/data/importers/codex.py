@@ -1,7 +1,7 @@
 """Codex CLI rollout files (``~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl``): one rollout file, one run.
 
 The file is read whole (:mod:`.session`). Each line is ``{"timestamp", "type",
-"payload"}``. What is mapped (``data/README.md`` lists it with what is dropped):
+"payload"}``. What is mapped (``docs/reference/importers.md`` lists it with what is dropped):
 
 * ``session_meta``: the system prompt (``instructions``, or
   ``base_instructions.text`` in later versions), the session ``id`` (the task

@@ -2,7 +2,7 @@
 
 An importer is a function ``convert(record, ctx) -> dict`` from one run as the
 framework wrote it (a parsed JSON value) to one trajectory record (the shape of
-``data/README.md``). It raises :class:`RunProblem` naming the field of the
+``docs/reference/importers.md``). It raises :class:`RunProblem` naming the field of the
 *input* record (``messages[3].tool_calls[0].function.arguments``) when the run
 cannot be converted, and counts what it leaves out in ``ctx.dropped`` (shown in
 the import summary). The text rules below are the one home of choices that
@@ -341,7 +341,7 @@ class _Step:
 class ChatSteps:
     """Builds steps from a chat: each assistant turn is one step, tool results and user replies attach to it.
 
-    The rules both chat formats follow (documented per format in ``data/README.md``):
+    The rules both chat formats follow (documented per format in ``docs/reference/importers.md``):
 
     * user text before the first assistant turn is the task (several pieces joined with ``"\\n\\n"``);
       a text-only assistant turn before it (a greeting) is dropped and counted;

@@ -1,7 +1,7 @@
 """Gemini CLI chat recordings (``~/.gemini/tmp/PROJECT_HASH/chats/session-*.json``): one file, one run.
 
 A recording is one JSON object ``{sessionId, projectHash, startTime,
-lastUpdated, messages: [...]}``. What is mapped (``data/README.md`` lists it
+lastUpdated, messages: [...]}``. What is mapped (``docs/reference/importers.md`` lists it
 with what is dropped):
 
 * ``user`` messages before the first ``gemini`` one: the task (``content`` a

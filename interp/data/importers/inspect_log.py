@@ -3,7 +3,7 @@
 The log is read with the ``inspect_ai`` package's own reader
 (``inspect_ai.log.read_eval_log``; the optional extra ``inspect``), never by
 hand, so every log version it reads is read. What is mapped
-(``data/README.md`` lists it with what is dropped):
+(``docs/reference/importers.md`` lists it with what is dropped):
 
 * each sample and epoch: one trajectory, its ``messages`` a chat
   (:class:`ChatSteps`): ``system`` messages before the first assistant turn

@@ -1,7 +1,7 @@
 """OpenAI-style chat runs: ``system``/``user``/``assistant`` messages with ``tool_calls`` and ``tool`` results.
 
 A run is an object ``{"messages": [...], "tools": [...]?, ...}`` or a bare list
-of messages. What is mapped (``data/README.md`` lists it with what is dropped):
+of messages. What is mapped (``docs/reference/importers.md`` lists it with what is dropped):
 
 * ``system`` and ``developer`` messages before the first assistant turn: the
   system prompt (joined with ``"\\n\\n"``); later ones are dropped and counted;

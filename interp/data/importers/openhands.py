@@ -5,7 +5,7 @@ download write it) logs each agent action and each observation as an event
 ``{id, timestamp, source, message, action | observation, args | content +
 extras, cause, tool_call_metadata}``. The list is read whole
 (:mod:`.session`: its first event claims the file). What is mapped
-(``data/README.md`` lists it with what is dropped):
+(``docs/reference/importers.md`` lists it with what is dropped):
 
 * the ``system`` action (``args.content``, written by later versions): the
   system prompt; ``user`` ``message`` actions before the first agent action:

@@ -22,7 +22,7 @@ invocations, ``invoke_agent`` or OpenInference ``AGENT`` spans, is one run per
 invocation with model calls or tools under it: the spans under it, task id
 ``TRACE/SPAN``; the workflow spans around them are counted), ordered by start
 time.
-What is mapped (``data/README.md`` lists it with what is dropped):
+What is mapped (``docs/reference/importers.md`` lists it with what is dropped):
 
 * a model-call span (OpenInference ``openinference.span.kind: LLM``; OTel
   ``gen_ai.operation.name`` ``chat``/``text_completion``/``generate_content``

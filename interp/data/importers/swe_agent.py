@@ -4,7 +4,7 @@ A ``.traj`` file is one JSON object: ``trajectory`` (one entry per step:
 ``response``, ``thought``, ``action``, ``observation``, ``state``, ``query``,
 ``execution_time``, ...), ``history`` (the chat messages sent to the model) and
 ``info`` (``exit_status``, ``submission``, ``model_stats``, ...). What is mapped
-(``data/README.md`` lists it with what is dropped):
+(``docs/reference/importers.md`` lists it with what is dropped):
 
 * each ``trajectory`` entry: one step; ``thought`` is the reasoning verbatim
   (empty when the model wrote none);

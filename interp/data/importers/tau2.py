@@ -6,7 +6,7 @@ simulations, as leaderboard submissions hold them: each item one run, with no
 agent, user simulator and environment: ``environment_info.domain_name``,
 ``policy``, ``tool_defs``), ``tasks`` (each with ``id`` and ``user_scenario``)
 and ``simulations`` (each with ``task_id``, ``trial``, ``messages``,
-``reward_info``, ``termination_reason``). What is mapped (``data/README.md``
+``reward_info``, ``termination_reason``). What is mapped (``docs/reference/importers.md``
 lists it with what is dropped):
 
 * each simulation: one trajectory. Its ``messages`` are OpenAI-style chat

@@ -63,6 +63,7 @@ DtypeOpt = Annotated[str, typer.Option(help=_dtype_help())]
 
 
 def split_list(value: str) -> list[str]:
+    """The non-blank items of a comma list, stripped (``"a, b,"`` -> ``["a", "b"]``)."""
     return [v.strip() for v in value.split(",") if v.strip()]
 
 

@@ -31,7 +31,7 @@ def models() -> None:
     console.print("Any local HF directory with config.json is also a valid spec. Layers are 0-based everywhere in "
                   "this toolkit; the reference study numbers them from 1 (--layers 1based:4,8,32). kernels: what "
                   "the Gated-DeltaNet and conv layers call in this environment (fla / causal-conv1d: the fast CUDA "
-                  "kernels; torch: transformers' slow fallback; see README, GPU).")
+                  "kernels; torch: transformers' slow fallback; see docs/guides/gpu.md).")
 
 
 def _kernels(path: Path) -> str:

@@ -33,7 +33,7 @@ from interp.pipelines.cli.common import (
 @app.command()
 @config_options(RunSettings, skip=("max_new_tokens_source",), name="settings")  # recorded by the run, not a setting
 def intervene(
-    states: Annotated[Path, typer.Option("--states", help="States file (JSON Lines; format in data/README.md).")],
+    states: Annotated[Path, typer.Option("--states", help="States file (JSON Lines; format in docs/reference/data-formats.md).")],
     trajectories: Annotated[Path, typer.Option("--trajectories", help="Trajectory file the states refer to.")],
     out: Annotated[Path, typer.Option("--out", help="Directory for interventions.json, interventions.md and "
                                                     "the resumable generation cache units/.")],
