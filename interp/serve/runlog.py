@@ -263,7 +263,7 @@ def read_prices(path: Path) -> dict[str, float]:
     return {k: float(doc[k]) for k in PRICE_KEYS}
 
 
-def _answered(rows: list[dict[str, Any]], where: Path) -> list[dict[str, Any]]:
+def answered(rows: list[dict[str, Any]], where: Path) -> list[dict[str, Any]]:
     """The requests the upstream answered (status 200), each with its usage (a ValueError naming one without)."""
     ok = [r for r in rows if r["status"] == 200]
     for r in ok:
@@ -343,15 +343,21 @@ def premise_flags(a_rows: list[dict[str, Any]], b_rows: list[dict[str, Any]], se
     return flags
 
 
-def run_cost(rows: list[dict[str, Any]], prices: Mapping[str, float]) -> dict[str, float]:
-    """Token sums of answered requests and their cost (USD) under ``prices`` (per million tokens)."""
+def token_kinds(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Token sums by billing kind over answered requests: uncached input (prompt - cache read - cache write),
+    cache read, cache write, output."""
     cached = sum(r["cached_tokens"] or 0 for r in rows)
     written = sum(r["cache_write_tokens"] or 0 for r in rows)
     prompt = sum(r["prompt_tokens"] for r in rows)
-    output = sum(r["completion_tokens"] for r in rows)
-    tokens = {"uncached_input": prompt - cached - written, "cache_read": cached, "cache_write": written,
-              "output": output}
-    return {**{f"{k}_tokens": float(v) for k, v in tokens.items()},
+    return {"uncached_input": float(prompt - cached - written), "cache_read": float(cached),
+            "cache_write": float(written), "output": float(sum(r["completion_tokens"] for r in rows))}
+
+
+def run_cost(rows: list[dict[str, Any]], prices: Mapping[str, float]) -> dict[str, float]:
+    """Token sums of answered requests (:func:`token_kinds`) and their cost (USD) under ``prices`` (per million
+    tokens)."""
+    tokens = token_kinds(rows)
+    return {**{f"{k}_tokens": v for k, v in tokens.items()},
             "cost_usd": sum(tokens[k] * prices[k] for k in PRICE_KEYS) / 1e6}
 
 
@@ -368,7 +374,7 @@ def paired_document(base: Path, compressed: Path, prices: Mapping[str, float] | 
     """Paired live runs (module docstring): per task and in total, the decomposition of the token change, the
     amplification factor and saving ratio with task-bootstrap CIs (null, with ``refused`` saying why, when a
     task's premise fails: ``premise_flags``), and each run's cost under ``prices``."""
-    a_rows, b_rows = _answered(read_requests(base), base), _answered(read_requests(compressed), compressed)
+    a_rows, b_rows = answered(read_requests(base), base), answered(read_requests(compressed), compressed)
     b_policy = {r["policy"] for r in b_rows}
     a_by, b_by = _tasks(a_rows), _tasks(b_rows)
     both = [s for s in a_by if s in b_by]
