@@ -63,13 +63,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from interp.io import atomic_write_json, read_json, safe_stem
-from interp.params import N_BOOT, REQUIRED, Check, ConfigError, Integer, Items, param, validate
+from interp.params import N_BOOT, Check, ConfigError, Integer, Items, param, validate
 from interp.record import RECORD_FIELDS, record
 from interp.schema import Field, schema_dict
 from interp.stats import task_bootstrap_ci
 
 SESSION_HEADER = "X-Interp-Session"
 BASE_POLICY = "full"
+SCRIPTED_AGENT = "python:interp.serve.study:chat_agent"
 REWARDS_FIELDS = (
     Field("policy", "[]", "str", "-", "the policy the run used"),
     Field("agent", "[]", "str", "-", "the agent spec"),
@@ -128,9 +129,9 @@ class StudyConfig:
     analysis: ClassVar[str] = "study"
     precision: ClassVar[str] = "float32"  # only an iclr policy runs a model (the proxy's sensor)
 
-    agent: str = param(REQUIRED, Check(_agent_spec, "python:MODULE:FUNCTION or inspect:TASK"),
-                       "The agent: python:MODULE:FUNCTION (called per task of --tasks) or inspect:TASK (an Inspect "
-                       "AI task, file.py@name).")
+    agent: str = param(SCRIPTED_AGENT, Check(_agent_spec, "python:MODULE:FUNCTION or inspect:TASK"),
+                       "The agent: python:MODULE:FUNCTION (called per task of --tasks; default the scripted "
+                       "chat_agent) or inspect:TASK (an Inspect AI task, file.py@name).")
     policies: tuple[str, ...] = param((BASE_POLICY, "delete_all_reasoning", "observation_masking:m=5"),
                                       Items(Check(_serve_policy, "a policy of interp serve"), unique=True),
                                       "Policies to run, comma list (';' separates one policy's parameters); full, "

@@ -18,9 +18,11 @@ from interp.serve.study import StudyConfig
 @app.command()
 @config_options(StudyConfig)
 def study(
-    upstream: Annotated[str, typer.Option("--upstream", help="The model provider's OpenAI-compatible base URL.")],
     out: Annotated[Path, typer.Option("--out", help="Study folder: runs/<policy>/ and study.json (a rerun reuses "
                                       "the policies' completed runs).")],
+    upstream: Annotated[str, typer.Option("--upstream", help="The model provider's OpenAI-compatible base URL "
+                                          "(default: a local vLLM or transformers serve).")]
+    = "http://127.0.0.1:8000/v1",
     tasks: Annotated[Optional[Path], typer.Option("--tasks", help="Tasks of a python: agent (JSON Lines, one "
                                                   "object per line with a unique task_id).")] = None,
     prices: Annotated[Optional[Path], typer.Option("--prices", help="A JSON price table, USD per million tokens "
