@@ -99,7 +99,9 @@ deterministic agent's runs are identical up to the first edit, so the bill must 
 from __future__ import annotations
 
 import json
+import re
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -107,6 +109,7 @@ from typing import Any
 import numpy as np
 
 from interp.accounting.tokens import _ratio_ci, decomposition
+from interp.data.render import _split_tokens
 from interp.io import atomic_write_json, read_json, safe_stem
 from interp.params import N_BOOT
 from interp.record import RECORD_FIELDS, record
@@ -273,28 +276,42 @@ def answered(rows: list[dict[str, Any]], where: Path) -> list[dict[str, Any]]:
     return ok
 
 
-def rendered_tokens(tokenizer: Any, messages: list[Any]) -> int:
-    """Tokens of ``messages`` rendered by the tokenizer's own chat template with the generation prompt: what an
-    upstream serving that template and tokenizer bills as the prompt (tools left out: equal on both sides)."""
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+def rendered_removal(tokenizer: Any, count: Callable[[str], int], received: list[Any], sent: list[Any]) -> int:
+    """Tokens of ``received`` minus ``sent``, each rendered by the tokenizer's own chat template with the
+    generation prompt (tools left out: equal on both sides): what an upstream serving that template and tokenizer
+    bills less. The tokenizer splits its input at its special tokens first (``interp.data.render``'s rule), so
+    the pieces between them that both renders share cancel and only the differing ones are counted (``count``:
+    the session's memory of counted texts); a request costs its edited pieces, not the history."""
+    texts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in (received, sent)]
+    decoder = getattr(tokenizer, "added_tokens_decoder", {})
+    specials = sorted({decoder[i].content for i in _split_tokens(tokenizer)}, key=len, reverse=True)
+    if not specials:
+        return count(texts[0]) - count(texts[1])
+    pattern = re.compile("(" + "|".join(map(re.escape, specials)) + ")")
+    a, b = (Counter(piece for piece in pattern.split(t) if piece) for t in texts)
+    special = set(specials)
+
+    def size(piece: str) -> int:
+        return 1 if piece in special else count(piece)
+
+    return sum(size(p) * k for p, k in (a - b).items()) - sum(size(p) * k for p, k in (b - a).items())
 
 
 def direct_removal(tokenizer: Any, count: Callable[[str], int] | None, received: list[Any], sent: list[Any]
                    ) -> tuple[int | None, str]:
     """(removed tokens, ``removed_measure``) of one request: 0 when nothing changed; the chat-template render's
-    tokens of the messages received minus of those sent; the tokens (``count``) of the message strings removed
-    minus those added when the template cannot render them; None (unknown) without a tokenizer."""
+    tokens of the messages received minus of those sent (:func:`rendered_removal`); the tokens of the message
+    strings removed minus those added when the template cannot render them; None (unknown) without a tokenizer."""
     if received == sent:
         return 0, "unedited"
     if tokenizer is None:
         return None, "unknown"
+    counter = count or (lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]))
     if getattr(tokenizer, "chat_template", None):
         try:
-            return rendered_tokens(tokenizer, received) - rendered_tokens(tokenizer, sent), "template"
+            return rendered_removal(tokenizer, counter, received, sent), "template"
         except Exception:  # noqa: BLE001  a template refusing the agent's message shapes: the strings instead
             pass
-    counter = count or (lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]))
     kept, added = {id(m) for m in sent}, {id(m) for m in received}
     return (sum(counter(s) for m in received if id(m) not in kept for s in _strings(m))
             - sum(counter(s) for m in sent if id(m) not in added for s in _strings(m))), "strings"
