@@ -51,7 +51,7 @@ from interp.accounting.tokens import Policy
 from interp.sensor.limits import DEFAULT_MAX_TOKENS
 from interp.serve.messages import History, history_of, write_back
 from interp.serve.policy import GateFactory, PolicyState
-from interp.serve.runlog import RunLog
+from interp.serve.runlog import RunLog, direct_removal
 
 if TYPE_CHECKING:
     import uvicorn
@@ -115,16 +115,6 @@ class SSEUsage:
                 self.usage = found
 
 
-def _strings(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in _strings(v)]
-    if isinstance(value, list):
-        return [s for v in value for s in _strings(v)]
-    return []
-
-
 @dataclass
 class Session:
     """One agent run: its policy state, its request count, when it was last used."""
@@ -145,7 +135,8 @@ class Edited:
     log: dict[str, Any] | None = None
     failure: str | None = None
     edited: bool = False
-    removed_tokens: int | None = None
+    removed_tokens: int | None = 0
+    removed_measure: str = "unedited"
     sensor_seconds: float = 0.0
 
 
@@ -199,8 +190,7 @@ class Proxy:
 
     def edit(self, raw: bytes, body: object, session: Session, key: str) -> Edited:
         """Apply the session's policy to one request body (fail safe: the raw body on any failure)."""
-        nothing = 0 if self.tokenizer is not None else None  # tokens removed from a request left as received
-        out = Edited(raw, removed_tokens=nothing)
+        out = Edited(raw)
         if self.policy.condition == "full" or not isinstance(body, dict):
             return out
         scorer = session.state.scorer
@@ -216,15 +206,12 @@ class Proxy:
             out.log, out.record = log.to_json(), edited.to_json()
             if new_body["messages"] != body["messages"]:
                 out.content, out.edited = json.dumps(new_body, ensure_ascii=False).encode(), True
-            if self.tokenizer is not None:  # the strings of the messages changed or dropped, before minus after
-                received, sent = {id(m) for m in body["messages"]}, {id(m) for m in new_body["messages"]}
-                count = session.state.counter  # remembers the texts of the session's last request
-                out.removed_tokens = sum(count(s) for m in body["messages"] if id(m) not in sent
-                                         for s in _strings(m)) \
-                    - sum(count(s) for m in new_body["messages"] if id(m) not in received for s in _strings(m))
+            # in the upstream's terms where the tokenizer's template is the upstream's (runlog.direct_removal)
+            out.removed_tokens, out.removed_measure = direct_removal(self.tokenizer, session.state.counter,
+                                                                     body["messages"], new_body["messages"])
         except Exception as exc:  # fail safe: never a broken agent
             LOG.warning("session %s: forwarded unedited: %s: %s", key, type(exc).__name__, exc)
-            out = Edited(raw, out.history, failure=f"{type(exc).__name__}: {exc}", removed_tokens=nothing)
+            out = Edited(raw, out.history, failure=f"{type(exc).__name__}: {exc}")
             if out.history is not None:
                 out.record = out.history.trajectory.to_json()
         out.sensor_seconds = (scorer.seconds - before) if scorer is not None else 0.0
@@ -282,6 +269,7 @@ class Proxy:
                 "stream": bool(isinstance(body, dict) and body.get("stream")), "status": status,
                 "n_messages": len(messages) if isinstance(messages, list) else 0, "n_steps": n_steps,
                 "edited": done.edited, "failure": done.failure, **usage, "removed_tokens": done.removed_tokens,
+                "removed_measure": done.removed_measure,
                 "edit_log": done.log, "sensor_seconds": done.sensor_seconds, "proxy_seconds": proxy_seconds,
                 "upstream_seconds": upstream_seconds, "cache_bytes": session.state.cache_bytes(),
                 "sessions": len(self.sessions)})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +55,7 @@ class Stub:
     headers: list[dict[str, str]] = field(default_factory=list)
     sent: list[bytes] = field(default_factory=list)
     fail_status: int | None = None
+    script: Callable[[dict[str, Any]], Sequence[dict[str, Any]]] | None = None  # per request body: its own turns
 
     def usage(self, body: dict[str, Any]) -> dict[str, Any]:
         prompt = len(json.dumps(body["messages"]))  # a deterministic stand-in for the provider's count
@@ -71,7 +72,8 @@ class Stub:
             if self.fail_status is not None:
                 return JSONResponse({"error": {"message": "scripted failure"}}, self.fail_status)
             done = sum(1 for m in body["messages"] if m.get("role") == "assistant")  # turns the agent has had
-            turn = self.turns[min(done, len(self.turns) - 1)]
+            turns = self.script(body) if self.script is not None else self.turns
+            turn = turns[min(done, len(turns) - 1)]
             if not body.get("stream"):
                 answer = {"id": "c1", "object": "chat.completion", "model": body.get("model", "m"),
                           "choices": [{"index": 0, "message": turn, "finish_reason": "stop"}],

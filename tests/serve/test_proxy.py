@@ -39,7 +39,8 @@ def test_a_policy_edits_the_history_and_the_answer_passes_unchanged(serving, tmp
     rows = read_requests(tmp_path / "log")
     assert [r["edited"] for r in rows] == [False, False, False, True, True, True]
     assert [len(r["edit_log"]["edits"]) if r["edit_log"] else 0 for r in rows] == [0, 0, 0, 1, 2, 3]
-    assert all(r["removed_tokens"] is None for r in rows)  # no tokenizer given: not counted
+    # no tokenizer given: an edited request's removal is unknown (not 0), an unedited one's is 0
+    assert [(r["removed_tokens"], r["removed_measure"]) for r in rows] == [(0, "unedited")] * 3 + [(None, "unknown")] * 3
     assert all(set(r) == {f.name for f in REQUEST_FIELDS} for r in rows)
     saw = json.loads(next((tmp_path / "log" / "sessions").iterdir()).read_text())
     assert [s["observation"] for s in saw["steps"]][:3] == [OBSERVATION_MASK] * 3 and saw["task_id"] == rows[0]["session"]

@@ -3,7 +3,7 @@
 
 One module per concern registers its commands on the shared :data:`~interp.pipelines.cli.common.app`
 (``data``, ``models``, ``features``, ``causal``, ``drsr``, ``gate``, ``probing``, ``externalize``, ``annotate``,
-``tokens``, ``serve``, ``runs``); the import order below
+``tokens``, ``serve``, ``study``, ``runs``); the import order below
 (``COMMAND_MODULES``) is the order ``interp --help`` lists them in. A new command goes in the module of its
 concern, or in a new module named in ``COMMAND_MODULES``.
 """
@@ -21,7 +21,7 @@ __all__ = ["app", "main"]
 
 # each module registers its commands on `app` when imported; this order is `interp --help`'s
 COMMAND_MODULES = ("data", "models", "features", "causal", "drsr", "gate", "probing", "externalize", "annotate", "tokens",
-                   "serve", "runs")
+                   "serve", "study", "runs")
 for _name in COMMAND_MODULES:
     importlib.import_module(f"{__name__}.{_name}")
 

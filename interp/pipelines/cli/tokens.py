@@ -46,8 +46,11 @@ def tokens(
 
     check_output_dir(out, "--out")
     if paired is not None and is_run_log(paired):
-        _paired_logs(trajectories, paired, prices, out)
+        _paired_logs(trajectories, paired, prices, out, config)
         return
+    if prices is not None:  # trajectory accounting has no billed usage to price
+        raise ValueError(f"--prices {prices}: prices apply to paired run logs of `interp serve` (--paired RUNLOG); "
+                         "with trajectory files, price the totals of tokens.json yourself")
     with option("--gate-scorer"):
         check_gate_scorer(["drsr_gate"] if config.uses("drsr_gate") else [], gate_scorer)
     if entropy is not None:
@@ -73,9 +76,9 @@ def tokens(
     console.print(f"{out / 'tokens.json'} ({doc['seconds']:.1f} s, tokenizer {doc['tokenizer']})", markup=False)
 
 
-def _paired_logs(base: Path, compressed: Path, prices: Optional[Path], out: Path) -> None:
+def _paired_logs(base: Path, compressed: Path, prices: Optional[Path], out: Path, config: TokensConfig) -> None:
     """Paired live runs from two run logs of `interp serve`: paired.json in ``out`` and its summary."""
-    from interp.serve.runlog import is_run_log, read_prices, write_paired
+    from interp.serve.runlog import is_run_log, paired_line, read_prices, write_paired
 
     if not is_run_log(base):
         raise ValueError(f"--trajectories {base}: with a run log as --paired, give the other run's log folder")
@@ -83,13 +86,8 @@ def _paired_logs(base: Path, compressed: Path, prices: Optional[Path], out: Path
     if prices is not None:
         with option("--prices"):
             table = read_prices(prices)
-    doc = write_paired(base, compressed, out, table)
-    amp = "-" if doc["amplification"] is None else f"{doc['amplification']:.2f}"
-    t = doc["totals"]
-    console.print(f"paired live runs ({doc['policy']}, {doc['n_tasks']} tasks): total change "
-                  f"{t['total_change']:+,.0f} = direct {t['direct_change']:+,.0f} + requests "
-                  f"{t['request_count_change']:+,.0f} + context {t['context_change']:+,.0f}; amplification {amp} "
-                  f"{doc['amplification_ci']}", markup=False)
+    doc = write_paired(base, compressed, out, table, config=config, prices_file=prices)
+    console.print(paired_line(doc), markup=False)
     if doc["cost"]:
         console.print(f"cost: base ${doc['cost']['base']['cost_usd']:.4f}, with the policy "
                       f"${doc['cost']['compressed']['cost_usd']:.4f}", markup=False)
