@@ -15,6 +15,9 @@ place it was read from:
 | a tool exchange removed           | the call leaves the assistant message's ``tool_calls`` (the key goes when none is left) and its tool message goes |
 | a whole step removed              | its assistant message, its tool messages and a text action's reply go    |
 
+Under the ``deepseek`` rules (``interp.serve.providers``) a tool-call turn's ``reasoning_content`` /
+``reasoning`` is never emptied: an edit that would empty it leaves it whole, listed in ``notes``.
+
 A turn whose provider reasoning is removed whole keeps its visible text: read again by the importer, that
 text is the reasoning of a ReAct turn (the session always maps the agent's own, unedited messages, so its
 state never sees this). Every other message, and every other field of an edited message, is passed
@@ -28,12 +31,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from interp.data.conditions import EditLog
 from interp.data.importers.common import REASONING_JOIN, THINK, RunContext, provider_reasoning, split_think
 from interp.data.importers.openai import convert_messages, tools_of
 from interp.data.trajectory import Trajectory
+from interp.serve.providers import PROVIDERS, Capability
 
 # where a step's reasoning was read from: a provider field (str), the <think> section, the ReAct content,
 # nothing, or a form that cannot be written back
@@ -54,15 +58,18 @@ class StepSource:
     reply: int | None  # a text action: the message index of the user's reply
 
 
+S = TypeVar("S")
+
+
 @dataclass(frozen=True)
-class History:
-    """A request's message history as a trajectory, with each step's :class:`StepSource`."""
+class History(Generic[S]):
+    """A request's history as a trajectory, with where each step came from (chat: :class:`StepSource`)."""
 
     trajectory: Trajectory
-    sources: tuple[StepSource, ...]
+    sources: tuple[S, ...]
 
 
-def history_of(body: Mapping[str, Any], task_id: str) -> History | None:
+def history_of(body: Mapping[str, Any], task_id: str) -> History[StepSource] | None:
     """The trajectory of a chat request's ``messages`` (None when no assistant turn made a step yet);
     a ``RunProblem`` (a ValueError naming the field) when the importer cannot map them."""
     messages = body.get("messages")
@@ -136,7 +143,8 @@ def removed_steps(log: EditLog) -> set[int]:
     return {e.step for e in log.edits if e.what == "step"} | set(log.params.get("removed_steps", []))
 
 
-def write_back(body: Mapping[str, Any], history: History, edited: Trajectory, log: EditLog) -> dict[str, Any]:
+def write_back(body: Mapping[str, Any], history: History[StepSource], edited: Trajectory, log: EditLog,
+               capability: Capability = PROVIDERS["openai-chat"], notes: list[str] | None = None) -> dict[str, Any]:
     """``body`` with the policy's edit of ``history`` (``edited``, its ``log``) in its messages (module table);
     a new object: ``body`` itself is not changed. A :class:`WriteBackError` when a change has no place."""
     messages: list[Any] = list(body["messages"])
@@ -149,7 +157,12 @@ def write_back(body: Mapping[str, Any], history: History, edited: Trajectory, lo
             drop |= {src.reply} if src.reply is not None else set()
             continue
         new = next(kept)
-        if new.reasoning != old.reasoning:
+        if new.reasoning != old.reasoning and (capability.required == "tool_call_turns" and old.action.calls
+                                               and src.reasoning in FIELD_KINDS and not new.reasoning.strip()):
+            if notes is not None:
+                notes.append(f"step {t}: {src.reasoning} kept whole ({capability.kind} requires it on tool-call "
+                             "turns)")
+        elif new.reasoning != old.reasoning:
             messages[src.message] = _with_reasoning(messages[src.message], src, new.reasoning, t)
         calls_gone = sorted({e.block for e in log.edits if e.step == t and e.what == "tool_exchange"
                              and e.block is not None})

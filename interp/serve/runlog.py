@@ -3,7 +3,8 @@
 A run log is a folder (``interp serve --log-dir``):
 
 - ``serve.json``: the proxy's settings (``SERVE_FIELDS``), written at start;
-- ``requests.jsonl``: one line per chat request (``REQUEST_FIELDS``), appended when its answer is complete;
+- ``requests.jsonl``: one line per request of an edited API (chat completions, Messages, Responses;
+  ``REQUEST_FIELDS``), appended when its answer is complete (two for an edited request refused and retried);
 - ``sessions/<session stem>.json``: per agent run (session), the trajectory as the model saw it at the run's
   latest request (the history as sent, after the policy, in the trajectory format of ``data/README.md``, its
   ``task_id`` the session id), rewritten at every request of the run.
@@ -16,12 +17,16 @@ A run log is a folder (``interp serve --log-dir``):
 | ``request`` | ``[]`` | int | - | 1-based index of the request within its session |
 | ``time`` | ``[]`` | float | s | Unix time the request arrived |
 | ``policy`` | ``[]`` | str | - | the policy, as written (interp serve --policy) |
+| ``api`` | ``[]`` | str | - | the request's API: chat (/v1/chat/completions), messages (/v1/messages), responses (/v1/responses) |
+| ``provider`` | ``[]`` | str | - | the upstream kind whose rules applied to the edit (interp.serve.providers: --provider, or the API's own) |
+| ``attempt`` | ``[]`` | int | - | 1; 2 for the unedited retry of an edited request the upstream refused (HTTP 400/422; attempt 1's line comes first) |
 | ``stream`` | ``[]`` | bool | - | the request asked for a streamed (SSE) answer |
 | ``status`` | ``[]`` | int | - | HTTP status returned to the agent: the upstream's, 502 when it could not be reached, 504 on its timeout |
 | ``n_messages`` | ``[]`` | int | messages | messages received from the agent |
 | ``n_steps`` | ``[]`` | int | steps | completed steps of the history (assistant turns; 0 before the first) |
 | ``edited`` | ``[]`` | bool | - | the messages sent upstream differ from those received |
-| ``failure`` | ``[]`` | str or null | - | why the request was forwarded unedited although the policy should have run (mapping, sensor, policy or write-back error); null when none |
+| ``failure`` | ``[]`` | str or null | - | why the request was forwarded unedited although the policy should have run (mapping, sensor, policy or write-back error, a Responses request's previous_response_id, the retry of a refused edit); null when none |
+| ``coarsened`` | ``[n]`` | str | - | each edit the provider's rules coarsened (a signed block or reasoning item dropped whole, a required field kept whole); empty when none |
 | ``prompt_tokens`` | ``[]`` | int or null | tokens | usage.prompt_tokens as the upstream reported it (null: no usage reported, e.g. a stream without stream_options.include_usage) |
 | ``cached_tokens`` | ``[]`` | int or null | tokens | usage.prompt_tokens_details.cached_tokens (cache reads), as reported |
 | ``cache_write_tokens`` | ``[]`` | int or null | tokens | cache writes where the upstream reports them (usage.cache_creation_input_tokens or prompt_tokens_details.cache_write_tokens); null otherwise |
@@ -96,6 +101,12 @@ REQUEST_FIELDS = (
     Field("request", "[]", "int", "-", "1-based index of the request within its session"),
     Field("time", "[]", "float", "s", "Unix time the request arrived"),
     Field("policy", "[]", "str", "-", "the policy, as written (interp serve --policy)"),
+    Field("api", "[]", "str", "-", "the request's API: chat (/v1/chat/completions), messages (/v1/messages), "
+          "responses (/v1/responses)"),
+    Field("provider", "[]", "str", "-", "the upstream kind whose rules applied to the edit (interp.serve.providers: "
+          "--provider, or the API's own)"),
+    Field("attempt", "[]", "int", "-", "1; 2 for the unedited retry of an edited request the upstream refused "
+          "(HTTP 400/422; attempt 1's line comes first)"),
     Field("stream", "[]", "bool", "-", "the request asked for a streamed (SSE) answer"),
     Field("status", "[]", "int", "-", "HTTP status returned to the agent: the upstream's, 502 when it could not "
           "be reached, 504 on its timeout"),
@@ -103,7 +114,10 @@ REQUEST_FIELDS = (
     Field("n_steps", "[]", "int", "steps", "completed steps of the history (assistant turns; 0 before the first)"),
     Field("edited", "[]", "bool", "-", "the messages sent upstream differ from those received"),
     Field("failure", "[]", "str or null", "-", "why the request was forwarded unedited although the policy should "
-          "have run (mapping, sensor, policy or write-back error); null when none"),
+          "have run (mapping, sensor, policy or write-back error, a Responses request's previous_response_id, the "
+          "retry of a refused edit); null when none"),
+    Field("coarsened", "[n]", "str", "-", "each edit the provider's rules coarsened (a signed block or reasoning "
+          "item dropped whole, a required field kept whole); empty when none"),
     Field("prompt_tokens", "[]", "int or null", "tokens", "usage.prompt_tokens as the upstream reported it (null: "
           "no usage reported, e.g. a stream without stream_options.include_usage)"),
     Field("cached_tokens", "[]", "int or null", "tokens",

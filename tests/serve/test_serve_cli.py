@@ -73,7 +73,8 @@ def _row(**over) -> dict:
     row = {f.name: None for f in REQUEST_FIELDS}
     row.update(session="s", request=1, time=0.0, policy="full", stream=False, status=200, n_messages=2, n_steps=0,
                edited=False, prompt_tokens=10, completion_tokens=2, sensor_seconds=0.0, proxy_seconds=0.0,
-               upstream_seconds=0.0, cache_bytes=0, sessions=1, removed_tokens=0)
+               upstream_seconds=0.0, cache_bytes=0, sessions=1, removed_tokens=0, api="chat", provider="openai-chat",
+               attempt=1, coarsened=[])
     row.update(over)
     return row
 
