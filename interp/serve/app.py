@@ -1,4 +1,10 @@
-"""``interp serve``: an OpenAI-compatible proxy that applies a history policy to every chat request of an agent.
+"""``interp serve``: a proxy that applies a history policy to every model request of an agent.
+
+``POST /v1/messages`` (Anthropic Messages: Claude Code) and ``POST /v1/responses`` (OpenAI Responses: Codex CLI,
+the OpenAI Agents SDK) are edited as chat completions are (below), each through its own mapping
+(:mod:`interp.serve.anthropic`, :mod:`interp.serve.responses`) and under the upstream's rules
+(:mod:`interp.serve.providers`: what may be edited; an edit the upstream refuses with HTTP 400/422 is sent again
+unedited, once, both attempts logged).
 
 ``POST /v1/chat/completions`` (streamed or not): the request's messages are mapped to a trajectory
 (:func:`interp.serve.messages.history_of`, the openai importer's mapping), the session's policy edits its
@@ -464,7 +470,8 @@ def settings_line(proxy: Proxy, url: str) -> str:
     """What ``interp serve`` prints at start: where, the policy, the session bound."""
     memory = (" (each holds the sensor's KV-cache snapshots of its latest history: cache_bytes in the run log)"
               if proxy.policy.condition in ("iclr", "iclr_step_only") else "")
-    return (f"interp serve: {url} -> {proxy.upstream} under {proxy.policy.label}; at most {proxy.max_sessions} "
+    return (f"interp serve: {url} -> {proxy.upstream} under {proxy.policy.label} (provider rules: "
+            f"{proxy.provider}); at most {proxy.max_sessions} "
             f"sessions{memory}, idle ones dropped after {proxy.session_ttl:.0f} s; run log {proxy.log_dir}")
 
 

@@ -85,3 +85,29 @@ def codex_body(n_turns: int, stream: bool = True) -> dict[str, Any]:
             "tool_choice": "auto", "parallel_tool_calls": False, "reasoning": {"effort": "high", "summary": "auto"},
             "store": False, "stream": stream, "include": ["reasoning.encrypted_content"],
             "prompt_cache_key": session}
+
+
+def agents_sdk_body(n_turns: int, stream: bool = False) -> dict[str, Any]:
+    """A ``POST /v1/responses`` body as the OpenAI Agents SDK sends it on its own history (no
+    ``previous_response_id``): the task as a short-form message (``{"content", "role"}``), then each earlier output
+    item as the API returned it (``model_dump(exclude_unset=True)``: ``id`` and ``status`` kept, no
+    ``encrypted_content`` unless asked for) and each tool result as a ``function_call_output``; the turns are the
+    Codex rollout's."""
+    instructions, items, _ = codex_items()
+    first = next(i for i, it in enumerate(items) if it.get("type") == "reasoning")
+    task = next(it for it in items if it.get("role") == "user")["content"][0]["text"]
+    history: list[dict[str, Any]] = [{"content": task, "role": "user"}]
+    for k, it in enumerate(items[first:first + 3 * n_turns]):
+        if it["type"] == "reasoning":
+            history.append({"id": f"rs_{k:04d}", "summary": it["summary"], "type": "reasoning"})
+        elif it["type"] == "function_call":
+            history.append({"arguments": it["arguments"], "call_id": it["call_id"], "name": it["name"],
+                            "type": "function_call", "id": f"fc_{k:04d}", "status": "completed"})
+        else:
+            history.append({"call_id": it["call_id"], "output": it["output"], "type": "function_call_output"})
+    return {"input": history, "model": "gpt-5", "instructions": instructions,
+            "tools": [{"name": "shell", "parameters": {"type": "object", "properties": {
+                "command": {"type": "array", "items": {"type": "string"}}}, "required": ["command"],
+                "additionalProperties": False}, "strict": True, "type": "function",
+                "description": "Runs a shell command."}],
+            "reasoning": {"effort": "medium", "summary": "auto"}, "stream": stream}

@@ -14,7 +14,7 @@ from interp.data.conditions import OBSERVATION_MASK
 from interp.serve.app import Proxy
 from interp.serve.runlog import REQUEST_FIELDS, read_requests
 
-from ._agents import claude_code_body, claude_code_messages, codex_body, codex_items
+from ._agents import agents_sdk_body, claude_code_body, claude_code_messages, codex_body, codex_items
 from ._providers import Recording, anthropic_answer, anthropic_check, responses_answer, responses_check
 
 pytestmark = pytest.mark.e2e
@@ -141,3 +141,18 @@ def test_previous_response_id_is_forwarded_unedited_with_its_reason(serving, tmp
     [row] = read_requests(tmp_path / "log")
     assert row["edited"] is False and row["failure"].startswith("previous_response_id: the history is held by "
                                                                  "the upstream")
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_agents_sdk_request_loses_whole_reasoning_items_only(serving, tmp_path, stream):
+    stub = Recording("/v1/responses", responses_check(written()), responses_answer)
+    proxy = Proxy(serving(stub.build()), parse_policy("keep_latest_reasoning"), tmp_path / "log")
+    body = agents_sdk_body(3, stream)
+    r = post(serving(proxy.build()), "/responses", body, {"authorization": f"Bearer {proxy.token}",
+                                                          "x-interp-session": "run-1"})
+    assert r.status_code == 200 and r.content == stub.sent[-1]
+    reasoning = [i for i, it in enumerate(body["input"]) if it.get("type") == "reasoning"]
+    assert len(reasoning) == 3
+    assert stub.received[0]["input"] == [it for i, it in enumerate(body["input"]) if i not in reasoning[:-1]]
+    [row] = read_requests(tmp_path / "log")
+    assert (row["session"], row["api"], row["n_steps"], row["edited"]) == ("run-1", "responses", 3, True)
