@@ -28,7 +28,7 @@ from interp.data.conditions import EditLog
 from interp.data.importers.anthropic import convert_messages, tools_of
 from interp.data.importers.common import RunContext, text_of
 from interp.data.trajectory import Trajectory
-from interp.serve.messages import History, WriteBackError, removed_steps
+from interp.serve.messages import History, WriteBackError, changed_observations, removed_calls, removed_steps
 from interp.serve.providers import Capability, whole_units
 
 
@@ -138,23 +138,13 @@ def write_back(body: Mapping[str, Any], history: History[TurnSource], edited: Tr
             else:
                 gone_blocks.setdefault(src.message, set()).update(
                     _reasoning_blocks(own(src.message), src, new.reasoning, t, notes))
-        calls_gone = sorted({e.block for e in log.edits if e.step == t and e.what == "tool_exchange"
-                             and e.block is not None})
+        calls_gone = removed_calls(log, t)
         for k in calls_gone:
             gone_blocks.setdefault(src.message, set()).add(src.calls[k])
             if src.results[k] is not None:
                 j, b = src.results[k]  # type: ignore[misc]
                 gone_blocks.setdefault(j, set()).add(b)
-        remaining = [k for k in range(len(src.results)) if k not in calls_gone and k < len(old.observations)]
-        old_obs = [old.observations[k] for k in remaining] if old.action.calls else list(old.observations)
-        for pos, (before, after) in enumerate(zip(old_obs, new.observations)):
-            if before == after:
-                continue
-            where = src.results[remaining[pos]] if old.action.calls else None
-            if where is None:
-                raise WriteBackError(f"step {t}: the observation of a text action (the user's reply) cannot be "
-                                     "edited in a request")
-            j, b = where
+        for (j, b), after in changed_observations(old, new, src.results, calls_gone, t):
             own(j)[b] = {**own(j)[b], "content": after}
     for i, gone in gone_blocks.items():
         own(i)[:] = [b for k, b in enumerate(own(i)) if k not in gone]

@@ -36,7 +36,7 @@ from typing import Any, Generic, TypeVar
 from interp.data.conditions import EditLog
 from interp.data.importers.common import REASONING_JOIN, THINK, RunContext, provider_reasoning, split_think
 from interp.data.importers.openai import convert_messages, tools_of
-from interp.data.trajectory import Trajectory
+from interp.data.trajectory import Step, Trajectory
 from interp.serve.providers import PROVIDERS, Capability
 
 # where a step's reasoning was read from: a provider field (str), the <think> section, the ReAct content,
@@ -59,6 +59,7 @@ class StepSource:
 
 
 S = TypeVar("S")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -164,8 +165,7 @@ def write_back(body: Mapping[str, Any], history: History[StepSource], edited: Tr
                              "turns)")
         elif new.reasoning != old.reasoning:
             messages[src.message] = _with_reasoning(messages[src.message], src, new.reasoning, t)
-        calls_gone = sorted({e.block for e in log.edits if e.step == t and e.what == "tool_exchange"
-                             and e.block is not None})
+        calls_gone = removed_calls(log, t)
         if calls_gone:
             msg = dict(messages[src.message])
             if not isinstance(msg.get("tool_calls"), list):
@@ -177,18 +177,33 @@ def write_back(body: Mapping[str, Any], history: History[StepSource], edited: Tr
                 del msg["tool_calls"]
             messages[src.message] = msg
             drop |= {src.results[k] for k in calls_gone if src.results[k] is not None}  # type: ignore[misc]
-        # calls still in the turn that have a result (the newest turn's calls may not have one yet)
-        remaining = [k for k in range(len(src.results)) if k not in calls_gone and k < len(old.observations)]
-        old_obs = [old.observations[k] for k in remaining] if old.action.calls else list(old.observations)
-        for pos, (before, after) in enumerate(zip(old_obs, new.observations)):
-            if before == after:
-                continue
-            j = src.results[remaining[pos]] if old.action.calls else None
-            if j is None:
-                raise WriteBackError(f"step {t}: the observation of a text action (the user's reply) cannot be "
-                                     "edited in a request")
+        for j, after in changed_observations(old, new, src.results, calls_gone, t):
             messages[j] = {**messages[j], "content": after}
     return {**body, "messages": [m for j, m in enumerate(messages) if j not in drop]}
+
+
+def removed_calls(log: EditLog, t: int) -> list[int]:
+    """Indices of step t's calls whose tool exchange the policy removed."""
+    return sorted({e.block for e in log.edits if e.step == t and e.what == "tool_exchange" and e.block is not None})
+
+
+def changed_observations(old: Step, new: Step, results: Sequence[R | None], calls_gone: list[int], t: int
+                         ) -> list[tuple[R, str]]:
+    """Each observation of step t the policy changed: where its call's result is (``results``, per call) and its
+    new text; a text action's reply (no place in a request) is a :class:`WriteBackError`."""
+    # calls still in the turn that have a result (the newest turn's calls may not have one yet)
+    remaining = [k for k in range(len(results)) if k not in calls_gone and k < len(old.observations)]
+    old_obs = [old.observations[k] for k in remaining] if old.action.calls else list(old.observations)
+    out = []
+    for pos, (before, after) in enumerate(zip(old_obs, new.observations)):
+        if before == after:
+            continue
+        where = results[remaining[pos]] if old.action.calls else None
+        if where is None:
+            raise WriteBackError(f"step {t}: the observation of a text action (the user's reply) cannot be edited "
+                                 "in a request")
+        out.append((where, after))
+    return out
 
 
 def _with_reasoning(msg: Mapping[str, Any], src: StepSource, reasoning: str, t: int) -> dict[str, Any]:

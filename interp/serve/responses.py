@@ -33,7 +33,7 @@ from interp.data.importers.codex import CALLS, OUTPUTS, STEP_AT, convert_items, 
 from interp.data.importers.common import REASONING_JOIN, RunContext
 from interp.data.importers.openai import tools_of
 from interp.data.trajectory import Trajectory
-from interp.serve.messages import History, WriteBackError, removed_steps
+from interp.serve.messages import History, WriteBackError, changed_observations, removed_calls, removed_steps
 from interp.serve.providers import Capability, whole_units
 
 
@@ -115,20 +115,11 @@ def write_back(body: Mapping[str, Any], history: History[TurnItems], edited: Tra
             if not exact:
                 notes.append(f"step {t}: the policy edited inside a reasoning item ({capability.kind}: whole items "
                              f"only); dropped whole ({sum(keep)} of {len(keep)} items kept)")
-        calls_gone = sorted({e.block for e in log.edits if e.step == t and e.what == "tool_exchange"
-                             and e.block is not None})
+        calls_gone = removed_calls(log, t)
         for k in calls_gone:
             drop.add(src.calls[k])
             drop |= {src.results[k]} if src.results[k] is not None else set()  # type: ignore[arg-type]
-        remaining = [k for k in range(len(src.results)) if k not in calls_gone and k < len(old.observations)]
-        old_obs = [old.observations[k] for k in remaining] if old.action.calls else list(old.observations)
-        for pos, (before, after) in enumerate(zip(old_obs, new.observations)):
-            if before == after:
-                continue
-            j = src.results[remaining[pos]] if old.action.calls else None
-            if j is None:
-                raise WriteBackError(f"step {t}: the observation of a text action (the user's reply) cannot be "
-                                     "edited in a request")
+        for j, after in changed_observations(old, new, src.results, calls_gone, t):
             items[j] = {**items[j], "output": after}
     return {**body, "input": [it for j, it in enumerate(items) if j not in drop]}
 
