@@ -129,13 +129,15 @@ class SSEUsage:
                 self.usage = {**self.usage, "completion_tokens": found["completion_tokens"]}
 
 
-def _strings(value: Any) -> list[str]:
+def _strings(value: Any, opaque: tuple[str, ...] = ()) -> list[str]:
+    """The strings inside a JSON value, those under an ``opaque`` key (signatures, encrypted reasoning: not text
+    the model reads) left out."""
     if isinstance(value, str):
         return [value]
     if isinstance(value, dict):
-        return [s for v in value.values() for s in _strings(v)]
+        return [s for k, v in value.items() if k not in opaque for s in _strings(v, opaque)]
     if isinstance(value, list):
-        return [s for v in value for s in _strings(v)]
+        return [s for v in value for s in _strings(v, opaque)]
     return []
 
 
@@ -249,8 +251,9 @@ class Proxy:
                 received, sent = {id(m) for m in body[history]}, {id(m) for m in new_body[history]}
                 count = session.state.counter  # remembers the texts of the session's last request
                 out.removed_tokens = sum(count(s) for m in body[history] if id(m) not in sent
-                                         for s in _strings(m)) \
-                    - sum(count(s) for m in new_body[history] if id(m) not in received for s in _strings(m))
+                                         for s in _strings(m, rules.opaque)) \
+                    - sum(count(s) for m in new_body[history] if id(m) not in received
+                          for s in _strings(m, rules.opaque))
         except Exception as exc:  # fail safe: never a broken agent
             LOG.warning("session %s: forwarded unedited: %s: %s", key, type(exc).__name__, exc)
             out = Edited(raw, out.history, failure=f"{type(exc).__name__}: {exc}", removed_tokens=nothing,

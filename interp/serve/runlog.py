@@ -31,7 +31,7 @@ A run log is a folder (``interp serve --log-dir``):
 | ``cached_tokens`` | ``[]`` | int or null | tokens | usage.prompt_tokens_details.cached_tokens (cache reads), as reported |
 | ``cache_write_tokens`` | ``[]`` | int or null | tokens | cache writes where the upstream reports them (usage.cache_creation_input_tokens or prompt_tokens_details.cache_write_tokens); null otherwise |
 | ``completion_tokens`` | ``[]`` | int or null | tokens | usage.completion_tokens, as reported |
-| ``removed_tokens`` | ``[]`` | int or null | tokens | the policy's direct removal in this request: tokens (the proxy's tokenizer) of the strings of the messages received minus those sent; null without a tokenizer |
+| ``removed_tokens`` | ``[]`` | int or null | tokens | the policy's direct removal in this request: tokens (the proxy's tokenizer) of the strings of the messages (Messages: content blocks; Responses: input items) received minus those sent, opaque fields (signatures, redacted or encrypted reasoning) not counted; null without a tokenizer |
 | ``edit_log`` | ``{...}`` | object or null | - | the policy's EditLog of this request (interp.data.conditions.EditLog.to_json); null when it did not run |
 | ``sensor_seconds`` | ``[]`` | float | s | time in the sensor's forwards for this request (ICLR scoring) |
 | ``proxy_seconds`` | ``[]`` | float | s | the proxy's added latency: from the request's arrival to its forwarding upstream (mapping, policy, sensor, write-back) |
@@ -126,8 +126,9 @@ REQUEST_FIELDS = (
           "(usage.cache_creation_input_tokens or prompt_tokens_details.cache_write_tokens); null otherwise"),
     Field("completion_tokens", "[]", "int or null", "tokens", "usage.completion_tokens, as reported"),
     Field("removed_tokens", "[]", "int or null", "tokens", "the policy's direct removal in this request: tokens "
-          "(the proxy's tokenizer) of the strings of the messages received minus those sent; null without a "
-          "tokenizer"),
+          "(the proxy's tokenizer) of the strings of the messages (Messages: content blocks; Responses: input items) "
+          "received minus those sent, opaque fields (signatures, redacted or encrypted reasoning) not counted; null "
+          "without a tokenizer"),
     Field("edit_log", "{...}", "object or null", "-", "the policy's EditLog of this request "
           "(interp.data.conditions.EditLog.to_json); null when it did not run"),
     Field("sensor_seconds", "[]", "float", "s", "time in the sensor's forwards for this request (ICLR scoring)"),

@@ -156,3 +156,23 @@ def test_agents_sdk_request_loses_whole_reasoning_items_only(serving, tmp_path, 
     assert stub.received[0]["input"] == [it for i, it in enumerate(body["input"]) if i not in reasoning[:-1]]
     [row] = read_requests(tmp_path / "log")
     assert (row["session"], row["api"], row["n_steps"], row["edited"]) == ("run-1", "responses", 3, True)
+
+
+class Words:
+    """A whitespace tokenizer (the proxy's counter takes any callable of the transformers form)."""
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict:
+        return {"input_ids": text.split()}
+
+
+def test_removed_tokens_count_the_dropped_blocks_text_not_their_signatures(serving, tmp_path):
+    stub = Recording("/v1/messages", anthropic_check(signed()), anthropic_answer)
+    proxy = Proxy(serving(stub.build()), parse_policy("delete_all_reasoning"), tmp_path / "log", tokenizer=Words())
+    body = claude_code_body(27, stream=False)
+    assert post(serving(proxy.build()), "/messages", body, {"x-api-key": proxy.token}).status_code == 200
+    sent = expected_without_reasoning(body)
+    dropped = [b for m, s in zip(body["messages"], sent) for b in m["content"] if b not in s["content"]]
+    assert {b["type"] for b in dropped} == {"thinking", "text"}
+    words = sum(len(v.split()) for b in dropped for k, v in b.items() if k != "signature" and isinstance(v, str))
+    [row] = read_requests(tmp_path / "log")
+    assert row["removed_tokens"] == words
