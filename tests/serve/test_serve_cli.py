@@ -32,6 +32,7 @@ def interp(*args: str, **env: str) -> subprocess.Popen:
     (["--policy", "keep_last_k_reasoning:k=0"], "k must be an integer >= 1"),
     (["--upstream", "ftp://x"], "expected an http:// or https:// base URL"),
     (["--max-sessions", "0"], "--max-sessions 0: must be a finite number >= 1"),
+    (["--provider", "claude"], "--provider: provider 'claude': unknown; known: auto, openai-chat, deepseek"),
 ])
 def test_bad_options_are_one_line_errors(tmp_path, monkeypatch, capsys, args, message):
     base = {"--upstream": "http://127.0.0.1:9/v1", "--log-dir": str(tmp_path / "log")}
