@@ -115,3 +115,25 @@ def test_the_kind_of_a_request_follows_the_option_then_the_api():
     assert capability_for("deepseek", "messages", "http://x/v1", None).kind == "anthropic"  # not a Messages kind
     with pytest.raises(ValueError, match="provider 'claude': unknown; known: auto, openai-chat"):
         parse_provider("claude")
+
+
+def test_redacted_thinking_goes_only_with_its_turns_whole_reasoning():
+    """No public session has redacted_thinking blocks: two are planted (marked) into the Claude Code request, one
+    beside a thinking block, one alone in its turn."""
+    from interp.serve.policy import PolicyState
+
+    body = claude_code_body(27, stream=False)
+    planted = {"type": "redacted_thinking", "data": "EmwKAhgBEgy-planted"}
+    thinking_turns = [i for i, m in enumerate(body["messages"]) if m["role"] == "assistant"
+                      and m["content"][0]["type"] == "thinking"]
+    beside, alone = thinking_turns[0], thinking_turns[1]
+    body["messages"][beside]["content"].insert(1, planted)
+    body["messages"][alone]["content"][0] = planted
+    history = anthropic.history_of(body, "s")
+    edited, log = PolicyState(parse_policy("delete_all_reasoning"), "s").apply(history.trajectory)
+    notes: list[str] = []
+    out = anthropic.write_back(body, history, edited, log, PROVIDERS["anthropic"], notes)
+    kinds = [[b["type"] for b in m["content"]] for m in out["messages"]]
+    assert kinds[beside] == ["tool_use"]  # its thinking went, so its redacted reasoning went with it
+    assert kinds[alone] == ["redacted_thinking", "tool_use"]  # the policy sees no reasoning there: kept
+    assert out["messages"][alone]["content"][0] is planted
