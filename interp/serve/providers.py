@@ -11,7 +11,7 @@ once, unedited (both attempts logged).
 | `openai-chat` | chat completions | any text edit | - | - |
 | `deepseek` | chat completions | any text edit | `reasoning_content` of tool-call turns, non-empty (an edit that would empty it keeps it whole) | - |
 | `anthropic` | messages | whole blocks only (a block the policy changed is dropped whole) | the thinking blocks of the latest assistant turn when it calls tools and thinking is on | `signature`, `redacted_thinking` data |
-| `openai-responses` | responses | whole items only (an item the policy changed is dropped whole) | - | `encrypted_content` |
+| `openai-responses` | responses | whole items only (an item the policy changed is dropped whole) | a call's `id` only with its reasoning item (a turn that loses one sends its other items without `id`) | `encrypted_content` |
 
 The kind of a request: ``--provider`` when it names a kind of the request's API, else the API's own
 (``anthropic`` for ``/v1/messages``, ``openai-responses`` for ``/v1/responses``; for chat completions
@@ -56,7 +56,8 @@ PROVIDERS: Mapping[str, Capability] = {c.kind: c for c in (
                ("whole blocks only (a block the policy changed is dropped whole)", "the thinking blocks of the latest "
                 "assistant turn when it calls tools and thinking is on", "`signature`, `redacted_thinking` data")),
     Capability("openai-responses", "responses", "item", "none", ("encrypted_content",),
-               ("whole items only (an item the policy changed is dropped whole)", "-", "`encrypted_content`")),
+               ("whole items only (an item the policy changed is dropped whole)", "a call's `id` only with its "
+                "reasoning item (a turn that loses one sends its other items without `id`)", "`encrypted_content`")),
 )}
 KINDS = ("auto", *PROVIDERS)
 

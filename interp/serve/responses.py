@@ -11,7 +11,7 @@ items the action, ``*_output`` items the observations; one home) and records eac
 
 | what changed | written back as |
 |---|---|
-| a step's reasoning | whole ``reasoning`` items dropped: an item whose text the policy kept verbatim stays as received (``id``, ``encrypted_content`` and all), an item it changed is dropped whole (``coarsened``); an item with no text (encrypted only) goes only when the step's whole reasoning goes |
+| a step's reasoning | whole ``reasoning`` items dropped: an item whose text the policy kept verbatim stays as received (``id``, ``encrypted_content`` and all), an item it changed is dropped whole (``coarsened``); an item with no text (encrypted only) goes only when the step's whole reasoning goes. When a turn loses a reasoning item, its other items (calls, messages) lose their ``id``: the API pairs a stored call's id with its reasoning item ("Item 'fc_...' of type 'function_call' was provided without its required 'reasoning' item") and takes an item without id as new input |
 | an observation | the ``output`` of the output item answering that call (a string) |
 | a tool exchange removed | its call item and its output item go |
 | a whole step removed | its items, their outputs and a text action's reply go |
@@ -112,6 +112,10 @@ def write_back(body: Mapping[str, Any], history: History[TurnItems], edited: Tra
             texts = [reasoning_text(items[j], f"input[{j}]", ctx) for j in src.reasoning]
             keep, exact = whole_units(texts, new.reasoning)
             drop |= {j for j, k in zip(src.reasoning, keep) if not k}
+            if not all(keep):  # a stored item's id names its reasoning: the turn's items go as new ones
+                for j in set(src.items) - set(src.reasoning):
+                    if "id" in items[j]:
+                        items[j] = {key: v for key, v in items[j].items() if key != "id"}
             if not exact:
                 notes.append(f"step {t}: the policy edited inside a reasoning item ({capability.kind}: whole items "
                              f"only); dropped whole ({sum(keep)} of {len(keep)} items kept)")

@@ -105,11 +105,19 @@ def anthropic_answer(body: dict[str, Any], stream: bool) -> bytes:
                 ("message_stop", {"type": "message_stop"})])
 
 
-def responses_check(written: dict[str, list[Any]]) -> Callable[[dict[str, Any]], str | None]:
-    """OpenAI's check of encrypted reasoning: each item's ``encrypted_content`` is one the model wrote, with the
-    summary it wrote (``written``: encrypted_content -> summary)."""
+def responses_check(written: dict[str, list[Any]], paired: dict[str, str] | None = None
+                    ) -> Callable[[dict[str, Any]], str | None]:
+    """OpenAI's checks of reasoning: each item's ``encrypted_content`` is one the model wrote, with the summary it
+    wrote (``written``: encrypted_content -> summary); an item sent with the id of a stored output item comes with
+    the reasoning item it followed (``paired``: item id -> reasoning item id)."""
 
     def check(body: dict[str, Any]) -> str | None:
+        sent = {it.get("id") for it in body["input"] if it.get("type") == "reasoning"}
+        for it in body["input"]:
+            need = (paired or {}).get(it.get("id"))
+            if need is not None and need not in sent:
+                return (f"Item '{it['id']}' of type '{it['type']}' was provided without its required 'reasoning' "
+                        f"item: '{need}'.")
         for i, item in enumerate(body["input"]):
             if item.get("type") == "reasoning" and item.get("encrypted_content") is not None:
                 if written.get(item["encrypted_content"]) != item.get("summary"):

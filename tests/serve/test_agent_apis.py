@@ -145,15 +145,22 @@ def test_previous_response_id_is_forwarded_unedited_with_its_reason(serving, tmp
 
 @pytest.mark.parametrize("stream", [True, False])
 def test_agents_sdk_request_loses_whole_reasoning_items_only(serving, tmp_path, stream):
-    stub = Recording("/v1/responses", responses_check(written()), responses_answer)
-    proxy = Proxy(serving(stub.build()), parse_policy("keep_latest_reasoning"), tmp_path / "log")
     body = agents_sdk_body(3, stream)
+    items = body["input"]
+    paired = {it["id"]: items[i - 1]["id"] for i, it in enumerate(items) if it.get("type") == "function_call"}
+    stub = Recording("/v1/responses", responses_check(written(), paired), responses_answer)
+    proxy = Proxy(serving(stub.build()), parse_policy("keep_latest_reasoning"), tmp_path / "log")
     r = post(serving(proxy.build()), "/responses", body, {"authorization": f"Bearer {proxy.token}",
                                                           "x-interp-session": "run-1"})
     assert r.status_code == 200 and r.content == stub.sent[-1]
-    reasoning = [i for i, it in enumerate(body["input"]) if it.get("type") == "reasoning"]
+    assert len(stub.received) == 1 and not stub.refused  # the edit is one the API accepts: no retry
+    reasoning = [i for i, it in enumerate(items) if it.get("type") == "reasoning"]
     assert len(reasoning) == 3
-    assert stub.received[0]["input"] == [it for i, it in enumerate(body["input"]) if i not in reasoning[:-1]]
+    # the two older turns lose their reasoning item, and their call its id (it no longer names a stored item)
+    expected = [{k: v for k, v in it.items() if not (k == "id" and i - 1 in reasoning[:-1])}
+                for i, it in enumerate(items) if i not in reasoning[:-1]]
+    assert stub.received[0]["input"] == expected
+    assert [it.get("id") for it in expected if it.get("type") == "function_call"] == [None, None, list(paired)[-1]]
     [row] = read_requests(tmp_path / "log")
     assert (row["session"], row["api"], row["n_steps"], row["edited"]) == ("run-1", "responses", 3, True)
 
