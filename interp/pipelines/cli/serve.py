@@ -1,5 +1,5 @@
-"""``interp serve``: the OpenAI-compatible proxy that applies a history policy inside a live agent
-(``interp.serve``)."""
+"""``interp serve``: the proxy that applies a history policy inside a live agent (``interp.serve``; chat
+completions, Anthropic Messages, OpenAI Responses)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def serve(
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "auto",
 ) -> None:
-    """Serve an OpenAI-compatible proxy that applies a history policy to every chat request (token: $INTERP_SERVE_TOKEN or printed)."""
+    """Serve a proxy that applies a history policy to every model request: chat completions, Anthropic Messages, OpenAI Responses (token: $INTERP_SERVE_TOKEN or printed)."""
     from interp.serve.app import Proxy, bind, make_server, settings_line
     from interp.serve.policy import parse_serve_policy
     from interp.serve.providers import parse_provider
