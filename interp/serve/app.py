@@ -1,4 +1,10 @@
-"""``interp serve``: an OpenAI-compatible proxy that applies a history policy to every chat request of an agent.
+"""``interp serve``: a proxy that applies a history policy to every model request of an agent.
+
+``POST /v1/messages`` (Anthropic Messages: Claude Code) and ``POST /v1/responses`` (OpenAI Responses: Codex CLI,
+the OpenAI Agents SDK) are edited as chat completions are (below), each through its own mapping
+(:mod:`interp.serve.anthropic`, :mod:`interp.serve.responses`) and under the upstream's rules
+(:mod:`interp.serve.providers`: what may be edited; an edit the upstream refuses with HTTP 400/422 is sent again
+unedited, once, both attempts logged).
 
 ``POST /v1/chat/completions`` (streamed or not): the request's messages are mapped to a trajectory
 (:func:`interp.serve.messages.history_of`, the openai importer's mapping), the session's policy edits its
@@ -49,8 +55,11 @@ from starlette.types import ASGIApp
 
 from interp.accounting.tokens import Policy
 from interp.sensor.limits import DEFAULT_MAX_TOKENS
-from interp.serve.messages import History, history_of, write_back
+from interp.serve import messages as chat_messages
+from interp.serve.apis import MESSAGES, RESPONSES, Api
+from interp.serve.messages import History
 from interp.serve.policy import GateFactory, PolicyState
+from interp.serve.providers import capability_for
 from interp.serve.runlog import RunLog, direct_removal
 
 if TYPE_CHECKING:
@@ -61,14 +70,16 @@ SESSION_HEADER = "x-interp-session"
 # hop-by-hop and recomputed headers: never copied between the two connections
 HOP = frozenset({"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "trailer",
                  "upgrade", "proxy-authorization", "proxy-connection", "content-encoding", "authorization",
-                 SESSION_HEADER, "accept-encoding"})
+                 SESSION_HEADER, "accept-encoding", "x-api-key"})
+RETRIED = (400, 422)  # upstream answers to an edited request that send it again, unedited (an edit may cause them)
 
 
-def session_of(body: object, header: str | None) -> str:
-    """The session id of a request: its header, else sha256 of its messages up to the first user message."""
+def session_of(body: object, header: str | None, items: str = "messages") -> str:
+    """The session id of a request: its header, else sha256 of its history (``items``: ``messages``, or a
+    Responses request's ``input``) up to the first user message."""
     if header:
         return header
-    messages = body.get("messages") if isinstance(body, dict) else None
+    messages = body.get(items) if isinstance(body, dict) else None
     opening: list[Any] = []
     for m in messages if isinstance(messages, list) else []:
         opening.append(m)
@@ -94,10 +105,11 @@ def usage_of(answer: object) -> dict[str, int | None]:
 
 
 class SSEUsage:
-    """Reads the ``usage`` of an SSE chat stream as its bytes pass (the stream itself is not changed)."""
+    """Reads the ``usage`` of an SSE stream as its bytes pass (the stream itself is not changed): each event's
+    usage read by ``reader`` (chat completions by default), the values an event reports replacing earlier ones."""
 
-    def __init__(self) -> None:
-        self.buffer, self.usage = b"", usage_of(None)
+    def __init__(self, reader: Callable[[object], dict[str, int | None]] = usage_of) -> None:
+        self.buffer, self.reader, self.usage = b"", reader, usage_of(None)
 
     def feed(self, chunk: bytes) -> None:
         """Take the next bytes of the stream."""
@@ -108,11 +120,13 @@ class SSEUsage:
             if not data.startswith(b"data:") or data == b"data: [DONE]":
                 continue
             try:
-                found = usage_of(json.loads(data[5:]))
+                found = self.reader(json.loads(data[5:]))
             except (json.JSONDecodeError, UnicodeDecodeError):
                 continue
             if found["prompt_tokens"] is not None:
                 self.usage = found
+            elif found["completion_tokens"] is not None:  # Anthropic: output counted in a later event
+                self.usage = {**self.usage, "completion_tokens": found["completion_tokens"]}
 
 
 @dataclass
@@ -130,7 +144,7 @@ class Edited:
     """What the proxy did to one request before forwarding it."""
 
     content: bytes
-    history: History | None = None
+    history: History[Any] | None = None
     record: dict[str, Any] | None = None
     log: dict[str, Any] | None = None
     failure: str | None = None
@@ -138,6 +152,8 @@ class Edited:
     removed_tokens: int | None = 0
     removed_measure: str = "unedited"
     sensor_seconds: float = 0.0
+    provider: str = ""  # the capability kind whose rules applied (interp.serve.providers)
+    coarsened: list[str] = field(default_factory=list)  # edits the provider's rules coarsened
 
 
 @dataclass
@@ -158,6 +174,7 @@ class Proxy:
     max_tokens: int = DEFAULT_MAX_TOKENS  # the sensor's limit on a scorer input (longer: the step is left whole)
     clock: Callable[[], float] = time.time
     sessions: OrderedDict[str, Session] = field(default_factory=OrderedDict)
+    provider: str = "auto"  # the upstream kind whose rules apply (interp.serve.providers: auto or a kind)
 
     def __post_init__(self) -> None:
         self.upstream = self.upstream.rstrip("/")
@@ -188,30 +205,44 @@ class Proxy:
         s.last_used = now
         return s
 
-    def edit(self, raw: bytes, body: object, session: Session, key: str) -> Edited:
-        """Apply the session's policy to one request body (fail safe: the raw body on any failure)."""
-        out = Edited(raw)
+    def edit(self, raw: bytes, body: object, session: Session, key: str, api: Api | None = None) -> Edited:
+        """Apply the session's policy to one request body of ``api`` (chat completions by default) under its
+        provider's rules (fail safe: the raw body on any failure)."""
+        api = api or CHAT
+        rules = capability_for(self.provider, api.name, self.upstream,
+                               body.get("model") if isinstance(body, dict) else None)
+        out = Edited(raw, provider=rules.kind)
         if self.policy.condition == "full" or not isinstance(body, dict):
             return out
+        reason = api.unedited(body)
+        if reason is not None:
+            LOG.warning("session %s: %s", key, reason)
+            return Edited(raw, failure=reason, provider=rules.kind)
         scorer = session.state.scorer
         before = scorer.seconds if scorer is not None else 0.0
         try:
             with session.lock, self.sensor_lock:
                 session.state.begin()
-                out.history = history_of(body, key)
+                out.history = api.history_of(body, key)
                 if out.history is None:
                     return out
                 edited, log = session.state.apply(out.history.trajectory)
-                new_body = write_back(body, out.history, edited, log)
+                new_body = api.write_back(body, out.history, edited, log, rules, out.coarsened)
             out.log, out.record = log.to_json(), edited.to_json()
-            if new_body["messages"] != body["messages"]:
+            if out.coarsened:  # the trajectory as sent: the policy's, coarsened by the provider's rules
+                sent_history = api.history_of(new_body, key)
+                out.record = sent_history.trajectory.to_json() if sent_history is not None else None
+            history = api.items
+            if new_body[history] != body[history]:
                 out.content, out.edited = json.dumps(new_body, ensure_ascii=False).encode(), True
-            # in the upstream's terms where the tokenizer's template is the upstream's (runlog.direct_removal)
-            out.removed_tokens, out.removed_measure = direct_removal(self.tokenizer, session.state.counter,
-                                                                     body["messages"], new_body["messages"])
+            # in the upstream's terms where the tokenizer's template is the upstream's (runlog.direct_removal); the
+            # Messages and Responses APIs' templates are the hosted models' own: the strings measure
+            out.removed_tokens, out.removed_measure = direct_removal(
+                self.tokenizer, session.state.counter, body[history], new_body[history], rules.opaque,
+                render=api is CHAT)
         except Exception as exc:  # fail safe: never a broken agent
             LOG.warning("session %s: forwarded unedited: %s: %s", key, type(exc).__name__, exc)
-            out = Edited(raw, out.history, failure=f"{type(exc).__name__}: {exc}")
+            out = Edited(raw, out.history, failure=f"{type(exc).__name__}: {exc}", provider=rules.kind)
             if out.history is not None:
                 out.record = out.history.trajectory.to_json()
         out.sensor_seconds = (scorer.seconds - before) if scorer is not None else 0.0
@@ -220,20 +251,31 @@ class Proxy:
     def upstream_headers(self, request: Request) -> dict[str, str]:
         """The agent's headers for the upstream: hop-by-hop, auth and the session header dropped, its key added."""
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP}
-        if self.upstream_key:
+        if self.upstream_key and request.url.path.startswith("/v1/messages"):  # Anthropic's key header
+            headers["x-api-key"] = self.upstream_key
+        elif self.upstream_key:
             headers["authorization"] = f"Bearer {self.upstream_key}"
         return headers
 
     def authorized(self, request: Request) -> bool:
-        """Whether the request carries the proxy's token (``Authorization: Bearer TOKEN``)."""
+        """Whether the request carries the proxy's token (``Authorization: Bearer TOKEN``, or ``x-api-key: TOKEN``
+        as the Anthropic SDKs send an API key)."""
         given = request.headers.get("authorization", "")
-        return secrets.compare_digest(given.removeprefix("Bearer ").strip().encode(), self.token.encode())
+        key = request.headers.get("x-api-key", "")
+        return (secrets.compare_digest(given.removeprefix("Bearer ").strip().encode(), self.token.encode())
+                or secrets.compare_digest(key.strip().encode(), self.token.encode()))
 
     def build(self) -> Starlette:
         """The Starlette app: chat completions through the policy, every other /v1 path passed through."""
 
         async def chat(request: Request) -> Response:
             return await self.chat(request)
+
+        async def messages(request: Request) -> Response:
+            return await self.chat(request, MESSAGES)
+
+        async def responses(request: Request) -> Response:
+            return await self.chat(request, RESPONSES)
 
         async def passthrough(request: Request) -> Response:
             if not self.authorized(request):
@@ -242,10 +284,14 @@ class Proxy:
                                       on_done=None)
 
         return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]),
+                                 Route("/v1/messages", messages, methods=["POST"]),
+                                 Route("/v1/responses", responses, methods=["POST"]),
                                  Route("/v1/{rest:path}", passthrough, methods=["GET", "POST", "DELETE"])])
 
-    async def chat(self, request: Request) -> Response:
-        """One chat completions request: policy, forward, log."""
+    async def chat(self, request: Request, api: Api | None = None) -> Response:
+        """One request of an edited API (chat completions by default): policy, forward, log; an edited request
+        the upstream refuses with a ``RETRIED`` status is sent again unedited, each attempt logged."""
+        api = api or CHAT
         arrived, t0 = self.clock(), time.perf_counter()
         if not self.authorized(request):
             return _error(401, "this proxy needs its token as the API key (Authorization: Bearer TOKEN)")
@@ -254,34 +300,50 @@ class Proxy:
             body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
             body = None  # the upstream answers a malformed request itself
-        key = session_of(body, request.headers.get(SESSION_HEADER))
+        own = api.session(body) if isinstance(body, dict) else None
+        key = session_of(body, request.headers.get(SESSION_HEADER) or own, api.items)
         session = self.session(key)
         session.requests += 1
         number = session.requests
-        done = await run_in_threadpool(self.edit, raw, body, session, key)
+        done = await run_in_threadpool(self.edit, raw, body, session, key, api)
         proxy_seconds = time.perf_counter() - t0
-        messages = body.get("messages") if isinstance(body, dict) else None
+        messages = body.get(api.items) if isinstance(body, dict) else None
         n_steps = 0 if done.history is None else done.history.trajectory.n_steps
 
-        def on_done(status: int, usage: dict[str, int | None], upstream_seconds: float) -> None:
-            self.runlog.request({
-                "session": key, "request": number, "time": arrived, "policy": self.policy.label,
-                "stream": bool(isinstance(body, dict) and body.get("stream")), "status": status,
-                "n_messages": len(messages) if isinstance(messages, list) else 0, "n_steps": n_steps,
-                "edited": done.edited, "failure": done.failure, **usage, "removed_tokens": done.removed_tokens,
-                "removed_measure": done.removed_measure,
-                "edit_log": done.log, "sensor_seconds": done.sensor_seconds, "proxy_seconds": proxy_seconds,
-                "upstream_seconds": upstream_seconds, "cache_bytes": session.state.cache_bytes(),
-                "sessions": len(self.sessions)})
-            if done.record is not None:
-                self.runlog.trajectory(key, done.record)
+        def logger(attempt: int, edited: bool, failure: str | None, log: dict[str, Any] | None,
+                   removed: tuple[int | None, str], record: dict[str, Any] | None
+                   ) -> Callable[[int, dict[str, int | None], float], None]:
+            def on_done(status: int, usage: dict[str, int | None], upstream_seconds: float) -> None:
+                self.runlog.request({
+                    "session": key, "request": number, "time": arrived, "policy": self.policy.label,
+                    "api": api.name, "provider": done.provider, "attempt": attempt,
+                    "stream": bool(isinstance(body, dict) and body.get("stream")), "status": status,
+                    "n_messages": len(messages) if isinstance(messages, list) else 0, "n_steps": n_steps,
+                    "edited": edited, "failure": failure, "coarsened": done.coarsened, **usage,
+                    "removed_tokens": removed[0], "removed_measure": removed[1], "edit_log": log,
+                    "sensor_seconds": done.sensor_seconds, "proxy_seconds": proxy_seconds,
+                    "upstream_seconds": upstream_seconds, "cache_bytes": session.state.cache_bytes(),
+                    "sessions": len(self.sessions)})
+                if record is not None:
+                    self.runlog.trajectory(key, record)
+            return on_done
 
-        return await self.forward(request, done.content, "/chat/completions", on_done)
+        first = logger(1, done.edited, done.failure, done.log, (done.removed_tokens, done.removed_measure), done.record)
+        if not done.edited or done.history is None:
+            return await self.forward(request, done.content, api.path, first, usage=api.usage)
+        retry = logger(2, False, "retried unedited: the upstream refused the edited request", None, (0, "unedited"),
+                       done.history.trajectory.to_json())
+        return await self.forward(request, done.content, api.path, first, (raw, retry), api.usage)
 
     async def forward(self, request: Request, content: bytes, path: str,
-                      on_done: Callable[[int, dict[str, int | None], float], None] | None) -> Response:
-        """Send ``content`` to the upstream's ``path``; its answer unchanged (streamed as it comes)."""
+                      on_done: Callable[[int, dict[str, int | None], float], None] | None,
+                      fallback: tuple[bytes, Callable[[int, dict[str, int | None], float], None]] | None = None,
+                      usage: Callable[[object], dict[str, int | None]] | None = None) -> Response:
+        """Send ``content`` to the upstream's ``path``; its answer unchanged (streamed as it comes). With a
+        ``fallback`` (the unedited body, its logger), an answer of a ``RETRIED`` status is logged and the
+        fallback sent instead, once."""
         t0 = time.perf_counter()
+        usage = usage or usage_of
         client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout))
         upstream = client.build_request(request.method, self.upstream + path, content=content,
                                         headers=self.upstream_headers(request), params=request.query_params)
@@ -294,6 +356,15 @@ class Proxy:
             await client.aclose()
             return self._failed(502, f"upstream unreachable: {type(exc).__name__}: {exc}", on_done, t0)
         headers = {k: v for k, v in answer.headers.items() if k.lower() not in HOP}
+        if fallback is not None and answer.status_code in RETRIED:
+            refused = await answer.aread()
+            await answer.aclose()
+            await client.aclose()
+            LOG.warning("upstream refused an edited request (%d: %s); retrying it unedited", answer.status_code,
+                        refused[:300].decode("utf-8", "replace"))
+            if on_done is not None:
+                on_done(answer.status_code, usage_of(None), time.perf_counter() - t0)
+            return await self.forward(request, fallback[0], path, fallback[1], None, usage)
         if "text/event-stream" not in answer.headers.get("content-type", ""):
             try:
                 data = await answer.aread()
@@ -307,9 +378,9 @@ class Proxy:
                     parsed = json.loads(data) if answer.status_code == 200 else None
                 except (json.JSONDecodeError, UnicodeDecodeError):
                     parsed = None
-                on_done(answer.status_code, usage_of(parsed), time.perf_counter() - t0)
+                on_done(answer.status_code, usage(parsed), time.perf_counter() - t0)
             return Response(data, answer.status_code, headers)
-        sse = SSEUsage()
+        sse = SSEUsage(usage)
 
         async def relay() -> AsyncIterator[bytes]:
             try:
@@ -331,6 +402,10 @@ class Proxy:
         if on_done is not None:
             on_done(status, usage_of(None), time.perf_counter() - t0)
         return _error(status, message)
+
+
+CHAT = Api("chat", "/chat/completions", "messages", chat_messages.history_of, chat_messages.write_back, usage_of,
+           lambda body: None, lambda body: None)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -384,7 +459,8 @@ def settings_line(proxy: Proxy, url: str) -> str:
     """What ``interp serve`` prints at start: where, the policy, the session bound."""
     memory = (" (each holds the sensor's KV-cache snapshots of its latest history: cache_bytes in the run log)"
               if proxy.policy.condition in ("iclr", "iclr_step_only") else "")
-    return (f"interp serve: {url} -> {proxy.upstream} under {proxy.policy.label}; at most {proxy.max_sessions} "
+    return (f"interp serve: {url} -> {proxy.upstream} under {proxy.policy.label} (provider rules: "
+            f"{proxy.provider}); at most {proxy.max_sessions} "
             f"sessions{memory}, idle ones dropped after {proxy.session_ttl:.0f} s; run log {proxy.log_dir}")
 
 

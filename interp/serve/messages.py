@@ -15,6 +15,9 @@ place it was read from:
 | a tool exchange removed           | the call leaves the assistant message's ``tool_calls`` (the key goes when none is left) and its tool message goes |
 | a whole step removed              | its assistant message, its tool messages and a text action's reply go    |
 
+Under the ``deepseek`` rules (``interp.serve.providers``) a tool-call turn's ``reasoning_content`` /
+``reasoning`` is never emptied: an edit that would empty it leaves it whole, listed in ``notes``.
+
 A turn whose provider reasoning is removed whole keeps its visible text: read again by the importer, that
 text is the reasoning of a ReAct turn (the session always maps the agent's own, unedited messages, so its
 state never sees this). Every other message, and every other field of an edited message, is passed
@@ -28,12 +31,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from interp.data.conditions import EditLog
 from interp.data.importers.common import REASONING_JOIN, THINK, RunContext, provider_reasoning, split_think
 from interp.data.importers.openai import convert_messages, tools_of
-from interp.data.trajectory import Trajectory
+from interp.data.trajectory import Step, Trajectory
+from interp.serve.providers import PROVIDERS, Capability
 
 # where a step's reasoning was read from: a provider field (str), the <think> section, the ReAct content,
 # nothing, or a form that cannot be written back
@@ -54,15 +58,19 @@ class StepSource:
     reply: int | None  # a text action: the message index of the user's reply
 
 
+S = TypeVar("S")
+R = TypeVar("R")
+
+
 @dataclass(frozen=True)
-class History:
-    """A request's message history as a trajectory, with each step's :class:`StepSource`."""
+class History(Generic[S]):
+    """A request's history as a trajectory, with where each step came from (chat: :class:`StepSource`)."""
 
     trajectory: Trajectory
-    sources: tuple[StepSource, ...]
+    sources: tuple[S, ...]
 
 
-def history_of(body: Mapping[str, Any], task_id: str) -> History | None:
+def history_of(body: Mapping[str, Any], task_id: str) -> History[StepSource] | None:
     """The trajectory of a chat request's ``messages`` (None when no assistant turn made a step yet);
     a ``RunProblem`` (a ValueError naming the field) when the importer cannot map them."""
     messages = body.get("messages")
@@ -136,7 +144,8 @@ def removed_steps(log: EditLog) -> set[int]:
     return {e.step for e in log.edits if e.what == "step"} | set(log.params.get("removed_steps", []))
 
 
-def write_back(body: Mapping[str, Any], history: History, edited: Trajectory, log: EditLog) -> dict[str, Any]:
+def write_back(body: Mapping[str, Any], history: History[StepSource], edited: Trajectory, log: EditLog,
+               capability: Capability = PROVIDERS["openai-chat"], notes: list[str] | None = None) -> dict[str, Any]:
     """``body`` with the policy's edit of ``history`` (``edited``, its ``log``) in its messages (module table);
     a new object: ``body`` itself is not changed. A :class:`WriteBackError` when a change has no place."""
     messages: list[Any] = list(body["messages"])
@@ -149,10 +158,14 @@ def write_back(body: Mapping[str, Any], history: History, edited: Trajectory, lo
             drop |= {src.reply} if src.reply is not None else set()
             continue
         new = next(kept)
-        if new.reasoning != old.reasoning:
+        if new.reasoning != old.reasoning and (capability.required == "tool_call_turns" and old.action.calls
+                                               and src.reasoning in FIELD_KINDS and not new.reasoning.strip()):
+            if notes is not None:
+                notes.append(f"step {t}: {src.reasoning} kept whole ({capability.kind} requires it on tool-call "
+                             "turns)")
+        elif new.reasoning != old.reasoning:
             messages[src.message] = _with_reasoning(messages[src.message], src, new.reasoning, t)
-        calls_gone = sorted({e.block for e in log.edits if e.step == t and e.what == "tool_exchange"
-                             and e.block is not None})
+        calls_gone = removed_calls(log, t)
         if calls_gone:
             msg = dict(messages[src.message])
             if not isinstance(msg.get("tool_calls"), list):
@@ -164,18 +177,33 @@ def write_back(body: Mapping[str, Any], history: History, edited: Trajectory, lo
                 del msg["tool_calls"]
             messages[src.message] = msg
             drop |= {src.results[k] for k in calls_gone if src.results[k] is not None}  # type: ignore[misc]
-        # calls still in the turn that have a result (the newest turn's calls may not have one yet)
-        remaining = [k for k in range(len(src.results)) if k not in calls_gone and k < len(old.observations)]
-        old_obs = [old.observations[k] for k in remaining] if old.action.calls else list(old.observations)
-        for pos, (before, after) in enumerate(zip(old_obs, new.observations)):
-            if before == after:
-                continue
-            j = src.results[remaining[pos]] if old.action.calls else None
-            if j is None:
-                raise WriteBackError(f"step {t}: the observation of a text action (the user's reply) cannot be "
-                                     "edited in a request")
+        for j, after in changed_observations(old, new, src.results, calls_gone, t):
             messages[j] = {**messages[j], "content": after}
     return {**body, "messages": [m for j, m in enumerate(messages) if j not in drop]}
+
+
+def removed_calls(log: EditLog, t: int) -> list[int]:
+    """Indices of step t's calls whose tool exchange the policy removed."""
+    return sorted({e.block for e in log.edits if e.step == t and e.what == "tool_exchange" and e.block is not None})
+
+
+def changed_observations(old: Step, new: Step, results: Sequence[R | None], calls_gone: list[int], t: int
+                         ) -> list[tuple[R, str]]:
+    """Each observation of step t the policy changed: where its call's result is (``results``, per call) and its
+    new text; a text action's reply (no place in a request) is a :class:`WriteBackError`."""
+    # calls still in the turn that have a result (the newest turn's calls may not have one yet)
+    remaining = [k for k in range(len(results)) if k not in calls_gone and k < len(old.observations)]
+    old_obs = [old.observations[k] for k in remaining] if old.action.calls else list(old.observations)
+    out = []
+    for pos, (before, after) in enumerate(zip(old_obs, new.observations)):
+        if before == after:
+            continue
+        where = results[remaining[pos]] if old.action.calls else None
+        if where is None:
+            raise WriteBackError(f"step {t}: the observation of a text action (the user's reply) cannot be edited "
+                                 "in a request")
+        out.append((where, after))
+    return out
 
 
 def _with_reasoning(msg: Mapping[str, Any], src: StepSource, reasoning: str, t: int) -> dict[str, Any]:

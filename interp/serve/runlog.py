@@ -3,7 +3,8 @@
 A run log is a folder (``interp serve --log-dir``):
 
 - ``serve.json``: the proxy's settings (``SERVE_FIELDS``), written at start;
-- ``requests.jsonl``: one line per chat request (``REQUEST_FIELDS``), appended when its answer is complete;
+- ``requests.jsonl``: one line per request of an edited API (chat completions, Messages, Responses;
+  ``REQUEST_FIELDS``), appended when its answer is complete (two for an edited request refused and retried);
 - ``sessions/<session stem>.json``: per agent run (session), the trajectory as the model saw it at the run's
   latest request (the history as sent, after the policy, in the trajectory format of ``docs/reference/data-formats.md``, its
   ``task_id`` the session id), rewritten at every request of the run.
@@ -16,18 +17,22 @@ A run log is a folder (``interp serve --log-dir``):
 | ``request`` | ``[]`` | int | - | 1-based index of the request within its session |
 | ``time`` | ``[]`` | float | s | Unix time the request arrived |
 | ``policy`` | ``[]`` | str | - | the policy, as written (interp serve --policy) |
+| ``api`` | ``[]`` | str | - | the request's API: chat (/v1/chat/completions), messages (/v1/messages), responses (/v1/responses) |
+| ``provider`` | ``[]`` | str | - | the upstream kind whose rules applied to the edit (interp.serve.providers: --provider, or the API's own) |
+| ``attempt`` | ``[]`` | int | - | 1; 2 for the unedited retry of an edited request the upstream refused (HTTP 400/422; attempt 1's line comes first) |
 | ``stream`` | ``[]`` | bool | - | the request asked for a streamed (SSE) answer |
 | ``status`` | ``[]`` | int | - | HTTP status returned to the agent: the upstream's, 502 when it could not be reached, 504 on its timeout |
 | ``n_messages`` | ``[]`` | int | messages | messages received from the agent |
 | ``n_steps`` | ``[]`` | int | steps | completed steps of the history (assistant turns; 0 before the first) |
 | ``edited`` | ``[]`` | bool | - | the messages sent upstream differ from those received |
-| ``failure`` | ``[]`` | str or null | - | why the request was forwarded unedited although the policy should have run (mapping, sensor, policy or write-back error); null when none |
+| ``failure`` | ``[]`` | str or null | - | why the request was forwarded unedited although the policy should have run (mapping, sensor, policy or write-back error, a Responses request's previous_response_id, the retry of a refused edit); null when none |
+| ``coarsened`` | ``[n]`` | str | - | each edit the provider's rules coarsened (a signed block or reasoning item dropped whole, a required field kept whole); empty when none |
 | ``prompt_tokens`` | ``[]`` | int or null | tokens | usage.prompt_tokens as the upstream reported it (null: no usage reported, e.g. a stream without stream_options.include_usage) |
 | ``cached_tokens`` | ``[]`` | int or null | tokens | usage.prompt_tokens_details.cached_tokens (cache reads), as reported |
 | ``cache_write_tokens`` | ``[]`` | int or null | tokens | cache writes where the upstream reports them (usage.cache_creation_input_tokens or prompt_tokens_details.cache_write_tokens); null otherwise |
 | ``completion_tokens`` | ``[]`` | int or null | tokens | usage.completion_tokens, as reported |
-| ``removed_tokens`` | ``[]`` | int or null | tokens | the policy's direct removal in this request, measured as removed_measure says (0 when the request went up unedited); null: unknown (edited, no tokenizer) |
-| ``removed_measure`` | ``[]`` | str | - | how removed_tokens was measured: template (the tokenizer's chat template render of the messages received minus of those sent: the upstream's own terms when it is the upstream's template and tokenizer), strings (tokens of the message strings changed: the template failed or there is none), unedited (nothing removed) or unknown (no tokenizer) |
+| ``removed_tokens`` | ``[]`` | int or null | tokens | the policy's direct removal in this request, measured as removed_measure says (0 when the request went up unedited; opaque fields: signatures, redacted or encrypted reasoning, never counted); null: unknown (edited, no tokenizer) |
+| ``removed_measure`` | ``[]`` | str | - | how removed_tokens was measured: template (chat completions: the tokenizer's chat template render of the messages received minus of those sent: the upstream's own terms when it is the upstream's template and tokenizer), strings (tokens of the strings changed: Messages content blocks and Responses input items, whose upstream template is not public, or a template that failed or is absent), unedited (nothing removed) or unknown (no tokenizer) |
 | ``edit_log`` | ``{...}`` | object or null | - | the policy's EditLog of this request (interp.data.conditions.EditLog.to_json); null when it did not run |
 | ``sensor_seconds`` | ``[]`` | float | s | time in the sensor's forwards for this request (ICLR scoring) |
 | ``proxy_seconds`` | ``[]`` | float | s | the proxy's added latency: from the request's arrival to its forwarding upstream (mapping, policy, sensor, write-back) |
@@ -121,6 +126,12 @@ REQUEST_FIELDS = (
     Field("request", "[]", "int", "-", "1-based index of the request within its session"),
     Field("time", "[]", "float", "s", "Unix time the request arrived"),
     Field("policy", "[]", "str", "-", "the policy, as written (interp serve --policy)"),
+    Field("api", "[]", "str", "-", "the request's API: chat (/v1/chat/completions), messages (/v1/messages), "
+          "responses (/v1/responses)"),
+    Field("provider", "[]", "str", "-", "the upstream kind whose rules applied to the edit (interp.serve.providers: "
+          "--provider, or the API's own)"),
+    Field("attempt", "[]", "int", "-", "1; 2 for the unedited retry of an edited request the upstream refused "
+          "(HTTP 400/422; attempt 1's line comes first)"),
     Field("stream", "[]", "bool", "-", "the request asked for a streamed (SSE) answer"),
     Field("status", "[]", "int", "-", "HTTP status returned to the agent: the upstream's, 502 when it could not "
           "be reached, 504 on its timeout"),
@@ -128,7 +139,10 @@ REQUEST_FIELDS = (
     Field("n_steps", "[]", "int", "steps", "completed steps of the history (assistant turns; 0 before the first)"),
     Field("edited", "[]", "bool", "-", "the messages sent upstream differ from those received"),
     Field("failure", "[]", "str or null", "-", "why the request was forwarded unedited although the policy should "
-          "have run (mapping, sensor, policy or write-back error); null when none"),
+          "have run (mapping, sensor, policy or write-back error, a Responses request's previous_response_id, the "
+          "retry of a refused edit); null when none"),
+    Field("coarsened", "[n]", "str", "-", "each edit the provider's rules coarsened (a signed block or reasoning "
+          "item dropped whole, a required field kept whole); empty when none"),
     Field("prompt_tokens", "[]", "int or null", "tokens", "usage.prompt_tokens as the upstream reported it (null: "
           "no usage reported, e.g. a stream without stream_options.include_usage)"),
     Field("cached_tokens", "[]", "int or null", "tokens",
@@ -137,11 +151,13 @@ REQUEST_FIELDS = (
           "(usage.cache_creation_input_tokens or prompt_tokens_details.cache_write_tokens); null otherwise"),
     Field("completion_tokens", "[]", "int or null", "tokens", "usage.completion_tokens, as reported"),
     Field("removed_tokens", "[]", "int or null", "tokens", "the policy's direct removal in this request, measured "
-          "as removed_measure says (0 when the request went up unedited); null: unknown (edited, no tokenizer)"),
-    Field("removed_measure", "[]", "str", "-", "how removed_tokens was measured: template (the tokenizer's chat "
-          "template render of the messages received minus of those sent: the upstream's own terms when it is the "
-          "upstream's template and tokenizer), strings (tokens of the message strings changed: the template failed "
-          "or there is none), unedited (nothing removed) or unknown (no tokenizer)"),
+          "as removed_measure says (0 when the request went up unedited; opaque fields: signatures, redacted or "
+          "encrypted reasoning, never counted); null: unknown (edited, no tokenizer)"),
+    Field("removed_measure", "[]", "str", "-", "how removed_tokens was measured: template (chat completions: the "
+          "tokenizer's chat template render of the messages received minus of those sent: the upstream's own terms "
+          "when it is the upstream's template and tokenizer), strings (tokens of the strings changed: Messages "
+          "content blocks and Responses input items, whose upstream template is not public, or a template that "
+          "failed or is absent), unedited (nothing removed) or unknown (no tokenizer)"),
     Field("edit_log", "{...}", "object or null", "-", "the policy's EditLog of this request "
           "(interp.data.conditions.EditLog.to_json); null when it did not run"),
     Field("sensor_seconds", "[]", "float", "s", "time in the sensor's forwards for this request (ICLR scoring)"),
@@ -223,6 +239,15 @@ def is_run_log(path: Path) -> bool:
     return Path(path).is_dir() and (Path(path) / "requests.jsonl").is_file()
 
 
+def _legacy_defaults(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The values of the fields a run log written before they existed lacks, as that proxy behaved: chat
+    completions only, no provider rules (any edit), one attempt, nothing coarsened; removed_tokens counted from the
+    message strings (null without a tokenizer)."""
+    return {"api": "chat", "provider": "openai-chat", "attempt": 1, "coarsened": [],
+            "removed_measure": ("unedited" if not row.get("edited") else
+                                "unknown" if row.get("removed_tokens") is None else "strings")}
+
+
 def read_requests(folder: Path) -> list[dict[str, Any]]:
     """The rows of a run log's ``requests.jsonl``, checked: a bad line is a ValueError naming file, line and field."""
     path = Path(folder) / "requests.jsonl"
@@ -236,9 +261,8 @@ def read_requests(folder: Path) -> list[dict[str, Any]]:
             raise ValueError(f"{path}:{n}: not JSON ({exc.msg})") from None
         if not isinstance(row, dict):
             raise ValueError(f"{path}:{n}: expected a JSON object")
-        if "removed_measure" not in row:  # a log written before the measure was recorded: message strings
-            row["removed_measure"] = ("unedited" if not row.get("edited") else
-                                      "unknown" if row.get("removed_tokens") is None else "strings")
+        for name, value in _legacy_defaults(row).items():
+            row.setdefault(name, value)
         for f in REQUEST_FIELDS:
             value = row.get(f.name)
             if f.name not in row or (value is None and not f.nullable):
@@ -297,34 +321,36 @@ def rendered_removal(tokenizer: Any, count: Callable[[str], int], received: list
     return sum(size(p) * k for p, k in (a - b).items()) - sum(size(p) * k for p, k in (b - a).items())
 
 
-def direct_removal(tokenizer: Any, count: Callable[[str], int] | None, received: list[Any], sent: list[Any]
-                   ) -> tuple[int | None, str]:
-    """(removed tokens, ``removed_measure``) of one request: 0 when nothing changed; the chat-template render's
-    tokens of the messages received minus of those sent (:func:`rendered_removal`); the tokens of the message
-    strings removed minus those added when the template cannot render them; None (unknown) without a tokenizer."""
+def direct_removal(tokenizer: Any, count: Callable[[str], int] | None, received: list[Any], sent: list[Any],
+                   opaque: tuple[str, ...] = (), render: bool = True) -> tuple[int | None, str]:
+    """(removed tokens, ``removed_measure``) of one request: 0 when nothing changed; with ``render`` (chat
+    completions) the chat-template render's tokens of the messages received minus of those sent
+    (:func:`rendered_removal`); else, or when the template cannot render them, the tokens of the strings removed
+    minus those added, those under an ``opaque`` key (signatures, encrypted reasoning: not text the model reads)
+    left out; None (unknown) without a tokenizer."""
     if received == sent:
         return 0, "unedited"
     if tokenizer is None:
         return None, "unknown"
     counter = count or (lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]))
-    if getattr(tokenizer, "chat_template", None):
+    if render and getattr(tokenizer, "chat_template", None):
         try:
             return rendered_removal(tokenizer, counter, received, sent), "template"
         except Exception:  # noqa: BLE001  a template refusing the agent's message shapes: the strings instead
             pass
     kept, added = {id(m) for m in sent}, {id(m) for m in received}
-    return (sum(counter(s) for m in received if id(m) not in kept for s in _strings(m))
-            - sum(counter(s) for m in sent if id(m) not in added for s in _strings(m))), "strings"
+    return (sum(counter(s) for m in received if id(m) not in kept for s in _strings(m, opaque))
+            - sum(counter(s) for m in sent if id(m) not in added for s in _strings(m, opaque))), "strings"
 
 
-def _strings(value: Any) -> list[str]:
-    """Every string inside a JSON value (a message's texts)."""
+def _strings(value: Any, opaque: tuple[str, ...] = ()) -> list[str]:
+    """The strings inside a JSON value (a message's texts), those under an ``opaque`` key left out."""
     if isinstance(value, str):
         return [value]
     if isinstance(value, dict):
-        return [s for v in value.values() for s in _strings(v)]
+        return [s for k, v in value.items() if k not in opaque for s in _strings(v, opaque)]
     if isinstance(value, list):
-        return [s for v in value for s in _strings(v)]
+        return [s for v in value for s in _strings(v, opaque)]
     return []
 
 

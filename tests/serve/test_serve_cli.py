@@ -32,6 +32,7 @@ def interp(*args: str, **env: str) -> subprocess.Popen:
     (["--policy", "keep_last_k_reasoning:k=0"], "k must be an integer >= 1"),
     (["--upstream", "ftp://x"], "expected an http:// or https:// base URL"),
     (["--max-sessions", "0"], "--max-sessions 0: must be a finite number >= 1"),
+    (["--provider", "claude"], "--provider: provider 'claude': unknown; known: auto, openai-chat, deepseek"),
 ])
 def test_bad_options_are_one_line_errors(tmp_path, monkeypatch, capsys, args, message):
     base = {"--upstream": "http://127.0.0.1:9/v1", "--log-dir": str(tmp_path / "log")}
@@ -73,7 +74,8 @@ def _row(**over) -> dict:
     row = {f.name: None for f in REQUEST_FIELDS}
     row.update(session="s", request=1, time=0.0, policy="full", stream=False, status=200, n_messages=2, n_steps=0,
                edited=False, prompt_tokens=10, completion_tokens=2, sensor_seconds=0.0, proxy_seconds=0.0,
-               upstream_seconds=0.0, cache_bytes=0, sessions=1, removed_tokens=0, removed_measure="unedited")
+               upstream_seconds=0.0, cache_bytes=0, sessions=1, removed_tokens=0, removed_measure="unedited",
+               api="chat", provider="openai-chat", attempt=1, coarsened=[])
     row.update(over)
     return row
 

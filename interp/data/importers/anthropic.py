@@ -59,8 +59,20 @@ def looks_like(record: object) -> bool:
 def convert(record: object, ctx: RunContext) -> dict[str, Any]:
     """One Anthropic-style run as a trajectory record (see the module docstring)."""
     base = "messages" if isinstance(record, dict) else "(record)"
-    messages: list[Any] = expect(record.get("messages") if isinstance(record, dict) else record, list, base,
-                                 "a list of messages")
+    chat = convert_messages(record.get("messages") if isinstance(record, dict) else record, base, ctx)
+    system = record.get("system", "") if isinstance(record, dict) else ""
+    out = {"task_id": ctx.task_id(record), "domain": ctx.domain_of(record, DEFAULT_DOMAIN),
+           "system_prompt": text_of(system, "system", ctx),
+           "tools": tools_of(record.get("tools") if isinstance(record, dict) else None),
+           **chat.trajectory(base), "outcome": outcome_of(record)}
+    meta = metadata_of(record, USED)
+    return {**out, "metadata": meta} if meta else out
+
+
+def convert_messages(messages: Any,  # Any: the parsed JSON messages, checked to be a list at run time
+                     base: str, ctx: RunContext) -> ChatSteps:
+    """The steps of an Anthropic message list at input path ``base`` (each step's ``where``: its message's path)."""
+    expect(messages, list, base, "a list of messages")
     chat = ChatSteps(ctx)
     for i, msg in enumerate(messages):
         where = f"{base}[{i}]" if base == "messages" else f"[{i}]"
@@ -78,13 +90,7 @@ def convert(record: object, ctx: RunContext) -> dict[str, Any]:
         else:
             raise RunProblem(f"{where}.role", f"unknown role {role!r}; expected user or assistant (the system "
                                               f"prompt is the run's top-level 'system')")
-    system = record.get("system", "") if isinstance(record, dict) else ""
-    out = {"task_id": ctx.task_id(record), "domain": ctx.domain_of(record, DEFAULT_DOMAIN),
-           "system_prompt": text_of(system, "system", ctx),
-           "tools": _tools(record.get("tools") if isinstance(record, dict) else None),
-           **chat.trajectory(base), "outcome": outcome_of(record)}
-    meta = metadata_of(record, USED)
-    return {**out, "metadata": meta} if meta else out
+    return chat
 
 
 def _user(chat: ChatSteps, blocks: list[dict[str, Any]], where: str, ctx: RunContext) -> None:
@@ -138,7 +144,8 @@ def _text_block(block: dict[str, Any], where: str, texts: list[str], ctx: RunCon
         ctx.drop(f"{block.get('type', 'untyped')} content parts")
 
 
-def _tools(raw: Any) -> list[dict[str, Any]]:
+def tools_of(raw: Any) -> list[dict[str, Any]]:
+    """Declared tools ``{name, description, input_schema}``."""
     if raw is None:
         return []
     expect(raw, list, "tools", "a list of tool declarations")

@@ -143,6 +143,24 @@ def convert(record: object, ctx: RunContext) -> dict[str, Any]:
 STEP_AT = "response_item@"  # a step's location for ChatSteps: the line of the turn's first item follows
 
 
+def convert_items(items: Any,  # Any: the parsed JSON input items, checked to be a list at run time
+                  base: str, ctx: RunContext) -> tuple[list[str], ChatSteps]:
+    """``(system texts, steps)`` of a list of Responses API items at input path ``base`` (a request's ``input``,
+    mapped as a rollout's ``response_item`` lines); each step's ``where`` is ``STEP_AT`` + the index of the turn's
+    first item. An item without a ``type`` but with a ``role`` is a ``message`` (the API's short form)."""
+    expect(items, list, base, "a list of input items")
+    chat, rollout = ChatSteps(ctx), _Rollout()
+    turn: _Turn | None = None
+    for i, item in enumerate(items):
+        expect(item, dict, f"{base}[{i}]", "an input item object")
+        if "type" not in item and "role" in item:
+            item = {"type": "message", **item}
+        turn = _item(chat, rollout, turn, item, i, ctx)
+    if turn is not None:
+        _flush(chat, turn)
+    return rollout.system, chat
+
+
 def _meta(rollout: _Rollout, payload: dict[str, Any], ctx: RunContext) -> None:
     """``session_meta``: instructions first in the system prompt; the session's identity to metadata."""
     instructions = payload.get("instructions")
@@ -167,7 +185,7 @@ def _item(chat: ChatSteps, rollout: _Rollout, turn: _Turn | None, item: dict[str
             _flush(chat, turn)
             turn = None
         turn = turn or _Turn(line)
-        turn.reasoning.append(_reasoning(item, at, ctx))
+        turn.reasoning.append(reasoning_text(item, at, ctx))
     elif kind == "message" and item.get("role") == "assistant":
         turn = turn or _Turn(line)
         turn.texts.append(text_of(item.get("content"), f"{at}.content", ctx))
@@ -205,7 +223,7 @@ def _item(chat: ChatSteps, rollout: _Rollout, turn: _Turn | None, item: dict[str
     return turn
 
 
-def _reasoning(item: dict[str, Any], at: str, ctx: RunContext) -> str:
+def reasoning_text(item: dict[str, Any], at: str, ctx: RunContext) -> str:
     """A reasoning item's text: its ``content`` parts when present (raw reasoning), else its summary parts
     (``encrypted_content`` is counted by :meth:`RunContext.unmapped`)."""
     pieces = {}

@@ -1,5 +1,5 @@
-"""``interp serve``: the OpenAI-compatible proxy that applies a history policy inside a live agent
-(``interp.serve``)."""
+"""``interp serve``: the proxy that applies a history policy inside a live agent (``interp.serve``; chat
+completions, Anthropic Messages, OpenAI Responses)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ TOKEN_ENV = "INTERP_SERVE_TOKEN"
 
 @app.command()
 def serve(
-    upstream: Annotated[str, typer.Option("--upstream", help="The model provider's OpenAI-compatible base URL "
-                                          "(e.g. https://api.openai.com/v1, http://127.0.0.1:8000/v1 for vLLM).")],
+    upstream: Annotated[str, typer.Option("--upstream", help="The model provider's base URL (e.g. "
+                                          "https://api.openai.com/v1, https://api.anthropic.com/v1, "
+                                          "http://127.0.0.1:8000/v1 for vLLM); /v1/chat/completions, /v1/messages "
+                                          "and /v1/responses are edited, other paths passed through.")],
     log_dir: Annotated[Path, typer.Option("--log-dir", help="Run log folder: serve.json, requests.jsonl, "
                                           "sessions/ (appended to when it exists).")],
     policy: Annotated[str, typer.Option("--policy", help="The history policy: full, iclr[:rho=R], iclr_step_only, "
@@ -45,15 +47,23 @@ def serve(
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for the upstream.")] = 600.0,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="The sensor scores no input longer than this "
                                             "(such a step is left whole, logged).")] = DEFAULT_MAX_TOKENS,
+    provider: Annotated[str, typer.Option("--provider", help="The upstream kind whose rules limit the edits "
+                                          "(interp.serve.providers): auto (the default: /v1/messages anthropic, "
+                                          "/v1/responses openai-responses, chat completions deepseek when the "
+                                          "upstream URL or the request's model names DeepSeek, else openai-chat), "
+                                          "openai-chat, deepseek, anthropic or openai-responses.")] = "auto",
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "auto",
 ) -> None:
-    """Serve an OpenAI-compatible proxy that applies a history policy to every chat request (token: $INTERP_SERVE_TOKEN or printed)."""
+    """Serve a proxy that applies a history policy to every model request: chat completions, Anthropic Messages, OpenAI Responses (token: $INTERP_SERVE_TOKEN or printed)."""
     from interp.serve.app import Proxy, bind, make_server, settings_line
     from interp.serve.policy import parse_serve_policy
+    from interp.serve.providers import parse_provider
 
     with option("--policy"):
         chosen = parse_serve_policy(policy)
+    with option("--provider"):
+        parse_provider(provider)
     for name, value, low in (("--max-sessions", max_sessions, 1), ("--session-ttl", session_ttl, 1),
                              ("--timeout", timeout, 0.001), ("--max-tokens", max_tokens, 1)):
         at_least(name, value, low)
@@ -81,7 +91,8 @@ def serve(
             counter = load_tokenizer(tokenizer, None)
         token = os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(24)
         proxy = Proxy(upstream, chosen, log_dir, sensor=sensor, tokenizer=counter, token=token, upstream_key=key,
-                      timeout=timeout, max_sessions=max_sessions, session_ttl=session_ttl, max_tokens=max_tokens)
+                      timeout=timeout, max_sessions=max_sessions, session_ttl=session_ttl, max_tokens=max_tokens,
+                      provider=provider)
     except BaseException:
         sock.close()
         raise
