@@ -46,7 +46,7 @@ from interp.sensor.limits import DEFAULT_MAX_TOKENS
 GateFactory = Callable[[str], SetGate]
 # the policies of a completed history the proxy applies; hide_observation/hide_stderr/clear_after_code/
 # delete_latest_reasoning are boundary probes of the analyses, not policies an agent runs under
-SERVE_POLICIES = ("full", "iclr", "iclr_step_only", "keep_latest_reasoning", "keep_last_k_reasoning",
+SERVE_POLICIES = ("full", "iclr", "iclr_step_only", "keep_latest_reasoning", "keep_last_k_reasoning", "interleaved",
                   "delete_all_reasoning", "random", "observation_masking", "drsr_gate", *STEP_POLICIES)
 
 
