@@ -307,7 +307,8 @@ def _iclr_online(traj: Trajectory, after_step: int, log: EditLog, counter: Token
         scores = scorer(step_only_history(history, t), 1) if step_only else scorer(history, t)
         if scores is None:
             if n > 1:
-                log.notes.append(f"step {t}: not scored (scorer context over its limit); left untouched")
+                log.notes.append(f"step {t}: not scored (scorer context over its limit, or online its decision not "
+                                 "ready yet: interp serve --decide async); left untouched")
             continue
         if len(scores) != n:
             raise ValueError(f"iclr scorer returned {len(scores)} scores for {n} blocks of step {t}")

@@ -21,7 +21,7 @@ A run log is a folder (``interp serve --log-dir``):
 | ``n_messages`` | ``[]`` | int | messages | messages received from the agent |
 | ``n_steps`` | ``[]`` | int | steps | completed steps of the history (assistant turns; 0 before the first) |
 | ``edited`` | ``[]`` | bool | - | the messages sent upstream differ from those received |
-| ``failure`` | ``[]`` | str or null | - | why the request was forwarded unedited although the policy should have run (mapping, sensor, policy or write-back error); null when none |
+| ``failure`` | ``[]`` | str or null | - | why the request was forwarded unedited although the policy should have run: a body that is not a JSON object, chat-template control tokens in the history (``--allow-control-tokens``), a mapping, sensor, policy or write-back error; null when none |
 | ``prompt_tokens`` | ``[]`` | int or null | tokens | usage.prompt_tokens as the upstream reported it (null: no usage reported, e.g. a stream without stream_options.include_usage) |
 | ``cached_tokens`` | ``[]`` | int or null | tokens | usage.prompt_tokens_details.cached_tokens (cache reads), as reported |
 | ``cache_write_tokens`` | ``[]`` | int or null | tokens | cache writes where the upstream reports them (usage.cache_creation_input_tokens or prompt_tokens_details.cache_write_tokens); null otherwise |
@@ -33,6 +33,8 @@ A run log is a folder (``interp serve --log-dir``):
 | ``upstream_seconds`` | ``[]`` | float | s | from forwarding to the answer's last byte |
 | ``cache_bytes`` | ``[]`` | int | bytes | KV-cache snapshots the session's sensor holds after the request |
 | ``sessions`` | ``[]`` | int | - | sessions held by the proxy after the request |
+| ``lag`` | ``[]`` | int | steps | ``--decide async``: steps of this request whose decision was not ready (left whole; scored in the background, applied from a later request); 0 when every decision was ready |
+| ``evicted`` | ``[n_evicted]`` | str | - | sessions whose KV-cache snapshots were dropped after this request to keep ``--memory-budget`` (least recently used first; their decisions are kept) |
 
 **Paired runs** (:func:`paired_document`, ``interp tokens --trajectories RUNLOG_A --paired RUNLOG_B``): run A
 without the policy (``full``), run B with it, the same tasks matched by session (the default session id
@@ -73,6 +75,8 @@ writes. ``paired.json`` (``PAIRED_FIELDS``):
 | ``max_sessions`` | ``[]`` | int | - | sessions held at most (least recently used dropped first) |
 | ``session_ttl`` | ``[]`` | float | s | a session unused this long is dropped |
 | ``started`` | ``[]`` | float | s | Unix time the proxy started |
+| ``decide`` | ``[]`` | str | - | sync (a request waits for its decisions) or async (decided while the tool runs, applied one request later) |
+| ``memory_budget`` | ``[]`` | int or null | bytes | KV-cache snapshots held over all sessions at most (null: no budget) |
 """
 
 from __future__ import annotations
@@ -103,7 +107,8 @@ REQUEST_FIELDS = (
     Field("n_steps", "[]", "int", "steps", "completed steps of the history (assistant turns; 0 before the first)"),
     Field("edited", "[]", "bool", "-", "the messages sent upstream differ from those received"),
     Field("failure", "[]", "str or null", "-", "why the request was forwarded unedited although the policy should "
-          "have run (mapping, sensor, policy or write-back error); null when none"),
+          "have run: a body that is not a JSON object, chat-template control tokens in the history "
+          "(--allow-control-tokens), a mapping, sensor, policy or write-back error; null when none"),
     Field("prompt_tokens", "[]", "int or null", "tokens", "usage.prompt_tokens as the upstream reported it (null: "
           "no usage reported, e.g. a stream without stream_options.include_usage)"),
     Field("cached_tokens", "[]", "int or null", "tokens",
@@ -122,6 +127,10 @@ REQUEST_FIELDS = (
     Field("upstream_seconds", "[]", "float", "s", "from forwarding to the answer's last byte"),
     Field("cache_bytes", "[]", "int", "bytes", "KV-cache snapshots the session's sensor holds after the request"),
     Field("sessions", "[]", "int", "-", "sessions held by the proxy after the request"),
+    Field("lag", "[]", "int", "steps", "--decide async: steps of this request whose decision was not ready (left "
+          "whole; scored in the background, applied from a later request); 0 when every decision was ready"),
+    Field("evicted", "[n_evicted]", "str", "-", "sessions whose KV-cache snapshots were dropped after this request "
+          "to keep --memory-budget (least recently used first; their decisions are kept)"),
 )
 SERVE_FIELDS = (
     Field("schema", "{...}", "object", "-", "REQUEST_FIELDS: {field: {shape, dtype, units, doc}} of requests.jsonl"),
@@ -131,6 +140,10 @@ SERVE_FIELDS = (
     Field("max_sessions", "[]", "int", "-", "sessions held at most (least recently used dropped first)"),
     Field("session_ttl", "[]", "float", "s", "a session unused this long is dropped"),
     Field("started", "[]", "float", "s", "Unix time the proxy started"),
+    Field("decide", "[]", "str", "-", "sync (a request waits for its decisions) or async (decided while the tool "
+          "runs, applied one request later)"),
+    Field("memory_budget", "[]", "int or null", "bytes", "KV-cache snapshots held over all sessions at most (null: "
+          "no budget)"),
 )
 PAIRED_FIELDS = (
     Field("schema", "{...}", "object", "-", "this table: {field: {shape, dtype, units, doc}}"),

@@ -126,7 +126,8 @@ def test_a_bad_option_is_refused_naming_the_option(capsys, monkeypatch, tmp_path
     params = {o for p in COMMANDS[path].params for o in p.opts}
     for name, given in (("--trajectories", str(DEMO)), ("--out", str(out)), ("--store", str(out)),
                         ("--states", str(DEMO.with_name("states.jsonl"))), ("--drsr", str(tmp_path / "drsr")),
-                        ("--scorer", str(tmp_path / "s.json"))):
+                        ("--scorer", str(tmp_path / "s.json")), ("--upstream", "http://127.0.0.1:9/v1"),
+                        ("--log-dir", str(out))):
         if name in params and name != option and (name != "--scorer" or path == "gate eval"):
             args += [name, given]
     monkeypatch.setattr(sys, "argv", ["interp", *args])

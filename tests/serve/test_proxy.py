@@ -102,8 +102,10 @@ def test_sessions_are_named_expire_and_are_bounded(tmp_path):
     proxy.session("b")
     proxy.session("c")  # over the bound: the least recently used (a) goes
     assert list(proxy.sessions) == ["b", "c"]
-    now[0] += 61
-    proxy.session("c")  # b idle for over the ttl: gone
+    now[0] += 30
+    proxy.session("c")
+    now[0] += 31
+    assert proxy.sweep() == ["b"]  # b idle for over the ttl: gone, without a request
     assert list(proxy.sessions) == ["c"]
 
 

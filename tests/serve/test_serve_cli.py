@@ -27,11 +27,19 @@ def interp(*args: str, **env: str) -> subprocess.Popen:
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--policy", "hide_observation"], "--policy: policy 'hide_observation': not a policy of a live agent"),
+    (["--policy", "hide_observation"], "policy 'hide_observation': not a policy of a live agent"),
     (["--policy", "iclr"], "--policy iclr: needs --model"),
+    (["--policy", "drsr_gate"], "--policy drsr_gate: needs --model"),
+    (["--policy", "drsr_gate", "--model", "tiny-qwen3.5"], "--gate-scorer: given exactly when --policy is drsr_gate"),
     (["--policy", "keep_last_k_reasoning:k=0"], "k must be an integer >= 1"),
     (["--upstream", "ftp://x"], "expected an http:// or https:// base URL"),
-    (["--max-sessions", "0"], "--max-sessions 0: must be a finite number >= 1"),
+    (["--max-sessions", "0"], "--max-sessions: must be an integer >= 1, got 0"),
+    (["--port", "-5"], "--port: must be an integer in [0, 65535], got -5"),
+    (["--port", "70000"], "--port: must be an integer in [0, 65535], got 70000"),
+    (["--session-ttl", "0"], "--session-ttl: must be a number > 0"),
+    (["--threads", "0"], "--threads: must be an integer >= 1"),
+    (["--decide", "later"], "--decide: must be one of sync, async"),
+    (["--max-body-bytes", "0"], "--max-body-bytes: must be an integer >= 1"),
 ])
 def test_bad_options_are_one_line_errors(tmp_path, monkeypatch, capsys, args, message):
     base = {"--upstream": "http://127.0.0.1:9/v1", "--log-dir": str(tmp_path / "log")}
@@ -73,7 +81,7 @@ def _row(**over) -> dict:
     row = {f.name: None for f in REQUEST_FIELDS}
     row.update(session="s", request=1, time=0.0, policy="full", stream=False, status=200, n_messages=2, n_steps=0,
                edited=False, prompt_tokens=10, completion_tokens=2, sensor_seconds=0.0, proxy_seconds=0.0,
-               upstream_seconds=0.0, cache_bytes=0, sessions=1, removed_tokens=0)
+               upstream_seconds=0.0, cache_bytes=0, sessions=1, removed_tokens=0, lag=0, evicted=[])
     row.update(over)
     return row
 
