@@ -629,8 +629,10 @@ def settings_line(proxy: Proxy, url: str) -> str:
     """What ``interp serve`` prints at start: where, the policy, the session bound."""
     memory = (" (each holds the sensor's KV-cache snapshots of its latest history: cache_bytes in the run log)"
               if proxy.policy.condition in ("iclr", "iclr_step_only") else "")
-    return (f"interp serve: {url} -> {proxy.upstream} under {proxy.policy.label}; at most {proxy.max_sessions} "
-            f"sessions{memory}, idle ones dropped after {proxy.session_ttl:.0f} s; run log {proxy.log_dir}")
+    budget = f", snapshots held at most {proxy.memory_budget} bytes" if proxy.memory_budget is not None else ""
+    return (f"interp serve: {url} -> {proxy.upstream} under {proxy.policy.label} (decide {proxy.decide}); at most "
+            f"{proxy.max_sessions} sessions{memory}, idle ones dropped after {proxy.session_ttl:.0f} s{budget}; "
+            f"run log {proxy.log_dir}")
 
 
 __all__ = ["Gatekeeper", "Proxy", "Running", "SSEUsage", "bind", "host_name", "make_server", "path_refusal",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,9 @@ def interp(*args: str, **env: str) -> subprocess.Popen:
     (["--policy", "iclr"], "--policy iclr: needs --model"),
     (["--policy", "drsr_gate"], "--policy drsr_gate: needs --model"),
     (["--policy", "drsr_gate", "--model", "tiny-qwen3.5"], "--gate-scorer: given exactly when --policy is drsr_gate"),
+    (["--policy", "drsr_gate", "--model", "tiny-qwen3.5", "--gate-scorer", "no/such.json"],
+     "no/such.json: no gate scorer file"),
+    (["--gate-scorer", "no/such.json"], "--gate-scorer: given exactly when --policy is drsr_gate"),
     (["--policy", "keep_last_k_reasoning:k=0"], "k must be an integer >= 1"),
     (["--upstream", "ftp://x"], "expected an http:// or https:// base URL"),
     (["--max-sessions", "0"], "--max-sessions: must be an integer >= 1, got 0"),
@@ -70,8 +74,9 @@ def test_a_server_process_proxies_and_logs(serving, tmp_path):
         assert r.status_code == 200 and r.json()["choices"][0]["message"] == turns[1]
         assert stub.received[0]["messages"][2]["reasoning_content"] == ""
     finally:
-        p.terminate()
-        p.communicate(timeout=30)
+        p.send_signal(signal.SIGINT)  # Ctrl-C: the proxy stops; no batch job's "re-run to resume" line
+        out, err = p.communicate(timeout=60)
+    assert "interp serve: stopped" in out and "re-run" not in err and "Traceback" not in err, (out, err)
     assert read_requests(tmp_path / "log")[0]["edited"] is True
 
 
