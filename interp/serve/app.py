@@ -32,9 +32,11 @@ unchanged. Every other ``/v1/...`` request is passed through as is.
   ``memory_budget`` bounds the KV-cache snapshots held over all sessions: the least recently used sessions'
   snapshots are dropped first (their decisions are kept; logged as ``evicted``).
 - **Decide modes.** ``decide="sync"``: a request waits for the scoring of its newest step. ``"async"`` (ICLR
-  policies): a request is edited with the decisions already made and forwarded at once; a step not scored yet is
-  left whole (``lag`` in the run log) and scored in the background while the upstream answers and the agent's
-  tool runs, so its decision applies from the next request on; no added latency.
+  policies): step t is scored in the background as soon as the upstream's answer holding it is complete (while
+  the agent's tool runs; the scorer reads step t up to its reasoning, not its observation), and a request is
+  edited with the decisions ready and forwarded at once: step t's decision applies at request t+1 when its
+  scoring ended before that request came, else the step is left whole there (``lag`` in the run log: steps
+  left whole) and decided from a later request on; no added latency.
 - **Control tokens.** A history whose text holds chat-template control tokens (``<|im_end|>``, ``</think>``) is
   forwarded unedited with the reason logged, as the offline tools refuse such a trajectory, unless
   ``allow_control_tokens``.
@@ -115,11 +117,39 @@ def usage_of(answer: object) -> dict[str, int | None]:
             "completion_tokens": num(usage.get("completion_tokens"))}
 
 
+def accumulate(message: dict[str, Any], chunk: object) -> None:
+    """Add one chat stream chunk's delta (content, reasoning, tool calls by index) to ``message``."""
+    choices = chunk.get("choices") if isinstance(chunk, dict) else None
+    delta = choices[0].get("delta") if isinstance(choices, list) and choices and isinstance(choices[0], dict) \
+        else None
+    if not isinstance(delta, dict):
+        return
+    for key in ("role", "content", "reasoning_content", "reasoning"):
+        if isinstance(delta.get(key), str):
+            message[key] = delta[key] if key == "role" else message.get(key, "") + delta[key]
+    for pos, call in enumerate(delta.get("tool_calls") or []):
+        if not isinstance(call, dict):
+            continue
+        calls = message.setdefault("tool_calls", [])
+        i = call.get("index", pos) if isinstance(call.get("index", pos), int) else pos
+        while len(calls) <= i:
+            calls.append({"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+        if call.get("id"):
+            calls[i]["id"] = call["id"]
+        found = call.get("function")
+        fn: dict[str, Any] = found if isinstance(found, dict) else {}
+        for key in ("name", "arguments"):
+            if isinstance(fn.get(key), str):
+                calls[i]["function"][key] += fn[key]
+
+
 class SSEUsage:
-    """Reads the ``usage`` of an SSE chat stream as its bytes pass (the stream itself is not changed)."""
+    """Reads the ``usage`` of an SSE chat stream as its bytes pass (the stream itself is not changed), and the
+    assistant message its deltas make (``message``)."""
 
     def __init__(self) -> None:
         self.buffer, self.usage = b"", usage_of(None)
+        self.message: dict[str, Any] = {}
 
     def feed(self, chunk: bytes) -> None:
         """Take the next bytes of the stream."""
@@ -130,9 +160,11 @@ class SSEUsage:
             if not data.startswith(b"data:") or data == b"data: [DONE]":
                 continue
             try:
-                found = usage_of(json.loads(data[5:]))
+                chunk = json.loads(data[5:])
             except (json.JSONDecodeError, UnicodeDecodeError):
                 continue
+            accumulate(self.message, chunk)
+            found = usage_of(chunk)
             if found["prompt_tokens"] is not None:
                 self.usage = found
 
@@ -333,6 +365,19 @@ class Proxy:
         except Exception as exc:  # the next request leaves those steps whole again, and says so
             LOG.warning("session %s: background decision failed: %s: %s", key, type(exc).__name__, exc)
 
+    def ahead(self, session: Session, key: str, body: dict[str, Any]) -> None:
+        """``decide="async"``: queue the background decision of a history (the agent's messages and the answer
+        just received: its newest step's tool has not run yet), so its decision is ready at the next request."""
+        try:
+            history = history_of(body, key)
+        except Exception as exc:  # the next request leaves the step whole and queues it again
+            LOG.warning("session %s: the answer could not be mapped for an early decision: %s", key, exc)
+            return
+        if history is not None:
+            with self.sessions_lock:
+                self.jobs = [j for j in self.jobs if not j.done()]
+                self.jobs.append(self.background.submit(self._behind, session, key, history.trajectory))
+
     def edit(self, raw: bytes, body: object, session: Session, key: str) -> Edited:
         """Apply the session's policy to one request body (fail safe: the raw body on any failure)."""
         nothing = 0 if self.tokenizer is not None else None  # tokens removed from a request left as received
@@ -361,9 +406,7 @@ class Proxy:
                 new_body = write_back(body, out.history, edited, log)
                 out.lag = len(scorer.pending) if scorer is not None else 0
             if out.lag:
-                with self.sessions_lock:
-                    self.jobs = [j for j in self.jobs if not j.done()]
-                    self.jobs.append(self.background.submit(self._behind, session, key, out.history.trajectory))
+                self.ahead(session, key, body)
             out.log, out.record = log.to_json(), edited.to_json()
             if new_body["messages"] != body["messages"]:
                 out.content, out.edited = json.dumps(new_body, ensure_ascii=False).encode(), True
@@ -442,11 +485,18 @@ class Proxy:
             if done.record is not None:
                 self.runlog.trajectory(key, done.record)
 
-        return await self.forward(request, done.content, "/chat/completions", on_done)
+        def on_answer(message: dict[str, Any]) -> None:  # decide=async: score the new step while its tool runs
+            if isinstance(body, dict) and isinstance(body.get("messages"), list):
+                self.ahead(session, key, {**body, "messages": [*body["messages"], message]})
+
+        return await self.forward(request, done.content, "/chat/completions", on_done,
+                                  on_answer if session.behind is not None and done.failure is None else None)
 
     async def forward(self, request: Request, content: bytes, path: str,
-                      on_done: Callable[[int, dict[str, int | None], float], None] | None) -> Response:
-        """Send ``content`` to the upstream's ``path``; its answer unchanged (streamed as it comes)."""
+                      on_done: Callable[[int, dict[str, int | None], float], None] | None,
+                      on_answer: Callable[[dict[str, Any]], None] | None = None) -> Response:
+        """Send ``content`` to the upstream's ``path``; its answer unchanged (streamed as it comes). ``on_answer``
+        gets the assistant message of a complete 200 chat answer (``decide="async"`` scores it at once)."""
         t0 = time.perf_counter()
         target = httpx.URL(self.upstream + path)
         base = httpx.URL(self.upstream + "/")
@@ -479,6 +529,11 @@ class Proxy:
                 except (json.JSONDecodeError, UnicodeDecodeError):
                     parsed = None
                 on_done(answer.status_code, usage_of(parsed), time.perf_counter() - t0)
+                choices = parsed.get("choices") if isinstance(parsed, dict) else None
+                message = choices[0].get("message") if isinstance(choices, list) and choices and \
+                    isinstance(choices[0], dict) else None
+                if on_answer is not None and isinstance(message, dict):
+                    on_answer(message)
             return Response(data, answer.status_code, headers)
         sse = SSEUsage()
 
@@ -493,6 +548,8 @@ class Proxy:
                 if on_done is not None:
                     sse.feed(b"\n")
                     on_done(answer.status_code, sse.usage, time.perf_counter() - t0)
+                if on_answer is not None and answer.status_code == 200 and sse.message:
+                    on_answer(sse.message)
 
         return StreamingResponse(relay(), answer.status_code, headers)
 

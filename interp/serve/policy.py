@@ -78,13 +78,17 @@ def parse_serve_policy(spec: str) -> Policy:
 
 
 def _digest(traj: Trajectory, step: int, seen: dict[int, tuple[Step, str]]) -> str:
-    """Digest of what a scorer of step ``step`` reads: the header and steps 1..step of ``traj``. ``seen`` holds
-    each step object's own digest (and the object, so its id stays its own), so a request serializes a step once."""
+    """Digest of what a scorer of step ``step`` reads: the header, steps 1..step-1 of ``traj`` and step ``step``'s
+    reasoning (the forward ends with its last block, ``EntropyScorer.score_step``: its action and observation are
+    not read, so a step scored when the model's answer arrived, before its tool ran, is the same key). ``seen``
+    holds each step object's own digest (and the object, so its id stays its own), so a request serializes a step
+    once."""
     h = hashlib.sha256(json.dumps([traj.system_prompt, traj.tools, traj.task], default=str).encode())
-    for s in traj.steps[:step]:
+    for s in traj.steps[:step - 1]:
         if id(s) not in seen:
             seen[id(s)] = (s, hashlib.sha256(json.dumps(s.to_json(), sort_keys=True).encode()).hexdigest())
         h.update(seen[id(s)][1].encode())
+    h.update(hashlib.sha256(traj.steps[step - 1].reasoning.encode()).hexdigest().encode())
     return h.hexdigest()
 
 

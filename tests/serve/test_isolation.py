@@ -71,7 +71,10 @@ def test_a_request_needing_no_forward_completes_while_another_session_is_scored(
     assert stub.received[1]["messages"] == stub.received[0]["messages"] == stub.received[2]["messages"]
 
 
-def test_async_decisions_equal_the_synchronous_ones_one_request_later(tiny_sensor, serving, tmp_path):
+@pytest.mark.parametrize("stream", [False, True])
+def test_async_decisions_made_while_the_tool_runs_equal_the_synchronous_ones(tiny_sensor, serving, tmp_path, stream):
+    """Each answer's new step is scored as soon as the answer is complete (streamed or not); when that ends before
+    the next request (the tool "runs" until it does: drain), the request is edited as synchronously, lag 0."""
     n = 4
     runs = {}
     for mode in ("sync", "async"):
@@ -80,14 +83,37 @@ def test_async_decisions_equal_the_synchronous_ones_one_request_later(tiny_senso
                       decide=mode)
         url = serving(proxy.build())
         for k in range(n + 1):
+            r = httpx.post(f"{url}/chat/completions", json={"model": "m", "messages": history(k), "tools": TOOLS,
+                                                            "stream": stream},
+                           headers={"authorization": f"Bearer {proxy.token}", "x-interp-session": "run"}, timeout=WAIT)
+            assert r.status_code == 200 and r.content == stub.sent[k]
+            proxy.drain()
+        runs[mode] = ([m["messages"] for m in stub.received], read_requests(tmp_path / mode))
+        proxy.close()
+    (sync, sync_rows), (early, early_rows) = runs["sync"], runs["async"]
+    assert [r["lag"] for r in sync_rows] == [r["lag"] for r in early_rows] == [0] * (n + 1)
+    assert all(r["sensor_seconds"] == 0.0 for r in early_rows)  # the request never waited for the sensor
+    assert sum(r["sensor_seconds"] > 0 for r in sync_rows) == n
+    assert early == sync and sync[n] != history(n)  # the same edits, and edits there were
+
+
+def test_a_step_not_decided_in_time_is_left_whole_and_applied_later(tiny_sensor, serving, tmp_path):
+    """The upstream's answers are not the turns the agent sends next (nothing to score ahead): the newest step is
+    left whole (lag 1) and decided in the background, and every earlier step is as the synchronous run decided."""
+    n = 4
+    runs = {}
+    for mode in ("sync", "async"):
+        stub = Stub([{"role": "assistant", "content": "ok"}])
+        proxy = Proxy(serving(stub.build()), parse_policy("iclr:rho=0.5"), tmp_path / mode, sensor=tiny_sensor,
+                      decide=mode)
+        url = serving(proxy.build())
+        for k in range(n + 1):
             assert post(url, proxy.token, history(k), "run").status_code == 200
-            proxy.drain()  # the tool "runs" until the background decision is made
+            proxy.drain()
         runs[mode] = (stub.received, read_requests(tmp_path / mode))
         proxy.close()
-    (sync, sync_rows), (late, late_rows) = runs["sync"], runs["async"]
-    assert [r["lag"] for r in sync_rows] == [0] * (n + 1)
-    assert [r["lag"] for r in late_rows] == [0] + [1] * n  # the newest step's decision is not ready yet
-    assert all(r["sensor_seconds"] == 0.0 for r in late_rows)  # the request never waited for the sensor
+    (sync, _), (late, late_rows) = runs["sync"], runs["async"]
+    assert [r["lag"] for r in late_rows] == [0] + [1] * n
     edited_somewhere = False
     for k in range(n + 1):
         want = [dict(m) for m in sync[k]["messages"]]

@@ -122,3 +122,23 @@ def test_usage_is_read_from_answers_and_streams():
     for i in range(0, len(stream), 5):
         sse.feed(stream[i:i + 5])
     assert sse.usage == usage_of(answer)
+
+
+def test_a_streamed_answer_is_reassembled_into_its_message():
+    """The deltas of an SSE chat stream (content, reasoning, a tool call's name and arguments in pieces, by
+    index) make the message a non-streamed answer would hold."""
+    message = {"role": "assistant", "content": "I will look.", "reasoning_content": "first\n\nsecond",
+               "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "ls"}'}},
+                              {"id": "c2", "type": "function", "function": {"name": "cat", "arguments": '{"f": 1}'}}]}
+    deltas = [{"role": "assistant", "reasoning_content": "first\n\n"}, {"reasoning_content": "second"},
+              {"content": "I will "}, {"content": "look."},
+              {"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "bash", "arguments": ""}}]},
+              {"tool_calls": [{"index": 0, "function": {"arguments": '{"cmd": '}}]},
+              {"tool_calls": [{"index": 1, "id": "c2", "type": "function", "function": {"name": "cat", "arguments": '{"f": 1}'}}]},
+              {"tool_calls": [{"index": 0, "function": {"arguments": '"ls"}'}}]}]
+    stream = b"".join(b"data: " + json.dumps({"choices": [{"index": 0, "delta": d}]}).encode() + b"\n\n"
+                      for d in deltas) + b"data: [DONE]\n\n"
+    sse = SSEUsage()
+    for i in range(0, len(stream), 7):
+        sse.feed(stream[i:i + 7])
+    assert sse.message == message
