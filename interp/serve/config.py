@@ -33,8 +33,9 @@ class ServeConfig:
     threads: int | None = param(None, Maybe(Integer(1), "torch's default"), "torch threads for the sensor (1 on a "
                                 "busy machine: torch's default oversubscribes it).", "threads")
     decide: str = param("sync", Options(("sync", "async")), "sync: a request waits for its newest step's scoring; "
-                        "async: the step is scored while the upstream answers and the tool runs, its decision applied "
-                        "from the next request (no added latency; the lag is logged).")
+                        "async: a step is scored as soon as the answer holding it is complete, while its tool runs, "
+                        "and applied at the next request when ready, else left whole there (no added latency; the "
+                        "lag is logged).")
     memory_budget: int | None = param(None, Maybe(Integer(1), "no budget"), "Bytes of sensor KV-cache snapshots "
                                       "held over all sessions at most (least recently used dropped first, logged).",
                                       "bytes")
