@@ -95,6 +95,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -953,6 +954,7 @@ class SetGate:
         self.max_sets = max_sets
         self.proj = projection(sensor.d_model, model.model["proj_dim"]) if model.model.get("proj_dim") else None
         self._memo: dict[tuple[Any, ...], Decision] = {}  # (task_id, b, prompt ids) -> decision, at most MEMO
+        self.lock: AbstractContextManager[Any] = nullcontext()  # taken around a forward (interp serve's sensor lock)
 
 
     def units(self, traj: Trajectory, b: int) -> list[Unit]:
@@ -976,7 +978,8 @@ class SetGate:
         if key not in self._memo:
             if len(self._memo) >= MEMO:
                 self._memo.pop(next(iter(self._memo)))
-            self._memo[key] = self._decide(traj, b)
+            with self.lock:
+                self._memo[key] = self._decide(traj, b)
         return self._memo[key]
 
     def _decide(self, traj: Trajectory, b: int) -> Decision:

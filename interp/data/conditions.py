@@ -26,6 +26,7 @@ only that step's reasoning is in context.
 | delete_all_reasoning     | every reasoning block of steps 1..b                                  |
 | delete_latest_reasoning  | the reasoning of step b                                              |
 | keep_latest_reasoning    | the reasoning of steps 1..b-1 (step b kept)                          |
+| interleaved              | the providers' default (reasoning kept within the current user turn, dropped at user-turn boundaries): the reasoning of steps 1..k, k = the latest step <= b with a text action (its observation is the user's reply, so a new user turn follows it); nothing when no step <= b has one |
 | iclr                     | for t = 1..b in order: score step t's N blocks on the history with steps 1..t-1 already compressed, the floor(rho*N) lowest -> [SKIP], write back (N = 1 untouched; a step the scorer cannot score, context over the limit, is left whole and logged) |
 | iclr_step_only           | as iclr, each step scored with only its own reasoning in context      |
 | random                   | per step t <= b: a seeded fraction r (RANDOM_R = 0.05, 0.1, 0.2, 0.4) of the step's reasoning tokens deleted (no marker); seeded by task and step, so a step's edit is the same at every boundary after it |
@@ -192,6 +193,14 @@ def keep_latest_reasoning(traj: Trajectory, after_step: int, log: EditLog,
     return drop_blocks(traj, log, _all_blocks(traj, range(1, after_step)), None, counter)
 
 
+def interleaved(traj: Trajectory, after_step: int, log: EditLog, counter: TokenCounter | None = None) -> Trajectory:
+    """The providers' default: keep the reasoning of the current user turn, drop every earlier turn's (a text
+    action ends a user turn: its observation is the user's reply)."""
+    k = next((t for t in range(after_step, 0, -1) if not traj.steps[t - 1].action.calls), 0)
+    log.params["turn_start"] = k + 1
+    return drop_blocks(traj, log, _all_blocks(traj, range(1, k + 1)), None, counter)
+
+
 def keep_last_k_reasoning(traj: Trajectory, after_step: int, log: EditLog, counter: TokenCounter | None = None,
                           k: int = 5) -> Trajectory:
     """Remove the reasoning of steps 1..b-k: only the last ``k`` steps keep their reasoning."""
@@ -298,7 +307,8 @@ def _iclr_online(traj: Trajectory, after_step: int, log: EditLog, counter: Token
         scores = scorer(step_only_history(history, t), 1) if step_only else scorer(history, t)
         if scores is None:
             if n > 1:
-                log.notes.append(f"step {t}: not scored (scorer context over its limit); left untouched")
+                log.notes.append(f"step {t}: not scored (scorer context over its limit, or online its decision not "
+                                 "ready yet: interp serve --decide async); left untouched")
             continue
         if len(scores) != n:
             raise ValueError(f"iclr scorer returned {len(scores)} scores for {n} blocks of step {t}")
@@ -560,6 +570,7 @@ CONDITIONS: Mapping[str, Callable[..., Trajectory]] = MappingProxyType({
     "hide_stderr": hide_stderr,
     "clear_after_code": clear_after_code,
     "keep_last_k_reasoning": keep_last_k_reasoning,
+    "interleaved": interleaved,
     "drsr_gate": drsr_gate,
     "observation_masking": observation_masking,
 })

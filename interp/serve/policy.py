@@ -19,10 +19,12 @@ the offline condition edits a recorded trajectory at b.
   last), and a step's digest is computed once per request.
 - every policy: token counts of the texts of the session's last request are remembered
   (:meth:`PolicyState.counter`), so a request tokenizes its new texts, not the history.
-- ``drsr_gate``: the gate is a hook, ``gate_factory(session) -> SetGate`` (``interp.data.conditions.SetGate``),
-  given by the caller of :class:`~interp.serve.app.Proxy` (``patching.gate`` is being reworked; the CLI does not
-  build one yet). Its decisions at each request are the gate's; a stateful gate keeps its state in the object the
-  factory returns, one per session.
+- ``drsr_gate``: the gate is ``gate_factory(session) -> SetGate`` (``interp.data.conditions.SetGate``), one per
+  session: ``interp serve --gate-scorer FILE`` builds ``patching.gate.SetGate(GateModel.load(FILE), sensor)``.
+  The condition replays the gate at t = 1..b with its deletions written back (memory across steps, as offline),
+  and the gate answers a prompt it decided before from its own memo, so only the newest step costs a forward.
+- **Locks.** Only a forward takes the sensor lock (``forward_lock``, the proxy's): steps answered from memory
+  (the scorer's, the gate's memo) never wait for another session's forward.
 - every other policy is a pure function of the history (``random`` is seeded by the session id and step, so a
   step's edit is the same at every request).
 """
@@ -33,7 +35,9 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from interp.accounting.tokens import ICLR_CONTEXT, Policy, parse_policy
@@ -46,8 +50,17 @@ from interp.sensor.limits import DEFAULT_MAX_TOKENS
 GateFactory = Callable[[str], SetGate]
 # the policies of a completed history the proxy applies; hide_observation/hide_stderr/clear_after_code/
 # delete_latest_reasoning are boundary probes of the analyses, not policies an agent runs under
-SERVE_POLICIES = ("full", "iclr", "iclr_step_only", "keep_latest_reasoning", "keep_last_k_reasoning",
+SERVE_POLICIES = ("full", "iclr", "iclr_step_only", "keep_latest_reasoning", "keep_last_k_reasoning", "interleaved",
                   "delete_all_reasoning", "random", "observation_masking", "drsr_gate", *STEP_POLICIES)
+
+
+def gate_factory(scorer: Path, sensor: Any) -> GateFactory:
+    """``interp serve --gate-scorer FILE``: one ``patching.gate.SetGate`` per session on the scorer file (read
+    once) and the sensor."""
+    from patching.gate import GateModel, SetGate
+
+    model = GateModel.load(scorer)
+    return lambda session: SetGate(model, sensor)
 
 
 def parse_serve_policy(spec: str) -> Policy:
@@ -65,33 +78,49 @@ def parse_serve_policy(spec: str) -> Policy:
 
 
 def _digest(traj: Trajectory, step: int, seen: dict[int, tuple[Step, str]]) -> str:
-    """Digest of what a scorer of step ``step`` reads: the header and steps 1..step of ``traj``. ``seen`` holds
-    each step object's own digest (and the object, so its id stays its own), so a request serializes a step once."""
+    """Digest of what a scorer of step ``step`` reads: the header, steps 1..step-1 of ``traj`` and step ``step``'s
+    reasoning (the forward ends with its last block, ``EntropyScorer.score_step``: its action and observation are
+    not read, so a step scored when the model's answer arrived, before its tool ran, is the same key). ``seen``
+    holds each step object's own digest (and the object, so its id stays its own), so a request serializes a step
+    once."""
     h = hashlib.sha256(json.dumps([traj.system_prompt, traj.tools, traj.task], default=str).encode())
-    for s in traj.steps[:step]:
+    for s in traj.steps[:step - 1]:
         if id(s) not in seen:
             seen[id(s)] = (s, hashlib.sha256(json.dumps(s.to_json(), sort_keys=True).encode()).hexdigest())
         h.update(seen[id(s)][1].encode())
+    h.update(hashlib.sha256(traj.steps[step - 1].reasoning.encode()).hexdigest().encode())
     return h.hexdigest()
 
 
 @dataclass
 class SessionScorer:
-    """A block scorer that answers a step scored before on the same history from memory (decisions persist)."""
+    """A block scorer that answers a step scored before on the same history from memory (decisions persist).
+
+    Only a step sent to the sensor takes ``lock`` (the proxy's one lock on the sensor), so a request answered
+    from memory never waits for another session's forward. ``defer`` (``--decide async``): a step not in memory
+    is left whole (None) and listed in ``pending``, for a background scorer sharing ``memory`` to score."""
 
     scorer: EntropyScorer
     memory: dict[str, "Sequence[float] | None"] = field(default_factory=dict)
     scored: int = 0  # steps sent to the sensor (not answered from memory)
     seconds: float = 0.0  # time in the sensor
     steps: dict[int, tuple[Step, str]] = field(default_factory=dict)  # step digests of the current request
+    lock: AbstractContextManager[Any] = field(default_factory=nullcontext)
+    defer: bool = False
+    pending: list[int] = field(default_factory=list)  # steps of the current request left whole (defer)
 
     def __call__(self, history: Trajectory, step: int) -> Sequence[float] | None:
         """Scores of ``step``'s blocks (``interp.data.conditions.BlockScorer``)."""
         key = _digest(history, step, self.steps)
         if key not in self.memory:
-            start = time.perf_counter()
-            self.memory[key] = self.scorer(history, step)
-            self.seconds += time.perf_counter() - start
+            if self.defer:
+                self.pending.append(step)
+                return None
+            with self.lock:
+                start = time.perf_counter()
+                scores = self.scorer(history, step)
+                self.seconds += time.perf_counter() - start
+            self.memory[key] = scores
             self.scored += 1
         return self.memory[key]
 
@@ -101,6 +130,12 @@ class SessionScorer:
         if resume is None:
             return 0
         return sum(_nbytes(snap) for snap in resume.snapshots.values())
+
+    def evict(self) -> None:
+        """Drop the KV-cache snapshots (the next forward starts from the prompt's beginning; decisions kept)."""
+        resume = self.scorer._resume
+        if resume is not None:
+            resume.snapshots, resume.tokens = {}, []
 
 
 def _nbytes(obj: Any) -> int:
@@ -137,6 +172,7 @@ class PolicyState:
     scorer: SessionScorer | None = None
     counts: dict[str, int] = field(default_factory=dict)  # token counts of this request's texts
     counted: dict[str, int] = field(default_factory=dict)  # ... and of the previous request's
+    forward_lock: AbstractContextManager[Any] = field(default_factory=nullcontext)  # held around sensor forwards
 
     def __post_init__(self) -> None:
         if self.policy.condition in ICLR_CONTEXT:
@@ -145,9 +181,14 @@ class PolicyState:
             context = ICLR_CONTEXT[self.policy.condition]
             # online: each request's scorer inputs continue the previous one's (step-only inputs do not)
             self.scorer = SessionScorer(EntropyScorer(self.sensor, self.max_tokens, context=context,
-                                                      renderer=Renderer() if context == "online" else render))
-        if self.policy.condition == "drsr_gate" and self.gate is None:
-            raise ValueError("policy drsr_gate: needs a gate (Proxy(gate_factory=...); the CLI builds none yet)")
+                                                      renderer=Renderer() if context == "online" else render),
+                                        lock=self.forward_lock)
+        if self.policy.condition == "drsr_gate":
+            if self.gate is None:
+                raise ValueError("policy drsr_gate: needs a gate (--gate-scorer FILE; from Python "
+                                 "Proxy(gate_factory=...))")
+            if hasattr(self.gate, "lock"):  # patching.gate.SetGate: only its forwards take the sensor lock
+                self.gate.lock = self.forward_lock
 
     def counter(self, text: str) -> int:
         """Tokens of ``text`` under the tokenizer (remembered from this request or the last: a history's texts
@@ -182,3 +223,8 @@ class PolicyState:
     def cache_bytes(self) -> int:
         """Bytes the session's sensor cache holds (0 for policies without a sensor)."""
         return self.scorer.cache_bytes() if self.scorer is not None else 0
+
+    def evict(self) -> None:
+        """Drop the session's sensor cache snapshots (its decisions are kept)."""
+        if self.scorer is not None:
+            self.scorer.evict()

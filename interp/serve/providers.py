@@ -68,13 +68,6 @@ def table() -> str:
     return head + "\n".join(c.row() for c in PROVIDERS.values()) + "\n"
 
 
-def parse_provider(name: str) -> str:
-    """A provider kind as given to ``--provider`` (``auto`` or a kind of ``PROVIDERS``); a ValueError otherwise."""
-    if name not in KINDS:
-        raise ValueError(f"provider {name!r}: unknown; known: {', '.join(KINDS)}")
-    return name
-
-
 def capability_for(chosen: str, api: str, upstream: str, model: object) -> Capability:
     """The rules of a request on ``api`` (module docstring: the chosen kind when it is one of that API, else the
     API's own)."""

@@ -25,7 +25,7 @@ A run log is a folder (``interp serve --log-dir``):
 | ``n_messages`` | ``[]`` | int | messages | messages received from the agent |
 | ``n_steps`` | ``[]`` | int | steps | completed steps of the history (assistant turns; 0 before the first) |
 | ``edited`` | ``[]`` | bool | - | the messages sent upstream differ from those received |
-| ``failure`` | ``[]`` | str or null | - | why the request was forwarded unedited although the policy should have run (mapping, sensor, policy or write-back error, a Responses request's previous_response_id, the retry of a refused edit); null when none |
+| ``failure`` | ``[]`` | str or null | - | why the request was forwarded unedited although the policy should have run: a body that is not a JSON object, chat-template control tokens in the history (``--allow-control-tokens``), a mapping, sensor, policy or write-back error, a Responses request's previous_response_id, the retry of a refused edit; null when none |
 | ``coarsened`` | ``[n]`` | str | - | each edit the provider's rules coarsened (a signed block or reasoning item dropped whole, a required field kept whole); empty when none |
 | ``prompt_tokens`` | ``[]`` | int or null | tokens | usage.prompt_tokens as the upstream reported it (null: no usage reported, e.g. a stream without stream_options.include_usage) |
 | ``cached_tokens`` | ``[]`` | int or null | tokens | usage.prompt_tokens_details.cached_tokens (cache reads), as reported |
@@ -39,6 +39,8 @@ A run log is a folder (``interp serve --log-dir``):
 | ``upstream_seconds`` | ``[]`` | float | s | from forwarding to the answer's last byte |
 | ``cache_bytes`` | ``[]`` | int | bytes | KV-cache snapshots the session's sensor holds after the request |
 | ``sessions`` | ``[]`` | int | - | sessions held by the proxy after the request |
+| ``lag`` | ``[]`` | int | steps | ``--decide async``: steps of this request whose decision was not ready (left whole; scored in the background, applied from a later request); 0 when every decision was ready |
+| ``evicted`` | ``[n_evicted]`` | str | - | sessions whose KV-cache snapshots were dropped after this request to keep ``--memory-budget`` (least recently used first; their decisions are kept) |
 
 **Paired runs** (:func:`paired_document`, ``interp tokens --trajectories RUNLOG_A --paired RUNLOG_B``): run A
 without the policy (``full``), run B with it, the same tasks matched by session. **A task is a session**: the
@@ -99,6 +101,9 @@ deterministic agent's runs are identical up to the first edit, so the bill must 
 | ``max_sessions`` | ``[]`` | int | - | sessions held at most (least recently used dropped first) |
 | ``session_ttl`` | ``[]`` | float | s | a session unused this long is dropped |
 | ``started`` | ``[]`` | float | s | Unix time the proxy started |
+| ``decide`` | ``[]`` | str | - | sync (a request waits for its decisions) or async (decided while the tool runs, applied one request later) |
+| ``memory_budget`` | ``[]`` | int or null | bytes | KV-cache snapshots held over all sessions at most (null: no budget) |
+| ``provider`` | ``[]`` | str | - | the upstream kind whose rules limit the edits (interp serve --provider: auto or a kind of interp.serve.providers) |
 """
 
 from __future__ import annotations
@@ -139,8 +144,9 @@ REQUEST_FIELDS = (
     Field("n_steps", "[]", "int", "steps", "completed steps of the history (assistant turns; 0 before the first)"),
     Field("edited", "[]", "bool", "-", "the messages sent upstream differ from those received"),
     Field("failure", "[]", "str or null", "-", "why the request was forwarded unedited although the policy should "
-          "have run (mapping, sensor, policy or write-back error, a Responses request's previous_response_id, the "
-          "retry of a refused edit); null when none"),
+          "have run: a body that is not a JSON object, chat-template control tokens in the history "
+          "(--allow-control-tokens), a mapping, sensor, policy or write-back error, a Responses request's "
+          "previous_response_id, the retry of a refused edit; null when none"),
     Field("coarsened", "[n]", "str", "-", "each edit the provider's rules coarsened (a signed block or reasoning "
           "item dropped whole, a required field kept whole); empty when none"),
     Field("prompt_tokens", "[]", "int or null", "tokens", "usage.prompt_tokens as the upstream reported it (null: "
@@ -166,6 +172,10 @@ REQUEST_FIELDS = (
     Field("upstream_seconds", "[]", "float", "s", "from forwarding to the answer's last byte"),
     Field("cache_bytes", "[]", "int", "bytes", "KV-cache snapshots the session's sensor holds after the request"),
     Field("sessions", "[]", "int", "-", "sessions held by the proxy after the request"),
+    Field("lag", "[]", "int", "steps", "--decide async: steps of this request whose decision was not ready (left "
+          "whole; scored in the background, applied from a later request); 0 when every decision was ready"),
+    Field("evicted", "[n_evicted]", "str", "-", "sessions whose KV-cache snapshots were dropped after this request "
+          "to keep --memory-budget (least recently used first; their decisions are kept)"),
 )
 SERVE_FIELDS = (
     Field("schema", "{...}", "object", "-", "REQUEST_FIELDS: {field: {shape, dtype, units, doc}} of requests.jsonl"),
@@ -175,6 +185,12 @@ SERVE_FIELDS = (
     Field("max_sessions", "[]", "int", "-", "sessions held at most (least recently used dropped first)"),
     Field("session_ttl", "[]", "float", "s", "a session unused this long is dropped"),
     Field("started", "[]", "float", "s", "Unix time the proxy started"),
+    Field("decide", "[]", "str", "-", "sync (a request waits for its decisions) or async (decided while the tool "
+          "runs, applied one request later)"),
+    Field("memory_budget", "[]", "int or null", "bytes", "KV-cache snapshots held over all sessions at most (null: "
+          "no budget)"),
+    Field("provider", "[]", "str", "-", "the upstream kind whose rules limit the edits (interp serve --provider: "
+          "auto or a kind of interp.serve.providers)"),
 )
 PAIRED_FIELDS = (
     Field("schema", "{...}", "object", "-", "this table: {field: {shape, dtype, units, doc}}"),
@@ -241,9 +257,10 @@ def is_run_log(path: Path) -> bool:
 
 def _legacy_defaults(row: Mapping[str, Any]) -> dict[str, Any]:
     """The values of the fields a run log written before they existed lacks, as that proxy behaved: chat
-    completions only, no provider rules (any edit), one attempt, nothing coarsened; removed_tokens counted from the
-    message strings (null without a tokenizer)."""
-    return {"api": "chat", "provider": "openai-chat", "attempt": 1, "coarsened": [],
+    completions only, no provider rules (any edit), one attempt, nothing coarsened, synchronous decisions (no lag),
+    no memory budget (nothing evicted); removed_tokens counted from the message strings (null without a
+    tokenizer)."""
+    return {"api": "chat", "provider": "openai-chat", "attempt": 1, "coarsened": [], "lag": 0, "evicted": [],
             "removed_measure": ("unedited" if not row.get("edited") else
                                 "unknown" if row.get("removed_tokens") is None else "strings")}
 

@@ -142,7 +142,8 @@ def test_a_bad_option_is_refused_naming_the_option(capsys, monkeypatch, tmp_path
     for name, given in (("--trajectories", str(DEMO)), ("--out", str(out)), ("--store", str(out)),
                         ("--states", str(DEMO.with_name("states.jsonl"))), ("--drsr", str(tmp_path / "drsr")),
                         ("--scorer", str(tmp_path / "s.json")), ("--labels", str(out / "labels.csv")),
-                        ("--base-url", "http://127.0.0.1:9/v1"), ("--model", "m")):
+                        ("--base-url", "http://127.0.0.1:9/v1"), ("--model", "m"),
+                        ("--upstream", "http://127.0.0.1:9/v1"), ("--log-dir", str(out))):
         if name in params and name != option and (name != "--scorer" or path == "gate eval") and (
                 name not in ("--base-url", "--model") or path == "labels judge"):
             args += [name, given]

@@ -103,8 +103,10 @@ def test_sessions_are_named_expire_and_are_bounded(tmp_path):
     proxy.session("b")
     proxy.session("c")  # over the bound: the least recently used (a) goes
     assert list(proxy.sessions) == ["b", "c"]
-    now[0] += 61
-    proxy.session("c")  # b idle for over the ttl: gone
+    now[0] += 30
+    proxy.session("c")
+    now[0] += 31
+    assert proxy.sweep() == ["b"]  # b idle for over the ttl: gone, without a request
     assert list(proxy.sessions) == ["c"]
 
 
@@ -121,3 +123,23 @@ def test_usage_is_read_from_answers_and_streams():
     for i in range(0, len(stream), 5):
         sse.feed(stream[i:i + 5])
     assert sse.usage == usage_of(answer)
+
+
+def test_a_streamed_answer_is_reassembled_into_its_message():
+    """The deltas of an SSE chat stream (content, reasoning, a tool call's name and arguments in pieces, by
+    index) make the message a non-streamed answer would hold."""
+    message = {"role": "assistant", "content": "I will look.", "reasoning_content": "first\n\nsecond",
+               "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "ls"}'}},
+                              {"id": "c2", "type": "function", "function": {"name": "cat", "arguments": '{"f": 1}'}}]}
+    deltas = [{"role": "assistant", "reasoning_content": "first\n\n"}, {"reasoning_content": "second"},
+              {"content": "I will "}, {"content": "look."},
+              {"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "bash", "arguments": ""}}]},
+              {"tool_calls": [{"index": 0, "function": {"arguments": '{"cmd": '}}]},
+              {"tool_calls": [{"index": 1, "id": "c2", "type": "function", "function": {"name": "cat", "arguments": '{"f": 1}'}}]},
+              {"tool_calls": [{"index": 0, "function": {"arguments": '"ls"}'}}]}]
+    stream = b"".join(b"data: " + json.dumps({"choices": [{"index": 0, "delta": d}]}).encode() + b"\n\n"
+                      for d in deltas) + b"data: [DONE]\n\n"
+    sse = SSEUsage()
+    for i in range(0, len(stream), 7):
+        sse.feed(stream[i:i + 7])
+    assert sse.message == message

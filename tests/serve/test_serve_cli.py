@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -27,12 +28,23 @@ def interp(*args: str, **env: str) -> subprocess.Popen:
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--policy", "hide_observation"], "--policy: policy 'hide_observation': not a policy of a live agent"),
+    (["--policy", "hide_observation"], "policy 'hide_observation': not a policy of a live agent"),
     (["--policy", "iclr"], "--policy iclr: needs --model"),
+    (["--policy", "drsr_gate"], "--policy drsr_gate: needs --model"),
+    (["--policy", "drsr_gate", "--model", "tiny-qwen3.5"], "--gate-scorer: given exactly when --policy is drsr_gate"),
+    (["--policy", "drsr_gate", "--model", "tiny-qwen3.5", "--gate-scorer", "no/such.json"],
+     "no/such.json: no gate scorer file"),
+    (["--gate-scorer", "no/such.json"], "--gate-scorer: given exactly when --policy is drsr_gate"),
     (["--policy", "keep_last_k_reasoning:k=0"], "k must be an integer >= 1"),
     (["--upstream", "ftp://x"], "expected an http:// or https:// base URL"),
-    (["--max-sessions", "0"], "--max-sessions 0: must be a finite number >= 1"),
-    (["--provider", "claude"], "--provider: provider 'claude': unknown; known: auto, openai-chat, deepseek"),
+    (["--max-sessions", "0"], "--max-sessions: must be an integer >= 1, got 0"),
+    (["--provider", "claude"], "--provider: must be one of auto, openai-chat, deepseek, anthropic, openai-responses"),
+    (["--port", "-5"], "--port: must be an integer in [0, 65535], got -5"),
+    (["--port", "70000"], "--port: must be an integer in [0, 65535], got 70000"),
+    (["--session-ttl", "0"], "--session-ttl: must be a number > 0"),
+    (["--threads", "0"], "--threads: must be an integer >= 1"),
+    (["--decide", "later"], "--decide: must be one of sync, async"),
+    (["--max-body-bytes", "0"], "--max-body-bytes: must be an integer >= 1"),
 ])
 def test_bad_options_are_one_line_errors(tmp_path, monkeypatch, capsys, args, message):
     base = {"--upstream": "http://127.0.0.1:9/v1", "--log-dir": str(tmp_path / "log")}
@@ -63,8 +75,9 @@ def test_a_server_process_proxies_and_logs(serving, tmp_path):
         assert r.status_code == 200 and r.json()["choices"][0]["message"] == turns[1]
         assert stub.received[0]["messages"][2]["reasoning_content"] == ""
     finally:
-        p.terminate()
-        p.communicate(timeout=30)
+        p.send_signal(signal.SIGINT)  # Ctrl-C: the proxy stops; no batch job's "re-run to resume" line
+        out, err = p.communicate(timeout=60)
+    assert "interp serve: stopped" in out and "re-run" not in err and "Traceback" not in err, (out, err)
     assert read_requests(tmp_path / "log")[0]["edited"] is True
 
 
@@ -75,7 +88,7 @@ def _row(**over) -> dict:
     row.update(session="s", request=1, time=0.0, policy="full", stream=False, status=200, n_messages=2, n_steps=0,
                edited=False, prompt_tokens=10, completion_tokens=2, sensor_seconds=0.0, proxy_seconds=0.0,
                upstream_seconds=0.0, cache_bytes=0, sessions=1, removed_tokens=0, removed_measure="unedited",
-               api="chat", provider="openai-chat", attempt=1, coarsened=[])
+               api="chat", provider="openai-chat", attempt=1, coarsened=[], lag=0, evicted=[])
     row.update(over)
     return row
 
