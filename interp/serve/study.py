@@ -329,7 +329,9 @@ class Study:
         folder = self.run_dir(policy)
         if folder.exists():  # an interrupted or different run: started again
             shutil.rmtree(folder)
-        proxy = Proxy(self.upstream, parse_serve_policy(policy), folder / "log", **self.proxy_args)
+        chosen = parse_serve_policy(policy)
+        args = {k: v for k, v in self.proxy_args.items() if k != "gate_factory" or chosen.condition == "drsr_gate"}
+        proxy = Proxy(self.upstream, chosen, folder / "log", **args)
         running = start(proxy.build())
         try:
             if self.config.agent.startswith("inspect:"):

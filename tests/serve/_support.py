@@ -1,11 +1,14 @@
-"""A stub upstream (records what it receives, answers scripted messages with usage) and a scripted agent."""
+"""A stub upstream (records what it receives, answers scripted messages with usage), a scripted agent, an upstream
+answering every path and a raw HTTP request line (path-hygiene tests)."""
 
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from starlette.applications import Starlette
@@ -113,3 +116,30 @@ def run_agent(url: str, token: str, n: int, stream: bool = False, session: str |
             if k < n:
                 messages = [*messages, turns[k], tool_result(turns[k], k + 1)]
     return sent, answers
+
+
+class Anywhere:
+    """An upstream answering every path of its host (so a request that escapes its base would be answered)."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+
+    def build(self) -> Starlette:
+        async def any_path(request: Request) -> JSONResponse:
+            self.paths.append(request.scope["raw_path"].decode())
+            return JSONResponse({"path": request.url.path})
+
+        return Starlette(routes=[Route("/{rest:path}", any_path, methods=["GET", "POST", "DELETE"])])
+
+
+def raw(url: str, target: str, token: str, host: str | None = None, method: str = "GET") -> tuple[int, bytes]:
+    """Send a request line exactly as written (no client normalises it); (status, body)."""
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+        sock.sendall(f"{method} {target} HTTP/1.1\r\nHost: {host or parts.netloc}\r\nAuthorization: Bearer {token}"
+                     f"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from starlette.applications import Starlette
 
 from interp.accounting.tokens import parse_policy
 from interp.data.conditions import OBSERVATION_MASK
@@ -16,6 +19,8 @@ from interp.serve.runlog import REQUEST_FIELDS, read_requests
 
 from ._agents import agents_sdk_body, claude_code_body, claude_code_messages, codex_body, codex_items
 from ._providers import Recording, anthropic_answer, anthropic_check, responses_answer, responses_check
+from ._support import TOOLS, Anywhere, Stub, raw, scripted_turns
+from .test_isolation import WAIT, Blocking, history
 
 pytestmark = pytest.mark.e2e
 
@@ -185,3 +190,55 @@ def test_removed_tokens_count_the_dropped_blocks_text_not_their_signatures(servi
     words = sum(len(v.split()) for b in dropped for k, v in b.items() if k != "signature" and isinstance(v, str))
     [row] = read_requests(tmp_path / "log")
     assert (row["removed_tokens"], row["removed_measure"]) == (words, "strings")  # runlog.direct_removal's measure
+
+
+def test_messages_requests_pass_the_gatekeeper(serving, tmp_path):
+    """/v1/messages is behind the same door as chat completions: paths confined, Host checked, body limit."""
+    up = Anywhere()
+    base = serving(up.build()).removesuffix("/v1")
+    proxy = Proxy(f"{base}/tenant-a/v1", parse_policy("delete_all_reasoning"), tmp_path / "log",
+                  upstream_key="sk-secret", max_body_bytes=14_000)
+    url = serving(proxy.build())
+    for target in ("/v1/messages/../../health", "/v1/messages/%2e%2e/%2e%2e/admin", "/v1/messages%2f..%2f..%2fx"):
+        status, body = raw(url, target, proxy.token, method="POST")
+        assert status == 400 and "base URL" in json.loads(body)["error"]["message"], target
+    status, body = raw(url, "/v1/messages", proxy.token, host="evil.example", method="POST")
+    assert status == 400 and "Host" in json.loads(body)["error"]["message"]
+    big, small = claude_code_body(27, stream=False), claude_code_body(19, stream=False)
+    assert len(json.dumps(big)) > 14_000 > len(json.dumps(small))
+    assert post(url, "/messages", big, {"x-api-key": proxy.token}).status_code == 413
+    assert up.paths == []  # nothing above reached the upstream
+    assert post(url, "/messages", small, {"x-api-key": proxy.token}).status_code == 200
+    assert up.paths == ["/tenant-a/v1/messages"]
+    [row] = read_requests(tmp_path / "log")
+    assert (row["api"], row["edited"]) == ("messages", True)
+
+
+def test_a_messages_request_from_memory_does_not_wait_for_another_sessions_scoring(tiny_sensor, serving, tmp_path):
+    """Per-session locks cover /v1/messages: Claude Code's request, its steps in its session's memory, completes
+    while a chat session's scoring holds the sensor (order synchronised on events; no clock)."""
+    stub, claude = Stub(scripted_turns(3)), Recording("/v1/messages", anthropic_check(signed()), anthropic_answer)
+    upstream = Starlette(routes=[*stub.build().routes, *claude.build().routes])
+    proxy = Proxy(serving(upstream), parse_policy("iclr:rho=0.5"), tmp_path / "log", sensor=tiny_sensor)
+    url = serving(proxy.build())
+    body = claude_code_body(19, stream=False)  # the first request whose final turn thinks (the stub's check)
+    assert post(url, "/messages", body, {"x-api-key": proxy.token}).status_code == 200  # scored: in memory now
+    blocked = Blocking(proxy.session("A").state.scorer.scorer)
+    proxy.session("A").state.scorer.scorer = blocked
+    got: dict[str, httpx.Response] = {}
+
+    def session_a() -> None:
+        got["A"] = post(url, "/chat/completions", {"model": "m", "messages": history(2), "tools": TOOLS},
+                        {"authorization": f"Bearer {proxy.token}", "x-interp-session": "A"})
+
+    a = threading.Thread(target=session_a)
+    a.start()
+    assert blocked.entered.wait(WAIT)  # A is inside the sensor, holding it
+    again = post(url, "/messages", body, {"x-api-key": proxy.token})  # answered from its session's memory
+    assert again.status_code == 200 and "A" not in got and not blocked.release.is_set()  # done while A waits
+    blocked.release.set()
+    a.join(WAIT)
+    assert got["A"].status_code == 200
+    rows = [r for r in read_requests(tmp_path / "log") if r["api"] == "messages"]
+    assert [r["request"] for r in rows] == [1, 2] and rows[0]["sensor_seconds"] > 0 == rows[1]["sensor_seconds"]
+    assert claude.received[0] == claude.received[1] and not claude.refused

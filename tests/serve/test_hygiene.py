@@ -5,50 +5,18 @@ control tokens logged with their reason."""
 from __future__ import annotations
 
 import json
-import socket
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
 
 from interp.accounting.tokens import parse_policy
 from interp.serve.app import Proxy, host_name, path_refusal
 from interp.serve.runlog import read_requests
 
-from ._support import Stub, opening, scripted_turns, tool_result
+from ._support import Anywhere, Stub, opening, raw, scripted_turns, tool_result
 
 pytestmark = pytest.mark.e2e
-
-
-class Anywhere:
-    """An upstream answering every path of its host (so a request that escapes its base would be answered)."""
-
-    def __init__(self) -> None:
-        self.paths: list[str] = []
-
-    def build(self) -> Starlette:
-        async def any_path(request: Request) -> JSONResponse:
-            self.paths.append(request.scope["raw_path"].decode())
-            return JSONResponse({"path": request.url.path})
-
-        return Starlette(routes=[Route("/{rest:path}", any_path, methods=["GET", "POST", "DELETE"])])
-
-
-def raw(url: str, target: str, token: str, host: str | None = None, method: str = "GET") -> tuple[int, bytes]:
-    """Send a request line exactly as written (no client normalises it); (status, body)."""
-    parts = urlsplit(url)
-    with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
-        sock.sendall(f"{method} {target} HTTP/1.1\r\nHost: {host or parts.netloc}\r\nAuthorization: Bearer {token}"
-                     f"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".encode())
-        data = b""
-        while chunk := sock.recv(65536):
-            data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    return int(head.split()[1]), body
 
 
 ESCAPES = ["/v1/../health", "/v1/%2e%2e/health", "/v1/%2E%2e/%2e%2E/admin", "/v1/models/%2e%2e%2f%2e%2e%2fadmin",

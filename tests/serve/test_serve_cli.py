@@ -117,3 +117,23 @@ def test_bad_run_logs_and_prices_are_one_line_errors(tmp_path, monkeypatch, caps
     err = capsys.readouterr().err
     assert exc.value.code == 2 and message in err and "Traceback" not in err, err
     assert not (tmp_path / "o" / "paired.json").exists()
+
+
+def test_a_run_log_written_before_the_new_fields_reads_with_their_defaults(tmp_path):
+    """Rows of a proxy that had no Messages/Responses APIs, provider rules, measures or async decisions read as
+    that proxy behaved; a field it did write is still required."""
+    import json
+
+    new = ("api", "provider", "attempt", "coarsened", "removed_measure", "lag", "evicted")
+    old = [{k: v for k, v in _row(**over).items() if k not in new}
+           for over in ({}, {"request": 2, "edited": True, "removed_tokens": 5},
+                        {"request": 3, "edited": True, "removed_tokens": None})]
+    (tmp_path / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old))
+    rows = read_requests(tmp_path)
+    assert [{k: r[k] for k in new if k != "removed_measure"} for r in rows] == \
+        [{"api": "chat", "provider": "openai-chat", "attempt": 1, "coarsened": [], "lag": 0, "evicted": []}] * 3
+    assert [(r["removed_tokens"], r["removed_measure"]) for r in rows] == [(0, "unedited"), (5, "strings"),
+                                                                           (None, "unknown")]
+    (tmp_path / "requests.jsonl").write_text(json.dumps({k: v for k, v in old[0].items() if k != "status"}) + "\n")
+    with pytest.raises(ValueError, match="requests.jsonl:1: status: missing"):
+        read_requests(tmp_path)

@@ -130,6 +130,25 @@ def test_a_bad_study_config_names_its_field(kwargs, field):
 
 def test_full_is_run_first():
     assert StudyConfig(agent="inspect:t.py@t", policies=("iclr", "full")).policies == ("full", "iclr")
+    assert StudyConfig(policies=("interleaved", "drsr_gate", "full")).policies == ("full", "interleaved", "drsr_gate")
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--policies", "full,drsr_gate", "--model", "tiny-qwen3.5"], "--gate-scorer: given exactly when --policies "
+     "holds drsr_gate"),
+    (["--policies", "full,interleaved", "--gate-scorer", "g.json"], "--gate-scorer: given exactly when"),
+    (["--policies", "full,drsr_gate", "--gate-scorer", "g.json"], "--model: an iclr or drsr_gate policy needs"),
+    (["--policies", "full,drsr_gate", "--model", "tiny-qwen3.5", "--gate-scorer", "no/such.json"], "no/such.json"),
+])
+def test_a_gate_study_needs_its_scorer_and_sensor(tmp_path, monkeypatch, capsys, extra, message):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["interp", "study", "--upstream", "http://127.0.0.1:9/v1", "--out",
+                                      str(tmp_path / "s"), "--tasks", str(_tasks(tmp_path / "tasks.jsonl")), *extra])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and message in err and "Traceback" not in err, err
+    assert not (tmp_path / "s").exists()
 
 
 @pytest.mark.parametrize("lines, message", [

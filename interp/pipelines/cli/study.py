@@ -10,8 +10,8 @@ from typing import Annotated, Optional
 import typer
 
 from interp.io import check_output_dir
-from interp.pipelines.cli.common import DeviceOpt, DtypeOpt, ModelPathOpt, app, config_options, console, \
-    load_sensor, model_options, option
+from interp.pipelines.cli.common import DeviceOpt, DtypeOpt, GateScorerOpt, ModelPathOpt, app, check_gate_scorer, \
+    config_options, console, load_sensor, model_options, option
 from interp.serve.study import StudyConfig
 
 
@@ -30,11 +30,12 @@ def study(
     tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", help="The upstream model's tokenizer (a model "
                                                      "spec or local HF directory): measures each removal in its "
                                                      "chat template's tokens.")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", help="The sensor of an iclr policy (a model spec or "
-                                                 "local HF directory).")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", help="The sensor of an iclr or drsr_gate policy (a "
+                                                 "model spec or local HF directory).")] = None,
     model_path: ModelPathOpt = None,
     upstream_key_env: Annotated[Optional[str], typer.Option(
         "--upstream-key-env", help="Environment variable holding the upstream's API key.")] = None,
+    gate_scorer: GateScorerOpt = None,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "auto",
     *,
@@ -50,8 +51,12 @@ def study(
     python_agent = config.agent.startswith("python:")
     if python_agent != (tasks is not None):
         raise ValueError("--tasks: a python: agent needs a tasks file, an inspect: agent takes its samples instead")
-    if any(p.startswith("iclr") for p in config.policies) and model is None:
-        raise ValueError("--model: an iclr policy needs the sensor that scores its blocks")
+    if any(p.startswith("iclr") or p == "drsr_gate" for p in config.policies) and model is None:
+        raise ValueError("--model: an iclr or drsr_gate policy needs the sensor that scores its blocks")
+    if ("drsr_gate" in config.policies) != (gate_scorer is not None):
+        raise ValueError("--gate-scorer: given exactly when --policies holds drsr_gate (a scorer file of `interp "
+                         "gate train`)")
+    check_gate_scorer(list(config.policies), gate_scorer)  # a bad file is named before the model loads
     key = None
     if upstream_key_env:
         key = os.environ.get(upstream_key_env)
@@ -68,11 +73,15 @@ def study(
     args: dict[str, object] = {"upstream_key": key}
     if model is not None:
         args["sensor"] = load_sensor(model, model_path, device, model_options(device, dtype, config))
+    if gate_scorer is not None:
+        from interp.serve.policy import gate_factory
+
+        args["gate_factory"] = gate_factory(gate_scorer, args["sensor"])
     if tokenizer is not None:
         from interp.sensor.models import load_tokenizer
 
         args["tokenizer"] = load_tokenizer(tokenizer, None)
-    doc = Study(config, out, upstream, task_list, table, args, {"tasks": tasks, "prices": prices}).run()
+    doc = Study(config, out, upstream, task_list, table, args, {"tasks": tasks, "prices": prices, "gate_scorer": gate_scorer}).run()
     for line in table_lines(doc):
         console.print(line, markup=False)
     console.print(f"{out / 'study.json'}", markup=False)
