@@ -42,7 +42,9 @@ unchanged. Every other ``/v1/...`` request is passed through as is.
   the agent's tool runs; the scorer reads step t up to its reasoning, not its observation), and a request is
   edited with the decisions ready and forwarded at once: step t's decision applies at request t+1 when its
   scoring ended before that request came, else the step is left whole there (``lag`` in the run log: steps
-  left whole) and decided from a later request on; no added latency.
+  left whole) and decided from a later request on; no added latency. The answer is read at once on chat
+  completions only: a Messages or Responses step is queued for the background when the next request brings it
+  (one request more of lag).
 - **Control tokens.** A history whose text holds chat-template control tokens (``<|im_end|>``, ``</think>``) is
   forwarded unedited with the reason logged, as the offline tools refuse such a trajectory, unless
   ``allow_control_tokens``.
