@@ -31,8 +31,10 @@ def serve(
                                                  "spec (see `interp models`) or a local HF directory; its tokenizer "
                                                  "counts the removed tokens.")] = None,
     model_path: ModelPathOpt = None,
-    tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", help="Counts removed tokens without a sensor "
-                                                     "(a model spec or local HF directory).")] = None,
+    tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", help="The upstream model's tokenizer (a model "
+                                                     "spec or local HF directory): measures each removal in its chat "
+                                                     "template's tokens (default: the sensor's; none: unknown).")]
+    = None,
     upstream_key_env: Annotated[Optional[str], typer.Option(
         "--upstream-key-env", help="Environment variable holding the upstream's API key (e.g. OPENAI_API_KEY).")]
     = None,
