@@ -25,7 +25,7 @@ A run log is a folder (``interp serve --log-dir``):
 | ``n_messages`` | ``[]`` | int | messages | messages received from the agent |
 | ``n_steps`` | ``[]`` | int | steps | completed steps of the history (assistant turns; 0 before the first) |
 | ``edited`` | ``[]`` | bool | - | the messages sent upstream differ from those received |
-| ``failure`` | ``[]`` | str or null | - | why the request was forwarded unedited although the policy should have run: a body that is not a JSON object, chat-template control tokens in the history (``--allow-control-tokens``), a mapping, sensor, policy or write-back error, a Responses request's previous_response_id, the retry of a refused edit; null when none |
+| ``failure`` | ``[]`` | str or null | - | why the request was forwarded unedited although the policy should have run: a body that is not a JSON object, chat-template control tokens in the history (--allow-control-tokens), a mapping, sensor, policy or write-back error, a Responses request's previous_response_id, the retry of a refused edit; null when none |
 | ``coarsened`` | ``[n]`` | str | - | each edit the provider's rules coarsened (a signed block or reasoning item dropped whole, a required field kept whole); empty when none |
 | ``prompt_tokens`` | ``[]`` | int or null | tokens | usage.prompt_tokens as the upstream reported it (null: no usage reported, e.g. a stream without stream_options.include_usage) |
 | ``cached_tokens`` | ``[]`` | int or null | tokens | usage.prompt_tokens_details.cached_tokens (cache reads), as reported |
@@ -39,8 +39,8 @@ A run log is a folder (``interp serve --log-dir``):
 | ``upstream_seconds`` | ``[]`` | float | s | from forwarding to the answer's last byte |
 | ``cache_bytes`` | ``[]`` | int | bytes | KV-cache snapshots the session's sensor holds after the request |
 | ``sessions`` | ``[]`` | int | - | sessions held by the proxy after the request |
-| ``lag`` | ``[]`` | int | steps | ``--decide async``: steps of this request whose decision was not ready (left whole; scored in the background, applied from a later request); 0 when every decision was ready |
-| ``evicted`` | ``[n_evicted]`` | str | - | sessions whose KV-cache snapshots were dropped after this request to keep ``--memory-budget`` (least recently used first; their decisions are kept) |
+| ``lag`` | ``[]`` | int | steps | --decide async: steps of this request whose decision was not ready (left whole; scored in the background, applied from a later request); 0 when every decision was ready |
+| ``evicted`` | ``[n_evicted]`` | str | - | sessions whose KV-cache snapshots were dropped after this request to keep --memory-budget (least recently used first; their decisions are kept) |
 
 **Paired runs** (:func:`paired_document`, ``interp tokens --trajectories RUNLOG_A --paired RUNLOG_B``): run A
 without the policy (``full``), run B with it, the same tasks matched by session. **A task is a session**: the
