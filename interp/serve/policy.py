@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interp.accounting.tokens import ICLR_CONTEXT, Policy, parse_policy
 from interp.data.conditions import STEP_POLICIES, EditLog, SetGate, TokenCounter, apply_condition
@@ -47,6 +47,9 @@ from interp.data.trajectory import Step, Trajectory
 from interp.extraction.entropy import EntropyScorer
 from interp.sensor.limits import DEFAULT_MAX_TOKENS
 
+if TYPE_CHECKING:
+    from interp.sensor.protocol import Sensor
+
 GateFactory = Callable[[str], SetGate]
 # the policies of a completed history the proxy applies; hide_observation/hide_stderr/clear_after_code/
 # delete_latest_reasoning are boundary probes of the analyses, not policies an agent runs under
@@ -54,7 +57,7 @@ SERVE_POLICIES = ("full", "iclr", "iclr_step_only", "keep_latest_reasoning", "ke
                   "delete_all_reasoning", "random", "observation_masking", "drsr_gate", *STEP_POLICIES)
 
 
-def gate_factory(scorer: Path, sensor: Any) -> GateFactory:
+def gate_factory(scorer: Path, sensor: Sensor) -> GateFactory:
     """``interp serve --gate-scorer FILE``: one ``patching.gate.SetGate`` per session on the scorer file (read
     once) and the sensor."""
     from patching.gate import GateModel, SetGate

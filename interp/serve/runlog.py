@@ -317,7 +317,8 @@ def answered(rows: list[dict[str, Any]], where: Path) -> list[dict[str, Any]]:
     return ok
 
 
-def rendered_removal(tokenizer: Any, count: Callable[[str], int], received: list[Any], sent: list[Any]) -> int:
+def rendered_removal(tokenizer: Any,  # Any: a transformers tokenizer (apply_chat_template)
+                     count: Callable[[str], int], received: list[Any], sent: list[Any]) -> int:
     """Tokens of ``received`` minus ``sent``, each rendered by the tokenizer's own chat template with the
     generation prompt (tools left out: equal on both sides): what an upstream serving that template and tokenizer
     bills less. The tokenizer splits its input at its special tokens first (``interp.data.render``'s rule), so
@@ -338,7 +339,8 @@ def rendered_removal(tokenizer: Any, count: Callable[[str], int], received: list
     return sum(size(p) * k for p, k in (a - b).items()) - sum(size(p) * k for p, k in (b - a).items())
 
 
-def direct_removal(tokenizer: Any, count: Callable[[str], int] | None, received: list[Any], sent: list[Any],
+def direct_removal(tokenizer: Any,  # Any: a transformers tokenizer (apply_chat_template), or None
+                   count: Callable[[str], int] | None, received: list[Any], sent: list[Any],
                    opaque: tuple[str, ...] = (), render: bool = True) -> tuple[int | None, str]:
     """(removed tokens, ``removed_measure``) of one request: 0 when nothing changed; with ``render`` (chat
     completions) the chat-template render's tokens of the messages received minus of those sent

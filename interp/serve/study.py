@@ -216,16 +216,17 @@ def session_name(sample_id: object, epoch: int) -> str:
     return f"{sample_id}#{epoch}"
 
 
-def named_sessions(inner: Any) -> Any:
+def named_sessions(inner: Any) -> Any:  # Any: Inspect's Solver (an optional dependency)
     """An Inspect solver running ``inner`` with every model call carrying ``X-Interp-Session: <sample>#<epoch>``."""
     from inspect_ai.solver import Generate, TaskState, solver
 
     @solver("interp_named_sessions")
-    def wrap() -> Any:
+    def wrap() -> Any:  # Any: Inspect's Solver (an optional dependency)
         async def solve(state: TaskState, generate: Generate) -> TaskState:
             header = {SESSION_HEADER: session_name(state.sample_id, state.epoch)}
 
-            async def named(state: TaskState, tool_calls: Any = "loop", **kwargs: Any) -> TaskState:
+            async def named(state: TaskState, tool_calls: Any = "loop",  # Any: Inspect's generate arguments
+                            **kwargs: Any) -> TaskState:  # Any: passed through to Inspect's generate
                 kwargs["extra_headers"] = {**(kwargs.get("extra_headers") or {}), **header}
                 return await generate(state, tool_calls=tool_calls, **kwargs)
 
@@ -409,7 +410,7 @@ def study_document(study: Study, rewards: Mapping[str, Mapping[str, float]]) -> 
 def table_lines(doc: Mapping[str, Any]) -> list[str]:
     """The study's table as text lines (what ``interp study`` prints)."""
 
-    def ci(v: Any) -> str:
+    def ci(v: Sequence[float] | None) -> str:
         return "" if v is None else f" [{v[0]:.3g}, {v[1]:.3g}]"
 
     out = []

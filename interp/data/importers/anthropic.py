@@ -144,7 +144,7 @@ def _text_block(block: dict[str, Any], where: str, texts: list[str], ctx: RunCon
         ctx.drop(f"{block.get('type', 'untyped')} content parts")
 
 
-def tools_of(raw: Any) -> list[dict[str, Any]]:
+def tools_of(raw: Any) -> list[dict[str, Any]]:  # Any: a request's tools field, any JSON
     """Declared tools ``{name, description, input_schema}``."""
     if raw is None:
         return []

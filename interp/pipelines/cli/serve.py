@@ -89,7 +89,8 @@ def serve(
                       max_tokens=config.max_tokens, decide=config.decide, memory_budget=config.memory_budget,
                       max_body_bytes=config.max_body_bytes, allowed_hosts=hosts,
                       allow_control_tokens=config.allow_control_tokens, provider=config.provider,
-                      gate_factory=gate_factory(gate_scorer, sensor) if gate_scorer is not None else None)
+                      gate_factory=gate_factory(gate_scorer, sensor) if gate_scorer is not None and sensor is not None
+                      else None)
         url = f"http://{config.host}:{sock.getsockname()[1]}/v1"
         console.print(settings_line(proxy, url), markup=False)
         if not os.environ.get(TOKEN_ENV):

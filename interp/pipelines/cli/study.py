@@ -72,11 +72,11 @@ def study(
             task_list = read_tasks(tasks)
     args: dict[str, object] = {"upstream_key": key}
     if model is not None:
-        args["sensor"] = load_sensor(model, model_path, device, model_options(device, dtype, config))
-    if gate_scorer is not None:
-        from interp.serve.policy import gate_factory
+        args["sensor"] = sensor = load_sensor(model, model_path, device, model_options(device, dtype, config))
+        if gate_scorer is not None:
+            from interp.serve.policy import gate_factory
 
-        args["gate_factory"] = gate_factory(gate_scorer, args["sensor"])
+            args["gate_factory"] = gate_factory(gate_scorer, sensor)
     if tokenizer is not None:
         from interp.sensor.models import load_tokenizer
 
