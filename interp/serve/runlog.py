@@ -97,13 +97,13 @@ deterministic agent's runs are identical up to the first edit, so the bill must 
 | ``schema`` | ``{...}`` | object | - | REQUEST_FIELDS: {field: {shape, dtype, units, doc}} of requests.jsonl |
 | ``policy`` | ``[]`` | str | - | the policy, as written |
 | ``upstream`` | ``[]`` | str | - | the upstream base URL |
+| ``provider`` | ``[]`` | str | - | the upstream kind whose rules limit the edits (interp serve --provider: auto or a kind of interp.serve.providers) |
 | ``model`` | ``[]`` | str or null | - | the sensor model (null: none loaded) |
 | ``max_sessions`` | ``[]`` | int | - | sessions held at most (least recently used dropped first) |
 | ``session_ttl`` | ``[]`` | float | s | a session unused this long is dropped |
 | ``started`` | ``[]`` | float | s | Unix time the proxy started |
 | ``decide`` | ``[]`` | str | - | sync (a request waits for its decisions) or async (decided while the tool runs, applied one request later) |
 | ``memory_budget`` | ``[]`` | int or null | bytes | KV-cache snapshots held over all sessions at most (null: no budget) |
-| ``provider`` | ``[]`` | str | - | the upstream kind whose rules limit the edits (interp serve --provider: auto or a kind of interp.serve.providers) |
 """
 
 from __future__ import annotations
@@ -181,6 +181,8 @@ SERVE_FIELDS = (
     Field("schema", "{...}", "object", "-", "REQUEST_FIELDS: {field: {shape, dtype, units, doc}} of requests.jsonl"),
     Field("policy", "[]", "str", "-", "the policy, as written"),
     Field("upstream", "[]", "str", "-", "the upstream base URL"),
+    Field("provider", "[]", "str", "-", "the upstream kind whose rules limit the edits (interp serve --provider: "
+          "auto or a kind of interp.serve.providers)"),
     Field("model", "[]", "str or null", "-", "the sensor model (null: none loaded)"),
     Field("max_sessions", "[]", "int", "-", "sessions held at most (least recently used dropped first)"),
     Field("session_ttl", "[]", "float", "s", "a session unused this long is dropped"),
@@ -189,8 +191,6 @@ SERVE_FIELDS = (
           "runs, applied one request later)"),
     Field("memory_budget", "[]", "int or null", "bytes", "KV-cache snapshots held over all sessions at most (null: "
           "no budget)"),
-    Field("provider", "[]", "str", "-", "the upstream kind whose rules limit the edits (interp serve --provider: "
-          "auto or a kind of interp.serve.providers)"),
 )
 PAIRED_FIELDS = (
     Field("schema", "{...}", "object", "-", "this table: {field: {shape, dtype, units, doc}}"),
