@@ -53,7 +53,7 @@ Fields of ``attribution.json`` (``FIELDS``; :func:`summarize` writes them):
 | ``layers`` | ``[n_sites]`` | int | layer index | layer of each site |
 | ``agreement`` | ``{tail, history, harm}`` | object | spearman: unitless; mae: nats or nats/token | pooled agreement of the estimate with the exact value over every boundary: {n, spearman, mae, max_abs_error} (spearman null with fewer than 3 pairs or a constant side); tail = boundary-tail KL change per site vs exact KL Repair's, history = sampled history sites vs their exact patch, harm = first-order vs exact singleton harm |
 | ``per_boundary_spearman`` | ``{tail, history, harm}`` | object | unitless | median over boundaries of the per-boundary Spearman (null when no boundary has one) |
-| ``forwards`` | ``{attribution, exact}`` | object | forward passes per boundary | mean over run boundaries: attribution = 2 forwards + 1 backward (counted as 2 forwards) of the KL map plus 1 + 1 of harm; exact = the sites' patched forwards (one per site and tail plus the two unpatched runs) and one per singleton for harm |
+| ``forwards`` | ``{attribution, exact}`` | object | forward passes per boundary | mean over run boundaries: attribution = the forwards of the KL map (full, deleted, and the deleted run recomputed by the checkpointed backward: 3; one backward besides) plus 2 of harm (teacher-forced full render and its recomputation; one backward) where harm ran; exact = what the exact method needs for the same map: 2 unpatched runs + one patched forward per site (hooks x aligned positions) + one per singleton unit |
 | ``boundaries`` | ``[n_boundaries] of {task_id, after_step, d, n_tokens_full, n_tokens_deleted, n_aligned, repair_linear, repair_exact, kl_change_linear, kl_change_exact, units, history, harm, agreement}`` | object | d, kl_change_*: nats; repair_*: unitless | per boundary: d = KL(P_full ‖ P_del) of the backward's run; per site the tail's first-order KL change (sum of the tail positions' effects) and Repair = -change / d, beside exact KL Repair's (kl_patch - d and its repair; null when kl_repair excluded the boundary); units = [{kind, step, block, start, end, effect: [n_sites]}] the effect summed over each segment of the deleted render (nats); history = [{site, position, estimate, exact}] sampled history sites patched exactly (nats); harm = {nll_full, units: [{members, tokens, harm_linear, harm_exact}]} or {reason} when not run; agreement = {tail, history, harm} as above for this boundary |
 | ``skipped`` | ``[n_skipped] of {task_id, after_step, n_tokens, reason}`` | object | n_tokens: tokens | boundaries not run (a render over max_tokens or the model's positions) |
 | ``maps`` | ``[]`` | str | - | the file holding the per-position maps (MAP_FIELDS): attribution_maps.safetensors |
@@ -91,7 +91,8 @@ from interp.schema import Field, schema_dict
 from interp.sensor.hooks import attention_implementation, decoder_layers, hooks, plain_attention
 from interp.sensor.protocol import Sensor
 from interp.sensor.unembed import float_final_norm, log_probs
-from patching.kl_repair import kl
+from patching.harm import _target, candidate_sets, set_harms
+from patching.kl_repair import boundary_renders, kl, kl_repair_trajectory
 
 FINAL = "ln_final.hook_out"
 GATE_ATTENTION = "interp_key_gate"  # the attention implementation registered while the harm gate runs
@@ -115,9 +116,11 @@ FIELDS = (
     Field("per_boundary_spearman", "{tail, history, harm}", "object", "unitless",
           "median over boundaries of the per-boundary Spearman (null when no boundary has one)"),
     Field("forwards", "{attribution, exact}", "object", "forward passes per boundary",
-          "mean over run boundaries: attribution = 2 forwards + 1 backward (counted as 2 forwards) of the KL map "
-          "plus 1 + 1 of harm; exact = the sites' patched forwards (one per site and tail plus the two unpatched "
-          "runs) and one per singleton for harm"),
+          "mean over run boundaries: attribution = the forwards of the KL map (full, deleted, and the deleted run "
+          "recomputed by the checkpointed backward: 3; one backward besides) plus 2 of harm (teacher-forced full "
+          "render and its recomputation; one backward) where harm ran; exact = what the exact method needs for the "
+          "same map: 2 unpatched runs + one patched forward per site (hooks x aligned positions) + one per singleton "
+          "unit"),
     Field("boundaries", "[n_boundaries] of {task_id, after_step, d, n_tokens_full, n_tokens_deleted, n_aligned, "
           "repair_linear, repair_exact, kl_change_linear, kl_change_exact, units, history, harm, agreement}",
           "object", "d, kl_change_*: nats; repair_*: unitless",
@@ -251,16 +254,17 @@ def linear_kl_repair(sensor: Sensor, full_ids: Sequence[int], deleted_ids: Seque
 
 
 def exact_effects(sensor: Sensor, lin: LinearRepair, deleted_ids: Sequence[int],
-                  sites: Sequence[tuple[int, Sequence[int]]]) -> list[float]:
+                  sites: Sequence[tuple[int, Sequence[int]]], strength: float = 1.0) -> list[float]:
     """The exact KL change ``KL(P_full || P_patch) - d`` of each site ``(hook index, positions)`` patched to the full
-    run's activations (alpha = 1 there), one forward each: the oracle of :func:`linear_kl_repair`."""
+    run's activations (alpha = 1 there; ``strength``: that alpha), one forward each: the oracle of
+    :func:`linear_kl_repair`."""
     out = []
     with torch.no_grad(), plain_attention(sensor.hf_model):
         p_del = _last_logprobs(sensor, deleted_ids, [])
         d = float(kl(lin.p_full, p_del))
         for k, positions in sites:
             alpha = torch.zeros(len(lin.names), len(deleted_ids), device=sensor.device)
-            alpha[k, list(positions)] = 1.0
+            alpha[k, list(positions)] = strength
             p = _last_logprobs(sensor, deleted_ids, _toward(lin.names, lin.acts, lin.aligned, alpha))
             out.append(float(kl(lin.p_full, p)) - d)
     return out
@@ -291,8 +295,6 @@ def linear_harms(sensor: Sensor, traj: Trajectory, b: int, sets: Sequence[tuple[
                  use_checkpoint: bool = True) -> tuple[float, list[tuple[float, int]]]:
     """``(NLL(y | H), [(harm_lin, n_tokens) per set])``: the first-order harm of deleting each set from one forward
     and one backward of the teacher-forced full render under the key gate (module docstring)."""
-    from patching.harm import _target
-
     if sensor.linear_attention_layers:
         raise ValueError(f"{sensor.spec}: first-order harm gates softmax attention weights; layers "
                          f"{sensor.linear_attention_layers} are Gated-DeltaNet (no softmax to gate): use the exact "
@@ -382,3 +384,67 @@ def _pairs(row: dict[str, Any], part: str) -> list[tuple[float, float, str]]:
         return [(h["estimate"], h["exact"], f"{h['site']}@{h['position']}") for h in row["history"]]
     return [(u["harm_linear"], u["harm_exact"], "+".join(":".join(map(str, m)) for m in u["members"]))
             for u in row["harm"].get("units", [])]
+
+
+def attribution_trajectory(sensor: Sensor, traj: Trajectory, condition: str, sites: list[tuple[str, int]],
+                           boundaries: list[int] | None = None, n_positions: int = 1, exact_sites: int = 8,
+                           condition_params: dict[str, Any] | None = None, max_tokens: int | None = None,
+                           units: Sequence[str] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
+                                                                        dict[str, torch.Tensor]]:
+    """``(rows, skipped, maps)`` of every boundary of ``traj``: the first-order map beside its oracle (exact KL
+    Repair at the boundary tail, ``exact_sites`` sampled history sites patched exactly, exact singleton harm)."""
+    from interp.data.deletions import DRSR_UNIT_KINDS
+    from interp.sensor.hooks import hook_name
+    from interp.sensor.limits import DEFAULT_MAX_TOKENS
+
+    boundaries = boundaries or list(range(1, traj.n_steps + 1))
+    limit = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+    oracle = kl_repair_trajectory(sensor, traj, condition, sites, boundaries, "fast", n_positions, condition_params,
+                                  max_tokens=limit)
+    skipped = [{"task_id": r.task_id, "after_step": r.after_step,
+                "n_tokens": max(r.n_tokens_full, r.n_tokens_deleted), "reason": r.skipped} for r in oracle if r.skipped]
+    run = {r.after_step: r for r in oracle if not r.skipped}
+    full, deleted = boundary_renders(sensor, traj, condition, list(run), condition_params)
+    names = [hook_name(s, layer) for s, layer in sites]
+    labels = [f"{s}.{layer}" for s, layer in sites]
+    rows, maps = [], {}
+    for b, exact in run.items():
+        lin = linear_kl_repair(sensor, full[b].input_ids, deleted[b].input_ids, names)
+        change = lin.effect[:, -n_positions:].sum(axis=1)
+        chosen = history_sites(lin, n_positions, exact_sites, f"{traj.task_id}@{b}")
+        hist = exact_effects(sensor, lin, deleted[b].input_ids, [(k, [i]) for k, i in chosen])
+        harm = _harm(sensor, traj, b, units or DRSR_UNIT_KINDS)
+        row = {"task_id": traj.task_id, "after_step": b, "d": lin.d, "n_tokens_full": full[b].n_tokens,
+               "n_tokens_deleted": deleted[b].n_tokens, "n_aligned": int((lin.aligned >= 0).sum()),
+               "site_labels": labels, "kl_change_linear": change.tolist(),
+               "repair_linear": (-change / lin.d).tolist() if lin.d > 0 else [None] * len(names),
+               "kl_change_exact": [k - exact.d for k in exact.kl_patch],
+               "repair_exact": [None if exact.excluded else x for x in exact.repair],
+               "units": unit_map(deleted[b], lin.effect),
+               "history": [{"site": labels[k], "position": i, "estimate": float(lin.effect[k, i]), "exact": x}
+                           for (k, i), x in zip(chosen, hist)],
+               "harm": harm,
+               "forwards": {"attribution": 3 + (2 if "units" in harm else 0),
+                            "exact": 2 + len(names) * int((lin.aligned >= 0).sum()) + len(harm.get("units", []))}}
+        row["agreement"] = {part: agreement(*zip(*_pairs(row, part))) if _pairs(row, part) else agreement([], [], [])
+                            for part in ("tail", "history", "harm")}
+        rows.append(row)
+        key = f"{traj.task_id}@{b}"
+        maps[f"{key}.effect"] = torch.from_numpy(lin.effect.astype(np.float32))
+        maps[f"{key}.aligned"] = torch.from_numpy(lin.aligned)
+    return rows, skipped, maps
+
+
+def _harm(sensor: Sensor, traj: Trajectory, b: int, units: Sequence[str]) -> dict[str, Any]:
+    """One boundary's first-order vs exact singleton harm, or the reason it was not run."""
+    if b >= traj.n_steps:
+        return {"reason": "no recorded next output (the last boundary)"}
+    if sensor.linear_attention_layers:
+        return {"reason": f"Gated-DeltaNet layers {sensor.linear_attention_layers}: no softmax weight to gate"}
+    singles = candidate_sets(traj, b, max_k=1, units=units)
+    if not singles:
+        return {"reason": "no unit of the chosen kinds in the history"}
+    nll, lin = linear_harms(sensor, traj, b, singles)
+    _, sets = set_harms(sensor, traj, b, singles)
+    return {"nll_full": nll, "units": [{"members": [list(m) for m in s.members], "tokens": n, "harm_linear": h,
+                                        "harm_exact": s.harm} for s, (h, n) in zip(sets, lin)]}

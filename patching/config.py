@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from patching.gate import Calibration
 
 PATCH_SITES = ("resid_pre", "attn_out", "mlp_out")
-PATCH_METHODS = ("fast", "reference")
+PATCH_METHODS = ("fast", "reference", "attribution")
 GATE_SCORERS = ("ridge", "set-mlp")  # patching.gate.make_scorer: the bootstrap ridge ensemble, DRSR's set model
 GATE_RULES = ("bound", "empirical")  # patching.gate.select: the finite-sample bound, DRSR's empirical rule
 N_MEMBERS = 8  # the ridge ensemble's bootstrap members when none are given (set-mlp: patching.gate_mlp.N_MEMBERS)
@@ -66,7 +66,8 @@ def _boundary_keys(boundaries: tuple[str, ...] | None, trajectories: Sequence[Tr
 @dataclass(frozen=True)
 class PatchConfig:
     """KL Repair (``interp patch``): the deletion condition giving P_del, the site kind patched and the layers
-    (resolved on the model by the stage), the method, how many final positions are patched, the trajectories
+    (resolved on the model by the stage), the method (``attribution``: ``patching.attribution``'s first-order map with
+its exact checks, ``exact_sites`` of them at sampled history positions), how many final positions are patched, the trajectories
     (None: all) and the token limit of a boundary's render (longer ones are skipped and listed). The noise rule (a
     boundary is kept when d exceeds ``NOISE_FACTOR`` times its measured noise) is ``patching.kl_repair``'s."""
 
@@ -79,13 +80,16 @@ class PatchConfig:
     layers: str = param("all", Text("a layer spec (all, full_attention, 0,4,8 or 1based:4,8,32)"),
                         "Layers patched: all, full_attention, a comma list (0,4,8) or 1based:4,8,32. " + LAYERS_NOTE)
     method: str = param("fast", Options(PATCH_METHODS), "fast: the full-history prefix cached once per boundary; "
-                        "reference: one plain forward per site (the slow check).")
+                        "reference: one plain forward per site (the slow check); attribution: the first-order "
+                        "estimate at every layer and history position (attribution.json) beside the exact values.")
     positions: int = param(1, Integer(1), "Final positions patched (the boundary token and the ones before it).",
                            "tokens")
     task_ids: tuple[str, ...] | None = param(None, Maybe(Items(Text("a task id"), unique=True), "every trajectory"),
                                              "Trajectories patched (comma list of task ids).")
     max_tokens: int = param(DEFAULT_MAX_TOKENS, TOKEN_LIMIT, TOKEN_LIMIT_HELP, "tokens")
     n_boot: int = param(N_BOOT, Integer(0), "Task-bootstrap resamples of the per-layer Repair CIs (0: none).")
+    exact_sites: int = param(8, Integer(0), "Method attribution: history sites per boundary also patched exactly "
+                             "(the oracle; one forward each).", "sites")
 
     def __post_init__(self) -> None:
         validate(self)  # the layer spec's syntax and range are checked on the model, by the stage
