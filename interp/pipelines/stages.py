@@ -359,7 +359,9 @@ def _attribution(sensor: Sensor, trajs: list[Trajectory], out: Path, config: Pat
     from interp.extraction.batch import trajectories_sha256
     from patching.attribution import MAPS_FILE, attribution_trajectory, summarize
 
-    rows, skipped, maps = [], [], {}
+    rows: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+    maps: dict[str, Any] = {}  # name -> tensor (safetensors)
     with writer_lock(out, command="patch"):
         for traj in trajs:
             r, s, m = attribution_trajectory(sensor, traj, config.condition, sites, n_positions=config.positions,
