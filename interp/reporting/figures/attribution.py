@@ -55,7 +55,7 @@ def attribution_figure(result: dict) -> go.Figure:
         fig.update_xaxes(title_text=f"exact ({unit})", row=1, col=col)
         fig.update_yaxes(title_text=f"first order ({unit})", row=1, col=col)
     model = (result.get("model") or {}).get("spec", "?")
-    fig.update_layout(template=TEMPLATE, width=1500, height=480, title=dict(
+    fig.update_layout(template=TEMPLATE, width=1500, height=560, title=dict(
         text=f"Attribution maps vs exact patching ({model}, condition {result['condition']}, "
              f"{len(rows)} boundaries)"))
     return fig
