@@ -137,3 +137,33 @@ def test_agreement_reports_rank_error_and_the_worst_sites():
     assert got["disagree"][0]["site"] == "d" and got["disagree"][0]["error"] == pytest.approx(0.5)
     assert agreement([1.0, float("nan")], [1.0, 2.0], ["a", "b"])["n"] == 1
     assert agreement([1.0, 1.0, 1.0], [1.0, 2.0, 3.0], ["a", "b", "c"])["spearman"] is None  # constant side
+
+
+def test_patch_stage_writes_attribution_with_its_record_and_maps(tiny_sensor, mini_trajectory, tmp_path):
+    """``interp patch --method attribution``'s stage: attribution.json matches its schema and carries the config
+    that ran; the maps hold every site at every deleted-render position; harm says why it did not run here."""
+    import json
+
+    from safetensors.torch import load_file
+
+    from interp.pipelines import stages
+    from interp.record import config_from
+    from interp.schema import check
+    from patching.attribution import FIELDS, MAPS_FILE
+    from patching.config import PatchConfig
+
+    config = PatchConfig(method="attribution", layers="0,4,7", exact_sites=2, n_boot=0)
+    stages.patch(tiny_sensor, [mini_trajectory], tmp_path, config)
+    doc = json.loads((tmp_path / "attribution.json").read_text())
+    check(doc, FIELDS, "attribution.json")
+    assert config_from(PatchConfig, doc["config"]) == config
+    assert doc["sites"] == ["resid_pre.0", "resid_pre.4", "resid_pre.7"]
+    maps = load_file(tmp_path / MAPS_FILE)
+    for row in doc["boundaries"]:
+        key = f"{row['task_id']}@{row['after_step']}"
+        assert tuple(maps[f"{key}.effect"].shape) == (3, row["n_tokens_deleted"])
+        assert len(row["history"]) == 2
+        last = row["after_step"] == mini_trajectory.n_steps
+        assert ("last boundary" if last else "Gated-DeltaNet") in row["harm"]["reason"]
+    assert doc["agreement"]["tail"]["n"] == 3 * len(doc["boundaries"])
+    assert doc["forwards"]["attribution"] == 3 and doc["forwards"]["exact"] > 100
