@@ -148,8 +148,9 @@ def attribution_section(res: dict[str, Any], folder: Path) -> list[str]:
                        ("history", "history sites vs their exact patch (nats)"),
                        ("harm", "singleton harm vs exact DRSR harm (nats/token)")):
         a = agree[part]
+        errors = ["n/a" if v is None else f"{v:.2g}" for v in (a["mae"], a["max_abs_error"])]  # nats: small
         lines.append(f"| {name} | {a['n']} | {shown(num(a['spearman']))} | {shown(num(per[part]))} | "
-                     f"{shown(num(a['mae']))} | {shown(num(a['max_abs_error']))} |")
+                     f"{errors[0]} | {errors[1]} |")
     rows = res["boundaries"]
     n = len(res["sites"])
     lines += ["", "| site | Repair, first order (mean) | Repair, exact (mean) |", "|---|---|---|"]
