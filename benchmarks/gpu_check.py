@@ -31,6 +31,9 @@ check                      what is compared                                     
                            boundary log-probs, vs a plain forward, at N tokens
 ``kl_repair_all_sites``    fast KL Repair of all sites (32 resid_pre + final) at  GPU: time <= 3x of one plain forward;
                            one ~8K-token boundary vs one plain forward             CPU: it ran
+``attribution_all_sites``  first-order map (every layer x every position) at the   it ran, the map is finite and the boundary
+                           same boundary, checkpointed backward, vs the fast       token's estimates rank like exact KL
+                           KL Repair's time (recorded: time ratio, peak memory)    Repair's (Spearman > 0; NO-DATA if constant)
 =========================  =====================================================  ==========================================
 
 Checks run in this order, long contexts last and ascending; one that raises
@@ -88,9 +91,10 @@ from interp.sensor.forward import Plan, run_plan
 from interp.sensor.hooks import hook_name, hooks
 from interp.sensor.kernels.binding import kernels_line
 from interp.sensor.models import SPECS, load_model
+from patching.attribution import agreement, linear_kl_repair
 from patching.harm import _target, candidate_sets, set_harms
 from patching.config import PatchConfig
-from patching.kl_repair import d_threshold, default_sites, kl_repair_trajectory, threshold_for
+from patching.kl_repair import boundary_renders, d_threshold, default_sites, kl_repair_trajectory, threshold_for
 
 RULE = PatchConfig().noise_rule  # the study's KL noise rule: PatchConfig's defaults
 
@@ -380,6 +384,28 @@ def check_kl_all_sites(sensor: Any, n_tokens: int, enforce: bool) -> dict[str, A
                   kl_repair_peak_gib=m_kl, d=rows[0].d)
 
 
+def check_attribution(sensor: Any, n_tokens: int) -> dict[str, Any]:
+    """The first-order map of every resid_pre at every position of one long boundary (one forward of each render and
+    one checkpointed backward) beside fast KL Repair of the boundary token at the same sites."""
+    traj = long_trajectory(sensor.tokenizer, n_tokens)
+    b = traj.n_steps
+    full = render(traj, b, sensor.tokenizer)
+    sites = default_sites(sensor.n_layers)
+    rows, t_kl, _ = _timed(sensor.device, lambda: kl_repair_trajectory(sensor, traj, "delete_all_reasoning", sites,
+                                                                     boundaries=[b]))
+    _, deleted = boundary_renders(sensor, traj, "delete_all_reasoning", [b])
+    names = [hook_name(s, layer) for s, layer in sites]
+    lin, t_lin, m_lin = _timed(sensor.device, lambda: linear_kl_repair(sensor, full.input_ids,
+                                                                      deleted[b].input_ids, names))
+    agree = agreement(lin.effect[:, -1].tolist(), [k - rows[0].d for k in rows[0].kl_patch], [*map(str, sites)])
+    finite = bool(torch.isfinite(torch.as_tensor(lin.effect)).all())
+    ok = None if agree["spearman"] is None else finite and agree["spearman"] > 0
+    return _check("attribution_all_sites", ok, "map finite and boundary-token Spearman vs exact > 0",
+                  sites=len(sites), positions=int(lin.effect.shape[1]), tokens_full=full.n_tokens,
+                  attribution_s=t_lin, kl_repair_s=t_kl, time_ratio=t_lin / t_kl, attribution_peak_gib=m_lin,
+                  spearman=agree["spearman"], mae_nats=agree["mae"], d=lin.d)
+
+
 def _guarded(name: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """Run one check; an exception (OOM, a bug) is that check's FAIL with the error, and the next check still runs."""
     try:
@@ -437,6 +463,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         _plain_forward(sensor, warm)  # kernel warm-up (Triton autotuning, cuBLAS handles) before timing
         run_plan(sensor, warm[0], _extraction_plan(sensor, warm.shape[1]))
         record(_guarded("kl_repair_all_sites", lambda: check_kl_all_sites(sensor, args.kl_tokens, enforce=not smoke)))
+        record(_guarded("attribution_all_sites", lambda: check_attribution(sensor, args.kl_tokens)))
         for n in args.sizes:  # longest last: a run that runs out of time loses the least
             if time.perf_counter() - started > args.budget_s:
                 record(_check(f"long_context@{n}", None, f"skipped: past --budget-s {args.budget_s:g}"))

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from patching.gate import Calibration
 
 PATCH_SITES = ("resid_pre", "attn_out", "mlp_out")
-PATCH_METHODS = ("fast", "reference")
+PATCH_METHODS = ("fast", "reference", "attribution")
 GATE_SCORERS = ("ridge", "set-mlp")  # patching.gate.make_scorer: the bootstrap ridge ensemble, DRSR's set model
 GATE_RULES = ("bound", "empirical")  # patching.gate.select: the finite-sample bound, DRSR's empirical rule
 N_MEMBERS = 8  # the ridge ensemble's bootstrap members when none are given (set-mlp: patching.gate_mlp.N_MEMBERS)
@@ -81,10 +81,12 @@ class NoiseRule:
 @dataclass(frozen=True)
 class PatchConfig:
     """KL Repair (``interp patch``): the deletion condition giving P_del, the site kind patched and the layers
-    (resolved on the model by the stage), the method, how many final positions are patched, the trajectories
-    (None: all) and the token limit of a boundary's render (longer ones are skipped and listed), and the noise rule
-    (:attr:`noise_rule`: a boundary is kept when d exceeds ``max(min_kl, noise_factor x its measured noise)``; d's
-    recorded error bound is ``d_error_factor x noise``; ``patching.kl_repair``'s module docstring says why)."""
+    (resolved on the model by the stage), the method (``attribution``: ``patching.attribution``'s first-order map
+    with its exact checks, ``exact_sites`` of them at sampled history positions), how many final positions are
+    patched, the trajectories (None: all) and the token limit of a boundary's render (longer ones are skipped and
+    listed), and the noise rule (:attr:`noise_rule`: a boundary is kept when d exceeds ``max(min_kl, noise_factor x
+    its measured noise)``; d's recorded error bound is ``d_error_factor x noise``; ``patching.kl_repair``'s module
+    docstring says why)."""
 
     analysis: ClassVar[str] = "kl_repair"
     precision: ClassVar[str] = "float32"
@@ -95,7 +97,8 @@ class PatchConfig:
     layers: str = param("all", Text("a layer spec (all, full_attention, 0,4,8 or 1based:4,8,32)"),
                         "Layers patched: all, full_attention, a comma list (0,4,8) or 1based:4,8,32. " + LAYERS_NOTE)
     method: str = param("fast", Options(PATCH_METHODS), "fast: the full-history prefix cached once per boundary; "
-                        "reference: one plain forward per site (the slow check).")
+                        "reference: one plain forward per site (the slow check); attribution: the first-order "
+                        "estimate at every layer and history position (attribution.json) beside the exact values.")
     positions: int = param(1, Integer(1), "Final positions patched (the boundary token and the ones before it).",
                            "tokens")
     task_ids: tuple[str, ...] | None = param(None, Maybe(Items(Text("a task id"), unique=True), "every trajectory"),
@@ -108,6 +111,8 @@ class PatchConfig:
                                   "multiples of the measured noise (validated: the largest ratio seen is 11.2 on the "
                                   "tiny model, 14 on SmolLM2).")
     min_kl: float = param(1e-6, Real(0), "Floor of the exclusion threshold on d.", "nats")
+    exact_sites: int = param(8, Integer(0), "Method attribution: history sites per boundary also patched exactly "
+                             "(the oracle; one forward each).", "sites")
 
     def __post_init__(self) -> None:
         validate(self)  # the layer spec's syntax and range are checked on the model, by the stage

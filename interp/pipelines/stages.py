@@ -317,6 +317,10 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, config: PatchConfi
         tag += ".g" + hashlib.sha1(Path(gate_scorer).read_bytes()).hexdigest()[:12]
     if positions > 1:
         _check_positions(sensor, [by_id[k] for k in keys], condition, positions)
+    if method == "attribution":
+        if shard[1] > 1 or executor is not None:
+            raise ConfigError("method", "attribution runs in process, unsharded (drop --shard and --executor)")
+        return _attribution(sensor, [by_id[k] for k in keys], out, config, sites, params, gate_scorer)
     with writer_lock(out, command="patch"):
         costs = {k: render_tokens(by_id[k], by_id[k].n_steps, sensor.tokenizer) for k in keys} if shard[1] > 1 else None
         parts = _units(sensor, trajs, keys, lambda s, k: [asdict(r) for r in kl_repair_trajectory(
@@ -329,6 +333,30 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, config: PatchConfi
         result = {**summarize(rows, sites, condition, sensor, method, positions, config.n_boot, config.noise_rule), **record(
             config, sensor=sensor, inputs={"trajectories": trajectories_sha256(trajs), "gate_scorer": gate_scorer})}
         atomic_write_json(out / "kl_repair.json", result)
+    return result
+
+
+def _attribution(sensor: Sensor, trajs: list[Trajectory], out: Path, config: PatchConfig, sites: list[tuple[str, int]],
+                 params: dict[str, Any] | None, gate_scorer: Path | None) -> dict[str, Any]:
+    """``attribution.json`` and its maps (``patching.attribution``): the first-order map of every boundary beside
+    exact KL Repair, exactly patched history sites and exact singleton harm."""
+    from safetensors.torch import save
+    from interp.extraction.batch import trajectories_sha256
+    from patching.attribution import MAPS_FILE, attribution_trajectory, summarize
+
+    rows: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+    maps: dict[str, Any] = {}  # name -> tensor (safetensors)
+    with writer_lock(out, command="patch"):
+        for traj in trajs:
+            r, s, m = attribution_trajectory(sensor, traj, config.condition, sites, n_positions=config.positions,
+                                             exact_sites=config.exact_sites, condition_params=params,
+                                             max_tokens=config.max_tokens)
+            rows, skipped, maps = rows + r, skipped + s, {**maps, **m}
+        result = {**summarize(rows, skipped, sites, config.condition, sensor, config.positions), **record(
+            config, sensor=sensor, inputs={"trajectories": trajectories_sha256(trajs), "gate_scorer": gate_scorer})}
+        atomic_write_bytes(out / MAPS_FILE, save({k: v.contiguous() for k, v in maps.items()}))
+        atomic_write_json(out / "attribution.json", result)
     return result
 
 

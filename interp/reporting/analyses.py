@@ -110,6 +110,13 @@ ANALYSES: tuple[Analysis, ...] = (
         section="interp.reporting.report:repair_section",
         reference=MappingProxyType({"kl_repair": ref.KL_REPAIR, "n_layers": ref.N_LAYERS})),
     Analysis(
+        "attribution", "Attribution maps: first-order KL Repair and harm beside the exact values", "attribution",
+        "attribution.json",
+        files=(ResultFile("attribution.json", "patching.attribution:FIELDS"),),
+        figures=(Figure("fig16_attribution", "attribution.json",
+                        "interp.reporting.figures.attribution:attribution_figure"),),
+        section="interp.reporting.report:attribution_section"),
+    Analysis(
         "iclr", "ICLR block entropy", "iclr", "iclr_blocks.csv",
         files=(ResultFile("iclr_blocks.csv", "interp.extraction.entropy:DROP_TABLE_FIELDS"),
                ResultFile("iclr_blocks.json", "interp.extraction.entropy:TABLE_RECORD_FIELDS")),

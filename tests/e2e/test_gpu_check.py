@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # ~20-40 s on a loaded 2-core 
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKS = ["loader", "bridge_hooks", "extraction_shared", "kl_repair_fast", "harm_prefix", "kl_repair_all_sites",
-          "long_context@256", "long_context@512"]
+          "attribution_all_sites", "long_context@256", "long_context@512"]
 
 
 def test_gpu_check_cpu_smoke_passes_every_check(tmp_path):

@@ -33,6 +33,7 @@ from interp.io import atomic_write_json
 from interp.pipelines.configs import CONFIGS as REGISTERED
 from interp.record import record
 from interp.reporting.analyses import ANALYSES, Analysis, analysis
+from patching.attribution import agreement, summarize as summarize_attribution
 from patching.config import DrsrConfig, GateConfig, HarmConfig, PatchConfig
 from patching.drsr import summarize_drsr
 from patching.gate_eval import evaluate, train
@@ -70,6 +71,10 @@ def _write_probe(root: Path, a: Analysis, rng: np.random.Generator, config: Prob
 
 def _write_kl_repair(root: Path, a: Analysis, rng: np.random.Generator, config: PatchConfig) -> None:
     atomic_write_json(root / a.path(), kl_repair_doc(rng, config=config))
+
+
+def _write_attribution(root: Path, a: Analysis, rng: np.random.Generator, config: PatchConfig) -> None:
+    atomic_write_json(root / a.path(), attribution_doc(rng, config=config))
 
 
 def _write_externalization(root: Path, a: Analysis, rng: np.random.Generator, config: RiskConfig) -> None:
@@ -129,7 +134,8 @@ def _tokens(config: TokensConfig | None = None) -> dict:
 
 # analysis name -> the config its synthetic writer computes with and records (the defaults the figure tests expect)
 CONFIGS: dict[str, Any] = {
-    "probe": ProbeConfig(permutation="fixed"), "kl_repair": PatchConfig(), "externalization": RiskConfig(n_boot=200),
+    "probe": ProbeConfig(permutation="fixed"), "kl_repair": PatchConfig(),
+    "attribution": PatchConfig(method="attribution"), "externalization": RiskConfig(n_boot=200),
     "interventions": RunSettings(conditions=("full", "keep_latest_reasoning", "delete_latest_reasoning",
                                              "delete_all_reasoning", "clear_after_code", "hide_observation"),
                                  samples=1, max_new_tokens=64),
@@ -142,7 +148,8 @@ CONFIGS: dict[str, Any] = {
 
 # analysis name -> synthetic writer of its files, in the order they draw from the seeded stream
 WRITERS: dict[str, Callable[[Path, Analysis, np.random.Generator, Any], None]] = {
-    "probe": _write_probe, "kl_repair": _write_kl_repair, "externalization": _write_externalization,
+    "probe": _write_probe, "kl_repair": _write_kl_repair, "attribution": _write_attribution,
+    "externalization": _write_externalization,
     "interventions": _write_interventions, "attention": _write_attention, "iclr": _write_iclr, "harm": _write_harm,
     "drsr": _write_drsr, "tokens": _write_tokens, "gate": _write_gate,
 }
@@ -220,6 +227,41 @@ def kl_repair_doc(rng: np.random.Generator, n_layers: int = 32, config: PatchCon
     sensor = SimpleNamespace(describe=lambda: MODEL, full_attention_layers=list(range(3, n_layers, 4)))
     config = config or CONFIGS["kl_repair"]
     return {**summarize(rows, sites, config.condition, sensor, config.method, config.positions, n_boot=200, rule=config.noise_rule),
+            **record(config, model=MODEL)}
+
+
+# ---------------------------------------------------------------- attribution
+
+def attribution_doc(rng: np.random.Generator, n_layers: int = 8, config: PatchConfig | None = None) -> dict:
+    """attribution.json from 6 synthetic boundaries of 3 tasks: exact Repair rising with depth, the first order
+    twice as steep plus noise, 4 history sites and 3 singleton units per boundary (one boundary without harm)."""
+    sites = default_sites(n_layers)
+    labels = [f"{s}.{layer}" for s, layer in sites]
+    rows = []
+    for i in range(6):
+        d = float(rng.gamma(2.0, 0.3))
+        exact = np.clip(np.linspace(0, 1, len(sites)) + rng.normal(0, 0.05, len(sites)), 0, 1)
+        linear = 2 * exact + rng.normal(0, 0.1, len(sites))
+        history = [{"site": labels[k], "position": int(p), "estimate": float(e + rng.normal(0, 1e-3)), "exact": float(e)}
+                   for k, p, e in zip(rng.integers(0, n_layers, 4), rng.integers(0, 300, 4), rng.normal(0, 1e-2, 4))]
+        harm = {"reason": "no recorded next output (the last boundary)"} if i == 5 else {
+            "nll_full": 1.5, "units": [{"members": [["reasoning", 1, j]], "tokens": 20, "harm_exact": float(h),
+                                        "harm_linear": float(h + rng.normal(0, 0.01))}
+                                       for j, h in enumerate(rng.normal(0.02, 0.02, 3))]}
+        row = {"task_id": f"t{i % 3}", "after_step": 1 + i // 3, "d": d, "n_tokens_full": 400,
+               "n_tokens_deleted": 300, "n_aligned": 298, "site_labels": labels,
+               "kl_change_linear": (-linear * d).tolist(), "repair_linear": linear.tolist(),
+               "kl_change_exact": (-exact * d).tolist(), "repair_exact": exact.tolist(), "units": [],
+               "history": history, "harm": harm, "forwards": {"attribution": 5, "exact": 2 + n_layers * 298 + 3}}
+        pairs = {"tail": (row["kl_change_linear"], row["kl_change_exact"], labels),
+                 "history": ([h["estimate"] for h in history], [h["exact"] for h in history], labels[:4]),
+                 "harm": ([u["harm_linear"] for u in harm.get("units", [])],
+                          [u["harm_exact"] for u in harm.get("units", [])], ["u"] * len(harm.get("units", [])))}
+        row["agreement"] = {k: agreement(*v) for k, v in pairs.items()}
+        rows.append(row)
+    sensor = SimpleNamespace(describe=lambda: MODEL)
+    config = config or CONFIGS["attribution"]
+    return {**summarize_attribution(rows, [], sites, config.condition, sensor, config.positions),  # type: ignore[arg-type]
             **record(config, model=MODEL)}
 
 

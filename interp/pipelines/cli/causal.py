@@ -38,7 +38,8 @@ from patching.config import HarmConfig, PatchConfig
 @config_options(PatchConfig)
 def patch(
     trajectories: TrajectoriesOpt,
-    out: Annotated[Path, typer.Option("--out", help="Directory for kl_repair.json (and per-trajectory parts).")],
+    out: Annotated[Path, typer.Option("--out", help="Directory for kl_repair.json (and per-trajectory parts), or "
+                                      "attribution.json and its maps with --method attribution.")],
     model: ModelOpt = "smollm2-135m", model_path: ModelPathOpt = None,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "auto",
@@ -65,11 +66,22 @@ def patch(
     if "shard" in result:
         console.print(f"{result['parts']}: shard {shard}, {len(result['units'])} trajectories", markup=False)
         return
+    if config.method == "attribution":
+        agree = result["agreement"]
+        console.print(f"{out / 'attribution.json'}: {len(result['boundaries'])} boundaries, "
+                      f"{len(result['skipped'])} skipped; first order vs exact: "
+                      + "; ".join(f"{part} Spearman {_num(agree[part]['spearman'])}, MAE {_num(agree[part]['mae'])} "
+                                  f"over {agree[part]['n']}" for part in ("tail", "history", "harm")), markup=False)
+        return
     console.print(f"{out / 'kl_repair.json'}: {result['n_samples']} samples, {result['n_excluded']} excluded "
                   f"(d not above {result['noise_factor']:g}x its measured noise in {result['model'].get('dtype')}: median "
                   f"{_nats(result.get('noise_median'))}, null patch {_nats(result.get('noise_null_median'))}, "
                   f"rescheduled P_full {_nats(result.get('noise_schedule_median'))}), "
                   f"{len(result['skipped'])} skipped (over {config.max_tokens} tokens)")
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
 
 
 def _nats(value: float | None) -> str:
