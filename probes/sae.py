@@ -8,9 +8,10 @@ features (ids and values) and the reconstruction's squared error (``interp.extra
 - the probe on it is :func:`probes.report.run_probe`, unchanged: the same task-level nested CV, bootstrap,
   permutation nulls, position baseline and control task as on the residual;
 - :func:`probe_features`: the probe direction's top features: the fixed probe (``ProbeConfig.fixed_*``) fitted on
-  every labelled row, its coefficients mapped back to feature units (divided by the scaler's scale), ranked by
-  coefficient (largest first: the features that push towards "the later trajectory needs the reasoning"), each
-  with its strongest contexts (the boundaries where it fires most);
+  every labelled row, its coefficients in feature units (``coef``, divided by the scaler's scale) and per standard
+  deviation of the feature (``coef_per_sd``, the weight the probe gives it), ranked by ``coef_per_sd`` (largest
+  first: the features that push towards "the later trajectory needs the reasoning"; a rare feature's large
+  per-unit coefficient does not outrank a frequent one), each with its strongest contexts (the boundaries where it fires most);
 - :func:`repair_features`: the features of KL Repair's patch: KL Repair writes the full run's boundary residual
   into the deleted run, so the features it moves are those whose activation differs most between the
   ``full`` and ``delete_all_reasoning`` rows of the same boundary (mean difference over paired boundaries);
@@ -28,7 +29,7 @@ Fields of ``sae_probe.json`` (``FIELDS``):
 | ``fvu`` | ``{...}`` | object | fraction | pooling -> fraction of variance unexplained of the reconstruction over the condition's rows |
 | ``spliced_kl`` | ``{mean, median, max, n}`` | object | nats | KL of the boundary's next-token distribution, clean vs SAE-spliced at every position (null when not measured) |
 | ``probe`` | ``{...}`` | object | - | probes.report.run_probe's document on the SAE features (its own schema inside; out-of-fold rows left out) |
-| ``top_features`` | ``[n_top] of {rank, feature, coef, pooling, contexts}`` | object | coef: log-odds per unit activation | the probe direction's top features; contexts: [{sample_id, task_id, after_step, activation, text}] |
+| ``top_features`` | ``[n_top] of {rank, feature, coef, coef_per_sd, pooling, contexts}`` | object | coef: log-odds per unit activation; coef_per_sd: per standard deviation | the probe direction's top features, ranked by coef_per_sd; contexts: [{sample_id, task_id, after_step, activation, text}] |
 | ``repair_features`` | ``[n_repair] of {rank, feature, mean_diff, pooling, n_pairs}`` | object | activation | features moved most by KL Repair's patch (full minus delete_all_reasoning, paired by boundary); empty when the store lacks one of the two |
 | ``config`` | ``{...}`` | object | - | the frozen config of the analysis that made this file: dataclasses.asdict, tuples as lists (interp.record.config_from builds it back) |
 | ``provenance`` | ``{...}`` | object | - | what ran (interp.record): model, revision, dtype (resolved), device, seeds, package, version, inputs (name -> sha256) |
@@ -70,9 +71,10 @@ FIELDS = (
           "measured)"),
     Field("probe", "{...}", "object", "-", "probes.report.run_probe's document on the SAE features (its own schema "
           "inside; out-of-fold rows left out)"),
-    Field("top_features", "[n_top] of {rank, feature, coef, pooling, contexts}", "object",
-          "coef: log-odds per unit activation", "the probe direction's top features; contexts: [{sample_id, "
-          "task_id, after_step, activation, text}]"),
+    Field("top_features", "[n_top] of {rank, feature, coef, coef_per_sd, pooling, contexts}", "object",
+          "coef: log-odds per unit activation; coef_per_sd: per standard deviation",
+          "the probe direction's top features, ranked by coef_per_sd; contexts: [{sample_id, task_id, after_step, "
+          "activation, text}]"),
     Field("repair_features", "[n_repair] of {rank, feature, mean_diff, pooling, n_pairs}", "object", "activation",
           "features moved most by KL Repair's patch (full minus delete_all_reasoning, paired by boundary); empty "
           "when the store lacks one of the two"),
@@ -105,14 +107,17 @@ def sae_feature_set(frame: pd.DataFrame, codes: Mapping[str, Mapping[str, np.nda
                       undefined=frame.loc[final, "sample_id"].tolist())
 
 
-def probe_direction(X: np.ndarray, y: np.ndarray, config: ProbeConfig) -> np.ndarray:
-    """The fixed probe's coefficients [d] in input units (log-odds per unit activation), fitted on (X, y)."""
+def probe_direction(X: np.ndarray, y: np.ndarray, config: ProbeConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The fixed probe fitted on (X, y): its coefficients [d] in input units (log-odds per unit activation) and
+    per standard deviation of each feature (the weight the probe gives it: the ranking)."""
     standardize, _, C = config.fixed_params
     probe = LinearProbe(C=C, standardize=standardize).fit(X, y)
-    coef = probe.pipeline_[-1].coef_[0]
+    coef = np.asarray(probe.pipeline_[-1].coef_[0], np.float64)
+    sd = X.std(0).astype(np.float64)
     if standardize:
-        coef = coef / probe.pipeline_["scale"].scale_
-    return np.asarray(coef, np.float64)
+        scale = probe.pipeline_["scale"].scale_
+        return coef / scale, coef * sd / scale
+    return coef, coef * sd
 
 
 def _context(traj: Trajectory | None, after_step: int) -> str:
@@ -132,17 +137,17 @@ def probe_features(fs: FeatureSet, config: ProbeConfig, n_top: int = 10, n_conte
     trajs = trajectories or {}
     out: list[dict[str, Any]] = []
     for (layer, pooling), X in labelled.features.items():
-        coef = probe_direction(X, labelled.y, config)
+        coef, weight = probe_direction(X, labelled.y, config)
         full = fs.features[(layer, pooling)]
-        for rank, j in enumerate(np.argsort(-coef, kind="stable")[:n_top]):
+        for rank, j in enumerate(np.argsort(-weight, kind="stable")[:n_top]):
             best = [i for i in np.argsort(-full[:, j], kind="stable")[:n_contexts] if full[i, j] > 0]
             contexts = []
             for i in best:
                 task, after = fs.groups[i], int(fs.sample_ids[i].rsplit("@", 1)[1].split(":")[0])
                 contexts.append({"sample_id": fs.sample_ids[i], "task_id": task, "after_step": after,
                                  "activation": float(full[i, j]), "text": _context(trajs.get(task), after)})
-            out.append({"rank": rank + 1, "feature": int(j), "coef": float(coef[j]), "pooling": pooling,
-                        "contexts": contexts})
+            out.append({"rank": rank + 1, "feature": int(j), "coef": float(coef[j]),
+                        "coef_per_sd": float(weight[j]), "pooling": pooling, "contexts": contexts})
     return out
 
 
