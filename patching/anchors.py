@@ -46,6 +46,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -57,15 +58,17 @@ from interp.data.conditions import ICLR_RHO, iclr_dropped
 from interp.data.deletions import Unit
 from interp.data.render import Segment
 from interp.data.trajectory import Trajectory
+from interp.extraction.batch import trajectories_sha256
 from interp.extraction.entropy import block_entropies
-from interp.params import Integer, Items, Real, param, validate
-from interp.record import RECORD_FIELDS
+from interp.params import Integer, Items, Real, Text, param, validate
+from interp.io import atomic_write_json
+from interp.record import RECORD_FIELDS, json_sha256, record
 from interp.schema import Field, schema_dict
 from interp.sensor.hooks import attention_implementation
 from interp.sensor.limits import context_limit, over_limit, skip_record
 from interp.sensor.protocol import Sensor
 from interp.sensor.unembed import float_final_norm, logits as unembed_logits
-from patching.harm import _target, set_harms
+from patching.harm import _target, check_boundaries, default_boundaries, set_harms
 
 FIELDS = (
     Field("schema", "{...}", "object", "-", "this table: {field: {shape, dtype, units, doc}}"),
@@ -102,6 +105,9 @@ class AnchorConfig:
     rho: float = param(ICLR_RHO, Real(0, 1), "ICLR's drop fraction per step (the decision the figure compares).")
     max_tokens: int = param(8192, Integer(1), "Boundaries whose teacher-forced render is longer are skipped and "
                             "recorded (the suppression mask is [n, n]).", "tokens")
+    boundaries: tuple[str, ...] = param((), Items(Text("task_id@b"), min_len=0, unique=True),
+                                        "Boundaries task_id@b (empty: set-level harm's default, the middle one of "
+                                        "each trajectory).")
 
     def __post_init__(self) -> None:
         validate(self)
@@ -251,3 +257,31 @@ def summarize_anchors(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "receiver_heads": [res["receiver_heads"] for res in results if "receiver_heads" in res],
             "agreement": agreement, "iclr": iclr,
             "skipped": [res["skipped"] for res in results if "skipped" in res]}
+
+
+def run_anchors(sensor: Sensor, trajectories: Sequence[Trajectory], config: AnchorConfig,
+                harm_records: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """``anchors.json``'s document for the config's boundaries (``FIELDS``): singleton harms are read from
+    ``harm_records`` (DRSR parts or harm.json boundaries) where they cover a boundary, else measured."""
+    keys = check_boundaries(list(config.boundaries) or default_boundaries(trajectories), trajectories)
+    by_id = {t.task_id: t for t in trajectories}
+    known = singleton_harms(harm_records)
+    results, entropies = [], {}
+    for key in keys:
+        task_id, _, b = key.rpartition("@")
+        traj = by_id[task_id]
+        if task_id not in entropies:
+            entropies[task_id] = {(s.step, s.block): s.mean_entropy_bits for s in block_entropies(sensor, traj)}
+        results.append(boundary_anchors(sensor, traj, int(b), config, known.get((task_id, int(b))),
+                                        entropies[task_id]))
+    return {**summarize_anchors(results),
+            **record(config, sensor=sensor, inputs={"trajectories": trajectories_sha256(list(trajectories)),
+                                                    "harm_records": json_sha256(list(harm_records))})}
+
+
+def write_anchors(doc: Mapping[str, Any], out_dir: Path | str) -> Path:
+    """Write ``anchors.json`` into ``out_dir`` atomically."""
+    path = Path(out_dir) / "anchors.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, dict(doc))
+    return path

@@ -166,6 +166,17 @@ ANALYSES: tuple[Analysis, ...] = (
         section="interp.reporting.figures.tokens:tokens_section",
         reference=MappingProxyType({"tokens": ref.TOKENS})),
     Analysis(
+        "anchors", "Reasoning anchors: deletion, receiver heads, attention suppression, ICLR's drops", "anchors",
+        "anchors.json",
+        files=(ResultFile("anchors.json", "patching.anchors:FIELDS"),),
+        figures=(Figure("fig16_anchors", "anchors.json", "interp.reporting.figures.anchors:anchors_figure"),),
+        section="interp.reporting.figures.anchors:anchors_section"),
+    Analysis(
+        "sae", "SAE features at the boundary: reconstruction, probe, named features", "sae", "sae_probe.json",
+        files=(ResultFile("sae_probe.json", "probes.sae:FIELDS"),),
+        figures=(Figure("fig17_sae", "sae_probe.json", "interp.reporting.figures.anchors:sae_figure"),),
+        section="interp.reporting.figures.anchors:sae_section"),
+    Analysis(
         "attention", "Attention", "attention", "attention.json",
         files=(ResultFile("attention.json", "interp.extraction.attention_summary:FIELDS"),),
         figures=(Figure("fig5_attention", "attention.json", "interp.reporting.figures.attention:attention_figure"),),

@@ -35,13 +35,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from safetensors.torch import load_file, save
 
 from interp.io import atomic_write_bytes, atomic_write_json, file_sha256, read_json
 from interp.sensor.hooks import SITES
+from interp.params import Integer, Real, param, validate
 from interp.sensor.protocol import Sensor
 
 SAE_CFG_FILENAME = "cfg.json"
@@ -105,6 +106,24 @@ class SparseAutoencoder:
     def reconstruct(self, x: torch.Tensor) -> torch.Tensor:
         """``decode(encode(x))`` in ``x``'s dtype."""
         return self.decode(self.encode(x)).to(x.dtype)
+
+
+@dataclass(frozen=True)
+class SaeTrainConfig:
+    """A small TopK SAE fitted on a store's pooled residuals (``interp sae-train``; :func:`train_sae`)."""
+
+    analysis: ClassVar[str] = "sae_train"
+    precision: ClassVar[str | None] = None  # reads a store; runs no model
+
+    d_sae: int = param(1024, Integer(1), "Number of SAE features.", "features")
+    k: int = param(16, Integer(1), "Active features per row (TopK).", "features")
+    steps: int = param(600, Integer(1), "Full-batch Adam updates.")
+    lr: float = param(1e-2, Real(0, low_open=True), "Adam learning rate.")
+    seed: int = param(0, Integer(0), "Seed of the initialisation and of the held-out split.")
+    held_out: float = param(0.2, Real(0, 1, high_open=True), "Fraction of rows held out for the reported FVU.")
+
+    def __post_init__(self) -> None:
+        validate(self)
 
 
 def sae_cfg(sae: SparseAutoencoder) -> dict[str, Any]:
