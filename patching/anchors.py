@@ -104,7 +104,7 @@ class AnchorConfig:
                                     "Softmax-attention layers read and suppressed (empty: every one).")
     rho: float = param(ICLR_RHO, Real(0, 1), "ICLR's drop fraction per step (the decision the figure compares).")
     max_tokens: int = param(8192, Integer(1), "Boundaries whose teacher-forced render is longer are skipped and "
-                            "recorded (the suppression mask is [n, n]).", "tokens")
+                            "recorded (the suppression mask is n x n).", "tokens")
     boundaries: tuple[str, ...] = param((), Items(Text("task_id@b"), min_len=0, unique=True),
                                         "Boundaries task_id@b (empty: set-level harm's default, the middle one of "
                                         "each trajectory).")
@@ -221,7 +221,7 @@ def boundary_anchors(sensor: Sensor, traj: Trajectory, b: int, config: AnchorCon
         pairs.sort()
         if all(e is not None for _, e in pairs):
             dropped |= {(step, pairs[i][0]) for i in iclr_dropped([float(e or 0.0) for _, e in pairs], config.rho)}
-    rows = [{"task_id": traj.task_id, "after_step": b, "step": u[1], "block": u[2], "n_tokens": s.n_tokens,
+    rows: list[dict[str, Any]] = [{"task_id": traj.task_id, "after_step": b, "step": u[1], "block": u[2], "n_tokens": s.n_tokens,
              "harm": harms.get(u), "received": score[j], "suppression": kls[j],
              "iclr_dropped": (u[1], u[2]) in dropped, "entropy_bits": entropy.get((u[1], int(u[2] or 0)))}
             for j, (u, s) in enumerate(zip(units, blocks))]

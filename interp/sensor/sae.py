@@ -164,7 +164,7 @@ def load_sae(path: Path | str) -> SparseAutoencoder:
     cfg = read_json(cfg_path)
     if not isinstance(cfg, dict):
         raise ValueError(f"{cfg_path}: not a JSON object")
-    meta = cfg.get("metadata") if isinstance(cfg.get("metadata"), dict) else {}
+    meta: dict[str, Any] = cfg["metadata"] if isinstance(cfg.get("metadata"), dict) else {}
     hook = meta.get("hook_name") or cfg.get("hook_name")
 
     def refuse(name: str, why: str) -> ValueError:
