@@ -84,6 +84,7 @@ Manifest columns (``MANIFEST_FIELDS``):
 | ``reasoning_tokens`` | ``[n_rows]`` | int | tokens | tokens in the render's reasoning-block spans (reasoning so far, after the condition's edit) |
 | ``n_reasoning_blocks`` | ``[n_rows]`` | int | blocks | reasoning-block spans in the render |
 | ``pool_count.<pooling>`` | ``[n_rows]`` | int | tokens | tokens pooled, one column per pooling; 0 when the rule selects no token (e.g. mean_reasoning with no reasoning in the render): the feature is then the zero vector, never NaN (``interp.extraction.pooling``) |
+| ``sae_kl_nats`` | ``[n_rows]`` | float or null | nats | only in a store extracted with an SAE: KL of the boundary's next-token distribution, clean vs the forward with the SAE's reconstruction spliced in at its hook (``interp.sensor.sae.spliced_kl``); null without ``sae_splice`` or on a skipped row |
 """
 
 from __future__ import annotations
@@ -158,6 +159,10 @@ MANIFEST_FIELDS = (
           "tokens pooled, one column per pooling; 0 when the rule selects no token (e.g. mean_reasoning with "
           "no reasoning in the render): the feature is then the zero vector, never NaN "
           "(``interp.extraction.pooling``)"),
+    Field("sae_kl_nats", "[n_rows]", "float or null", "nats",
+          "only in a store extracted with an SAE: KL of the boundary's next-token distribution, clean vs the "
+          "forward with the SAE's reconstruction spliced in at its hook (``interp.sensor.sae.spliced_kl``); null "
+          "without ``sae_splice`` or on a skipped row"),
 )
 
 

@@ -71,7 +71,8 @@ def anchors(
 def sae_train(
     store: Annotated[Path, typer.Option("--store", help="Activation store whose pooled residuals train the SAE.")],
     out: Annotated[Path, typer.Option("--out", help="SAE directory to write (SAELens format).")],
-    layer: Annotated[int, typer.Option("--layer", help="Store layer (0-based) of the residual.")],
+    layer: Annotated[Optional[int], typer.Option("--layer", help="Store layer (0-based) of the residual (default: "
+                                                 "the store's layer when it has one).")] = None,
     site: Annotated[str, typer.Option("--site", help="Store site of the residual.")] = "resid_pre",
     *,
     config: SaeTrainConfig,
@@ -85,6 +86,10 @@ def sae_train(
     check_output_dir(out, "--out")
     with option("--store"):
         st = Store(store)
+        layers = list(st.settings()["layers"])
+        if layer is None and len(layers) != 1:
+            raise ValueError(f"{store} holds layers {layers}: choose one with --layer")
+        layer = layers[0] if layer is None else layer
         frame, features = st.load_features(site)
         if not any(key[0] == layer for key in features):
             raise ValueError(f"{store}: layer {layer} not extracted (layers: {st.settings()['layers']})")
