@@ -28,6 +28,7 @@ def _cli(*args: object) -> str:
     return result.output
 
 
+@pytest.mark.slow  # two extractions with spliced forwards and a nested CV with nulls: ~25 s idle, ~70 s on a busy CPU
 def test_sae_train_extract_and_probe(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     traj = tmp_path / "subset.jsonl"
