@@ -26,7 +26,7 @@ Fields of ``sae_probe.json`` (``FIELDS``):
 | ``sae`` | ``{...}`` | object | - | the SAE of the store (interp.sensor.sae.sae_identity: path, hook_name, architecture, d_in, d_sae, k, model_name, sha256 of cfg.json and the weights) |
 | ``top_k`` | ``[]`` | int | features | SAE features stored per row and pooling (the rest read as 0) |
 | ``condition`` | ``[]`` | str | - | the store's condition the probe read |
-| ``fvu`` | ``{...}`` | object | fraction | pooling -> fraction of variance unexplained of the reconstruction over the condition's rows |
+| ``fvu`` | ``{...}`` | object | fraction | pooling -> fraction of variance unexplained of the reconstruction over the condition's rows (rows whose pooling selected no token left out; null without two such rows) |
 | ``spliced_kl`` | ``{mean, median, max, n}`` | object | nats | KL of the boundary's next-token distribution, clean vs SAE-spliced at every position (null when not measured) |
 | ``probe`` | ``{...}`` | object | - | probes.report.run_probe's document on the SAE features (its own schema inside; out-of-fold rows left out) |
 | ``top_features`` | ``[n_top] of {rank, feature, coef, coef_per_sd, pooling, contexts}`` | object | coef: log-odds per unit activation; coef_per_sd: per standard deviation | the probe direction's top features, ranked by coef_per_sd; contexts: [{sample_id, task_id, after_step, activation, text}] |
@@ -65,7 +65,8 @@ FIELDS = (
     Field("top_k", "[]", "int", "features", "SAE features stored per row and pooling (the rest read as 0)"),
     Field("condition", "[]", "str", "-", "the store's condition the probe read"),
     Field("fvu", "{...}", "object", "fraction",
-          "pooling -> fraction of variance unexplained of the reconstruction over the condition's rows"),
+          "pooling -> fraction of variance unexplained of the reconstruction over the condition's rows (rows whose "
+          "pooling selected no token left out; null without two such rows)"),
     Field("spliced_kl", "{mean, median, max, n}", "object", "nats",
           "KL of the boundary's next-token distribution, clean vs SAE-spliced at every position (null when not "
           "measured)"),
@@ -181,10 +182,12 @@ def run_sae_probe(store: Store, config: ProbeConfig, condition: str = "full", n_
     sae = settings["sae"]
     site, layer = sae["hook_name"].split(".hook_")[1], int(sae["hook_name"].split(".")[1])
     _, residual = store.load_features(site, condition)
-    fvu = {}
+    fvu: dict[str, float | None] = {}
     for pooling, c in codes.items():
         x = residual[(layer, pooling)].astype(np.float64)
-        fvu[pooling] = float(c["sq_err"].sum() / ((x - x.mean(0)) ** 2).sum())
+        pooled = np.linalg.norm(x, axis=1) > 0  # a rule that selected no token stores the zero vector: not a row
+        total = float(((x[pooled] - x[pooled].mean(0)) ** 2).sum()) if pooled.sum() > 1 else 0.0
+        fvu[pooling] = float(c["sq_err"][pooled].sum()) / total if total > 0 else None
     kl = frame["sae_kl_nats"].dropna().to_numpy(np.float64) if "sae_kl_nats" in frame else np.zeros(0)
     fs = sae_feature_set(frame, codes, int(sae["d_sae"]), layer, labels)
     probe = {k: v for k, v in run_probe(fs, config).items() if k != "oof"}

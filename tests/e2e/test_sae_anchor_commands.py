@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from interp.pipelines.cli import app
 from interp.reporting.figures import load_result
 from interp.reporting.figures.anchors import anchors_figure, sae_figure
-from interp.sensor.sae import load_sae
+from interp.extraction.store import Store
+from interp.sensor.sae import fvu, load_sae
 from tests.conftest import DEMO, MINI
 
 pytestmark = pytest.mark.e2e
@@ -43,7 +45,10 @@ def test_sae_train_extract_and_probe(tmp_path, monkeypatch):
     _cli("sae-probe", "--store", "store_sae", "--out", "probe", "--trajectories", traj, "--n-outer", 3,
          "--n-inner", 2, "--n-perm", 3, "--n-boot", 20, "--n-jobs", 1, "--pca-grid", "none", "--no-baselines")
     doc = load_result(tmp_path / "probe" / "sae_probe.json")
-    assert doc["probe"]["permutation_null"] and 0 <= doc["fvu"]["last"]
+    assert doc["probe"]["permutation_null"]
+    _, features = Store(tmp_path / "store_sae").load_features("resid_pre", "full")
+    x = torch.from_numpy(features[(3, "last")])
+    assert doc["fvu"]["last"] == pytest.approx(fvu(x, load_sae(tmp_path / "sae").reconstruct(x)), rel=1e-4)
     assert doc["spliced_kl"]["n"] > 0 and doc["config"]["n_perm"] == 3
     assert sae_figure(doc).data
 

@@ -101,7 +101,7 @@ def sae_figure(doc: Mapping[str, Any]) -> go.Figure:
                              orientation="h", name=f"repair, {pooling}", marker=dict(color=PALETTE[4 + i % 4])),
                       1, 2)
     kl = doc["spliced_kl"]
-    fvu = ", ".join(f"{p} {v:.3f}" for p, v in doc["fvu"].items())
+    fvu = ", ".join(f"{p} {shown(num(v))}" for p, v in doc["fvu"].items())
     fig.update_layout(template=TEMPLATE, height=650, legend=BOTTOM_LEGEND, margin=dict(b=170))
     titled(fig, f"SAE features at the boundary: {sae['hook_name']}, {sae['architecture']}, d_sae {sae['d_sae']}",
            [f"probe AUROC {doc['probe']['auroc']:.3f} (permutation p {shown(num(doc['probe']['permutation_p']))})",
@@ -120,7 +120,7 @@ def sae_section(doc: Mapping[str, Any], folder: Path) -> list[str]:
              f"SAE `{sae['path']}` at `{sae['hook_name']}` ({sae['architecture']}, d_sae {sae['d_sae']}, "
              f"k {sae['k']}), top {doc['top_k']} features stored per row; condition `{doc['condition']}`.", "",
              "| reconstruction | value |", "|---|---|"]
-    lines += [f"| FVU, {p} | {v:.3f} |" for p, v in doc["fvu"].items()]
+    lines += [f"| FVU, {p} | {shown(num(v))} |" for p, v in doc["fvu"].items()]
     lines.append("| spliced KL at the boundary (nats) | " + (f"mean {kl['mean']:.4f}, median {kl['median']:.4f}, "
                                                            f"max {kl['max']:.4f} (n {kl['n']})" if kl else "-") + " |")
     lines += ["", f"Probe on SAE features: AUROC {probe['auroc']:.3f} (95% CI {probe['auroc_ci']}), AP "
