@@ -19,6 +19,7 @@ from _util import ROOT
 from interp.data.trajectory import load_trajectories
 from interp.sensor.models import SPECS, load_model
 from patching.attribution import attribution_trajectory
+from patching.config import PatchConfig
 from patching.kl_repair import default_sites
 
 
@@ -46,7 +47,7 @@ def main() -> None:
     for task in args.task_ids.split(","):
         for b in range(1, trajs[task].n_steps + 1):
             (row,), _, _ = attribution_trajectory(sensor, trajs[task], args.condition, sites, [b],
-                                                  exact_sites=args.exact_sites)
+                                                  exact_sites=args.exact_sites, rule=PatchConfig().noise_rule)
             a = row["agreement"]
             print(f"| {task}@{b} | {row['n_tokens_full']} / {row['n_tokens_deleted']} | {row['d']:.3g} | "
                   f"{_cell(a['tail'])} | {_cell(a['history'])} | {_cell(a['harm'])} | {os.getloadavg()[0]:.1f} |",

@@ -91,6 +91,7 @@ from interp.schema import Field, schema_dict
 from interp.sensor.hooks import attention_implementation, decoder_layers, hooks, plain_attention
 from interp.sensor.protocol import Sensor
 from interp.sensor.unembed import float_final_norm, log_probs
+from patching.config import NoiseRule
 from patching.harm import _target, candidate_sets, set_harms
 from patching.kl_repair import boundary_renders, kl, kl_repair_trajectory
 
@@ -389,10 +390,11 @@ def _pairs(row: dict[str, Any], part: str) -> list[tuple[float, float, str]]:
 def attribution_trajectory(sensor: Sensor, traj: Trajectory, condition: str, sites: list[tuple[str, int]],
                            boundaries: list[int] | None = None, n_positions: int = 1, exact_sites: int = 8,
                            condition_params: dict[str, Any] | None = None, max_tokens: int | None = None,
-                           units: Sequence[str] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
+                           units: Sequence[str] | None = None, *, rule: NoiseRule) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
                                                                         dict[str, torch.Tensor]]:
     """``(rows, skipped, maps)`` of every boundary of ``traj``: the first-order map beside its oracle (exact KL
-    Repair at the boundary tail, ``exact_sites`` sampled history sites patched exactly, exact singleton harm)."""
+    Repair at the boundary tail under the noise ``rule``, ``exact_sites`` sampled history sites patched exactly, exact
+    singleton harm)."""
     from interp.data.deletions import DRSR_UNIT_KINDS
     from interp.sensor.hooks import hook_name
     from interp.sensor.limits import DEFAULT_MAX_TOKENS
@@ -400,7 +402,7 @@ def attribution_trajectory(sensor: Sensor, traj: Trajectory, condition: str, sit
     boundaries = boundaries or list(range(1, traj.n_steps + 1))
     limit = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
     oracle = kl_repair_trajectory(sensor, traj, condition, sites, boundaries, "fast", n_positions, condition_params,
-                                  max_tokens=limit)
+                                  max_tokens=limit, rule=rule)
     skipped = [{"task_id": r.task_id, "after_step": r.after_step,
                 "n_tokens": max(r.n_tokens_full, r.n_tokens_deleted), "reason": r.skipped} for r in oracle if r.skipped]
     run = {r.after_step: r for r in oracle if not r.skipped}

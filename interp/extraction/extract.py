@@ -45,10 +45,11 @@ from interp.extraction.entropy import block_mean_entropy, entropy_positions
 from interp.sensor.limits import DEFAULT_MAX_TOKENS, context_limit, over_limit
 from interp.extraction.pooling import parse_pooling, pooling_positions
 from interp.extraction.position import position_features
-from interp.params import REQUIRED, Check, ConfigError, Flag, Integer, Items, Options, param, validate
+from interp.params import REQUIRED, Check, ConfigError, Flag, Integer, Items, Maybe, Options, param, validate
 from interp.sensor.forward import Outputs, Plan
 from interp.sensor.prefix import Branch, run_branches
 from interp.sensor.hooks import SITES
+from interp.sensor.sae import SparseAutoencoder, load_sae, sae_identity, spliced_kl, top_features
 from interp.sensor.protocol import Sensor
 
 LN2 = math.log(2.0)
@@ -57,6 +58,11 @@ LN2 = math.log(2.0)
 def _pooling(rule: str) -> None:
     """ValueError with the reason unless ``rule`` is a pooling rule (``interp.extraction.pooling``)."""
     parse_pooling(rule)
+
+
+def _sae_dir(path: str) -> None:
+    """ValueError with the reason unless ``path`` is a SAELens SAE directory this toolkit serves."""
+    load_sae(path)
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,14 @@ class ExtractConfig:
                             "recorded, never truncated.", "tokens")
     share_prefix: bool = param(True, Flag(), "Share one prefix forward between a trajectory's boundaries.")
     block_entropy: bool = param(False, Flag(), "ICLR block entropies from the same forward (shared full renders).")
+    sae: str | None = param(None, Maybe(Check(_sae_dir, "a SAELens SAE directory (cfg.json + "
+                                                "sae_weights.safetensors; interp.sensor.sae)", "no/such/sae"),
+                                        "no SAE features"),
+                            "SAE whose TopK features are stored beside the residual at its hook's site and layer.")
+    sae_top_k: int = param(32, Integer(1), "SAE features kept per boundary row and pooling (the largest).",
+                           "features")
+    sae_splice: bool = param(True, Flag(), "Also measure the SAE's spliced KL at each boundary (two more forwards "
+                             "per boundary).")
 
     def __post_init__(self) -> None:
         validate(self)
@@ -100,12 +114,24 @@ class ExtractConfig:
             if bad:
                 raise ConfigError("attention_layers", f"{bad} are linear attention layers (no attention "
                                  f"pattern); allowed: {', '.join(map(str, full))}")
+        if self.sae is not None:
+            sae = load_sae(self.sae)
+            site, layer = sae.site
+            if site not in self.sites or layer not in self.layers:
+                raise ConfigError("sae", f"{self.sae}: its hook {sae.hook_name} is not extracted (add site {site} "
+                                         f"and layer {layer} to the extraction)")
+            d_model = getattr(sensor, "d_model", sae.d_in)
+            if sae.d_in != d_model:
+                raise ConfigError("sae", f"{self.sae}: d_in {sae.d_in} differs from the model's d_model {d_model}")
 
     def to_json(self) -> dict[str, Any]:
         """JSON-able settings (stored in the activation store's schema)."""
-        return {"layers": list(self.layers), "sites": list(self.sites), "poolings": list(self.poolings),
-                "attention_layers": list(self.attention_layers), "max_tokens": self.max_tokens,
-                "block_entropy": self.block_entropy}
+        out: dict[str, Any] = {"layers": list(self.layers), "sites": list(self.sites),
+                               "poolings": list(self.poolings), "attention_layers": list(self.attention_layers),
+                               "max_tokens": self.max_tokens, "block_entropy": self.block_entropy}
+        if self.sae is not None:  # only then: a store written without an SAE keeps its settings
+            out |= {"sae": sae_identity(self.sae), "sae_top_k": self.sae_top_k, "sae_splice": self.sae_splice}
+        return out
 
 
 @dataclass
@@ -113,6 +139,9 @@ class BoundaryFeatures:
     """Everything kept for one (trajectory, condition, boundary) sample.
 
     ``features[f"{site}.{layer}.{pooling}"]``: float32 [d_model].
+    ``sae[f"sae.{pooling}.ids"|".values"]``: int64 / float32 [sae_top_k], the largest SAE features of that pooled
+    residual (``ExtractConfig.sae``); ``sae[f"sae.{pooling}.sq_err"]``: float32 [], ``||x - xhat||^2``.
+    ``sae_kl_nats``: KL of the boundary's next-token distribution, clean vs SAE-spliced (``sae_splice``).
     ``attention[layer]``: ``{"per_kind": [n_heads, 7] (order SEGMENT_KINDS),
     "per_segment": [n_heads, n_segments]}`` float32, attention mass of the
     boundary query (rows sum to 1).
@@ -134,6 +163,8 @@ class BoundaryFeatures:
     edit: dict[str, Any] = field(default_factory=dict)
     block_entropy: list[dict[str, Any]] = field(default_factory=list)  # set on the last boundary's row
     position: dict[str, Any] = field(default_factory=dict)  # position_features of the render (manifest columns)
+    sae: dict[str, torch.Tensor] = field(default_factory=dict)
+    sae_kl_nats: float | None = None
 
 
 def _segments_json(r: Rendered) -> list[dict[str, Any]]:
@@ -183,7 +214,25 @@ def extract_trajectory(
         results[b] = bf
     if renders:
         _run(sensor, renders, results, config)
+        if config.sae is not None:
+            _sae_features(sensor, renders, results, config, load_sae(config.sae))
     return [results[b] for b in boundaries]
+
+
+def _sae_features(sensor: Sensor, renders: dict[int, Rendered], results: dict[int, BoundaryFeatures],
+                  config: ExtractConfig, sae: SparseAutoencoder) -> None:
+    """The SAE's TopK features of each pooled residual at its hook, their squared error, and the spliced KL."""
+    site, layer = sae.site
+    for b, r in renders.items():
+        bf = results[b]
+        for pooling in config.poolings:
+            x = bf.features[f"{site}.{layer}.{pooling}"]
+            f = sae.encode(x)
+            ids, values = top_features(f, config.sae_top_k)
+            bf.sae[f"sae.{pooling}.ids"], bf.sae[f"sae.{pooling}.values"] = ids, values
+            bf.sae[f"sae.{pooling}.sq_err"] = ((x - sae.decode(f)) ** 2).sum().to(torch.float32)
+        if config.sae_splice:
+            bf.sae_kl_nats = spliced_kl(sensor, r.input_ids, sae)
 
 
 def _run(sensor: Sensor, renders: dict[int, Rendered], results: dict[int, BoundaryFeatures],

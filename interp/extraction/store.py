@@ -9,6 +9,11 @@ Layout of a store directory::
                                  "attn.{layer}.per_kind"      [n_ok, n_heads, 7] boundary attention
                                                               mass per segment kind (SEGMENT_KINDS order)
                                  "attn.{layer}.b{b}.per_segment" [n_heads, n_segments(b)]
+                                 "sae.{pooling}.ids"          [n_ok, sae_top_k] int64: the largest SAE
+                                                              features of the pooled residual at the SAE's
+                                                              hook (``--sae``; ``interp.sensor.sae``), by value
+                                 "sae.{pooling}.values"       [n_ok, sae_top_k] their activations
+                                 "sae.{pooling}.sq_err"       [n_ok] ``||x - xhat||^2`` of the reconstruction
                                metadata "interp.unit": JSON {unit, dtype, settings} (one key,
                                so a unit's file is the same bytes whichever process wrote it)
     units/<unit>.json          one row per boundary (manifest columns below) + segment tables
@@ -19,7 +24,8 @@ n_tokens, status (ok|skipped), reason, forward, row (index into the unit's
 tensors, -1 when skipped), unit, boundary_entropy_bits, top1,
 future_necessity, externalization_gap (annotations; -1 when absent),
 chars_removed, tokens_removed, n_steps, rel_position, reasoning_tokens,
-n_reasoning_blocks, pool_count.<pooling>``. The position columns of the probe's
+n_reasoning_blocks, pool_count.<pooling>``, and with an SAE ``sae_kl_nats``
+(KL of the boundary's next-token distribution, clean vs SAE-spliced; null without ``sae_splice``). The position columns of the probe's
 baseline are ``interp.extraction.position.POSITION_FEATURES`` (one definition).
 
 Each unit is written to temporary files and renamed into place (tensors
@@ -78,6 +84,7 @@ Manifest columns (``MANIFEST_FIELDS``):
 | ``reasoning_tokens`` | ``[n_rows]`` | int | tokens | tokens in the render's reasoning-block spans (reasoning so far, after the condition's edit) |
 | ``n_reasoning_blocks`` | ``[n_rows]`` | int | blocks | reasoning-block spans in the render |
 | ``pool_count.<pooling>`` | ``[n_rows]`` | int | tokens | tokens pooled, one column per pooling; 0 when the rule selects no token (e.g. mean_reasoning with no reasoning in the render): the feature is then the zero vector, never NaN (``interp.extraction.pooling``) |
+| ``sae_kl_nats`` | ``[n_rows]`` | float or null | nats | only in a store extracted with an SAE: KL of the boundary's next-token distribution, clean vs the forward with the SAE's reconstruction spliced in at its hook (``interp.sensor.sae.spliced_kl``); null without ``sae_splice`` or on a skipped row |
 """
 
 from __future__ import annotations
@@ -152,6 +159,10 @@ MANIFEST_FIELDS = (
           "tokens pooled, one column per pooling; 0 when the rule selects no token (e.g. mean_reasoning with "
           "no reasoning in the render): the feature is then the zero vector, never NaN "
           "(``interp.extraction.pooling``)"),
+    Field("sae_kl_nats", "[n_rows]", "float or null", "nats",
+          "only in a store extracted with an SAE: KL of the boundary's next-token distribution, clean vs the "
+          "forward with the SAE's reconstruction spliced in at its hook (``interp.sensor.sae.spliced_kl``); null "
+          "without ``sae_splice`` or on a skipped row"),
 )
 
 
@@ -246,6 +257,8 @@ class Store:
         if ok:
             for key in ok[0].features:
                 tensors[key] = torch.stack([r.features[key] for r in ok]).contiguous()
+            for key in ok[0].sae:
+                tensors[key] = torch.stack([r.sae[key] for r in ok]).contiguous()
             for layer in ok[0].attention:
                 tensors[f"attn.{layer}.per_kind"] = torch.stack([r.attention[layer]["per_kind"] for r in ok]).contiguous()
                 for r in ok:
@@ -275,6 +288,7 @@ class Store:
                 "chars_removed": r.edit.get("chars_removed"), "tokens_removed": r.edit.get("tokens_removed"),
                 **r.position,
                 **{f"pool_count.{k}": v for k, v in r.pool_counts.items()},
+                **({"sae_kl_nats": r.sae_kl_nats} if settings.get("sae") else {}),
             })
             segments[str(r.after_step)] = r.segments
         try:
@@ -339,6 +353,27 @@ class Store:
                 features[(layer, pooling)] = np.stack(parts).astype(np.float32) if parts else np.zeros((0, 0), np.float32)
         return frame, features
 
+
+    def load_sae_features(self, condition: str | None = None
+                          ) -> tuple[pd.DataFrame, dict[str, dict[str, np.ndarray]]]:
+        """``(manifest rows, {pooling: {"ids", "values", "sq_err"}})`` of a store extracted with ``--sae``, row by
+        row as :meth:`load_features` (ValueError naming the store when it holds no SAE features)."""
+        settings = self.settings()
+        if not settings.get("sae"):
+            raise ValueError(f"{self.root}: extracted without an SAE (re-extract with `interp extract --sae DIR`)")
+        frame, _ = self.load_features(settings["sites"][0], condition)
+        out: dict[str, dict[str, np.ndarray]] = {}
+        cache: dict[str, dict[str, torch.Tensor]] = {}
+        for pooling in settings["poolings"]:
+            out[pooling] = {}
+            for part in ("ids", "values", "sq_err"):
+                rows = []
+                for unit, row in zip(frame["unit"], frame["row"]):
+                    if unit not in cache:
+                        cache[unit] = load_tensors(self.units_dir / f"{unit}.safetensors")
+                    rows.append(cache[unit][f"sae.{pooling}.{part}"][row].numpy())
+                out[pooling][part] = np.stack(rows)
+        return frame, out
 
     def to_xarray(self, site: str = "resid_pre", condition: str | None = None) -> xarray.DataArray:
         """Pooled features as an ``xarray.DataArray`` [sample, layer, pooling, d_model] with the manifest as coordinates.

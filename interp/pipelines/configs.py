@@ -29,6 +29,7 @@ from interp.externalization.labeler import GapLabelerConfig
 from interp.externalization.risk import RiskConfig
 from interp.extraction.entropy import IclrConfig
 from interp.extraction.extract import ExtractConfig
+from patching.anchors import AnchorConfig
 from patching.config import DrsrConfig, GateConfig, HarmConfig, PatchConfig
 from probes.config import ProbeConfig
 from probes.targets import TargetLabelerConfig
@@ -52,7 +53,7 @@ class AnalysisConfig(Protocol):
 CONFIGS: Mapping[str, type[AnalysisConfig]] = MappingProxyType({
     cls.analysis: cls for cls in (ExtractConfig, IclrConfig, TargetLabelerConfig, ProbeConfig, PatchConfig,
                                   HarmConfig, DrsrConfig, GateConfig, GapLabelerConfig, RiskConfig, RunSettings,
-                                  TokensConfig)
+                                  TokensConfig, AnchorConfig)
 })
 
 

@@ -351,7 +351,7 @@ def _attribution(sensor: Sensor, trajs: list[Trajectory], out: Path, config: Pat
         for traj in trajs:
             r, s, m = attribution_trajectory(sensor, traj, config.condition, sites, n_positions=config.positions,
                                              exact_sites=config.exact_sites, condition_params=params,
-                                             max_tokens=config.max_tokens)
+                                             max_tokens=config.max_tokens, rule=config.noise_rule)
             rows, skipped, maps = rows + r, skipped + s, {**maps, **m}
         result = {**summarize(rows, skipped, sites, config.condition, sensor, config.positions), **record(
             config, sensor=sensor, inputs={"trajectories": trajectories_sha256(trajs), "gate_scorer": gate_scorer})}

@@ -113,7 +113,7 @@ ANALYSES: tuple[Analysis, ...] = (
         "attribution", "Attribution maps: first-order KL Repair and harm beside the exact values", "attribution",
         "attribution.json",
         files=(ResultFile("attribution.json", "patching.attribution:FIELDS"),),
-        figures=(Figure("fig16_attribution", "attribution.json",
+        figures=(Figure("fig18_attribution", "attribution.json",
                         "interp.reporting.figures.attribution:attribution_figure"),),
         section="interp.reporting.report:attribution_section"),
     Analysis(
@@ -172,6 +172,17 @@ ANALYSES: tuple[Analysis, ...] = (
         figures=(Figure("fig12_tokens", "tokens.json", "interp.reporting.figures.tokens:tokens_figure"),),
         section="interp.reporting.figures.tokens:tokens_section",
         reference=MappingProxyType({"tokens": ref.TOKENS})),
+    Analysis(
+        "anchors", "Reasoning anchors: deletion, receiver heads, attention suppression, ICLR's drops", "anchors",
+        "anchors.json",
+        files=(ResultFile("anchors.json", "patching.anchors:FIELDS"),),
+        figures=(Figure("fig16_anchors", "anchors.json", "interp.reporting.figures.anchors:anchors_figure"),),
+        section="interp.reporting.figures.anchors:anchors_section"),
+    Analysis(
+        "sae", "SAE features at the boundary: reconstruction, probe, named features", "sae", "sae_probe.json",
+        files=(ResultFile("sae_probe.json", "probes.sae:FIELDS"),),
+        figures=(Figure("fig17_sae", "sae_probe.json", "interp.reporting.figures.anchors:sae_figure"),),
+        section="interp.reporting.figures.anchors:sae_section"),
     Analysis(
         "attention", "Attention", "attention", "attention.json",
         files=(ResultFile("attention.json", "interp.extraction.attention_summary:FIELDS"),),

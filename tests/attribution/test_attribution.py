@@ -8,6 +8,7 @@ import pytest
 from interp.sensor.hooks import hook_name
 from patching.attribution import agreement, align, exact_effects, linear_harms, linear_kl_repair
 from patching.harm import candidate_sets, set_harms
+from patching.config import PatchConfig
 from patching.kl_repair import boundary_renders, kl_repair_trajectory
 
 pytestmark = pytest.mark.unit
@@ -37,7 +38,8 @@ def test_exact_patch_of_the_tail_equals_kl_repair(tiny_sensor, mini_trajectory):
     lin = linear_kl_repair(tiny_sensor, full, deleted, [hook_name(*s) for s in sites])
     n = len(deleted)
     ours = exact_effects(tiny_sensor, lin, deleted, [(k, [n - 1]) for k in range(len(sites))])
-    (row,) = kl_repair_trajectory(tiny_sensor, mini_trajectory, CONDITION, sites, [b])
+    (row,) = kl_repair_trajectory(tiny_sensor, mini_trajectory, CONDITION, sites, [b],
+                                  rule=PatchConfig().noise_rule)
     assert abs(lin.d - row.d) <= 1e-6 + 1e-4 * row.d
     np.testing.assert_allclose(ours, np.array(row.kl_patch) - row.d, atol=1e-6 + 1e-4 * row.d)
 

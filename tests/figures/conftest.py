@@ -34,6 +34,7 @@ from interp.pipelines.configs import CONFIGS as REGISTERED
 from interp.record import record
 from interp.reporting.analyses import ANALYSES, Analysis, analysis
 from patching.attribution import agreement, summarize as summarize_attribution
+from patching.anchors import AnchorConfig, summarize_anchors
 from patching.config import DrsrConfig, GateConfig, HarmConfig, PatchConfig
 from patching.drsr import summarize_drsr
 from patching.gate_eval import evaluate, train
@@ -43,6 +44,7 @@ from probes.config import ProbeConfig
 from probes.data import FeatureSet
 from probes.nested_cv import OOF_COLUMNS, NestedCVResult
 from probes.report import oof_frame, probe_document, write_probe_results
+from probes.sae import SCHEMA as SAE_SCHEMA
 from probes.baselines import BaselineComparison
 from probes.stats import BootstrapResult, PairedGain, PermutationResult
 
@@ -120,6 +122,42 @@ def _write_tokens(root: Path, a: Analysis, rng: np.random.Generator, config: Tok
     atomic_write_json(root / a.path(), _tokens(config))  # hand figures: draws nothing from the stream
 
 
+def _write_anchors(root: Path, a: Analysis, rng: np.random.Generator, config: AnchorConfig) -> None:
+    """anchors.json by ``patching.anchors.summarize_anchors`` on synthetic boundaries of six blocks each."""
+    results = []
+    for t in range(4):
+        rows = [{"task_id": f"t{t}", "after_step": 2, "step": 1 + k // 3, "block": k % 3, "n_tokens": 20,
+                 "harm": float(rng.normal(0.05, 0.05)), "received": float(rng.uniform(0, 0.01)),
+                 "suppression": float(rng.exponential(0.05)), "iclr_dropped": bool(k % 3 != 2),
+                 "entropy_bits": float(rng.uniform(1, 4))} for k in range(6)]
+        for m in ("harm", "received", "suppression"):
+            for rank, i in enumerate(sorted(range(6), key=lambda i: -rows[i][m])):
+                rows[i][f"rank_{m}"] = rank + 1
+        results.append({"blocks": rows, "receiver_heads": {"task_id": f"t{t}", "after_step": 2,
+                                                          "heads": [[3, 1, 2.5], [7, 0, 1.9]]}})
+    results.append({"skipped": {"task_id": "t9", "after_step": 1, "n_tokens": 9000, "reason": "over max_tokens"}})
+    atomic_write_json(_mkdir(root / a.folder) / a.result, {**summarize_anchors(results),
+                                                           **record(config, model=MODEL)})
+
+
+def _write_sae(root: Path, a: Analysis, rng: np.random.Generator, config: ProbeConfig) -> None:
+    """sae_probe.json's layout with a hand-built probe document (the probe's own writer is tested on its own)."""
+    sae = {"path": "sae", "hook_name": "blocks.20.hook_resid_pre", "architecture": "topk", "d_in": 576,
+           "d_sae": 1024, "k": 16, "model_name": "qwen3.5-toy", "sha256": {}}
+    probe = {"auroc": 0.71, "auroc_ci": [0.6, 0.8], "ap": 0.66, "permutation_p": 0.09, "permutation_p_min": 1 / 11,
+             "control_auroc": 0.52}
+    top = [{"rank": r + 1, "feature": int(f), "coef": float(rng.normal()), "coef_per_sd": float(1.0 / (r + 1)),
+            "pooling": "last", "contexts": [{"sample_id": "t1@2:full", "task_id": "t1", "after_step": 2,
+                                             "activation": 1.5, "text": "reasoning"}]}
+           for r, f in enumerate(rng.choice(1024, 5, replace=False))]
+    repair = [{"rank": r + 1, "feature": int(f), "mean_diff": float(rng.normal()), "pooling": "last", "n_pairs": 12}
+              for r, f in enumerate(rng.choice(1024, 5, replace=False))]
+    doc = {"schema": SAE_SCHEMA, "sae": sae, "top_k": 32, "condition": "full", "fvu": {"last": 0.21},
+           "spliced_kl": {"mean": 0.03, "median": 0.02, "max": 0.11, "n": 24}, "probe": probe, "top_features": top,
+           "repair_features": repair, **record(config, model=MODEL)}
+    atomic_write_json(_mkdir(root / a.folder) / a.result, doc)
+
+
 def _tokens(config: TokensConfig | None = None) -> dict:
     """tokens.json of three hand trajectories under four policies, with a paired run (hand tokenizer)."""
     from interp.accounting.tokens import run_accounting
@@ -141,6 +179,7 @@ CONFIGS: dict[str, Any] = {
                                  samples=1, max_new_tokens=64),
     "attention": {"condition": "full"}, "iclr": IclrConfig(), "harm": HarmConfig(margin=0.0),
     "drsr": DrsrConfig(n_boot=100), "gate": GateConfig(n_boot=50),
+    "anchors": AnchorConfig(), "sae": ProbeConfig(n_perm=10),
     "tokens": TokensConfig(policies=("full", "keep_latest_reasoning", "delete_all_reasoning", "sliding_window:k=1"),
                            paired_policy="delete_all_reasoning"),
 }
@@ -151,7 +190,7 @@ WRITERS: dict[str, Callable[[Path, Analysis, np.random.Generator, Any], None]] =
     "probe": _write_probe, "kl_repair": _write_kl_repair, "attribution": _write_attribution,
     "externalization": _write_externalization,
     "interventions": _write_interventions, "attention": _write_attention, "iclr": _write_iclr, "harm": _write_harm,
-    "drsr": _write_drsr, "tokens": _write_tokens, "gate": _write_gate,
+    "drsr": _write_drsr, "tokens": _write_tokens, "gate": _write_gate, "anchors": _write_anchors, "sae": _write_sae,
 }
 
 

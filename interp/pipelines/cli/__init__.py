@@ -21,7 +21,7 @@ __all__ = ["app", "main"]
 
 # each module registers its commands on `app` when imported; this order is `interp --help`'s
 COMMAND_MODULES = ("data", "models", "features", "causal", "drsr", "gate", "probing", "externalize", "annotate", "tokens",
-                   "serve", "study", "runs")
+                   "serve", "study", "runs", "anchors")
 for _name in COMMAND_MODULES:
     importlib.import_module(f"{__name__}.{_name}")
 

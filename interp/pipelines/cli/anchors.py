@@ -1,0 +1,131 @@
+"""``interp anchors`` (reasoning anchors), ``interp sae-train`` and ``interp sae-probe`` (SAE features at the
+boundary); ``interp extract --sae DIR`` stores the features these read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from interp.io import check_output_dir, read_json
+from interp.pipelines import stages
+from interp.pipelines.cli.common import (
+    AllowControlOpt,
+    DeviceOpt,
+    DtypeOpt,
+    ModelOpt,
+    ModelPathOpt,
+    TrajectoriesOpt,
+    app,
+    config_options,
+    console,
+    load_sensor,
+    model_options,
+    option,
+)
+from interp.sensor.sae import SaeTrainConfig
+from patching.anchors import AnchorConfig
+from probes.config import ProbeConfig
+
+
+@app.command()
+@config_options(AnchorConfig)
+def anchors(
+    trajectories: TrajectoriesOpt,
+    out: Annotated[Path, typer.Option("--out", help="Directory for anchors.json.")],
+    harm: Annotated[Optional[Path], typer.Option("--harm", help="harm.json or drsr.json parts folder whose "
+                                                 "singleton harms are reused (default: measured here).")] = None,
+    model: ModelOpt = "smollm2-135m", model_path: ModelPathOpt = None,
+    device: DeviceOpt = "cpu",
+    dtype: DtypeOpt = "auto",
+    allow_control_tokens: AllowControlOpt = False,
+    *,
+    config: AnchorConfig,
+) -> None:
+    """Reasoning anchors: each block's deletion harm, attention from receiver heads, attention-suppression KL,
+    and whether ICLR drops it."""
+    from patching.anchors import run_anchors, write_anchors
+
+    check_output_dir(out, "--out")
+    dtype = model_options(device, dtype, AnchorConfig)
+    trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
+    records: list = []
+    if harm is not None:
+        with option("--harm"):
+            files = sorted(harm.glob("**/*.json")) if harm.is_dir() else [harm]
+            for path in files:
+                doc = read_json(path)
+                records += doc.get("boundaries", []) if "boundaries" in doc and "sets" not in doc else [doc]
+    sensor = load_sensor(model, model_path, device, dtype)
+    with option("--boundaries"):
+        doc = run_anchors(sensor, trajs, config, records)
+    path = write_anchors(doc, out)
+    iclr = doc["iclr"]
+    console.print(f"{path}: {len(doc['blocks'])} blocks; ICLR drops {iclr['dropped']['n']} of them and "
+                  f"{iclr['anchors_dropped']} of the {iclr['n_anchors']} anchors", markup=False)
+
+
+@app.command("sae-train")
+@config_options(SaeTrainConfig)
+def sae_train(
+    store: Annotated[Path, typer.Option("--store", help="Activation store whose pooled residuals train the SAE.")],
+    out: Annotated[Path, typer.Option("--out", help="SAE directory to write (SAELens format).")],
+    layer: Annotated[Optional[int], typer.Option("--layer", help="Store layer (0-based) of the residual (default: "
+                                                 "the store's layer when it has one).")] = None,
+    site: Annotated[str, typer.Option("--site", help="Store site of the residual.")] = "resid_pre",
+    *,
+    config: SaeTrainConfig,
+) -> None:
+    """A small TopK SAE on a store's residual rows (every pooling, every condition), saved in SAELens' format."""
+    import torch
+
+    from interp.extraction.store import Store
+    from interp.sensor.sae import fvu, save_sae, train_sae
+
+    check_output_dir(out, "--out")
+    with option("--store"):
+        st = Store(store)
+        layers = list(st.settings()["layers"])
+        if layer is None and len(layers) != 1:
+            raise ValueError(f"{store} holds layers {layers}: choose one with --layer")
+        layer = layers[0] if layer is None else layer
+        frame, features = st.load_features(site)
+        if not any(key[0] == layer for key in features):
+            raise ValueError(f"{store}: layer {layer} not extracted (layers: {st.settings()['layers']})")
+    x = torch.cat([torch.from_numpy(v) for (lay, _), v in features.items() if lay == layer])
+    x = x[x.norm(dim=-1) > 0]  # poolings with no position (no reasoning yet) are stored as zeros
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(config.seed))
+    cut = len(x) - int(config.held_out * len(x))
+    sae = train_sae(x[order[:cut]], config.d_sae, config.k, f"blocks.{layer}.hook_{site}", config.steps, config.lr,
+                    config.seed, str(st.settings().get("model", "")))
+    save_sae(sae, out)
+    held = x[order[cut:]]
+    console.print(f"{out}: {config.d_sae} features, k {config.k}, trained on {cut} rows; FVU train "
+                  f"{fvu(x[order[:cut]], sae.reconstruct(x[order[:cut]])):.3f}"
+                  + (f", held-out {fvu(held, sae.reconstruct(held)):.3f} ({len(held)} rows)" if len(held) > 1 else ""),
+                  markup=False)
+
+
+@app.command("sae-probe")
+@config_options(ProbeConfig)
+def sae_probe(
+    store: Annotated[Path, typer.Option("--store", help="Activation store extracted with --sae.")],
+    out: Annotated[Path, typer.Option("--out", help="Directory for sae_probe.json.")],
+    trajectories: Annotated[Optional[Path], typer.Option("--trajectories", help="Trajectory file: the features' "
+                                                         "strongest contexts then show the latest reasoning.")] = None,
+    condition: Annotated[str, typer.Option(help="Store condition the probe reads.")] = "full",
+    *,
+    config: ProbeConfig,
+) -> None:
+    """The future-necessity probe on SAE features (nested CV, nulls), its top features, KL Repair's features."""
+    from interp.extraction.store import Store
+    from probes.sae import run_sae_probe, write_sae_probe
+
+    check_output_dir(out, "--out")
+    trajs = {t.task_id: t for t in stages.trajectories(trajectories, strict=False)} if trajectories else None
+    with option("--store"):
+        doc = run_sae_probe(Store(store), config, condition, trajectories=trajs)
+    path = write_sae_probe(doc, out)
+    console.print(f"{path}: AUROC {doc['probe']['auroc']:.3f}, permutation p {doc['probe']['permutation_p']}; "
+                  f"FVU {doc['fvu']}", markup=False)
