@@ -176,3 +176,39 @@ def _check_leaf(value: Any, f: Field) -> str | None:
 def _kind_name(value: Any) -> str:
     return {dict: "object", list: "list", str: "str", bool: "bool", int: "int", float: "float"}.get(
         type(value), type(value).__name__)
+
+
+_KIND_TYPES = {"float": "float", "int": "int", "str": "str", "bool": "bool", "object": "dict[str, JsonValue]",
+               "any": "JsonValue"}
+
+
+def field_type(f: Field) -> str:
+    """The Python type (source text) of a field's value: the dtype's type nested in the shape's lists, ``| None``
+    on the leaf and the whole when nullable; a shape the notation does not type is ``JsonValue``."""
+    shape = f.shape.strip()
+    m = _LIST.match(shape)
+    dims = [d for d in m["dims"].split(",") if d.strip()] if m is not None else []
+    if shape.startswith("{"):
+        leaf, depth = "dict[str, JsonValue]", 0
+    elif m is not None and m["keys"] is not None and len(dims) == 1:
+        leaf, depth = "dict[str, JsonValue]", 1
+    elif m is not None and m["keys"] is None and len(dims) <= 2:
+        leaf, depth = _KIND_TYPES.get(f.kind, "JsonValue"), len(dims)
+    else:
+        return "JsonValue"
+    nullable = f.nullable and leaf != "JsonValue"  # JsonValue holds null already
+    typ = "list[" * depth + (f"{leaf} | None" if nullable else leaf) + "]" * depth
+    return f"{typ} | None" if nullable and depth else typ
+
+
+def typed_dict_source(name: str, fields: Sequence[Field], doc: str = "") -> str:
+    """Source text of a ``TypedDict`` named ``name`` with one key per field (:func:`field_type`), so a document
+    of ``fields`` is typed where it crosses a function boundary; names that are not identifiers use the
+    functional syntax (``doc``: the class docstring, one line)."""
+    import keyword
+
+    if all(f.name.isidentifier() and not keyword.iskeyword(f.name) for f in fields):
+        body = "".join(f"    {f.name}: {field_type(f)}\n" for f in fields)
+        return f"class {name}(TypedDict):\n" + (f'    """{doc}"""\n\n' if doc else "") + (body or "    pass\n")
+    items = "".join(f"    {f.name!r}: {field_type(f)},\n" for f in fields)
+    return f"{name} = TypedDict({name!r}, {{\n{items}}})\n"
