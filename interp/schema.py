@@ -178,6 +178,7 @@ def _kind_name(value: Any) -> str:
         type(value), type(value).__name__)
 
 
+_RECORDS = re.compile(r"^\[[^\],]+\]\s+of\s+\{.*\}$")  # [n] of {...}, records that may nest objects
 _KIND_TYPES = {"float": "float", "int": "int", "str": "str", "bool": "bool", "object": "dict[str, JsonValue]",
                "any": "JsonValue"}
 
@@ -190,7 +191,7 @@ def field_type(f: Field) -> str:
     dims = [d for d in m["dims"].split(",") if d.strip()] if m is not None else []
     if shape.startswith("{"):
         leaf, depth = "dict[str, JsonValue]", 0
-    elif m is not None and m["keys"] is not None and len(dims) == 1:
+    elif _RECORDS.match(shape):
         leaf, depth = "dict[str, JsonValue]", 1
     elif m is not None and m["keys"] is None and len(dims) <= 2:
         leaf, depth = _KIND_TYPES.get(f.kind, "JsonValue"), len(dims)
@@ -203,12 +204,38 @@ def field_type(f: Field) -> str:
 
 def typed_dict_source(name: str, fields: Sequence[Field], doc: str = "") -> str:
     """Source text of a ``TypedDict`` named ``name`` with one key per field (:func:`field_type`), so a document
-    of ``fields`` is typed where it crosses a function boundary; names that are not identifiers use the
-    functional syntax (``doc``: the class docstring, one line)."""
+    of ``fields`` is typed where it crosses a function boundary (``final``: ``"key" in doc`` tells it from another
+    result); names that are not identifiers use the functional syntax (``doc``: the class docstring, one line)."""
     import keyword
 
     if all(f.name.isidentifier() and not keyword.iskeyword(f.name) for f in fields):
         body = "".join(f"    {f.name}: {field_type(f)}\n" for f in fields)
-        return f"class {name}(TypedDict):\n" + (f'    """{doc}"""\n\n' if doc else "") + (body or "    pass\n")
+        return f"@final\nclass {name}(TypedDict):\n" + (f'    """{doc}"""\n\n' if doc else "") + (body or "    pass\n")
     items = "".join(f"    {f.name!r}: {field_type(f)},\n" for f in fields)
-    return f"{name} = TypedDict({name!r}, {{\n{items}}})\n"
+    return f"{name} = final(TypedDict({name!r}, {{\n{items}}}))\n"
+
+
+def as_object(value: JsonValue) -> dict[str, JsonValue]:
+    """``value`` narrowed to a JSON object (a record nested in a typed result); a TypeError when it is not one."""
+    if not isinstance(value, dict):
+        raise TypeError(f"expected a JSON object, got {_kind_name(value)}")
+    return value
+
+
+def as_list(value: JsonValue) -> list[JsonValue]:
+    """``value`` narrowed to a JSON list; a TypeError when it is not one."""
+    if not isinstance(value, list):
+        raise TypeError(f"expected a JSON list, got {_kind_name(value)}")
+    return value
+
+
+def as_number(value: JsonValue) -> float | None:
+    """``value`` narrowed to a number or null (a statistic that may be undefined); a TypeError otherwise."""
+    if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)):
+        raise TypeError(f"expected a number or null, got {_kind_name(value)}")
+    return value
+
+
+def as_numbers(value: JsonValue) -> list[float | None] | None:
+    """``value`` narrowed to null or a list of numbers and nulls (a confidence interval); a TypeError otherwise."""
+    return None if value is None else [as_number(v) for v in as_list(value)]

@@ -35,13 +35,25 @@ import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, cast, final
 
 from interp.io import atomic_write_bytes, atomic_write_json, run_units, writer_lock
 from interp.params import N_BOOT, ConfigError
 from interp.pipelines.steps import Step, StepContext
 from interp.record import config_dict, config_from, json_sha256, record
-from interp.reporting.analyses import analysis
+from interp.reporting.analyses import FiguresReport, analysis
+from interp.reporting.results import (
+    AttributionResult,
+    DrsrResult,
+    ExternalizationResult,
+    GateResult,
+    HarmResult,
+    InterventionsResult,
+    KlRepairResult,
+    ProbeResultsResult,
+    TokensResult,
+)
+from interp.schema import JsonValue
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -66,6 +78,72 @@ if TYPE_CHECKING:
     from probes.targets import TargetLabelerConfig
 
 C = TypeVar("C")
+
+
+# What the stages return besides a result file's document (interp.reporting.results: one TypedDict per file).
+@final
+class ShardParts(TypedDict):
+    """A shard's run (``shard=(I, N)``, N > 1): the shard, the units it computed and its parts folder."""
+
+    shard: list[int]
+    units: list[str]
+    parts: str
+
+
+@final
+class MergedStore(TypedDict):
+    """:func:`merge` of activation stores: ``kind`` "store" and the merged store's row count."""
+
+    kind: Literal["store"]
+    rows: int
+
+
+@final
+class MergedParts(TypedDict):
+    """:func:`merge` of part folders: ``kind`` "parts" and the units missing per folder."""
+
+    kind: Literal["parts"]
+    missing: dict[str, list[str]]
+
+
+class LabelSummary(TypedDict):
+    """:func:`label`: labelled boundaries, positives, undefined (final) boundaries and agreement with the reference."""
+
+    n_boundaries: int
+    n_positive: int
+    n_undefined: int
+    agreement: dict[str, JsonValue]
+
+
+class ExternalizeSummary(TypedDict):
+    """:func:`externalize`: labelled boundaries, the rule's G=1 rate, the reference and agreement (in-sample and
+    held out by task)."""
+
+    n_boundaries: int
+    rule_positive_rate: float
+    reference: str | None
+    agreement: dict[str, JsonValue]
+    scope_note: str
+    held_out: dict[str, JsonValue] | None
+
+
+class GateTrained(TypedDict):
+    """:func:`gate_train`: the scorer file, its selected setting and split, and what training measured."""
+
+    scorer: str
+    setting: dict[str, JsonValue]
+    split: dict[str, list[str]]
+    calibration: dict[str, JsonValue]
+    train_seconds: float
+    n_rows: int
+    n_pool: int
+    summary: dict[str, JsonValue]
+
+
+class FiguresMade(FiguresReport):
+    """:func:`figures`: what ``make_figures`` did (``interp.reporting.figures.FiguresReport``) and the table files."""
+
+    tables: list[Path]
 
 
 def trajectories(path: Path, strict: bool = True, allow_control_tokens: bool = False) -> list[Trajectory]:
@@ -154,15 +232,15 @@ def gate_params(sensor: Sensor, conditions: list[str], gate_scorer: Path | None)
     return {"drsr_gate": {"gate": SetGate(GateModel.load(gate_scorer), sensor)}}
 
 
-def merge(target: Path, sources: list[Path], allow_partial: bool = False) -> dict[str, Any]:
+def merge(target: Path, sources: list[Path], allow_partial: bool = False) -> MergedStore | MergedParts:
     """Join shard outputs into ``target``: activation stores (``store.json``), else the sharded part folders
     of patch, harm and intervene (re-run the stage without ``--shard`` on ``target`` for its summary)."""
     from interp.extraction.store import merge_stores
     from interp.io import merge_result_folders
 
     if all((Path(src) / "store.json").is_file() for src in sources):
-        return {"kind": "store", "rows": len(merge_stores(target, sources, allow_partial))}
-    return {"kind": "parts", "missing": merge_result_folders(target, sources, allow_partial)}
+        return MergedStore(kind="store", rows=len(merge_stores(target, sources, allow_partial)))
+    return MergedParts(kind="parts", missing=merge_result_folders(target, sources, allow_partial))
 
 
 def _units(sensor: Sensor, trajs: list[Trajectory], keys: list[str], compute: Callable[[Any, str], Any], cache: Path,
@@ -221,17 +299,17 @@ def entropy(sensor: Sensor, trajs: list[Trajectory], out: Path, config: IclrConf
 
 
 def label(trajectories: Path, out: Path, labels: Path | None = None,
-          config: TargetLabelerConfig | None = None) -> dict[str, Any]:
+          config: TargetLabelerConfig | None = None) -> LabelSummary:
     """Rule-based future-necessity targets with evidence, and agreement with reference labels."""
     from probes.targets import TargetLabelerConfig, targets_command
 
     with writer_lock(out, command="label"):
-        return targets_command(trajectories, out, labels, config or TargetLabelerConfig())
+        return cast(LabelSummary, targets_command(trajectories, out, labels, config or TargetLabelerConfig()))
 
 
 def probe(store: Path, out: Path, config: ProbeConfig, labels: Path | None = None, condition: str = "full",
           site: str = "resid_pre", layers: list[int] | None = None,
-          poolings: list[str] | None = None) -> dict[str, Any]:
+          poolings: list[str] | None = None) -> ProbeResultsResult:
     """Nested-CV future-necessity probe on a store, with its position baseline and both nulls (``probe_results.json``).
 
     Final boundaries (no later step) are left out as undefined targets by ``FeatureSet.from_store``.
@@ -260,7 +338,7 @@ def probe(store: Path, out: Path, config: ProbeConfig, labels: Path | None = Non
         result = run_probe(fs, config)
         result.update(record(config, model=settings, inputs={"store": Path(store) / "store.json", "labels": labels}))
         write_probe_results(result, oof_frame(result), out)
-    return result
+    return cast(ProbeResultsResult, result)
 
 
 def _check_labelled(fs: FeatureSet, config: ProbeConfig, source: str) -> None:
@@ -284,7 +362,7 @@ def _check_labelled(fs: FeatureSet, config: ProbeConfig, source: str) -> None:
 def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, config: PatchConfig | None = None,
           sites: list[tuple[str, int]] | None = None, shard: tuple[int, int] = (0, 1),
           executor: Executor | None = None, load: Callable[[], Sensor] | None = None,
-          gate_scorer: Path | None = None) -> dict[str, Any]:
+          gate_scorer: Path | None = None) -> KlRepairResult | AttributionResult | ShardParts:
     """KL Repair per site (``kl_repair.json``) under ``config`` (``patching.config.PatchConfig``); per-trajectory
     parts make it resumable; boundaries over ``config.max_tokens`` are skipped and listed. ``sites``: an explicit
     site list in place of the config's site kind and layers. ``gate_scorer``: the scorer file of the
@@ -328,16 +406,16 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, config: PatchConfi
             max_tokens=limit, rule=config.noise_rule)],
             out / "parts" / tag, "patch", shard, costs, executor, load)
         if shard[1] > 1:
-            return {"shard": list(shard), "units": list(parts), "parts": str(out / "parts" / tag)}
+            return ShardParts(shard=list(shard), units=list(parts), parts=str(out / "parts" / tag))
         rows = [BoundaryRepair(**r) for k in keys for r in parts[k]]
         result = {**summarize(rows, sites, condition, sensor, method, positions, config.n_boot, config.noise_rule), **record(
             config, sensor=sensor, inputs={"trajectories": trajectories_sha256(trajs), "gate_scorer": gate_scorer})}
         atomic_write_json(out / "kl_repair.json", result)
-    return result
+    return cast(KlRepairResult, result)
 
 
 def _attribution(sensor: Sensor, trajs: list[Trajectory], out: Path, config: PatchConfig, sites: list[tuple[str, int]],
-                 params: dict[str, Any] | None, gate_scorer: Path | None) -> dict[str, Any]:
+                 params: dict[str, Any] | None, gate_scorer: Path | None) -> AttributionResult:
     """``attribution.json`` and its maps (``patching.attribution``): the first-order map of every boundary beside
     exact KL Repair, exactly patched history sites and exact singleton harm."""
     from safetensors.torch import save
@@ -357,7 +435,7 @@ def _attribution(sensor: Sensor, trajs: list[Trajectory], out: Path, config: Pat
             config, sensor=sensor, inputs={"trajectories": trajectories_sha256(trajs), "gate_scorer": gate_scorer})}
         atomic_write_bytes(out / MAPS_FILE, save({k: v.contiguous() for k, v in maps.items()}))
         atomic_write_json(out / "attribution.json", result)
-    return result
+    return cast(AttributionResult, result)
 
 
 def _check_positions(sensor: Sensor, trajs: list[Trajectory], condition: str, positions: int) -> None:
@@ -381,7 +459,7 @@ def _check_positions(sensor: Sensor, trajs: list[Trajectory], condition: str, po
 
 def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, config: HarmConfig | None = None,
          shard: tuple[int, int] = (0, 1), executor: Executor | None = None,
-         load: Callable[[], Sensor] | None = None) -> dict[str, Any]:
+         load: Callable[[], Sensor] | None = None) -> HarmResult | ShardParts:
     """Set-level deletion harm under ``config`` (``patching.config.HarmConfig``: DRSR's unit kinds, set sizes and
     budget by default) at its ``task_id@b`` boundaries (``harm.json``); one resumable part per boundary;
     boundaries over ``config.max_tokens`` are skipped and listed.
@@ -411,16 +489,16 @@ def harm(sensor: Sensor, trajs: list[Trajectory], out: Path, config: HarmConfig 
         parts = _units(sensor, trajs, keys, compute, cache, "harm", shard,
                        {k: cost(k) for k in keys} if shard[1] > 1 else None, executor, load)
         if shard[1] > 1:
-            return {"shard": list(shard), "units": list(parts), "parts": str(cache)}
+            return ShardParts(shard=list(shard), units=list(parts), parts=str(cache))
         result = {**summarize_harm([parts[k] for k in keys], model=sensor.describe(), margin=config.margin,
                                    n_boot=N_BOOT),
                   **record(config, sensor=sensor, inputs={"trajectories": trajectories_sha256(trajs)})}
         atomic_write_json(out / "harm.json", result)
-    return result
+    return cast(HarmResult, result)
 
 
 def externalize(trajectories: Path, out: Path, labels: Path | None = None,
-                config: GapLabelerConfig | None = None) -> dict[str, Any]:
+                config: GapLabelerConfig | None = None) -> ExternalizeSummary:
     """Rule-based G labels with evidence under ``config`` (``interp.externalization.labeler.GapLabelerConfig``);
     agreement with reference labels, held out by task for G and y's labelers."""
     from interp.data.trajectory import load_trajectories
@@ -434,22 +512,23 @@ def externalize(trajectories: Path, out: Path, labels: Path | None = None,
 
     others = {"future_necessity": (targets, tuning_configs(), TargetLabelerConfig(), "future_necessity")}
     with writer_lock(out, command="externalize label"):
-        return label_command(trajectories, out, labels, config or GapLabelerConfig(), others)
+        return cast(ExternalizeSummary, label_command(trajectories, out, labels, config or GapLabelerConfig(), others))
 
 
 def risk(out: Path, labels: Path | None = None, probe_results: Path | None = None,
          trajectories: Path | None = None, targets: Path | None = None,
-         config: RiskConfig | None = None) -> dict[str, Any]:
+         config: RiskConfig | None = None) -> ExternalizationResult:
     """Future behavioural risk by G, within-task and hidden-score gaps (``externalization.json``) under
     ``config`` (``interp.externalization.risk.RiskConfig``)."""
     from interp.externalization.risk import RiskConfig, risk_command
 
     with writer_lock(out, command="externalize risk"):
-        return risk_command(out, labels, probe_results, trajectories, targets, config or RiskConfig())
+        return cast(ExternalizationResult, risk_command(out, labels, probe_results, trajectories, targets,
+                                                        config or RiskConfig()))
 
 
 def intervene(sensor: Sensor, states: list[State], trajs: list[Trajectory], out: Path, settings: RunSettings,
-              sources: dict[str, str] | None = None, shard: tuple[int, int] = (0, 1)) -> dict[str, Any]:
+              sources: dict[str, str] | None = None, shard: tuple[int, int] = (0, 1)) -> InterventionsResult:
     """Controlled continuations of each state under each condition, rubric-scored (``interventions.json/.md``).
 
     ``shard=(I, N)`` generates shard I's units and writes no summary (merge, then re-run without a shard)."""
@@ -459,16 +538,16 @@ def intervene(sensor: Sensor, states: list[State], trajs: list[Trajectory], out:
     with writer_lock(out, command="intervene"):
         doc = continue_states(sensor, states, trajs, out, settings, shard=shard)
         if shard[1] > 1:
-            return doc
+            return cast(InterventionsResult, doc)  # a shard's partial document: no summary file, no record
         doc.update(sources or {})
         doc.update(record(config_from(RunSettings, doc["settings"]), sensor=sensor, inputs={
             "trajectories": trajectories_sha256(trajs),
             "states": json_sha256([asdict(s) for s in states])}))
         write_results(doc, out)
-    return doc
+    return cast(InterventionsResult, doc)
 
 
-def figures(results: Path, png: bool = True, tables: bool = True) -> dict[str, Any]:
+def figures(results: Path, png: bool = True, tables: bool = True) -> FiguresMade:
     """Figures (HTML, and PNG with a Chromium) and headline tables from result files; no model."""
     from interp.reporting.figures import make_figures
     from interp.reporting.tables import write_tables
@@ -479,13 +558,13 @@ def figures(results: Path, png: bool = True, tables: bool = True) -> dict[str, A
         if (Path(results) / folder).exists() and not (Path(results) / folder).is_dir():
             raise ValueError(f"{Path(results) / folder}: is a file; figures writes a folder there")
     made = make_figures(results, png=png)
-    made["tables"] = write_tables(results) if tables else []
-    return made
+    return FiguresMade(written=made["written"], skipped=made["skipped"], failed=made["failed"],
+                       png_skipped=made["png_skipped"], tables=write_tables(results) if tables else [])
 
 
 def drsr(sensor: Sensor, trajs: list[Trajectory], out: Path, config: DrsrConfig | None = None,
          shard: tuple[int, int] = (0, 1), executor: Executor | None = None,
-         load: Callable[[], Sensor] | None = None, gate_scorer: Path | None = None) -> dict[str, Any]:
+         load: Callable[[], Sensor] | None = None, gate_scorer: Path | None = None) -> DrsrResult | ShardParts:
     """DRSR's mechanistic appendix under ``config`` (``patching.config.DrsrConfig``; ``drsr.json``,
     ``patching.drsr``): set-level harm of steps and their blocks with each candidate's representation and attention
     from the same forwards; one resumable part per boundary.
@@ -522,18 +601,18 @@ def drsr(sensor: Sensor, trajs: list[Trajectory], out: Path, config: DrsrConfig 
         parts = _units(sensor, trajs, keys, compute, cache, "drsr", shard,
                        {k: cost(k) for k in keys} if shard[1] > 1 else None, executor, load)
         if shard[1] > 1:
-            return {"shard": list(shard), "units": list(parts), "parts": str(cache)}
+            return ShardParts(shard=list(shard), units=list(parts), parts=str(cache))
         result = summarize_drsr([parts[k] for k in keys], sensor.describe(), config.margin, config.unsafe,
                                 config.relation_layer, dim, n_boot=config.n_boot, parts=str(cache.relative_to(out)),
                                 gate=gate_model, scorer=None if gate_scorer is None else str(gate_scorer))
         result.update(record(config, sensor=sensor, inputs={"trajectories": trajectories_sha256(trajs),
                                                             "gate_scorer": gate_scorer}))
         atomic_write_json(out / "drsr.json", result)
-    return result
+    return cast(DrsrResult, result)
 
 
 def harm_from_parts(drsr_dir: Path, out: Path, model: dict[str, Any] | None = None,
-                    margin: float | None = None) -> dict[str, Any]:
+                    margin: float | None = None) -> HarmResult:
     """``harm.json`` from a :func:`drsr` run's parts (its records are harm records plus representations), with no
     forward: the demo's set-level harm and DRSR appendix share one set of harm forwards. ``margin`` None:
     ``HarmConfig``'s. Its recorded config is the ``HarmConfig`` of the DRSR run's sets (drsr.json's config) at
@@ -558,11 +637,11 @@ def harm_from_parts(drsr_dir: Path, out: Path, model: dict[str, Any] | None = No
                   **record(config, model=model or doc.get("model"), device=made.get("device"),
                            inputs={"drsr": Path(drsr_dir) / "drsr.json", **made.get("inputs", {})})}
         atomic_write_json(out / "harm.json", result)
-    return result
+    return cast(HarmResult, result)
 
 
 def gate_train(drsr_dir: Path, out: Path, config: GateConfig | None = None, parts: Path | None = None
-               ) -> dict[str, Any]:
+               ) -> GateTrained:
     """DRSR's set-risk gate trained on an ``interp drsr`` run's parts (train split) and selected on validation
     under ``config`` (``patching.config.GateConfig``: seed, ensemble size); writes the scorer file
     ``gate_scorer.json`` (``patching.gate``); no model is run."""
@@ -577,12 +656,12 @@ def gate_train(drsr_dir: Path, out: Path, config: GateConfig | None = None, part
                                  config.unsafe, scorer=config.scorer, calibration=config.calibration())
         gate_model.save(Path(out) / "gate_scorer.json", record(config, model=doc.get("model"),
                                                               inputs={"drsr_records": json_sha256(records)}))
-    return {"scorer": str(Path(out) / "gate_scorer.json"), "setting": asdict(gate_model.setting),
-            "split": gate_model.split, **info}
+    return cast(GateTrained, {"scorer": str(Path(out) / "gate_scorer.json"), "setting": asdict(gate_model.setting),
+                              "split": gate_model.split, **info})
 
 
 def gate_eval(drsr_dir: Path, scorer: Path, out: Path, config: GateConfig | None = None, parts: Path | None = None,
-              train_seconds: float | None = None) -> dict[str, Any]:
+              train_seconds: float | None = None) -> GateResult:
     """The gate of a scorer file on its held-out test trajectories (``gate.json``, ``patching.gate_eval``), with
     ``config.n_boot`` task-bootstrap resamples (the seed is the scorer's own)."""
     from patching.config import GateConfig
@@ -600,10 +679,10 @@ def gate_eval(drsr_dir: Path, scorer: Path, out: Path, config: GateConfig | None
                                                                      "scorer": scorer},
                              seeds={"scorer_seed": gate_model.scorer.seed}))
         atomic_write_json(Path(out) / "gate.json", result)
-    return result
+    return cast(GateResult, result)
 
 
-def gate(drsr_dir: Path, out: Path, config: GateConfig | None = None) -> dict[str, Any]:
+def gate(drsr_dir: Path, out: Path, config: GateConfig | None = None) -> GateResult:
     """Train the set-risk gate on a DRSR run and evaluate it on the held-out trajectories (the demo's step)."""
     trained = gate_train(drsr_dir, out, config)
     return gate_eval(drsr_dir, Path(out) / "gate_scorer.json", out, config, train_seconds=trained["train_seconds"])
@@ -611,7 +690,7 @@ def gate(drsr_dir: Path, out: Path, config: GateConfig | None = None) -> dict[st
 
 def tokens(trajs: list[Trajectory], out: Path, tokenizer: PreTrainedTokenizerBase, config: TokensConfig | None = None,
            entropy: Path | None = None, paired: list[Trajectory] | None = None,
-           gate_scorer: Path | None = None) -> dict[str, Any]:
+           gate_scorer: Path | None = None) -> TokensResult:
     """Request-level token accounting of ``config.policies`` with its prefix cache, and a paired-run amplification
     decomposition (``paired``: the compressed run, under ``config.paired_policy``) (``tokens.json``,
     ``interp.accounting.tokens``); no model forward but the ``drsr_gate`` policy's set gate (``gate_scorer``: its
@@ -637,7 +716,7 @@ def tokens(trajs: list[Trajectory], out: Path, tokenizer: PreTrainedTokenizerBas
         "entropy": entropy, "gate_scorer": gate_scorer}))
     with writer_lock(out, command="tokens"):
         atomic_write_json(out / "tokens.json", doc)
-    return doc
+    return cast(TokensResult, doc)
 
 
 # ---------------------------------------------------------------- the demo's steps

@@ -29,8 +29,9 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypedDict
 
 from interp.reporting import reference as ref
 
@@ -58,6 +59,16 @@ class Figure:
     name: str
     file: str
     build: str
+
+
+class FiguresReport(TypedDict):
+    """What ``interp.reporting.figures.make_figures`` did with the figures: name -> files written, skipped and
+    failed figures with why, and why PNGs are missing (None: written)."""
+
+    written: dict[str, list[Path]]
+    skipped: dict[str, str]
+    failed: dict[str, str]
+    png_skipped: str | None
 
 
 @dataclass(frozen=True)

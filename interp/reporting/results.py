@@ -6,11 +6,12 @@ Generated from the writers' ``FIELDS`` by ``python -m interp.reporting.results_g
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import TypedDict, final
 
 from interp.schema import JsonValue
 
 
+@final
 class ProbeResultsResult(TypedDict):
     """``probe_results.json`` (``probes.report:FIELDS``)."""
 
@@ -54,6 +55,7 @@ class ProbeResultsResult(TypedDict):
     provenance: dict[str, JsonValue]
 
 
+@final
 class KlRepairResult(TypedDict):
     """``kl_repair.json`` (``patching.kl_repair:FIELDS``)."""
 
@@ -91,6 +93,7 @@ class KlRepairResult(TypedDict):
     provenance: dict[str, JsonValue]
 
 
+@final
 class AttributionResult(TypedDict):
     """``attribution.json`` (``patching.attribution:FIELDS``)."""
 
@@ -111,6 +114,7 @@ class AttributionResult(TypedDict):
     provenance: dict[str, JsonValue]
 
 
+@final
 class IclrBlocksResult(TypedDict):
     """``iclr_blocks.json`` (``interp.extraction.entropy:TABLE_RECORD_FIELDS``)."""
 
@@ -120,6 +124,7 @@ class IclrBlocksResult(TypedDict):
     provenance: dict[str, JsonValue]
 
 
+@final
 class HarmResult(TypedDict):
     """``harm.json`` (``patching.harm:FIELDS``)."""
 
@@ -138,6 +143,7 @@ class HarmResult(TypedDict):
     provenance: dict[str, JsonValue]
 
 
+@final
 class DrsrResult(TypedDict):
     """``drsr.json`` (``patching.drsr:FIELDS``)."""
 
@@ -159,6 +165,7 @@ class DrsrResult(TypedDict):
     provenance: dict[str, JsonValue]
 
 
+@final
 class GateResult(TypedDict):
     """``gate.json`` (``patching.gate_eval:FIELDS``)."""
 
@@ -181,6 +188,7 @@ class GateResult(TypedDict):
     provenance: dict[str, JsonValue]
 
 
+@final
 class GateScorerResult(TypedDict):
     """``gate_scorer.json`` (``patching.gate:SCORER_FIELDS``)."""
 
@@ -198,6 +206,7 @@ class GateScorerResult(TypedDict):
     provenance: dict[str, JsonValue]
 
 
+@final
 class ExternalizationResult(TypedDict):
     """``externalization.json`` (``interp.externalization.risk:FIELDS``)."""
 
@@ -220,6 +229,7 @@ class ExternalizationResult(TypedDict):
     provenance: dict[str, JsonValue]
 
 
+@final
 class InterventionsResult(TypedDict):
     """``interventions.json`` (``interp.continuations.run:FIELDS``)."""
 
@@ -237,6 +247,7 @@ class InterventionsResult(TypedDict):
     provenance: dict[str, JsonValue]
 
 
+@final
 class TokensResult(TypedDict):
     """``tokens.json`` (``interp.accounting.tokens:FIELDS``)."""
 
@@ -248,7 +259,7 @@ class TokensResult(TypedDict):
     requests: list[dict[str, JsonValue]]
     per_task: list[dict[str, JsonValue]]
     per_domain: list[dict[str, JsonValue]]
-    totals: JsonValue
+    totals: list[dict[str, JsonValue]]
     pair: dict[str, JsonValue] | None
     entropy_table: str | None
     seconds: float
@@ -256,6 +267,7 @@ class TokensResult(TypedDict):
     provenance: dict[str, JsonValue]
 
 
+@final
 class AnchorsResult(TypedDict):
     """``anchors.json`` (``patching.anchors:FIELDS``)."""
 
@@ -269,6 +281,7 @@ class AnchorsResult(TypedDict):
     provenance: dict[str, JsonValue]
 
 
+@final
 class SaeProbeResult(TypedDict):
     """``sae_probe.json`` (``probes.sae:FIELDS``)."""
 
@@ -285,6 +298,7 @@ class SaeProbeResult(TypedDict):
     provenance: dict[str, JsonValue]
 
 
+@final
 class AttentionResult(TypedDict):
     """``attention.json`` (``interp.extraction.attention_summary:FIELDS``)."""
 

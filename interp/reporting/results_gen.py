@@ -18,7 +18,7 @@ Generated from the writers' ``FIELDS`` by ``python -m interp.reporting.results_g
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import TypedDict, final
 
 from interp.schema import JsonValue
 '''

@@ -30,6 +30,7 @@ from interp.pipelines.cli.common import (
     model_options,
     shard_option,
 )
+from interp.schema import as_number, as_object
 from patching.config import HarmConfig, PatchConfig
 
 
@@ -66,17 +67,17 @@ def patch(
     if "shard" in result:
         console.print(f"{result['parts']}: shard {shard}, {len(result['units'])} trajectories", markup=False)
         return
-    if config.method == "attribution":
-        agree = result["agreement"]
+    if "agreement" in result:  # attribution.json (config.method "attribution")
+        agree = {part: as_object(result["agreement"][part]) for part in ("tail", "history", "harm")}
         console.print(f"{out / 'attribution.json'}: {len(result['boundaries'])} boundaries, "
                       f"{len(result['skipped'])} skipped; first order vs exact: "
-                      + "; ".join(f"{part} Spearman {_num(agree[part]['spearman'])}, MAE {_num(agree[part]['mae'])} "
-                                  f"over {agree[part]['n']}" for part in ("tail", "history", "harm")), markup=False)
+                      + "; ".join(f"{part} Spearman {_num(as_number(a['spearman']))}, MAE {_num(as_number(a['mae']))} "
+                                  f"over {a['n']}" for part, a in agree.items()), markup=False)
         return
     console.print(f"{out / 'kl_repair.json'}: {result['n_samples']} samples, {result['n_excluded']} excluded "
                   f"(d not above {result['noise_factor']:g}x its measured noise in {result['model'].get('dtype')}: median "
-                  f"{_nats(result.get('noise_median'))}, null patch {_nats(result.get('noise_null_median'))}, "
-                  f"rescheduled P_full {_nats(result.get('noise_schedule_median'))}), "
+                  f"{_nats(result['noise_median'])}, null patch {_nats(result['noise_null_median'])}, "
+                  f"rescheduled P_full {_nats(result['noise_schedule_median'])}), "
                   f"{len(result['skipped'])} skipped (over {config.max_tokens} tokens)")
 
 

@@ -29,6 +29,7 @@ from interp.pipelines.cli.common import (
     model_options,
     shard_option,
 )
+from interp.schema import as_object
 from patching.config import DrsrConfig
 
 
@@ -68,6 +69,6 @@ def drsr(
         return
     g = result["granularity"]
     console.print(f"{out / 'drsr.json'}: {len(result['boundaries'])} boundaries, {result['relations']['n_sets']} sets "
-                  f"of 2+ units; median step-harm range {g['step_range']['median']}, block-harm range "
-                  f"{g['block_range']['median']}; {len(result['skipped'])} skipped (over {config.max_tokens} tokens)",
+                  f"of 2+ units; median step-harm range {as_object(g['step_range'])['median']}, block-harm range "
+                  f"{as_object(g['block_range'])['median']}; {len(result['skipped'])} skipped (over {config.max_tokens} tokens)",
                   markup=False)

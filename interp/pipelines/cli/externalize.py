@@ -19,6 +19,7 @@ from interp.pipelines.cli.common import (
 )
 from interp.reporting.numbers import ci_text, num
 from interp.reporting.numbers import pct as pct_text
+from interp.schema import as_list, as_number, as_numbers, as_object
 
 externalize_app = typer.Typer(help="State externalization: rule-based G labels with evidence, and future risk by G.",
                               no_args_is_help=True)
@@ -47,11 +48,13 @@ def externalize_label(
                  f"{agreement['accuracy']}, confusion [[ref0 rule0, ref0 rule1], [ref1 rule0, ref1 rule1]] "
                  f"{agreement['confusion']}")
     console.print(line, markup=False, highlight=False)
-    for name, report in (summary["held_out"] or {}).items():
-        held, ci = report["held_out"], report["held_out"]["kappa_ci"]
+    for name, value in (summary["held_out"] or {}).items():
+        report = as_object(value)
+        held = as_object(report["held_out"])
+        ci = as_numbers(held["kappa_ci"])
         console.print(f"held-out kappa, {name} labeler: {held['kappa']} {ci_text(ci) or '[-, -]'} "
-                      f"on {held['n']} boundaries of {len(report['eval_tasks'])} tasks "
-                      f"(thresholds tuned on {len(report['tune_tasks'])} other tasks: {report['chosen']})",
+                      f"on {held['n']} boundaries of {len(as_list(report['eval_tasks']))} tasks "
+                      f"(thresholds tuned on {len(as_list(report['tune_tasks']))} other tasks: {report['chosen']})",
                       markup=False, highlight=False)
 
 
@@ -91,9 +94,10 @@ def externalize_risk(
                   f"reference {100 * reference.WITHIN_TASK_GAP:.1f} pp", markup=False)
     if doc["hidden_score_gap"] is not None:
         hidden = doc["hidden_score_gap"]
-        logodds, prob = hidden["logodds"], hidden["probability"]
+        logodds, prob = as_object(hidden["logodds"]), as_object(hidden["probability"])
         if logodds["estimate"] is not None:
-            console.print(f"hidden-score gap {num(logodds['estimate'])} log-odds {ci_text(logodds['ci'])}, "
-                          f"{num(prob['estimate'])} probability {ci_text(prob['ci'])} over {logodds['n_tasks']} "
+            console.print(f"hidden-score gap {num(as_number(logodds['estimate']))} log-odds "
+                          f"{ci_text(as_numbers(logodds['ci']))}, {num(as_number(prob['estimate']))} probability "
+                          f"{ci_text(as_numbers(prob['ci']))} over {logodds['n_tasks']} "
                           f"tasks; reference {reference.HIDDEN_SCORE_GAP} (probability)", markup=False)
     console.print(f"-> {out / 'externalization.json'}", markup=False)

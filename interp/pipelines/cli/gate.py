@@ -51,7 +51,7 @@ def gate_train(
     console.print(f"{info['scorer']}: {info['n_rows']} sets; split {len(info['split']['train'])}/"
                   f"{len(info['split']['validation'])}/{len(info['split']['test'])} trajectories; {c['n_folds']} "
                   f"calibration folds; rule {c['rule']}: K {s['k']}, beta {s['beta']}, tau {s['tau']}"
-                  f"{'; ' + why[c['abstain']] if c['abstain'] else ''}; {info['train_seconds']:.1f} s", markup=False)
+                  f"{'; ' + why[str(c['abstain'])] if c['abstain'] else ''}; {info['train_seconds']:.1f} s", markup=False)
 
 
 @gate_app.command("eval")

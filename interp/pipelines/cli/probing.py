@@ -12,6 +12,7 @@ from interp.io import check_output_dir
 from interp.pipelines import stages
 from interp.pipelines.cli.common import TrajectoriesOpt, app, config_options, console
 from interp.reporting.numbers import ci_text, num
+from interp.schema import as_number, as_numbers, as_object
 from probes.config import ProbeConfig
 from probes.targets import TargetLabelerConfig
 
@@ -70,10 +71,10 @@ def probe(
     check_output_dir(out, "--out")
     result = stages.probe(store, out, config, labels, condition, site)
     gain = result["gain"]
-    ci = gain and gain["auroc_ci"]
-    lead = (f"gain over position baseline {num(gain['auroc'], signed=True)}"
+    ci = as_numbers(gain["auroc_ci"]) if gain else None
+    lead = (f"gain over position baseline {num(as_number(gain['auroc']), signed=True)}"
             + (f" {ci_text(ci, signed=True)}" if ci_text(ci, signed=True) else "")
-            + f" (baseline AUROC {result['baseline']['auroc']:.3f}); " if gain else "")
+            + f" (baseline AUROC {as_object(result['baseline'])['auroc']:.3f}); " if gain else "")
     console.print(f"{lead}AUROC {result['auroc']:.3f} {ci_text(result['auroc_ci']) or '(no CI)'}, AP {result['ap']:.3f}, "
                   f"balanced acc {result['balanced_accuracy']:.3f}, p={result['permutation_p']} (across tasks), "
                   f"p={result['permutation_p_position']} (position kept), {config.permutation} statistic; "

@@ -12,6 +12,7 @@ from interp.continuations.run import RunSettings
 from interp.pipelines.demo import DemoConfig
 from interp.io import check_output_dir
 from interp.pipelines import stages
+from interp.schema import as_numbers, as_object
 from interp.pipelines.cli.common import (
     AddressOpt,
     AllowControlOpt,
@@ -62,8 +63,9 @@ def intervene(
                       "without --shard for interventions.json", markup=False)
         return
     summary = doc["summary"]
-    for name, row in summary.items():
-        ci, reacq = row["ci"], row["reacquisition_rate"]
+    for name, value in summary.items():
+        row = as_object(value)
+        ci, reacq = as_numbers(row["ci"]), row["reacquisition_rate"]
         score = "-" if row["mean_score"] is None else f"{row['mean_score']:.3f} {ci_text(ci) or '(no CI)'}"
         console.print(f"{name}: score {score} over {row['n_scored_states']} states ({row['n_generations']} "
                       f"generations, {row['truncated']} truncated, {row['parse_failures']} parse failures), "

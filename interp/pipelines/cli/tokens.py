@@ -10,6 +10,7 @@ import typer
 from interp.io import check_output_dir
 from interp.pipelines import stages
 from interp.accounting.tokens import TokensConfig
+from interp.schema import as_object
 from interp.pipelines.cli.common import AllowControlOpt, GateScorerOpt, ModelPathOpt, TrajectoriesOpt, app, \
     check_gate_scorer, config_options, console, option
 
@@ -69,9 +70,10 @@ def tokens(
     if doc["pair"]:
         p = doc["pair"]
         amp = "-" if p["amplification"] is None else f"{p['amplification']:.2f}"
-        console.print(f"paired ({p['policy']}, {p['n_tasks']} tasks): total change {p['totals']['total_change']:+,.0f} "
-                      f"= direct {p['totals']['direct_change']:+,.0f} + requests "
-                      f"{p['totals']['request_count_change']:+,.0f} + context {p['totals']['context_change']:+,.0f}; "
+        totals = as_object(p["totals"])
+        console.print(f"paired ({p['policy']}, {p['n_tasks']} tasks): total change {totals['total_change']:+,.0f} "
+                      f"= direct {totals['direct_change']:+,.0f} + requests "
+                      f"{totals['request_count_change']:+,.0f} + context {totals['context_change']:+,.0f}; "
                       f"amplification {amp} {p['amplification_ci']}", markup=False)
     console.print(f"{out / 'tokens.json'} ({doc['seconds']:.1f} s, tokenizer {doc['tokenizer']})", markup=False)
 

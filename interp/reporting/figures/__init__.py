@@ -31,7 +31,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from interp.io import read_json
-from interp.reporting.analyses import ANALYSES, resolve, schemas
+from interp.reporting.analyses import ANALYSES, FiguresReport, resolve, schemas
 from interp.reporting.figures.attention import attention_figure
 from interp.reporting.figures.drsr import (attention_density_figure, granularity_figure, interaction_figure,
                                           relations_figure)
@@ -84,7 +84,7 @@ def load_result(path: Path, fields: Sequence[Field] | None = None) -> dict[str, 
     return check(doc, fields, path) if fields else doc
 
 
-def make_figures(results_dir: Path, png: bool = True) -> dict:
+def make_figures(results_dir: Path, png: bool = True) -> FiguresReport:
     """Make every figure whose result file exists under results_dir into results_dir/figures; report what and why not.
 
     Returns {"written": {name: [html, png?]}, "skipped": {name: reason},
@@ -115,10 +115,10 @@ def make_figures(results_dir: Path, png: bool = True) -> dict:
         paths, png_skipped = write_pngs(figures, out_dir)
         for path in paths:
             written[path.stem].append(path)
-    return {"written": written, "skipped": skipped, "failed": failed, "png_skipped": png_skipped}
+    return FiguresReport(written=written, skipped=skipped, failed=failed, png_skipped=png_skipped)
 
 
-def summary(report: dict, out_dir: Path) -> str:
+def summary(report: FiguresReport, out_dir: Path) -> str:
     """The printed report: one line of what was written, skipped and failed, then why PNGs are missing if they are."""
     kinds = "HTML+PNG" if report["png_skipped"] is None else "HTML"
     parts = [f"figures: {len(report['written'])} written to {out_dir} ({kinds})"]
