@@ -199,7 +199,7 @@ def extract(sensor: Sensor, trajs: list[Trajectory], conditions: list[str], conf
     if "drsr_gate" in conditions:
         if executor:
             raise ValueError("conditions: drsr_gate runs in process (its gate holds the sensor): drop --executor")
-        params = {**(params or {}), **gate_params(sensor, conditions, gate_scorer)}
+        params = {**(params or {}), **_gate_params(sensor, conditions, gate_scorer)}
     mark = _gate_mark(Path(store), gate_scorer) if "drsr_gate" in conditions and gate_scorer is not None else None
     counts = extract_to_store(sensor, trajs, conditions, config, store, shard, boundaries, params,
                               executor=executor, load=load)
@@ -221,7 +221,7 @@ def _gate_mark(store: Path, scorer: Path) -> dict[str, str]:
     return {"scorer": str(scorer), "scorer_sha256": digest}
 
 
-def gate_params(sensor: Sensor, conditions: list[str], gate_scorer: Path | None) -> dict[str, dict[str, Any]]:
+def _gate_params(sensor: Sensor, conditions: list[str], gate_scorer: Path | None) -> dict[str, dict[str, Any]]:
     """The ``drsr_gate`` condition's parameter, its set gate (scorer file + sensor), when it is requested."""
     from patching.gate import GateModel, SetGate
 
@@ -388,7 +388,7 @@ def patch(sensor: Sensor, trajs: list[Trajectory], out: Path, config: PatchConfi
         f".t{limit}" if limit != DEFAULT_MAX_TOKENS else "")
     rule = config.noise_rule  # the rows' exclusion and d_error are the rule's: parts under another rule are not these
     tag += f".r{rule.factor:g}-{rule.d_error_factor:g}-{rule.min_kl:g}" if rule != PatchConfig().noise_rule else ""
-    params = gate_params(sensor, [condition], gate_scorer).get(condition)
+    params = _gate_params(sensor, [condition], gate_scorer).get(condition)
     if params and executor:
         raise ValueError("--condition drsr_gate runs in process (its gate holds the sensor): drop --executor")
     if params and gate_scorer is not None:  # parts of another scorer are not this one's
