@@ -3,9 +3,11 @@
 Each stage takes already-loaded inputs (trajectories, a sensor, a store
 directory), runs one analysis through the library's functions, writes its
 result files atomically under ``out`` (per-unit parts first, so a killed run
-resumes) and returns what it wrote. Defaults that are rules of the study
-(which boundaries harm uses, which sites KL Repair patches, the ICLR drop
-fraction) live in the analysis modules, never here.
+resumes) and returns what it wrote, typed: its result file's ``TypedDict``
+(``interp.reporting.results``, generated from the writer's ``FIELDS``), ``ShardParts`` for a shard, or a
+``TypedDict`` declared below for what is not a result file (never ``dict[str, Any]``:
+``tests/reporting/test_results_types.py``). Defaults that are rules of the study (which boundaries harm uses,
+which sites KL Repair patches, the ICLR drop fraction) live in the analysis modules, never here.
 
 Which stage makes which result, the files of each analysis and their writers are not tabled here (a copy goes
 stale): the registry of analyses (``interp.reporting.analyses.ANALYSES``: folder, files, schema of each) and
