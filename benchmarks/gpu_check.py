@@ -392,7 +392,7 @@ def check_attribution(sensor: Any, n_tokens: int) -> dict[str, Any]:
     full = render(traj, b, sensor.tokenizer)
     sites = default_sites(sensor.n_layers)
     rows, t_kl, _ = _timed(sensor.device, lambda: kl_repair_trajectory(sensor, traj, "delete_all_reasoning", sites,
-                                                                     boundaries=[b]))
+                                                                     boundaries=[b], rule=RULE))
     _, deleted = boundary_renders(sensor, traj, "delete_all_reasoning", [b])
     names = [hook_name(s, layer) for s, layer in sites]
     lin, t_lin, m_lin = _timed(sensor.device, lambda: linear_kl_repair(sensor, full.input_ids,

@@ -43,7 +43,7 @@ Fields of ``anchors.json`` (``FIELDS``):
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,11 +58,9 @@ from interp.data.conditions import ICLR_RHO, iclr_dropped
 from interp.data.deletions import Unit
 from interp.data.render import Segment
 from interp.data.trajectory import Trajectory
-from interp.extraction.batch import trajectories_sha256
-from interp.extraction.entropy import block_entropies
 from interp.params import Integer, Items, Real, Text, param, validate
 from interp.io import atomic_write_json
-from interp.record import RECORD_FIELDS, json_sha256, record
+from interp.record import RECORD_FIELDS
 from interp.schema import Field, schema_dict
 from interp.sensor.hooks import attention_implementation
 from interp.sensor.limits import context_limit, over_limit, skip_record
@@ -131,7 +129,8 @@ def suppressed(sensor: Sensor, span: tuple[int, int] | None, layers: Sequence[in
     wanted = set(layers)
 
     def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                  attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+                  attention_mask: torch.Tensor | None,
+                  **kwargs: Any) -> tuple[torch.Tensor, None]:  # Any: transformers' attention-interface options
         kwargs.pop("is_causal", None)
         n_q, n_k = query.shape[2], key.shape[2]
         q_pos = torch.arange(n_k - n_q, n_k, device=query.device)[:, None]
@@ -175,12 +174,13 @@ def _ranks(values: Sequence[float | None]) -> list[int | None]:
 
 
 def boundary_anchors(sensor: Sensor, traj: Trajectory, b: int, config: AnchorConfig,
-                     harms: Mapping[Unit, float] | None = None,
-                     entropy: Mapping[tuple[int, int], float | None] | None = None) -> dict[str, Any]:
+                     harms: Mapping[Unit, float] | None, entropy: Mapping[tuple[int, int], float | None]
+                     ) -> dict[str, Any]:
     """The block rows and receiver heads of boundary ``b`` (module docstring), or a ``skipped`` record.
 
     ``harms``: singleton harms of the boundary's reasoning units (from DRSR; measured here when None);
-    ``entropy``: ``(step, block) -> ICLR's full-context entropy`` (computed here when None)."""
+    ``entropy``: ``(step, block) -> ICLR's full-context entropy`` (``interp.extraction.entropy.block_entropies``,
+    given by the caller: the patching layer does not import the extraction layer)."""
     full, y0, y1 = _target(traj, b, (), sensor.tokenizer)
     reason = over_limit(y1, context_limit(sensor, config.max_tokens))
     if reason:
@@ -190,8 +190,6 @@ def boundary_anchors(sensor: Sensor, traj: Trajectory, b: int, config: AnchorCon
     if harms is None:
         harms = {h.members[0]: h.harm for h in set_harms(sensor, traj, b, [(u,) for u in units],
                                                          target=(full, y0, y1))[1]}
-    if entropy is None:
-        entropy = {(s.step, s.block): s.mean_entropy_bits for s in block_entropies(sensor, traj)}
     layers = list(config.layers) or list(sensor.full_attention_layers)
     ids = torch.tensor([full.input_ids[:y1]], device=sensor.device)
     queries = list(range(y0 - 1, y1 - 1))  # the positions predicting y's tokens
@@ -260,9 +258,11 @@ def summarize_anchors(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def run_anchors(sensor: Sensor, trajectories: Sequence[Trajectory], config: AnchorConfig,
+                entropy: Callable[[Trajectory], Mapping[tuple[int, int], float | None]],
                 harm_records: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
-    """``anchors.json``'s document for the config's boundaries (``FIELDS``): singleton harms are read from
-    ``harm_records`` (DRSR parts or harm.json boundaries) where they cover a boundary, else measured."""
+    """``anchors.json``'s analysis fields for the config's boundaries (``FIELDS`` but the record, which the stage
+    adds): singleton harms are read from ``harm_records`` (DRSR parts or harm.json boundaries) where they cover a
+    boundary, else measured; ``entropy(traj)`` gives ICLR's block entropies of a trajectory."""
     keys = check_boundaries(list(config.boundaries) or default_boundaries(trajectories), trajectories)
     by_id = {t.task_id: t for t in trajectories}
     known = singleton_harms(harm_records)
@@ -271,12 +271,10 @@ def run_anchors(sensor: Sensor, trajectories: Sequence[Trajectory], config: Anch
         task_id, _, b = key.rpartition("@")
         traj = by_id[task_id]
         if task_id not in entropies:
-            entropies[task_id] = {(s.step, s.block): s.mean_entropy_bits for s in block_entropies(sensor, traj)}
+            entropies[task_id] = entropy(traj)
         results.append(boundary_anchors(sensor, traj, int(b), config, known.get((task_id, int(b))),
                                         entropies[task_id]))
-    return {**summarize_anchors(results),
-            **record(config, sensor=sensor, inputs={"trajectories": trajectories_sha256(list(trajectories)),
-                                                    "harm_records": json_sha256(list(harm_records))})}
+    return summarize_anchors(results)
 
 
 def write_anchors(doc: Mapping[str, Any], out_dir: Path | str) -> Path:

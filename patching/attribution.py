@@ -274,9 +274,9 @@ def exact_effects(sensor: Sensor, lin: LinearRepair, deleted_ids: Sequence[int],
 def _key_gate(gate: torch.Tensor) -> Callable[..., tuple[torch.Tensor, None]]:
     """A transformers attention function whose softmax weight of key k is multiplied by ``gate[k]`` (the log of
     the gate added to every score of that key, through one extra query/key dimension, so no [q, k] mask exists)."""
-    def attend(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+    def attend(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-               **kwargs: Any) -> tuple[torch.Tensor, None]:
+               **kwargs: Any) -> tuple[torch.Tensor, None]:  # Any: transformers' attention-interface options
         groups = query.shape[1] // key.shape[1]
         key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5

@@ -45,6 +45,7 @@ from interp.pipelines.steps import Step, StepContext
 from interp.record import config_dict, config_from, json_sha256, record
 from interp.reporting.analyses import FiguresReport, analysis
 from interp.reporting.results import (
+    AnchorsResult,
     AttributionResult,
     DrsrResult,
     ExternalizationResult,
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
     from interp.pipelines.configs import AnalysisConfig
     from interp.sensor.models import Sensor
     from transformers import PreTrainedTokenizerBase
+    from patching.anchors import AnchorConfig
     from patching.config import DrsrConfig, GateConfig, HarmConfig, PatchConfig
     from probes.config import ProbeConfig
     from probes.data import FeatureSet
@@ -688,6 +690,27 @@ def gate(drsr_dir: Path, out: Path, config: GateConfig | None = None) -> GateRes
     """Train the set-risk gate on a DRSR run and evaluate it on the held-out trajectories (the demo's step)."""
     trained = gate_train(drsr_dir, out, config)
     return gate_eval(drsr_dir, Path(out) / "gate_scorer.json", out, config, train_seconds=trained["train_seconds"])
+
+
+def anchors(sensor: Sensor, trajs: list[Trajectory], out: Path, config: AnchorConfig,
+            harm_records: list[Mapping[str, JsonValue]] | None = None) -> AnchorsResult:
+    """Reasoning anchors (``anchors.json``, ``patching.anchors``) for ``config``'s boundaries: singleton harms from
+    ``harm_records`` (DRSR parts or harm.json boundaries) where they cover a boundary, else measured; ICLR's block
+    entropies from the extraction layer."""
+    from interp.extraction.batch import trajectories_sha256
+    from interp.extraction.entropy import block_entropies
+    from patching.anchors import run_anchors, write_anchors
+
+    def entropy(traj: Trajectory) -> dict[tuple[int, int], float | None]:
+        return {(s.step, s.block): s.mean_entropy_bits for s in block_entropies(sensor, traj)}
+
+    records = list(harm_records or [])
+    with writer_lock(out, command="anchors"):
+        doc = {**run_anchors(sensor, trajs, config, entropy, records),
+               **record(config, sensor=sensor, inputs={"trajectories": trajectories_sha256(trajs),
+                                                       "harm_records": json_sha256(records)})}
+        write_anchors(doc, out)
+    return cast(AnchorsResult, doc)
 
 
 def tokens(trajs: list[Trajectory], out: Path, tokenizer: PreTrainedTokenizerBase, config: TokensConfig | None = None,

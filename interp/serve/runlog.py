@@ -114,7 +114,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import numpy as np
 
@@ -124,6 +124,9 @@ from interp.io import atomic_write_json, read_json, safe_stem
 from interp.params import N_BOOT
 from interp.record import RECORD_FIELDS, record
 from interp.schema import Field, schema_dict
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 REQUEST_FIELDS = (
     Field("session", "[]", "str", "-", "the agent run: the X-Interp-Session header, else sha256 of the request's "
@@ -317,14 +320,15 @@ def answered(rows: list[dict[str, Any]], where: Path) -> list[dict[str, Any]]:
     return ok
 
 
-def rendered_removal(tokenizer: Any,  # Any: a transformers tokenizer (apply_chat_template)
+def rendered_removal(tokenizer: PreTrainedTokenizerBase,  # its chat template renders both message lists
                      count: Callable[[str], int], received: list[Any], sent: list[Any]) -> int:
     """Tokens of ``received`` minus ``sent``, each rendered by the tokenizer's own chat template with the
     generation prompt (tools left out: equal on both sides): what an upstream serving that template and tokenizer
     bills less. The tokenizer splits its input at its special tokens first (``interp.data.render``'s rule), so
     the pieces between them that both renders share cancel and only the differing ones are counted (``count``:
     the session's memory of counted texts); a request costs its edited pieces, not the history."""
-    texts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in (received, sent)]
+    texts = [str(tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True))
+             for m in (received, sent)]
     decoder = getattr(tokenizer, "added_tokens_decoder", {})
     specials = sorted({decoder[i].content for i in _split_tokens(tokenizer)}, key=len, reverse=True)
     if not specials:
@@ -339,7 +343,7 @@ def rendered_removal(tokenizer: Any,  # Any: a transformers tokenizer (apply_cha
     return sum(size(p) * k for p, k in (a - b).items()) - sum(size(p) * k for p, k in (b - a).items())
 
 
-def direct_removal(tokenizer: Any,  # Any: a transformers tokenizer (apply_chat_template), or None
+def direct_removal(tokenizer: PreTrainedTokenizerBase | None,  # its chat template renders both; None: unknown
                    count: Callable[[str], int] | None, received: list[Any], sent: list[Any],
                    opaque: tuple[str, ...] = (), render: bool = True) -> tuple[int | None, str]:
     """(removed tokens, ``removed_measure``) of one request: 0 when nothing changed; with ``render`` (chat

@@ -17,6 +17,9 @@ import torch
 from interp.sensor.forward import Plan, run_plan
 from interp.sensor.unembed import logits as unembed_logits
 from interp.sensor.unembed import promotes, unembedding
+from patching.config import PatchConfig
+
+RULE = PatchConfig().noise_rule  # the study's KL noise rule: PatchConfig's defaults
 
 pytestmark = pytest.mark.parity
 

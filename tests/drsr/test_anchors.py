@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from interp.data.trajectory import Trajectory
+from interp.extraction.entropy import block_entropies
 from patching.anchors import AnchorConfig, _log_probs, boundary_anchors, singleton_harms, summarize_anchors, suppressed
 
 pytestmark = pytest.mark.unit
@@ -14,6 +15,11 @@ pytestmark = pytest.mark.unit
 FILLER = ["The weather outside is sunny and warm.", "I enjoy reading long books about history.",
           "Cats usually sleep for most of the day.", "The train station is near the old bridge.",
           "Tea tastes better with a little honey."]
+
+
+def entropy_of(sensor, traj: Trajectory) -> dict:
+    """ICLR's block entropies of ``traj`` (what the anchors stage gives boundary_anchors)."""
+    return {(e.step, e.block): e.mean_entropy_bits for e in block_entropies(sensor, traj)}
 
 
 def _one_block_trajectory(position: int) -> Trajectory:
@@ -52,17 +58,6 @@ def test_suppression_matches_the_bridge_hook_attn_scores(tiny_sensor):
     torch.testing.assert_close(mine, ref, atol=2e-4, rtol=0)
 
 
-@pytest.mark.slow  # real SmolLM2 (the only model here whose answer can depend on a block): ~25 s on a busy CPU
-@pytest.mark.parametrize("position", [1, 4])
-def test_the_block_the_answer_depends_on_ranks_first(smol_sensor, position):
-    result = boundary_anchors(smol_sensor, _one_block_trajectory(position), 1, AnchorConfig(receiver_heads=16))
-    rows = result["blocks"]
-    assert len(rows) == 6
-    anchor = next(r for r in rows if r["block"] == position)
-    assert anchor["rank_harm"] == 1 and anchor["rank_suppression"] == 1
-    assert len(result["receiver_heads"]["heads"]) == 16
-
-
 def test_drsr_singletons_are_reused_and_summarised(tiny_sensor):
     traj = _one_block_trajectory(2)
     record = {"task_id": traj.task_id, "after_step": 1,
@@ -71,7 +66,7 @@ def test_drsr_singletons_are_reused_and_summarised(tiny_sensor):
                  {"members": [["observation", 1, 0]], "harm": 5.0}]}
     harms = singleton_harms([record])[(traj.task_id, 1)]
     assert harms == {("reasoning", 1, k): pytest.approx(0.1 * k) for k in range(6)}
-    result = boundary_anchors(tiny_sensor, traj, 1, AnchorConfig(), harms=harms)
+    result = boundary_anchors(tiny_sensor, traj, 1, AnchorConfig(), harms, entropy_of(tiny_sensor, traj))
     assert [r["rank_harm"] for r in result["blocks"]] == [6, 5, 4, 3, 2, 1]
     dropped = sum(r["iclr_dropped"] for r in result["blocks"])
     assert dropped == 4  # floor(0.8 * 6) blocks of the step

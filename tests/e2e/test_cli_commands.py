@@ -528,7 +528,8 @@ def test_figures_from_the_commands_outputs(ws, probe_dir, patch_dir, harm_dir, e
                       ("interventions", int_dir.dir)):
         shutil.copytree(src, results / name, ignore=shutil.ignore_patterns("parts", "units"))
     result = cli("figures", results, "--no-png")
-    expected = {spec.name for spec in FIGURES if spec.source.split("/")[0] not in ("attention", "drsr", "gate", "tokens")}  # none of those commands runs here
+    not_run = ("attention", "drsr", "gate", "tokens", "attribution", "anchors", "sae")  # none of those commands runs here
+    expected = {spec.name for spec in FIGURES if spec.source.split("/")[0] not in not_run}
     written = {p.stem for p in (results / "figures").glob("*.html")}
     assert written == expected
     for name in expected:
@@ -627,8 +628,14 @@ def test_demo_on_tiny_qwen_writes_every_result_as_strict_json(tmp_path):
     assert "Traceback" not in proc.stderr
     report = (out / "report.md").read_text(encoding="utf-8")
     assert report.strip() and TINY in report
-    for spec in FIGURES:  # every figure's input file, the figure itself, and data in every panel of it
-        assert (out / spec.source).is_file(), spec.source
+    from interp.pipelines.stages import STEPS
+
+    # analyses the demo has no step for: attribution refuses the tiny model's Gated-DeltaNet layers, anchors and the
+    # SAE probe need real weights (and the SAE a trained dictionary) to mean anything; their commands run them
+    made = {step.done.split("/")[0] for step in STEPS}
+    assert {spec.source.split("/")[0] for spec in FIGURES} - made == {"attribution", "anchors", "sae"}
+    for spec in (s for s in FIGURES if s.source.split("/")[0] in made):  # each figure's input file, the figure,
+        assert (out / spec.source).is_file(), spec.source  # and data in every panel of it
         assert (out / "figures" / f"{spec.name}.html").is_file(), spec.name
         assert not empty_panels(spec.build(load_result(out / spec.source))), spec.name
     results = sorted(out.rglob("*.json"))

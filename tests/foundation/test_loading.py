@@ -79,7 +79,8 @@ def test_auto_dtype_is_chosen_per_analysis_on_cuda(device):
     from interp.reporting.analyses import ANALYSES
 
     cuda = device.startswith("cuda")
-    precise = ("kl_repair", "harm", "drsr", "iclr", "tokens")  # tokens: its drsr_gate policy runs the gate as DRSR
+    # tokens: its drsr_gate policy runs the gate as DRSR; anchors: KLs of small attention suppressions
+    precise = ("kl_repair", "harm", "drsr", "iclr", "tokens", "anchors")
     assert set(CONFIGS) - set(INPUTS) <= {a.name for a in ANALYSES}  # the registry's names (INPUTS: the store, labels)
     assert {name for name, cls in CONFIGS.items() if cls.precision == "float32"} == set(precise)
     assert {name for name, cls in CONFIGS.items() if cls.precision == "bfloat16"} == {"extract", "interventions"}

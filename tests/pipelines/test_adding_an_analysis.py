@@ -113,12 +113,12 @@ RECORD = '''    Analysis(
 
 STAGE = '''
 
-def toy(trajs: list[Trajectory], out: Path, config: ToyConfig) -> dict[str, Any]:
+def toy(trajs: list[Trajectory], out: Path, config: ToyConfig) -> ToyResult:
     """The toy analysis (toy.json)."""
     from interp.accounting.toy import toy_document
 
     with writer_lock(out, command="toy"):
-        return toy_document(trajs, out, config)
+        return cast(ToyResult, toy_document(trajs, out, config))
 '''
 
 STEP = '''    Step("toy", "toy analysis", analysis("toy").path(),
@@ -213,14 +213,18 @@ def _edit(copy: Path) -> None:
     reg.write_text(_insert_before_close(reg.read_text(), "ANALYSES: tuple[Analysis, ...] = (", RECORD))
     st = copy / "interp/pipelines/stages.py"
     text = _insert_before_close(st.read_text(), "STEPS: tuple[Step, ...] = (", STEP) + STAGE
-    st.write_text(text.replace("\nif TYPE_CHECKING:\n", "\nfrom interp.accounting.toy import ToyConfig\n\n"
+    st.write_text(text.replace("\nif TYPE_CHECKING:\n", "\nfrom interp.accounting.toy import ToyConfig\n"
+                                                         "from interp.reporting.results import ToyResult\n\n"
                                                          "if TYPE_CHECKING:\n", 1))
     cf = copy / "interp/pipelines/configs.py"
-    text = cf.read_text().replace("TokensConfig)\n})", "TokensConfig, ToyConfig)\n})")
+    text = re.sub(r"\)\n\}\)", ", ToyConfig)\n})", cf.read_text(), count=1)  # the last class of CONFIGS' tuple
     assert "ToyConfig)" in text
     cf.write_text(text.replace("\nCONFIGS:", "\nfrom interp.accounting.toy import ToyConfig  # noqa: E402\n\nCONFIGS:", 1))
     fx = copy / "tests/figures/conftest.py"
     fx.write_text(fx.read_text() + WRITER)
+    # the typed results are regenerated from the writers' FIELDS, never edited
+    subprocess.run([sys.executable, "-m", "interp.reporting.results_gen"], cwd=copy, check=True, timeout=300,
+                   env={**os.environ, "PYTHONPATH": str(copy)})
 
 
 def test_adding_an_analysis_touches_only_the_documented_files_and_runs_everywhere(tmp_path):
@@ -250,8 +254,8 @@ def test_adding_an_analysis_touches_only_the_documented_files_and_runs_everywher
     checks = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
          "tests/foundation/test_params.py", "tests/figures/test_figures.py", "tests/figures/test_tables.py",
-         "tests/reporting/test_schema.py",
-         "-k", "ToyConfig or toy or every_figure_is_made or one_markdown_and_one_latex or schema"],
+         "tests/reporting/test_schema.py", "tests/reporting/test_results_types.py",
+         "-k", "ToyConfig or toy or every_figure_is_made or one_markdown_and_one_latex or schema or typed or result"],
         cwd=copy, env=env, capture_output=True, text=True, timeout=900)
     assert checks.returncode == 0, checks.stdout[-5000:] + checks.stderr[-3000:]
     assert int(re.search(r"(\d+) passed", checks.stdout).group(1)) >= 5, checks.stdout[-2000:]

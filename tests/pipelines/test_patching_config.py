@@ -40,7 +40,7 @@ def test_good_values_are_kept_and_units_normalised():
 def test_the_stage_gives_the_cli_error_before_any_work(tmp_path):
     from interp.pipelines import stages
 
-    with pytest.raises(ValueError, match="method: must be one of fast, reference, got 'slow'"):
+    with pytest.raises(ValueError, match="method: must be one of fast, reference, attribution, got 'slow'"):
         stages.patch(None, [], tmp_path / "out", PatchConfig(method="slow"))
     with pytest.raises(ValueError, match="units: .*unknown unit kind"):
         stages.harm(None, [], tmp_path / "out", HarmConfig(units="nope"))

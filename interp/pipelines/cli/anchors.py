@@ -24,6 +24,7 @@ from interp.pipelines.cli.common import (
     model_options,
     option,
 )
+from interp.schema import as_object
 from interp.sensor.sae import SaeTrainConfig
 from patching.anchors import AnchorConfig
 from probes.config import ProbeConfig
@@ -45,8 +46,6 @@ def anchors(
 ) -> None:
     """Reasoning anchors: each block's deletion harm, attention from receiver heads, attention-suppression KL,
     and whether ICLR drops it."""
-    from patching.anchors import run_anchors, write_anchors
-
     check_output_dir(out, "--out")
     dtype = model_options(device, dtype, AnchorConfig)
     trajs = stages.trajectories(trajectories, strict=False, allow_control_tokens=allow_control_tokens)
@@ -59,10 +58,10 @@ def anchors(
                 records += doc.get("boundaries", []) if "boundaries" in doc and "sets" not in doc else [doc]
     sensor = load_sensor(model, model_path, device, dtype)
     with option("--boundaries"):
-        doc = run_anchors(sensor, trajs, config, records)
-    path = write_anchors(doc, out)
-    iclr = doc["iclr"]
-    console.print(f"{path}: {len(doc['blocks'])} blocks; ICLR drops {iclr['dropped']['n']} of them and "
+        doc = stages.anchors(sensor, trajs, out, config, records)
+    path = out / "anchors.json"
+    iclr = as_object(doc["iclr"])
+    console.print(f"{path}: {len(doc['blocks'])} blocks; ICLR drops {as_object(iclr['dropped'])['n']} of them and "
                   f"{iclr['anchors_dropped']} of the {iclr['n_anchors']} anchors", markup=False)
 
 
