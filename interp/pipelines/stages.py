@@ -46,6 +46,7 @@ from interp.record import config_dict, config_from, json_sha256, record
 from interp.reporting.analyses import FiguresReport, analysis
 from interp.reporting.results import (
     AnchorsResult,
+    SaeProbeResult,
     AttributionResult,
     DrsrResult,
     ExternalizationResult,
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
     from interp.pipelines.configs import AnalysisConfig
     from interp.sensor.models import Sensor
     from transformers import PreTrainedTokenizerBase
+    from interp.sensor.sae import SaeTrainConfig
     from patching.anchors import AnchorConfig
     from patching.config import DrsrConfig, GateConfig, HarmConfig, PatchConfig
     from probes.config import ProbeConfig
@@ -711,6 +713,62 @@ def anchors(sensor: Sensor, trajs: list[Trajectory], out: Path, config: AnchorCo
                                                        "harm_records": json_sha256(records)})}
         write_anchors(doc, out)
     return cast(AnchorsResult, doc)
+
+
+@final
+class SaeTrained(TypedDict):
+    """What :func:`sae_train` wrote: the SAE folder, its sizes and its fraction of variance unexplained."""
+
+    sae: str
+    layer: int
+    n_train: int
+    n_held_out: int
+    fvu_train: float
+    fvu_held_out: float | None
+
+
+def sae_train(store: Path, out: Path, config: SaeTrainConfig, layer: int | None = None,
+              site: str = "resid_pre") -> SaeTrained:
+    """A small TopK SAE on a store's residual rows of one layer (every pooling, every condition), saved in
+    SAELens' format (``interp.sensor.sae``); ``layer`` None: the store's one layer."""
+    import torch
+
+    from interp.extraction.store import Store
+    from interp.sensor.sae import fvu, save_sae, train_sae
+
+    st = Store(store)
+    layers = list(st.settings()["layers"])
+    if layer is None and len(layers) != 1:
+        raise ValueError(f"{store} holds layers {layers}: choose one with --layer")
+    chosen = layers[0] if layer is None else layer
+    _, features = st.load_features(site)
+    if not any(key[0] == chosen for key in features):
+        raise ValueError(f"{store}: layer {chosen} not extracted (layers: {layers})")
+    x = torch.cat([torch.from_numpy(v) for (lay, _), v in features.items() if lay == chosen])
+    x = x[x.norm(dim=-1) > 0]  # poolings with no position (no reasoning yet) are stored as zeros
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(config.seed))
+    cut = len(x) - int(config.held_out * len(x))
+    train, held = x[order[:cut]], x[order[cut:]]
+    sae = train_sae(train, config.d_sae, config.k, f"blocks.{chosen}.hook_{site}", config.steps, config.lr,
+                    config.seed, str(st.settings().get("model", "")))
+    save_sae(sae, out)
+    return {"sae": str(out), "layer": chosen, "n_train": cut, "n_held_out": len(held),
+            "fvu_train": float(fvu(train, sae.reconstruct(train))),
+            "fvu_held_out": float(fvu(held, sae.reconstruct(held))) if len(held) > 1 else None}
+
+
+def sae_probe(store: Path, out: Path, config: ProbeConfig, condition: str = "full",
+              trajs: list[Trajectory] | None = None) -> SaeProbeResult:
+    """The future-necessity probe on a store's SAE features (``sae_probe.json``, ``probes.sae``): nested CV and
+    nulls, the direction's top features with their contexts (from ``trajs`` when given), KL Repair's features."""
+    from interp.extraction.store import Store
+    from probes.sae import run_sae_probe, write_sae_probe
+
+    by_id = {t.task_id: t for t in trajs} if trajs is not None else None
+    with writer_lock(out, command="sae-probe"):
+        doc = run_sae_probe(Store(store), config, condition, trajectories=by_id)
+        write_sae_probe(doc, out)
+    return cast(SaeProbeResult, doc)
 
 
 def tokens(trajs: list[Trajectory], out: Path, tokenizer: PreTrainedTokenizerBase, config: TokensConfig | None = None,

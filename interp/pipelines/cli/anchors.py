@@ -77,33 +77,13 @@ def sae_train(
     config: SaeTrainConfig,
 ) -> None:
     """A small TopK SAE on a store's residual rows (every pooling, every condition), saved in SAELens' format."""
-    import torch
-
-    from interp.extraction.store import Store
-    from interp.sensor.sae import fvu, save_sae, train_sae
-
     check_output_dir(out, "--out")
     with option("--store"):
-        st = Store(store)
-        layers = list(st.settings()["layers"])
-        if layer is None and len(layers) != 1:
-            raise ValueError(f"{store} holds layers {layers}: choose one with --layer")
-        layer = layers[0] if layer is None else layer
-        frame, features = st.load_features(site)
-        if not any(key[0] == layer for key in features):
-            raise ValueError(f"{store}: layer {layer} not extracted (layers: {st.settings()['layers']})")
-    x = torch.cat([torch.from_numpy(v) for (lay, _), v in features.items() if lay == layer])
-    x = x[x.norm(dim=-1) > 0]  # poolings with no position (no reasoning yet) are stored as zeros
-    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(config.seed))
-    cut = len(x) - int(config.held_out * len(x))
-    sae = train_sae(x[order[:cut]], config.d_sae, config.k, f"blocks.{layer}.hook_{site}", config.steps, config.lr,
-                    config.seed, str(st.settings().get("model", "")))
-    save_sae(sae, out)
-    held = x[order[cut:]]
-    console.print(f"{out}: {config.d_sae} features, k {config.k}, trained on {cut} rows; FVU train "
-                  f"{fvu(x[order[:cut]], sae.reconstruct(x[order[:cut]])):.3f}"
-                  + (f", held-out {fvu(held, sae.reconstruct(held)):.3f} ({len(held)} rows)" if len(held) > 1 else ""),
-                  markup=False)
+        made = stages.sae_train(store, out, config, layer, site)
+    held = made["fvu_held_out"]
+    console.print(f"{out}: {config.d_sae} features, k {config.k}, trained on {made['n_train']} rows; FVU train "
+                  f"{made['fvu_train']:.3f}"
+                  + (f", held-out {held:.3f} ({made['n_held_out']} rows)" if held is not None else ""), markup=False)
 
 
 @app.command("sae-probe")
@@ -118,13 +98,10 @@ def sae_probe(
     config: ProbeConfig,
 ) -> None:
     """The future-necessity probe on SAE features (nested CV, nulls), its top features, KL Repair's features."""
-    from interp.extraction.store import Store
-    from probes.sae import run_sae_probe, write_sae_probe
-
     check_output_dir(out, "--out")
-    trajs = {t.task_id: t for t in stages.trajectories(trajectories, strict=False)} if trajectories else None
+    trajs = stages.trajectories(trajectories, strict=False) if trajectories else None
     with option("--store"):
-        doc = run_sae_probe(Store(store), config, condition, trajectories=trajs)
-    path = write_sae_probe(doc, out)
+        doc = stages.sae_probe(store, out, config, condition, trajs)
+    path = out / "sae_probe.json"
     console.print(f"{path}: AUROC {doc['probe']['auroc']:.3f}, permutation p {doc['probe']['permutation_p']}; "
                   f"FVU {doc['fvu']}", markup=False)
